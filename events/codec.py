@@ -1,0 +1,50 @@
+"""JSON Lines in (with validation that names the line and field), compact msgpack for the stream."""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+import msgspec
+
+from events.errors import EventError
+from events.schema import Event
+
+_json_decode = msgspec.json.Decoder(Event).decode
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(Event).decode
+
+
+def _to_utc(ev: Event) -> Event:
+    if ev.at.utcoffset() == UTC.utcoffset(None) and ev.at.tzinfo is UTC:
+        return ev
+    return msgspec.structs.replace(ev, at=ev.at.astimezone(UTC))
+
+
+def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
+    """One JSON object -> a validated event with ``at`` in UTC.
+
+    Raises ``EventError`` whose message starts with ``line N:`` and names the field
+    (msgspec's ``at `$.field``` path).
+    """
+    where = f"line {lineno}: " if lineno is not None else ""
+    try:
+        return _to_utc(_json_decode(line))
+    except msgspec.ValidationError as exc:
+        raise EventError(f"{where}invalid event: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise EventError(f"{where}malformed JSON: {exc}") from exc
+
+
+def encode_event(ev: Event) -> bytes:
+    """The compact stream encoding (msgpack, tagged)."""
+    return _pack(ev)
+
+
+def decode_event(data: bytes) -> Event:
+    """Inverse of ``encode_event``; raises msgspec errors for entries this version can't read."""
+    return _unpack(data)
+
+
+def event_to_json(ev: Event) -> bytes:
+    """The event as one JSON object (for dead letters, replays and debugging)."""
+    return msgspec.json.encode(ev)

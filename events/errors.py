@@ -1,0 +1,36 @@
+"""One error root for hivemind; each class says in one line what went wrong."""
+
+from __future__ import annotations
+
+
+class HivemindError(Exception):
+    """Root of every error hivemind raises on purpose."""
+
+
+class EventError(HivemindError):
+    """An event failed validation; the message names the line and the field."""
+
+
+class ConfigError(HivemindError):
+    """A ranking config or setting is invalid; the message names the key."""
+
+
+class QueryError(HivemindError):
+    """A query request is invalid; ``code`` is machine-readable, the message is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class QueryTimeout(HivemindError):
+    """No result arrived for a query before the deadline; the message names the query id."""
+
+
+class CatchUpTimeout(HivemindError):
+    """A namespace was not projected up to the wanted stream position before the deadline."""
+
+
+class StoreError(HivemindError):
+    """The store could not be reached or holds something this version cannot read."""

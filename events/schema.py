@@ -1,0 +1,79 @@
+"""Event types: frozen, tagged msgspec structs in one union, with the contract's limits.
+
+Schemas evolve by appending fields with defaults; a breaking change gets a new tag.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+"""event_id, note_id and agent."""
+NS_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+"""Namespace names (also safe inside Redis key hash tags)."""
+MAX_TEXT_BYTES = 64 * 1024
+"""Largest note text, in UTF-8 bytes."""
+MAX_TOKENS = 1_000_000
+"""Largest explicit token count of one note."""
+MAX_EMBEDDING_DIM = 4096
+"""Largest embedding length."""
+
+Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
+Ns = Annotated[str, msgspec.Meta(pattern=NS_PATTERN)]
+UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
+Text = Annotated[str, msgspec.Meta(min_length=1)]
+Embedding = Annotated[list[float], msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
+Scope = Literal["shared", "private"]
+Kind = Literal["note", "scratch"]
+
+
+class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
+    event_id: Id
+    ns: Ns
+    note_id: Id
+    agent: Id
+    at: UtcDatetime
+
+
+class NoteCreated(_Event, frozen=True, tag="note.created"):
+    """A new note; its id is never reused in the namespace, even after forgetting."""
+
+    text: Text
+    tokens: Tokens | None = None
+    scope: Scope = "shared"
+    kind: Kind = "note"
+    embedding: Embedding | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.text.encode("utf-8"))
+        if n > MAX_TEXT_BYTES:
+            raise ValueError(f"text is {n} bytes of UTF-8, at most {MAX_TEXT_BYTES} allowed")
+        if self.embedding is not None and not all(math.isfinite(x) for x in self.embedding):
+            raise ValueError("embedding must contain only finite floats")
+
+
+class NoteUsed(_Event, frozen=True, tag="note.used"):
+    """An agent used a note (it counts toward promotion to ``longterm``)."""
+
+
+class NoteForgotten(_Event, frozen=True, tag="note.forgotten"):
+    """The note is gone from every future answer; it stays in the log."""
+
+
+Event = NoteCreated | NoteUsed | NoteForgotten
+EVENT_TYPES = ("note.created", "note.used", "note.forgotten")
+
+
+def token_estimate(text: str) -> int:
+    """Tokens of a note whose event gives none: ``ceil(utf8_bytes / 4)``."""
+    return max(1, -(-len(text.encode("utf-8")) // 4))
+
+
+def event_type(ev: Event) -> str:
+    """The ``type`` tag of an event (``note.created`` ...)."""
+    return str(type(ev).__struct_config__.tag)

@@ -1,0 +1,133 @@
+"""Pure reducers: (note state, event) -> note state, and the batch fold built on them.
+
+No clock, no Redis. The same events in the same stream order always fold to the same state;
+a repeated ``event_id`` is applied once; events that cannot apply become dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from events.schema import (
+    Event,
+    NoteCreated,
+    NoteForgotten,
+    NoteUsed,
+    event_type,
+    token_estimate,
+)
+from projections.config import RankingConfig
+from projections.state import NoteState, tier_of
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Why an event changed nothing."""
+
+    reason: str
+
+
+def apply_event(note: NoteState | None, ev: Event, cfg: RankingConfig) -> NoteState | Rejected:
+    """Apply one event to the current state of its note (None: never seen)."""
+    if isinstance(ev, NoteCreated):
+        if note is not None:
+            return Rejected("note_id_exists: ids are never reused, even after forgetting")
+        return NoteState(
+            note_id=ev.note_id, agent=ev.agent, scope=ev.scope, kind=ev.kind, text=ev.text,
+            tokens=ev.tokens if ev.tokens is not None else token_estimate(ev.text),
+            created_at=ev.at, tier=tier_of(0, ev.kind, cfg), embedding=ev.embedding,
+        )
+    if note is None:
+        return Rejected("unknown_note: the namespace has never seen this note_id")
+    if note.forgotten:
+        return Rejected("forgotten_note: the note was forgotten")
+    if isinstance(ev, NoteUsed):
+        uses = note.uses + 1
+        last = ev.at if note.last_used_at is None else max(note.last_used_at, ev.at)
+        return msgspec.structs.replace(
+            note, uses=uses, last_used_at=last, tier=tier_of(uses, note.kind, cfg)
+        )
+    if isinstance(ev, NoteForgotten):
+        return msgspec.structs.replace(note, forgotten=True)
+    raise TypeError(f"unhandled event type {type(ev).__name__}")  # pragma: no cover
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A stream entry this version cannot decode (kept as raw bytes for the dead letters)."""
+
+    raw: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An entry that changed nothing, with the reason and the original payload."""
+
+    entry_id: str
+    reason: str
+    raw: bytes
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch changed: the new states of touched notes, ids now seen, dead letters."""
+
+    notes: dict[str, NoteState] = field(default_factory=dict)
+    seen: list[str] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    applied: int = 0
+    duplicates: int = 0
+
+
+def fold_batch(
+    notes: Mapping[str, NoteState],
+    already_seen: set[str] | frozenset[str],
+    entries: Iterable[tuple[str, Event | Undecodable, bytes]],
+    cfg: RankingConfig,
+) -> BatchResult:
+    """Fold stream entries ``(entry_id, event, raw)`` in order onto the given note states.
+
+    ``notes`` must hold the current state of every note the batch touches (absent: unknown),
+    ``already_seen`` every event_id of the batch that an earlier batch applied.
+    """
+    out = BatchResult()
+    seen_now: set[str] = set()
+    for entry_id, ev, raw in entries:
+        if isinstance(ev, Undecodable):
+            out.dead.append(DeadLetter(entry_id, ev.reason, ev.raw))
+            continue
+        if ev.event_id in already_seen or ev.event_id in seen_now:
+            out.duplicates += 1
+            continue
+        seen_now.add(ev.event_id)
+        out.seen.append(ev.event_id)
+        current = out.notes.get(ev.note_id, notes.get(ev.note_id))
+        res = apply_event(current, ev, cfg)
+        if isinstance(res, Rejected):
+            out.dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
+        else:
+            out.notes[ev.note_id] = res
+            out.applied += 1
+    return out
+
+
+@dataclass(slots=True)
+class Projection:
+    """A whole namespace folded in memory (replay, --as-of, the reference for tests)."""
+
+    notes: dict[str, NoteState] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    dead: list[DeadLetter] = field(default_factory=list)
+
+    def feed(self, entries: Iterable[tuple[str, Event | Undecodable, bytes]],
+             cfg: RankingConfig) -> BatchResult:
+        """Fold more entries onto this projection (mutates it) and return the batch delta."""
+        res = fold_batch(self.notes, self.seen, entries, cfg)
+        self.notes.update(res.notes)
+        self.seen.update(res.seen)
+        self.dead.extend(res.dead)
+        return res

@@ -1,0 +1,75 @@
+"""The projected state of one note, and the tier rule."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from events.schema import Kind, Scope
+from projections.config import RankingConfig
+
+Tier = Literal["longterm", "short", "scratch"]
+
+
+def tier_of(uses: int, kind: str, cfg: RankingConfig) -> Tier:
+    """``longterm`` once used ``cfg.longterm_uses`` times (earned), else by kind."""
+    if uses >= cfg.longterm_uses:
+        return "longterm"
+    return "scratch" if kind == "scratch" else "short"
+
+
+class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """Everything a query needs about one note, folded from its events."""
+
+    note_id: str
+    agent: str
+    scope: Scope
+    kind: Kind
+    text: str
+    tokens: int
+    created_at: datetime
+    uses: int = 0
+    last_used_at: datetime | None = None
+    tier: Tier = "short"
+    forgotten: bool = False
+    embedding: list[float] | None = None
+
+
+class NoteRow(msgspec.Struct, frozen=True):
+    """One line of ``hivemind notes --json`` (the contract's fields, no text)."""
+
+    note_id: str
+    agent: str
+    scope: str
+    kind: str
+    tokens: int
+    created_at: datetime
+    uses: int
+    last_used_at: datetime | None
+    tier: str
+    forgotten: bool
+
+
+def note_row(n: NoteState) -> NoteRow:
+    """The listing row of a note."""
+    return NoteRow(
+        note_id=n.note_id, agent=n.agent, scope=n.scope, kind=n.kind, tokens=n.tokens,
+        created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at, tier=n.tier,
+        forgotten=n.forgotten,
+    )
+
+
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(NoteState).decode
+
+
+def pack_note(n: NoteState) -> bytes:
+    """Compact encoding for the Redis read model."""
+    return _pack(n)
+
+
+def unpack_note(data: bytes) -> NoteState:
+    """Inverse of ``pack_note``."""
+    return _unpack(data)

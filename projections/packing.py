@@ -1,0 +1,243 @@
+"""Choose items that maximise total value within a token budget (0/1 knapsack).
+
+* Exact: dynamic programming over cost (numpy, one row of choices per item) while
+  ``eligible items x min(budget, their total cost) <= exact_max_cells``. Counting cells against
+  ``min(budget, total cost)`` rather than the raw budget only ever makes more instances exact
+  (when everything fits, the answer is trivially exact).
+* Otherwise ``greedy+swap``: value-per-token greedy, the best single item if that beats it,
+  then a local search that applies the best improving move (add one item; swap one chosen item
+  for one unchosen item; swap one chosen item for two unchosen items from a core of the most
+  valuable and most value-dense ones) until none improves. It starts from greedy and only ever
+  improves, so it is never worse than plain greedy. ``upper_bound`` is the fractional (LP)
+  relaxation, so ``total_value / upper_bound`` bounds the gap to the optimum.
+
+Values are compared as integers (``round(value * scale)``, scale 1e9 unless the total is huge)
+so results are exact and reproducible. Ties go to the canonical order, value descending then
+key, which makes the result independent of the input order. Items with cost > budget or value
+<= 0 are never chosen; keys must be unique.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+Method = Literal["exact", "greedy+swap"]
+
+VALUE_SCALE = 1e9
+"""Values are compared as ``round(value * VALUE_SCALE)`` integers (1e-9 resolution)."""
+MAX_SCALED_TOTAL = 2.0**62
+"""The scale shrinks so that the scaled sum of all values stays below this (int64 safe)."""
+SWAP_PAIR_CORE = 96
+"""Unchosen items considered for one-for-two swaps: this many by value, this many by density."""
+
+IntArray = npt.NDArray[np.int64]
+
+
+class Item(msgspec.Struct, frozen=True):
+    """One candidate: ``cost`` tokens for ``value``."""
+
+    key: str
+    cost: int
+    value: float
+
+
+class PackResult(msgspec.Struct, frozen=True):
+    """The chosen keys (canonical order: value desc, then key) and how they were found."""
+
+    chosen: tuple[str, ...]
+    method: Method
+    total_value: float
+    total_cost: int
+    upper_bound: float
+
+
+def _canonical(items: Iterable[Item], budget: int) -> list[Item]:
+    """Eligible items in canonical order; validates keys, costs and values."""
+    seen: set[str] = set()
+    out: list[Item] = []
+    for it in items:
+        if it.key in seen:
+            raise ValueError(f"duplicate item key {it.key!r}")
+        seen.add(it.key)
+        if it.cost < 0:
+            raise ValueError(f"item {it.key!r} has negative cost {it.cost}")
+        if not math.isfinite(it.value):
+            raise ValueError(f"item {it.key!r} has a non-finite value {it.value}")
+        if it.cost <= budget and it.value > 0.0:
+            out.append(it)
+    out.sort(key=lambda it: (-it.value, it.key))
+    return out
+
+
+def _scaled(items: list[Item]) -> IntArray:
+    total = math.fsum(it.value for it in items)
+    scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if total > 0 else VALUE_SCALE
+    return np.array([round(it.value * scale) for it in items], dtype=np.int64)
+
+
+def lp_bound(items: list[Item], budget: int) -> float:
+    """The fractional knapsack optimum: an upper bound on any 0/1 packing of ``items``."""
+    bound = 0.0
+    room = budget
+    for it in sorted(items, key=_density_key):
+        if it.cost <= room:
+            bound += it.value
+            room -= it.cost
+        else:
+            bound += it.value * room / it.cost
+            break
+    return bound
+
+
+def _density_key(it: Item) -> tuple[float, float, str]:
+    density = math.inf if it.cost == 0 else it.value / it.cost
+    return (-density, -it.value, it.key)
+
+
+def _exact(items: list[Item], values: IntArray, budget: int) -> list[int]:
+    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
+    n = len(items)
+    best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
+    take = np.zeros((n, budget + 1), dtype=np.bool_)
+    for i, it in enumerate(items):
+        w, v = it.cost, values[i]
+        if w == 0:
+            best += v
+            take[i, :] = True
+            continue
+        cand = best[: budget + 1 - w] + v
+        better = cand > best[w:]
+        take[i, w:] = better
+        best[w:] = np.where(better, cand, best[w:])
+    chosen: list[int] = []
+    c = budget
+    for i in range(n - 1, -1, -1):
+        if take[i, c]:
+            chosen.append(i)
+            c -= items[i].cost
+    return chosen
+
+
+def _greedy(items: list[Item], budget: int) -> list[int]:
+    order = sorted(range(len(items)), key=lambda i: _density_key(items[i]))
+    chosen: list[int] = []
+    room = budget
+    for i in order:
+        if items[i].cost <= room:
+            chosen.append(i)
+            room -= items[i].cost
+    return chosen
+
+
+def _best_removal(
+    costs: IntArray, values: IntArray, chosen: IntArray, need: IntArray
+) -> tuple[IntArray, IntArray]:
+    """For each ``need[j]``: the least valuable chosen item with cost >= need[j] (-1 if none).
+
+    Returns (index into items or -1, its value or a huge sentinel).
+    """
+    big = np.iinfo(np.int64).max
+    if len(chosen) == 0:
+        return np.full(len(need), -1, np.int64), np.full(len(need), big, np.int64)
+    by_cost = chosen[np.lexsort((chosen, costs[chosen]))]
+    c_sorted = costs[by_cost]
+    # suffix minimum of value (ties: lowest canonical index) over the cost-sorted chosen items
+    suf_idx = np.empty(len(by_cost), np.int64)
+    best_i = -1
+    for pos in range(len(by_cost) - 1, -1, -1):
+        i = int(by_cost[pos])
+        if best_i < 0 or values[i] < values[best_i] or (values[i] == values[best_i] and i < best_i):
+            best_i = i
+        suf_idx[pos] = best_i
+    pos = np.searchsorted(c_sorted, need, side="left")
+    ok = pos < len(by_cost)
+    idx = np.where(ok, suf_idx[np.minimum(pos, len(by_cost) - 1)], -1)
+    val = np.where(ok, values[np.maximum(idx, 0)], big)
+    return idx, val
+
+
+def _improve(items: list[Item], values: IntArray, budget: int, start: list[int]) -> list[int]:
+    """Best-improvement local search from ``start``; terminates (integer value strictly rises)."""
+    n = len(items)
+    costs = np.array([it.cost for it in items], dtype=np.int64)
+    in_set = np.zeros(n, dtype=np.bool_)
+    in_set[start] = True
+    by_value = np.arange(n)  # items are already in value-desc order
+    by_density = np.array(sorted(range(n), key=lambda i: _density_key(items[i])), np.int64)
+    while True:
+        chosen = np.flatnonzero(in_set)
+        out = np.flatnonzero(~in_set)
+        if len(out) == 0:
+            break
+        slack = budget - int(costs[chosen].sum())
+        best_gain = 0
+        move: tuple[list[int], list[int]] = ([], [])
+        # add one
+        fits = out[costs[out] <= slack]
+        if len(fits):
+            j = int(fits[np.argmax(values[fits])])
+            if values[j] > best_gain:
+                best_gain, move = int(values[j]), ([], [j])
+        # swap one chosen for one unchosen
+        rem_idx, rem_val = _best_removal(costs, values, chosen, costs[out] - slack)
+        gain = np.where(rem_idx >= 0, values[out] - rem_val, 0)
+        k = int(np.argmax(gain))
+        if gain[k] > best_gain:
+            best_gain, move = int(gain[k]), ([int(rem_idx[k])], [int(out[k])])
+        # swap one chosen for two unchosen, from a core of valuable and value-dense items
+        core_mask = np.zeros(n, dtype=np.bool_)
+        core_mask[by_value[~in_set[by_value]][:SWAP_PAIR_CORE]] = True
+        core_mask[by_density[~in_set[by_density]][:SWAP_PAIR_CORE]] = True
+        core = np.flatnonzero(core_mask)
+        if len(core) >= 2:
+            a, b = np.triu_indices(len(core), k=1)
+            pa, pb = core[a], core[b]
+            p_cost = costs[pa] + costs[pb]
+            p_val = values[pa] + values[pb]
+            rem_idx, rem_val = _best_removal(costs, values, chosen, p_cost - slack)
+            gain = np.where(rem_idx >= 0, p_val - rem_val, 0)
+            k = int(np.argmax(gain))
+            if gain[k] > best_gain:
+                best_gain, move = int(gain[k]), ([int(rem_idx[k])], [int(pa[k]), int(pb[k])])
+        if best_gain <= 0:
+            break
+        in_set[move[0]] = False
+        in_set[move[1]] = True
+    return [int(i) for i in np.flatnonzero(in_set)]
+
+
+def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult:
+    """The packing of ``items`` with the largest total value and total cost <= ``budget``."""
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    cands = _canonical(items, budget)
+    values = _scaled(cands)
+    width = min(budget, sum(it.cost for it in cands))
+    method: Method
+    if len(cands) * width <= exact_max_cells:
+        method = "exact"
+        idx = _exact(cands, values, width)
+    else:
+        method = "greedy+swap"
+        idx = _greedy(cands, budget)
+        single = int(np.argmax(values))  # the most valuable item alone (it fits: cost <= budget)
+        if values[single] > int(values[idx].sum()):
+            idx = [single]
+        idx = _improve(cands, values, budget, idx)
+    idx.sort()
+    chosen = [cands[i] for i in idx]
+    total_value = math.fsum(it.value for it in chosen)
+    bound = total_value if method == "exact" else max(total_value, lp_bound(cands, budget))
+    return PackResult(
+        chosen=tuple(it.key for it in chosen),
+        method=method,
+        total_value=total_value,
+        total_cost=sum(it.cost for it in chosen),
+        upper_bound=bound,
+    )

@@ -1,0 +1,171 @@
+"""Relevance in [0, 1]: lexical BM25 over an incrementally maintained index, or cosine.
+
+Normalisation (documented choice): a note's BM25 score is divided by the query's *maximum
+attainable* BM25, ``sum(idf(t) * (k1 + 1))`` over the distinct query terms ``t``. Each term's
+contribution ``idf * tf * (k1 + 1) / (tf + k1 * norm)`` is at most ``idf * (k1 + 1)`` (equality
+only when ``k1 == 0``), so the ratio lies in (0, 1]. The divisor depends on the query and the
+corpus statistics only, never on which other notes matched, so identical texts always get
+identical relevance and a note's relevance does not jump because a rival appeared.
+Query terms absent from the index still count in the divisor (with ``n = 0``): a note that
+matches half of a query's weight scores about half.
+
+Query terms are *distinct* terms: repeating a word in a query does not weigh it more.
+
+Reproducibility: every sum runs in a fixed order in plain IEEE double arithmetic; cosine uses
+``math.fsum`` (correctly rounded), so results do not depend on BLAS or CPU vector width.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+
+from projections.config import RankingConfig
+from projections.state import NoteState
+
+_WORD = re.compile(r"\w+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of ``text``: NFKC-normalised, casefolded, split on Unicode word characters.
+
+    Punctuation and whitespace separate words and are dropped; ``_`` and digits are word
+    characters (``snake_case`` and ``v2`` stay whole). ``"Ｃａｆé!"`` -> ``["café"]``.
+    """
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return _WORD.findall(folded)
+
+
+def idf(n_docs: int, doc_freq: int) -> float:
+    """Lucene's always-positive BM25 IDF: ``log(1 + (N - n + 0.5) / (n + 0.5))``."""
+    return math.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+
+
+class LexicalIndex:
+    """An inverted index for BM25, maintained note by note; a query never re-reads texts.
+
+    ``add`` of a key already present replaces its text. Keys are note ids.
+    """
+
+    __slots__ = ("_doc_len", "_doc_terms", "_postings", "_total_len")
+
+    def __init__(self) -> None:
+        self._postings: dict[str, dict[str, int]] = {}
+        self._doc_len: dict[str, int] = {}
+        self._doc_terms: dict[str, tuple[str, ...]] = {}
+        self._total_len = 0
+
+    def add(self, key: str, text: str) -> None:
+        """Index ``text`` under ``key`` (replacing any earlier text of ``key``)."""
+        if key in self._doc_len:
+            self.remove(key)
+        counts = Counter(tokenize(text))
+        for term, tf in counts.items():
+            posting = self._postings.get(term)
+            if posting is None:
+                self._postings[term] = {key: tf}
+            else:
+                posting[key] = tf
+        length = sum(counts.values())
+        self._doc_len[key] = length
+        self._doc_terms[key] = tuple(counts)
+        self._total_len += length
+
+    def remove(self, key: str) -> None:
+        """Drop ``key`` from the index; a key never added is ignored."""
+        terms = self._doc_terms.pop(key, None)
+        if terms is None:
+            return
+        for term in terms:
+            posting = self._postings[term]
+            del posting[key]
+            if not posting:
+                del self._postings[term]
+        self._total_len -= self._doc_len.pop(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._doc_len
+
+    def __len__(self) -> int:
+        return len(self._doc_len)
+
+    def doc_freq(self, term: str) -> int:
+        """How many indexed notes contain ``term`` (already tokenized)."""
+        return len(self._postings.get(term, ()))
+
+    def scores(self, query: str, cfg: RankingConfig) -> dict[str, float]:
+        """Relevance in (0, 1] of every indexed key sharing a term with ``query``.
+
+        Keys with relevance 0 are absent. Only the postings of the query's terms are read.
+        """
+        terms = list(dict.fromkeys(tokenize(query)))
+        n_docs = len(self._doc_len)
+        if not terms or n_docs == 0:
+            return {}
+        k1, b = cfg.bm25_k1, cfg.bm25_b
+        avgdl = self._total_len / n_docs if self._total_len > 0 else 1.0
+        # Denominator of one term: tf + k1 * (1 - b + b * dl / avgdl) = tf + base + slope * dl
+        base = k1 * (1.0 - b)
+        slope = k1 * b / avgdl
+        weights = [idf(n_docs, self.doc_freq(t)) for t in terms]
+        max_score = math.fsum(weights)
+        doc_len = self._doc_len
+        acc: dict[str, float] = {}
+        get = acc.get
+        for term, w in zip(terms, weights, strict=True):
+            posting = self._postings.get(term)
+            if posting is None:
+                continue
+            w_norm = w / max_score
+            for key, tf in posting.items():
+                acc[key] = get(key, 0.0) + w_norm * tf / (tf + base + slope * doc_len[key])
+        return {key: min(1.0, s) for key, s in acc.items()}
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity clamped to [0, 1]: opposite or orthogonal -> 0, a zero vector -> 0.
+
+    Vectors of different lengths come from different models and are not comparable: that is
+    a ``ValueError`` (``relevance_for`` falls back to lexical relevance instead of calling this).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"cosine of vectors of different dimensions: {len(a)} != {len(b)}")
+    dot = math.fsum(map(operator.mul, a, b))
+    if dot <= 0.0:
+        return 0.0
+    norm_a = math.sqrt(math.fsum(map(operator.mul, a, a)))
+    norm_b = math.sqrt(math.fsum(map(operator.mul, b, b)))
+    if norm_a == 0.0 or norm_b == 0.0:
+        return 0.0
+    return min(1.0, dot / (norm_a * norm_b))
+
+
+def relevance_for(
+    notes: Iterable[NoteState],
+    query_text: str,
+    query_embedding: Sequence[float] | None,
+    lexical: LexicalIndex,
+    cfg: RankingConfig,
+) -> dict[str, float]:
+    """Relevance of each of ``notes`` to a query; notes with relevance 0 are left out.
+
+    Cosine where the note and the query both carry an embedding of the same dimension;
+    lexical BM25 (from ``lexical``, keyed by note id) otherwise.
+    """
+    lex = lexical.scores(query_text, cfg)
+    if query_embedding is None:
+        return {n.note_id: lex[n.note_id] for n in notes if n.note_id in lex}
+    out: dict[str, float] = {}
+    dim = len(query_embedding)
+    for n in notes:
+        if n.embedding is not None and len(n.embedding) == dim:
+            r = cosine(n.embedding, query_embedding)
+        else:
+            r = lex.get(n.note_id, 0.0)
+        if r > 0.0:
+            out[n.note_id] = r
+    return out

@@ -155,9 +155,9 @@ def _best_removal(
         if best_i < 0 or values[i] < values[best_i] or (values[i] == values[best_i] and i < best_i):
             best_i = i
         suf_idx[pos] = best_i
-    pos = np.searchsorted(c_sorted, need, side="left")
-    ok = pos < len(by_cost)
-    idx = np.where(ok, suf_idx[np.minimum(pos, len(by_cost) - 1)], -1)
+    at = np.searchsorted(c_sorted, need, side="left")
+    ok = at < len(by_cost)
+    idx = np.where(ok, suf_idx[np.minimum(at, len(by_cost) - 1)], -1)
     val = np.where(ok, values[np.maximum(idx, 0)], big)
     return idx, val
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from projections.config import RankingConfig, TierDecay
@@ -22,7 +23,7 @@ def age_days(created_at: datetime, now: datetime) -> float:
 def decay(d: float, tier_decay: TierDecay) -> float:
     """``floor + (1 - floor) * 0.5 ** (d / half_life_days)`` for an age ``d`` in days."""
     floor = tier_decay.floor
-    return floor + (1.0 - floor) * 0.5 ** (max(0.0, d) / tier_decay.half_life_days)
+    return floor + (1.0 - floor) * math.pow(0.5, max(0.0, d) / tier_decay.half_life_days)
 
 
 def recency(tier: str, age_days: float, cfg: RankingConfig) -> float:

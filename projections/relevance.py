@@ -22,7 +22,7 @@ import operator
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from projections.config import RankingConfig
 from projections.state import NoteState

@@ -1,0 +1,82 @@
+"""Every Redis key name, prefix and default TTL, in one place.
+
+All keys of a namespace share the hash tag ``{ns}`` so a namespace lives in one Redis Cluster
+slot (its Lua scripts and MULTI blocks never cross slots). RQ's own keys live on the RQ
+connection (plain Redis; RQ does not run on Cluster).
+"""
+
+from __future__ import annotations
+
+PREFIX = "hm"
+"""Prefix of every hivemind key."""
+NAMESPACES = f"{PREFIX}:namespaces"
+"""Set of every namespace that has ever had an event appended."""
+PROJECT_QUEUE = "hivemind-project"
+"""RQ queue of projection jobs."""
+QUERY_QUEUE = "hivemind-query"
+"""RQ queue of query jobs (served before projection jobs)."""
+RESULT_TTL_SECONDS = 3600
+"""Default lifetime of a query result key."""
+SCHEDULE_TTL_SECONDS = 600
+"""Lifetime of a namespace's 'projection job queued' marker (self-heals a lost job)."""
+CHANGES_MAXLEN = 10_000
+"""Approximate length kept of a namespace's changes stream (not the source of truth)."""
+
+
+def _ns(ns: str) -> str:
+    return f"{PREFIX}:{{{ns}}}"
+
+
+def stream(ns: str) -> str:
+    """The namespace's event log (the source of truth)."""
+    return f"{_ns(ns)}:events"
+
+
+def checkpoint(ns: str) -> str:
+    """Last stream entry id folded into the read model (string)."""
+    return f"{_ns(ns)}:checkpoint"
+
+
+def notes(ns: str) -> str:
+    """Read model: hash note_id -> msgpack NoteState."""
+    return f"{_ns(ns)}:notes"
+
+
+def seen(ns: str) -> str:
+    """Set of every event_id already applied (deduplication of repeated event_ids)."""
+    return f"{_ns(ns)}:seen"
+
+
+def dead(ns: str) -> str:
+    """Dead-letter stream: entries that changed nothing, with the reason and the payload."""
+    return f"{_ns(ns)}:dead"
+
+
+def changes(ns: str) -> str:
+    """One entry per committed batch: the new checkpoint and the touched note ids."""
+    return f"{_ns(ns)}:changes"
+
+
+def lock(ns: str) -> str:
+    """Projection lease: at most one projector folds a namespace at a time."""
+    return f"{_ns(ns)}:lock"
+
+
+def scheduled(ns: str) -> str:
+    """Marker: a projection job for the namespace is queued or running."""
+    return f"{_ns(ns)}:scheduled"
+
+
+def audit(ns: str) -> str:
+    """Audit stream of served queries (``query.served``)."""
+    return f"{_ns(ns)}:audit"
+
+
+def result(ns: str, query_id: str) -> str:
+    """A query's result JSON (with a TTL)."""
+    return f"{_ns(ns)}:result:{query_id}"
+
+
+def done(ns: str, query_id: str) -> str:
+    """A list pushed once the result is written, so clients can BLPOP instead of polling."""
+    return f"{_ns(ns)}:done:{query_id}"

@@ -1,0 +1,86 @@
+"""The event log: append (pipelined), read, and stream positions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from events import keys
+from events.codec import encode_event
+from events.schema import Event
+
+FIELD = b"d"
+"""The single field of a stream entry: the msgpack-encoded event."""
+
+Position = tuple[int, int]
+ZERO: Position = (0, 0)
+
+
+def parse_pos(entry_id: str | bytes | None) -> Position:
+    """``"1700000000000-3"`` -> ``(1700000000000, 3)``; None/empty -> (0, 0)."""
+    if not entry_id:
+        return ZERO
+    s = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = s.partition("-")
+    return (int(ms), int(seq or 0))
+
+
+def format_pos(pos: Position) -> str:
+    """Inverse of ``parse_pos``."""
+    return f"{pos[0]}-{pos[1]}"
+
+
+def append(r: redis.Redis[Any] | Any, events: Sequence[Event],
+           pipe: Any | None = None) -> list[str]:
+    """XADD each event to its namespace's stream and register the namespace.
+
+    Uses one pipeline for the whole sequence (pass ``pipe`` to join a caller's pipeline, in
+    which case the ids are not returned). Returns the entry ids in order.
+    """
+    own = pipe is None
+    p = r.pipeline(transaction=False) if own else pipe
+    nss: set[str] = set()
+    for ev in events:
+        p.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
+        nss.add(ev.ns)
+    if nss:
+        p.sadd(keys.NAMESPACES, *sorted(nss))
+    if not own:
+        return []
+    res = p.execute()
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in res[: len(events)]]
+
+
+def tail(r: Any, ns: str) -> Position:
+    """Position of the newest entry of the namespace's stream ((0, 0) if none)."""
+    got = r.xrevrange(keys.stream(ns), count=1)
+    return parse_pos(got[0][0]) if got else ZERO
+
+
+def read_after(r: Any, ns: str, after: Position, count: int,
+               until: Position | None = None) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Up to ``count`` entries strictly after ``after`` (and at most ``until``)."""
+    start = "(" + format_pos(after) if after != ZERO else "-"
+    end = format_pos(until) if until is not None else "+"
+    res: list[tuple[bytes, dict[bytes, bytes]]] = r.xrange(
+        keys.stream(ns), min=start, max=end, count=count)
+    return res
+
+
+def iter_all(r: Any, ns: str, until: Position | None = None,
+             chunk: int = 5000) -> Iterable[tuple[bytes, dict[bytes, bytes]]]:
+    """Every entry of the stream in order, read in chunks (memory bounded by ``chunk``)."""
+    pos = ZERO
+    while True:
+        got = read_after(r, ns, pos, chunk, until)
+        if not got:
+            return
+        yield from got
+        pos = parse_pos(got[-1][0])
+
+
+def namespaces(r: Any) -> list[str]:
+    """Every namespace that has had an event appended, sorted."""
+    return sorted(x.decode() if isinstance(x, bytes) else x for x in r.smembers(keys.NAMESPACES))

@@ -1,0 +1,45 @@
+-- commit_batch.lua: apply one folded batch to a namespace's read model atomically, and
+-- only if the checkpoint is still the one the batch was read after (compare-and-set).
+-- A crash before this script runs leaves nothing; after it, the whole batch and its
+-- checkpoint are in. A stale projector (another one committed first) changes nothing.
+--
+-- KEYS[1] checkpoint  string: last applied stream entry id of the namespace
+-- KEYS[2] notes       hash:   note_id -> msgpack NoteState
+-- KEYS[3] seen        set:    applied event_ids
+-- KEYS[4] dead        stream: dead letters (entry, reason, raw)
+-- KEYS[5] changes     stream: one entry per batch (pos, touched note ids)
+-- ARGV[1] expected checkpoint ("" = none yet)
+-- ARGV[2] new checkpoint (stream entry id)
+-- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
+-- ARGV[4] changes stream MAXLEN (approximate)
+-- ARGV[5] n_notes, then n_notes pairs: note_id, blob
+-- then    n_seen,  then n_seen event_ids
+-- then    n_dead,  then n_dead triples: entry_id, reason, raw
+-- Returns 1 when applied, 0 when the checkpoint had moved (nothing written).
+local current = redis.call('GET', KEYS[1]) or ''
+if current ~= ARGV[1] then
+  return 0
+end
+local i = 5
+local n = tonumber(ARGV[i]); i = i + 1
+local touched = {}
+for _ = 1, n do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  touched[#touched + 1] = ARGV[i]
+  i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('SADD', KEYS[3], ARGV[i])
+  i = i + 1
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('XADD', KEYS[4], '*', 'entry', ARGV[i], 'reason', ARGV[i + 1], 'raw', ARGV[i + 2],
+             'at_ms', ARGV[3])
+  i = i + 3
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
+           'notes', table.concat(touched, ' '))
+return 1

@@ -1,0 +1,112 @@
+"""The ranking pipeline: filter, score, pack, order. Pure: ``now`` and the config are arguments.
+
+Floats in the output are rounded to 6 decimals so the JSON is byte-identical across machines;
+packing uses the unrounded scores. Ordering and the candidate list use the rounded scores (then
+note id), so what a reader sees is consistent with the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+import msgspec
+
+from projections.config import RankingConfig
+from projections.ordering import by_score, order
+from projections.packing import Item, Method, pack
+from projections.recency import age_days, recency
+from projections.state import NoteState, Tier, tier_of
+
+DECIMALS = 6
+"""Output floats are rounded to this many decimals."""
+
+
+class ScoredNote(msgspec.Struct, frozen=True):
+    """One candidate note with every signal that ranked it (the contract's fields, in order)."""
+
+    note_id: str
+    text: str
+    tokens: int
+    cost: int
+    score: float
+    relevance: float
+    recency: float
+    tier: Tier
+    uses: int
+    age_days: float
+    created_at: datetime
+    chosen: bool
+
+
+class RankResult(msgspec.Struct, frozen=True):
+    """The packed notes in context order, and every candidate with its signals."""
+
+    used: int
+    method: Method
+    upper_bound: float
+    notes: list[ScoredNote]
+    candidates: list[ScoredNote]
+
+
+def visible(note: NoteState, agent: str) -> bool:
+    """May ``agent`` retrieve ``note``? Never if forgotten; private notes only for their agent."""
+    if note.forgotten:
+        return False
+    return note.scope != "private" or note.agent == agent
+
+
+def rank(
+    notes: Iterable[NoteState],
+    relevance: Mapping[str, float],
+    *,
+    agent: str,
+    now: datetime,
+    budget: int,
+    cfg: RankingConfig,
+) -> RankResult:
+    """The notes that best fill ``budget`` tokens for ``agent`` at ``now``.
+
+    ``relevance`` maps note id -> relevance in [0, 1] (missing = 0). A note is a candidate when
+    it is visible to ``agent`` and its relevance is > 0 and >= ``cfg.min_relevance``.
+    score = relevance * recency(tier, age); cost = tokens + ``cfg.per_note_overhead_tokens``.
+    """
+    raw: list[tuple[NoteState, float, float, float, Tier, float]] = []
+    for note in notes:
+        rel = relevance.get(note.note_id, 0.0)
+        if rel <= 0.0 or rel < cfg.min_relevance or not visible(note, agent):
+            continue
+        tier = tier_of(note.uses, note.kind, cfg)
+        age = age_days(note.created_at, now)
+        rec = recency(tier, age, cfg)
+        raw.append((note, rel, rec, rel * rec, tier, age))
+    packed = pack(
+        (Item(n.note_id, n.tokens + cfg.per_note_overhead_tokens, s) for n, _, _, s, _, _ in raw),
+        budget,
+        cfg.exact_max_cells,
+    )
+    chosen = set(packed.chosen)
+    candidates = by_score(
+        ScoredNote(
+            note_id=n.note_id,
+            text=n.text,
+            tokens=n.tokens,
+            cost=n.tokens + cfg.per_note_overhead_tokens,
+            score=round(score, DECIMALS),
+            relevance=round(rel, DECIMALS),
+            recency=round(rec, DECIMALS),
+            tier=tier,
+            uses=n.uses,
+            age_days=round(age, DECIMALS),
+            created_at=n.created_at,
+            chosen=n.note_id in chosen,
+        )
+        for n, rel, rec, score, tier, age in raw
+    )
+    return RankResult(
+        used=packed.total_cost,
+        method=packed.method,
+        upper_bound=round(packed.upper_bound, DECIMALS),
+        notes=order((c for c in candidates if c.chosen), cfg.order),
+        candidates=candidates,
+    )

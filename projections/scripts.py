@@ -1,0 +1,26 @@
+"""Lua scripts: each a .lua file in ``lua/`` (its header documents KEYS and ARGV), loaded once
+and registered per client."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+
+@cache
+def source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
+    return (files("projections") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def script(r: Any, name: str) -> Any:
+    """The registered script object for client ``r`` (EVALSHA with EVAL fallback)."""
+    cache_attr = "_hivemind_scripts"
+    reg: dict[str, Any] | None = getattr(r, cache_attr, None)
+    if reg is None:
+        reg = {}
+        setattr(r, cache_attr, reg)
+    if name not in reg:
+        reg[name] = r.register_script(source(name))
+    return reg[name]

@@ -1,0 +1,160 @@
+"""The Redis read model: fold one batch after the checkpoint and commit it atomically.
+
+Exactly-once effects from at-least-once delivery: the batch, the seen event_ids, the dead
+letters and the new checkpoint are written by one Lua script that first checks the checkpoint
+is still the one the batch was read after. Re-running a batch is a no-op; a crash at any point
+either committed everything or nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from events import keys
+from events.codec import decode_event
+from events.log import FIELD, ZERO, Position, format_pos, parse_pos, read_after
+from events.schema import Event
+from projections.config import RankingConfig
+from projections.reduce import Undecodable, fold_batch
+from projections.scripts import script
+from projections.state import NoteState, pack_note, unpack_note
+
+DEFAULT_BATCH = 2000
+"""Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What one committed (or lost) batch did; logged one line per batch."""
+
+    ns: str
+    count: int
+    first: str
+    last: str
+    applied: int
+    dead: int
+    duplicates: int
+    committed: bool
+    seconds: float
+
+
+def checkpoint(r: Any, ns: str) -> Position:
+    """The namespace's last applied stream position ((0, 0) if none)."""
+    return parse_pos(r.get(keys.checkpoint(ns)))
+
+
+def decode_entry(fields: dict[bytes, bytes]) -> tuple[Event | Undecodable, bytes]:
+    """A stream entry's event, or why this version cannot read it."""
+    raw = fields.get(FIELD)
+    if raw is None:
+        return Undecodable(msgspec.json.encode({k.decode(): v.decode("latin-1")
+                                                for k, v in fields.items()}),
+                           "undecodable: entry has no 'd' field"), b""
+    try:
+        return decode_event(raw), raw
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return Undecodable(raw, f"undecodable: {exc}"), raw
+
+
+def project_batch(r: Any, ns: str, cfg: RankingConfig,
+                  batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
+    """Fold the next batch after the checkpoint and commit it. None when caught up."""
+    t0 = time.perf_counter()
+    cp_raw = r.get(keys.checkpoint(ns))
+    cp_str = cp_raw.decode() if cp_raw else ""
+    entries = read_after(r, ns, parse_pos(cp_str), batch_size)
+    if not entries:
+        return None
+    decoded = []
+    note_ids: list[str] = []
+    event_ids: list[str] = []
+    for eid, fields in entries:
+        ev, raw = decode_entry(fields)
+        decoded.append((eid.decode(), ev, raw))
+        if not isinstance(ev, Undecodable):
+            note_ids.append(ev.note_id)
+            event_ids.append(ev.event_id)
+    uniq_notes = sorted(set(note_ids))
+    uniq_events = sorted(set(event_ids))
+    p = r.pipeline(transaction=False)
+    p.hmget(keys.notes(ns), uniq_notes) if uniq_notes else p.echo(b"")
+    p.smismember(keys.seen(ns), uniq_events) if uniq_events else p.echo(b"")
+    blobs, flags = p.execute()
+    current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs or [], strict=False) if b}
+    seen = {e for e, f in zip(uniq_events, flags or [], strict=False) if f}
+    res = fold_batch(current, seen, decoded, cfg)
+    new_cp = decoded[-1][0]
+    argv: list[Any] = [cp_str, new_cp, int(time.time() * 1000), keys.CHANGES_MAXLEN]
+    argv.append(len(res.notes))
+    for nid in sorted(res.notes):
+        argv += [nid, pack_note(res.notes[nid])]
+    argv.append(len(res.seen))
+    argv += res.seen
+    argv.append(len(res.dead))
+    for d in res.dead:
+        argv += [d.entry_id, d.reason, d.raw]
+    ok = script(r, "commit_batch")(
+        keys=[keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
+              keys.changes(ns)],
+        args=argv,
+    )
+    return BatchInfo(ns=ns, count=len(entries), first=decoded[0][0], last=new_cp,
+                     applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
+                     committed=bool(ok), seconds=time.perf_counter() - t0)
+
+
+def read_notes(r: Any, ns: str) -> dict[str, NoteState]:
+    """Every projected note of the namespace (forgotten ones included)."""
+    raw = r.hgetall(keys.notes(ns))
+    return {k.decode(): unpack_note(v) for k, v in raw.items()}
+
+
+def read_dead(r: Any, ns: str, count: int = 1000) -> list[dict[str, str]]:
+    """The namespace's dead letters, oldest first (the raw payload left out)."""
+    out = []
+    for eid, f in r.xrange(keys.dead(ns), count=count):
+        out.append({"id": eid.decode(), "entry": f[b"entry"].decode(),
+                    "reason": f[b"reason"].decode()})
+    return out
+
+
+@dataclass(slots=True)
+class Lease:
+    """A held projection lease (renew it per batch; it expires if the holder dies)."""
+
+    r: Any
+    ns: str
+    token: str
+    lease_ms: int
+
+    def renew(self) -> bool:
+        """Extend the lease; False if it was lost (expired and taken)."""
+        return bool(script(self.r, "release_lock")(keys=[keys.lock(self.ns)],
+                                                   args=[self.token, self.lease_ms]))
+
+    def release(self) -> None:
+        """Give the lease back if we still hold it."""
+        script(self.r, "release_lock")(keys=[keys.lock(self.ns)], args=[self.token, 0])
+
+
+def changes_tail(r: Any, ns: str) -> bytes:
+    """Id of the newest entry of the changes stream (b'0-0' if none)."""
+    got = r.xrevrange(keys.changes(ns), count=1)
+    return bytes(got[0][0]) if got else b"0-0"
+
+
+def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
+    """Block until a batch is committed after changes-entry ``after`` (or the timeout)."""
+    ms = max(1, int(timeout_s * 1000))
+    got = r.xread({keys.changes(ns): after}, count=1, block=ms)
+    if got:
+        return bytes(got[0][1][-1][0])
+    return after
+
+
+__all__ = ["ZERO", "BatchInfo", "checkpoint", "format_pos", "project_batch",
+           "read_dead", "read_notes", "wait_for_change"]

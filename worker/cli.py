@@ -1,0 +1,123 @@
+"""The ``hivemind`` command line. Thin: parse, connect, call, print, exit with the contract's
+status (0 ok, 1 rejected/failed/different, 2 usage or connection error)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from events.errors import ConfigError, HivemindError, StoreError
+from events.schema import NS_PATTERN
+from worker import logs
+from worker.settings import Settings
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
+                   "redis://localhost:6379/0; memory:// = embedded, this process only)")
+    p.add_argument("--config", help="ranking config TOML (default: $HIVEMIND_CONFIG)")
+
+
+def _ns_arg(value: str) -> str:
+    import re
+
+    if not re.match(NS_PATTERN, value):
+        raise argparse.ArgumentTypeError(f"namespace {value!r} must match {NS_PATTERN}")
+    return value
+
+
+def _time_arg(value: str) -> datetime:
+    try:
+        t = msgspec.json.decode(msgspec.json.encode(value), type=datetime)
+    except msgspec.ValidationError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{value!r} has no timezone (e.g. 2026-05-01T12:00:00Z)")
+    return t.astimezone(UTC)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command tree."""
+    ap = argparse.ArgumentParser(prog="hivemind", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
+    p.add_argument("--config", help="ranking config TOML")
+
+    p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
+    p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
+    p.add_argument("--skip-invalid", action="store_true",
+                   help="append the good lines, report the bad ones (exit 1 if any)")
+    p.add_argument("--no-schedule", action="store_true",
+                   help="append only; do not enqueue projection jobs")
+    _common(p)
+
+    p = sub.add_parser("worker", help="RQ worker: projections and query jobs")
+    p.add_argument("--burst", action="store_true",
+                   help="drain all pending work, then exit 0 once every stream is projected")
+    _common(p)
+
+    p = sub.add_parser("notes", help="the projected notes of a namespace")
+    p.add_argument("--ns", required=True, type=_ns_arg)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    _common(p)
+
+    p = sub.add_parser("replay", help="rebuild projections from the log")
+    p.add_argument("--ns", required=True, type=_ns_arg)
+    p.add_argument("--as-of", type=_time_arg,
+                   help="print the state from events with at <= T (writes nothing)")
+    p.add_argument("--verify", action="store_true",
+                   help="compare live and rebuilt; exit 1 if they differ (writes nothing)")
+    _common(p)
+
+    p = sub.add_parser("dead", help="the dead letters of a namespace")
+    p.add_argument("--ns", required=True, type=_ns_arg)
+    _common(p)
+
+    p = sub.add_parser("curves", help="recency multiplier per tier vs 5%% a day")
+    p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
+    p.add_argument("--config", help="ranking config TOML")
+
+    p = sub.add_parser("bench", help="benchmarks that print figures")
+    p.add_argument("what", choices=["core", "ranking", "query"])
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hivemind`` console script."""
+    args = build_parser().parse_args(argv)
+    logs.configure(json=True)
+    try:
+        return int(_dispatch(args))
+    except (StoreError, ConfigError) as exc:
+        print(f"hivemind: {exc}", file=sys.stderr)
+        return 2
+    except HivemindError as exc:
+        print(f"hivemind: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(redis_url=getattr(args, "redis_url", None),
+                             config_path=getattr(args, "config", None))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from worker import commands
+
+    handler: Any = getattr(commands, f"cmd_{args.cmd}")
+    if args.cmd in ("demo", "curves", "bench"):
+        return int(handler(args))
+    return int(handler(args, _settings(args)))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

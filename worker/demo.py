@@ -1,0 +1,86 @@
+"""``hivemind demo``: the whole flow in one process on the embedded store (no server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+from worker.settings import Settings
+
+DEMO_NS = "demo"
+AS_OF = "2026-06-01T12:00:00Z"
+
+
+def sample_events() -> list[dict[str, Any]]:
+    """A small namespace whose notes differ in every signal: age, length, uses, scope, kind."""
+    ev: list[dict[str, Any]] = []
+
+    def created(nid: str, agent: str, at: str, text: str, **extra: Any) -> None:
+        ev.append({"type": "note.created", "event_id": f"c-{nid}", "ns": DEMO_NS,
+                   "note_id": nid, "agent": agent, "at": at, "text": text, **extra})
+
+    created("redis-aof", "alice", "2025-06-01T09:00:00Z",
+            "Redis persistence: enable appendonly yes with appendfsync everysec for the "
+            "event streams; RDB snapshots alone lose the last minutes of events.")
+    created("deploy-window", "bob", "2026-05-30T10:00:00Z",
+            "Deploys happen Tuesdays after 14:00 UTC; never deploy the worker during a replay.")
+    created("old-incident", "carol", "2025-01-15T08:00:00Z",
+            "Incident: the projector double-counted uses after a crash because the checkpoint "
+            "was written after the projection, not with it. Fixed with one Lua commit.")
+    created("scratch-todo", "alice", "2026-05-25T16:00:00Z",
+            "scratch: try a smaller batch size for the projector to see the redis latency",
+            kind="scratch")
+    created("alice-secret", "alice", "2026-05-20T12:00:00Z",
+            "Private: alice's redis staging password rotation reminder", scope="private")
+    created("big-runbook", "bob", "2026-04-01T12:00:00Z",
+            "Redis runbook. " + "Check memory, check AOF rewrite, check replication lag. " * 60,
+            tokens=2000)
+    for i in range(6):
+        ev.append({"type": "note.used", "event_id": f"u-aof-{i}", "ns": DEMO_NS,
+                   "note_id": "redis-aof", "agent": "bob", "at": f"2026-0{i + 1}-02T10:00:00Z"})
+    ev.append({"type": "note.used", "event_id": "u-aof-0", "ns": DEMO_NS,  # a redelivery
+               "note_id": "redis-aof", "agent": "bob", "at": "2026-01-02T10:00:00Z"})
+    ev.append({"type": "note.used", "event_id": "u-ghost", "ns": DEMO_NS,
+               "note_id": "never-created", "agent": "bob", "at": "2026-05-02T10:00:00Z"})
+    ev.append({"type": "note.forgotten", "event_id": "f-deploy", "ns": DEMO_NS,
+               "note_id": "deploy-window", "agent": "bob", "at": "2026-05-31T10:00:00Z"})
+    return ev
+
+
+def run_demo(config_path: str | None) -> int:
+    """Ingest the sample into ``memory://``, project it with a burst worker, show the result."""
+    from worker import commands, runtime
+    from worker.connection import connect
+
+    s = Settings.from_env({}, redis_url="memory://demo", config_path=config_path)
+    rt = runtime.build(s, connect(s.redis_url))
+    runtime.install(rt)
+    fd, path = tempfile.mkstemp(suffix=".jsonl")
+    with os.fdopen(fd, "w") as fh:
+        for e in sample_events():
+            fh.write(json.dumps(e) + "\n")
+    try:
+        from events.ingest import ingest
+        from worker.schedule import schedule_projection
+
+        rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
+                     on_chunk=lambda nss: [schedule_projection(rt.store, rt.project_queue, n)
+                                           for n in nss] and None)
+    finally:
+        os.unlink(path)
+    print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")
+    code = commands.run_worker(rt, burst=True)
+    print("== projected notes (hivemind notes --ns demo)")
+    from projections.store import read_dead, read_notes
+
+    for nid, n in sorted(read_notes(rt.store, DEMO_NS).items()):
+        flag = " (forgotten)" if n.forgotten else ""
+        print(f"  {nid:<14} tier={n.tier:<9} uses={n.uses} tokens={n.tokens:<5} "
+              f"{n.scope:<7} {n.kind:<7} created {n.created_at.date()}{flag}")
+    print("== dead letters")
+    for d in read_dead(rt.store, DEMO_NS):
+        print(f"  {d['entry']}: {d['reason']}")
+    return code

@@ -1,0 +1,167 @@
+"""What triggers projection and catch-up.
+
+* An append sets the namespace's ``scheduled`` marker (SET NX) and, if it was not set,
+  enqueues one projection job: at most one queued job per namespace.
+* A projection job holds the namespace's lease (never two projectors at once), folds batches
+  until caught up or its batch cap, then atomically either keeps the marker and enqueues
+  itself again (more to do) or deletes it (caught up), so no append falls between the two.
+* A worker that starts (or a burst run) sweeps every namespace and schedules those behind,
+  so work left by a dead worker is picked up when one returns.
+* ``ensure_projected`` is the catch-up primitive for read-your-writes: project inline if the
+  lease is free, otherwise wait (blocking reads on the changes stream) until a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from rq import Queue, Retry
+
+from events import keys
+from events.errors import CatchUpTimeout
+from events.log import Position, format_pos, namespaces, tail
+from projections.config import RankingConfig
+from projections.scripts import script
+from projections.store import (
+    Lease,
+    changes_tail,
+    checkpoint,
+    project_batch,
+    wait_for_change,
+)
+from worker.settings import Settings
+
+log = structlog.get_logger("hivemind.schedule")
+
+PROJECT_JOB = "worker.jobs.project_namespace"
+WAIT_SLICE_S = 0.1
+"""Longest single blocking wait while another projector holds the lease."""
+
+
+def enqueue_projection(q: Queue, ns: str) -> None:
+    """Put one projection job for ``ns`` on the queue."""
+    q.enqueue(PROJECT_JOB, ns, retry=Retry(max=3), result_ttl=300, failure_ttl=86400,
+              description=f"project {ns}")
+
+
+def schedule_projection(r: Any, q: Queue, ns: str, force: bool = False) -> bool:
+    """Enqueue a projection job unless one is already queued or running (``force``: anyway)."""
+    if force:
+        r.set(keys.scheduled(ns), b"1", ex=keys.SCHEDULE_TTL_SECONDS)
+    elif not r.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS):
+        return False
+    enqueue_projection(q, ns)
+    return True
+
+
+def behind(r: Any) -> list[str]:
+    """Namespaces whose stream has entries past their checkpoint."""
+    return [ns for ns in namespaces(r) if tail(r, ns) > checkpoint(r, ns)]
+
+
+def sweep(r: Any, q: Queue) -> list[str]:
+    """Schedule a projection job for every namespace that is behind (used at worker start)."""
+    late = behind(r)
+    for ns in late:
+        schedule_projection(r, q, ns, force=True)
+    if late:
+        log.info("sweep_scheduled", namespaces=late)
+    return late
+
+
+def try_lease(r: Any, ns: str, lease_ms: int) -> Lease | None:
+    """Take the namespace's projection lease now, or None if another projector holds it."""
+    import uuid
+
+    token = uuid.uuid4().hex
+    if r.set(keys.lock(ns), token, nx=True, px=lease_ms):
+        return Lease(r, ns, token, lease_ms)
+    return None
+
+
+def acquire_lease(r: Any, ns: str, lease_ms: int, deadline: float) -> Lease | None:
+    """Take the lease, waiting (blocking on the changes stream) until ``deadline``."""
+    after = changes_tail(r, ns)
+    while True:
+        held = try_lease(r, ns, lease_ms)
+        if held is not None:
+            return held
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))
+
+
+def _log_batch(info: Any) -> None:
+    log.info("projection_batch", ns=info.ns, count=info.count, first=info.first,
+             last=info.last, applied=info.applied, dead=info.dead,
+             duplicates=info.duplicates, committed=info.committed,
+             duration_ms=round(info.seconds * 1000, 2))
+
+
+def fold_with_lease(r: Any, held: Lease, cfg: RankingConfig, s: Settings,
+                    until: Position | None = None) -> int:
+    """Fold batches while holding ``held`` (up to the batch cap, or until ``until``)."""
+    events = 0
+    for _ in range(s.max_batches_per_job):
+        if until is not None and checkpoint(r, held.ns) >= until:
+            break
+        info = project_batch(r, held.ns, cfg, s.batch_size)
+        if info is None:
+            break
+        _log_batch(info)
+        events += info.count
+        if not held.renew():
+            log.warning("projection_lease_lost", ns=held.ns)
+            break
+    return events
+
+
+def run_projection(r: Any, q: Queue, ns: str, cfg: RankingConfig, s: Settings) -> dict[str, Any]:
+    """The body of a projection job: fold, then reschedule or clear the marker atomically."""
+    deadline = time.monotonic() + 2 * s.lock_lease_ms / 1000
+    held = acquire_lease(r, ns, s.lock_lease_ms, deadline)
+    if held is None:
+        log.info("projection_busy", ns=ns)
+        return {"ns": ns, "status": "busy", "events": 0}
+    try:
+        events = fold_with_lease(r, held, cfg, s)
+    finally:
+        held.release()
+    more = script(r, "finish_job")(
+        keys=[keys.stream(ns), keys.checkpoint(ns), keys.scheduled(ns)],
+        args=[keys.SCHEDULE_TTL_SECONDS])
+    if more:
+        enqueue_projection(q, ns)
+    return {"ns": ns, "status": "more" if more else "caught_up", "events": events,
+            "checkpoint": format_pos(checkpoint(r, ns))}
+
+
+def ensure_projected(r: Any, ns: str, target: Position, cfg: RankingConfig, s: Settings,
+                     timeout_s: float | None = None) -> Position:
+    """Return once the namespace is projected up to ``target``; raise ``CatchUpTimeout``.
+
+    Projects inline when the lease is free (the caller is a worker), else waits for the
+    projector holding it. Returns the checkpoint reached.
+    """
+    deadline = time.monotonic() + (s.catch_up_timeout_s if timeout_s is None else timeout_s)
+    after = changes_tail(r, ns)
+    while True:
+        cp = checkpoint(r, ns)
+        if cp >= target:
+            return cp
+        held = try_lease(r, ns, s.lock_lease_ms)
+        if held is not None:
+            try:
+                fold_with_lease(r, held, cfg, s, until=target)
+            finally:
+                held.release()
+            continue
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CatchUpTimeout(
+                f"namespace {ns!r} not projected up to {format_pos(target)} in time "
+                f"(checkpoint {format_pos(cp)})")
+        after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))

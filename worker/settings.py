@@ -1,0 +1,65 @@
+"""One typed settings object, built from the environment in one place (nothing else reads it)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from events import keys
+from events.errors import ConfigError
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where to connect and how big the units of work are."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    """Streams and projections (``memory://`` = the embedded store, fakeredis in process)."""
+    config_path: str | None = None
+    """Ranking config TOML (None = the contract's defaults)."""
+    batch_size: int = 2000
+    """Events folded per projection batch."""
+    max_batches_per_job: int = 50
+    """A projection job yields (re-enqueues itself) after this many batches."""
+    lock_lease_ms: int = 30_000
+    """Projection lease; a dead projector's lease expires after this."""
+    result_ttl_seconds: int = keys.RESULT_TTL_SECONDS
+    """Lifetime of query result keys."""
+    query_chunk: int = 100
+    """Queries carried by one batch-query job."""
+    catch_up_timeout_s: float = 30.0
+    """How long a query job waits for the projection to reach its submission position."""
+    job_timeout_s: int = 600
+    """RQ job timeout."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Settings from ``HIVEMIND_*`` variables, then explicit overrides (CLI flags)."""
+        e = os.environ if env is None else env
+        s = cls()
+        mapping = {
+            "HIVEMIND_REDIS_URL": ("redis_url", str),
+            "HIVEMIND_CONFIG": ("config_path", str),
+            "HIVEMIND_BATCH_SIZE": ("batch_size", int),
+            "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
+            "HIVEMIND_LOCK_LEASE_MS": ("lock_lease_ms", int),
+            "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
+            "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
+            "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
+        }
+        for var, (attr, conv) in mapping.items():
+            if e.get(var):
+                try:
+                    s = replace(s, **{attr: conv(e[var])})
+                except ValueError as exc:
+                    raise ConfigError(f"{var}={e[var]!r}: {exc}") from exc
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        s = replace(s, **clean)  # type: ignore[arg-type]
+        for attr in ("batch_size", "max_batches_per_job", "lock_lease_ms", "result_ttl_seconds",
+                     "query_chunk"):
+            if getattr(s, attr) < 1:
+                raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
+        return s

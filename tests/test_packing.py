@@ -1,0 +1,223 @@
+"""Packing: exact DP and greedy+swap against brute force, plain greedy and each other."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.packing import Item, PackResult, lp_bound, pack
+
+EXACT = 10**9
+GREEDY = 0  # exact_max_cells=0 forces greedy+swap for any non-trivial instance
+
+
+def brute_force(items: list[Item], budget: int) -> float:
+    best = 0.0
+    for r in range(len(items) + 1):
+        for combo in itertools.combinations(items, r):
+            if sum(i.cost for i in combo) <= budget:
+                best = max(best, math.fsum(i.value for i in combo))
+    return best
+
+
+def plain_greedy(items: list[Item], budget: int) -> float:
+    """Value per token, skipping what does not fit (at least as good as stop-at-first)."""
+    room, total = budget, 0.0
+    for it in sorted(items, key=lambda i: -i.value / i.cost if i.cost else -math.inf):
+        if it.value > 0 and it.cost <= room:
+            room -= it.cost
+            total += it.value
+    return total
+
+
+def check_valid(res: PackResult, items: list[Item], budget: int) -> None:
+    by_key = {i.key: i for i in items}
+    assert len(set(res.chosen)) == len(res.chosen)
+    chosen = [by_key[k] for k in res.chosen]
+    assert res.total_cost == sum(i.cost for i in chosen) <= budget
+    assert res.total_value == pytest.approx(math.fsum(i.value for i in chosen), abs=1e-12)
+    assert res.upper_bound >= res.total_value - 1e-12
+    assert all(i.value > 0 for i in chosen)
+
+
+def test_twenty_small_beat_one_big_exact_and_greedy() -> None:
+    items = [Item("big", 2000, 0.9)] + [Item(f"s{i:02d}", 100, 0.85) for i in range(20)]
+    for cells, method in ((EXACT, "exact"), (GREEDY, "greedy+swap")):
+        res = pack(items, 2000, cells)
+        assert res.method == method
+        assert set(res.chosen) == {f"s{i:02d}" for i in range(20)}
+        assert res.total_value == pytest.approx(17.0)
+        assert res.total_cost == 2000
+
+
+def test_one_big_beats_small_ones_when_it_is_worth_more() -> None:
+    items = [Item("big", 2000, 0.9)] + [Item(f"s{i}", 100, 0.04) for i in range(20)]
+    for cells in (EXACT, GREEDY):
+        res = pack(items, 2000, cells)
+        assert res.chosen == ("big",)
+        assert res.total_value == pytest.approx(0.9)
+
+
+def test_best_single_item_beats_greedy_trap() -> None:
+    # density greedy takes "dense" (1 token) and then nothing else fits
+    items = [Item("dense", 1, 0.02), Item("whole", 100, 0.9)]
+    res = pack(items, 100, GREEDY)
+    assert res.method == "greedy+swap"
+    assert res.chosen == ("whole",)
+    assert pack(items, 100, EXACT).chosen == ("whole",)
+
+
+def test_swap_one_for_two_improves_greedy() -> None:
+    # greedy by density: a (ratio .0125) then nothing else fits; best is b + c
+    items = [Item("a", 60, 0.75), Item("b", 50, 0.6), Item("c", 50, 0.6)]
+    assert plain_greedy(items, 100) == pytest.approx(0.75)
+    res = pack(items, 100, GREEDY)
+    assert res.chosen == ("b", "c")
+    assert res.total_value == pytest.approx(1.2)
+    assert res.upper_bound == pytest.approx(0.75 + 0.6 * 40 / 50)
+
+
+def test_swap_one_for_one_improves_greedy() -> None:
+    # density order a (.01), c (.0086), b (.0067): greedy takes a, skips c, takes b = 0.7;
+    # swapping a for c gives b + c = 0.8
+    items = [Item("a", 50, 0.5), Item("b", 30, 0.2), Item("c", 70, 0.6)]
+    assert plain_greedy(items, 100) == pytest.approx(0.7)
+    res = pack(items, 100, GREEDY)
+    assert res.total_value == pytest.approx(brute_force(items, 100)) == pytest.approx(0.8)
+
+
+def test_items_over_budget_and_worthless_items_are_never_chosen() -> None:
+    items = [Item("huge", 5000, 100.0), Item("zero", 1, 0.0), Item("neg", 1, -1.0),
+             Item("ok", 10, 0.1)]
+    for cells in (EXACT, GREEDY):
+        res = pack(items, 100, cells)
+        assert res.chosen == ("ok",)
+    assert pack([Item("huge", 5000, 1.0)], 100, EXACT) == PackResult((), "exact", 0.0, 0, 0.0)
+
+
+def test_empty_and_zero_budget() -> None:
+    assert pack([], 100, EXACT) == PackResult((), "exact", 0.0, 0, 0.0)
+    assert pack([Item("a", 1, 1.0)], 0, EXACT).chosen == ()
+    assert pack([Item("free", 0, 0.5), Item("a", 1, 1.0)], 0, EXACT).chosen == ("free",)
+    assert pack([Item("free", 0, 0.5), Item("a", 1, 1.0)], 1, GREEDY).chosen == ("a", "free")
+
+
+def test_invalid_items_are_rejected() -> None:
+    with pytest.raises(ValueError, match="duplicate item key 'a'"):
+        pack([Item("a", 1, 0.1), Item("a", 2, 0.2)], 10, EXACT)
+    with pytest.raises(ValueError, match="negative cost"):
+        pack([Item("a", -1, 0.1)], 10, EXACT)
+    with pytest.raises(ValueError, match="non-finite value"):
+        pack([Item("a", 1, math.nan)], 10, EXACT)
+    with pytest.raises(ValueError, match="budget must be >= 0"):
+        pack([], -1, EXACT)
+
+
+def test_method_threshold_counts_candidates_times_effective_budget() -> None:
+    items = [Item(f"k{i}", 10, 0.1 + i / 100) for i in range(10)]  # total cost 100
+    assert pack(items, 1000, 10 * 100).method == "exact"  # everything fits: width = 100
+    assert pack(items, 1000, 10 * 100 - 1).method == "greedy+swap"
+    assert pack(items, 50, 10 * 50).method == "exact"
+    assert pack(items, 50, 10 * 50 - 1).method == "greedy+swap"
+    # ineligible items do not count
+    assert pack([*items, Item("huge", 10**6, 1.0)], 50, 10 * 50).method == "exact"
+
+
+def test_ties_are_broken_by_value_then_key() -> None:
+    items = [Item(k, 10, 0.5) for k in ("d", "b", "a", "c")]
+    for cells in (EXACT, GREEDY):
+        assert pack(items, 20, cells).chosen == ("a", "b")
+    items = [Item("x", 10, 0.5), Item("y", 10, 0.7), Item("z", 20, 1.2)]
+    # {x, y} and {z} tie on value 1.2: the result is reproducible whatever the input order
+    results = {pack(p, 20, EXACT) for p in itertools.permutations(items)}
+    assert len(results) == 1
+
+
+def test_upper_bound_is_lp_relaxation_for_greedy() -> None:
+    items = [Item("a", 10, 1.0), Item("b", 10, 0.5), Item("c", 20, 0.6)]
+    assert lp_bound(items, 25) == pytest.approx(1.0 + 0.5 + 0.6 * 5 / 20)
+    res = pack(items, 25, GREEDY)
+    assert res.upper_bound == pytest.approx(1.65)
+    assert res.total_value == pytest.approx(1.5)
+    assert pack(items, 25, EXACT).upper_bound == pytest.approx(1.5)
+
+
+def test_large_instance_greedy_is_near_lp_bound() -> None:
+    rng = random.Random(7)
+    items = [Item(f"k{i}", rng.randint(20, 2000), rng.random()) for i in range(2000)]
+    res = pack(items, 8000, 4_000_000)
+    assert res.method == "greedy+swap"
+    check_valid(res, items, 8000)
+    assert res.total_value >= plain_greedy(items, 8000)
+    assert res.total_value >= 0.98 * res.upper_bound
+
+
+def test_greedy_matches_exact_on_a_medium_instance() -> None:
+    rng = random.Random(3)
+    items = [Item(f"k{i}", rng.randint(20, 400), round(rng.random(), 3)) for i in range(60)]
+    exact = pack(items, 1500, EXACT)
+    greedy = pack(items, 1500, GREEDY)
+    assert exact.method == "exact" and greedy.method == "greedy+swap"
+    assert exact.total_value >= greedy.total_value - 1e-9
+    assert greedy.upper_bound >= exact.total_value - 1e-9
+    assert greedy.total_value >= 0.97 * exact.total_value
+
+
+KEYS = st.text("abcdefgh", min_size=1, max_size=3)
+VALUES = st.one_of(
+    st.floats(0.0, 1.0, allow_subnormal=False),
+    st.integers(0, 20).map(lambda v: v / 20),  # many exact ties
+    st.floats(-1.0, 0.0),
+)
+
+
+def items_strategy(max_size: int, max_cost: int) -> st.SearchStrategy[list[Item]]:
+    return st.dictionaries(
+        KEYS, st.tuples(st.integers(0, max_cost), VALUES), max_size=max_size
+    ).map(lambda d: [Item(k, c, v) for k, (c, v) in d.items()])
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=items_strategy(9, 60), budget=st.integers(0, 150))
+def test_exact_equals_brute_force(items: list[Item], budget: int) -> None:
+    res = pack(items, budget, EXACT)
+    assert res.method == "exact"
+    check_valid(res, items, budget)
+    assert res.total_value == pytest.approx(brute_force(items, budget), abs=1e-7)
+    assert res.upper_bound == res.total_value
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=items_strategy(25, 300), budget=st.integers(0, 1200))
+def test_greedy_never_worse_than_plain_greedy_nor_best_single(
+    items: list[Item], budget: int
+) -> None:
+    res = pack(items, budget, GREEDY)
+    check_valid(res, items, budget)
+    assert res.total_value >= plain_greedy(items, budget) - 1e-9
+    best_single = max((i.value for i in items if i.cost <= budget), default=0.0)
+    assert res.total_value >= best_single - 1e-9
+    exact = pack(items, budget, EXACT)
+    assert exact.total_value >= res.total_value - 1e-7
+    assert res.upper_bound >= exact.total_value - 1e-7
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    items=items_strategy(15, 200),
+    budget=st.integers(0, 600),
+    cells=st.sampled_from([EXACT, GREEDY]),
+    seed=st.randoms(use_true_random=False),
+)
+def test_invariant_to_input_order(
+    items: list[Item], budget: int, cells: int, seed: random.Random
+) -> None:
+    shuffled = list(items)
+    seed.shuffle(shuffled)
+    assert pack(items, budget, cells) == pack(shuffled, budget, cells)
+    assert pack(iter(reversed(items)), budget, cells) == pack(items, budget, cells)

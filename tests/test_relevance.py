@@ -1,0 +1,298 @@
+"""Relevance: tokenizer, incremental BM25 index (checked against a from-scratch reference), cosine."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from projections.config import DEFAULT, RankingConfig
+from projections.relevance import LexicalIndex, cosine, idf, relevance_for, tokenize
+from projections.state import NoteState
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("Hello, World!", ["hello", "world"]),
+        ("Redis-backed  event_log v2.", ["redis", "backed", "event_log", "v2"]),
+        ("Ｆｕｌｌｗｉｄｔｈ ＴＥＸＴ", ["fullwidth", "text"]),
+        ("Straße STRASSE", ["strasse", "strasse"]),
+        ("Ünïcödé naïve café", ["ünïcödé", "naïve", "café"]),
+        ("ﬁle", ["file"]),  # NFKC expands the ligature
+        ("...!?", []),
+        ("", []),
+        ("日本語 テキスト", ["日本語", "テキスト"]),
+    ],
+)
+def test_tokenize(text: str, tokens: list[str]) -> None:
+    assert tokenize(text) == tokens
+
+
+def test_tokenize_composed_and_decomposed_forms_agree() -> None:
+    assert tokenize("cafe\u0301") == tokenize("caf\u00e9")
+
+
+# ---------------------------------------------------------------- reference BM25
+
+
+def reference_scores(docs: dict[str, str], query: str, cfg: RankingConfig) -> dict[str, float]:
+    """BM25 from scratch, re-reading every text; normalised by the query's maximum."""
+    toks = {k: tokenize(t) for k, t in docs.items()}
+    n_docs = len(docs)
+    if n_docs == 0:
+        return {}
+    avgdl = sum(len(t) for t in toks.values()) / n_docs or 1.0
+    terms = list(dict.fromkeys(tokenize(query)))
+    if not terms:
+        return {}
+    weights = {}
+    for t in terms:
+        n = sum(1 for d in toks.values() if t in d)
+        weights[t] = math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
+    max_score = sum(w * (cfg.bm25_k1 + 1) for w in weights.values())
+    out = {}
+    for k, d in toks.items():
+        tf = Counter(d)
+        s = 0.0
+        for t in terms:
+            if tf[t]:
+                norm = 1 - cfg.bm25_b + cfg.bm25_b * len(d) / avgdl
+                s += weights[t] * tf[t] * (cfg.bm25_k1 + 1) / (tf[t] + cfg.bm25_k1 * norm)
+        if s > 0:
+            out[k] = s / max_score
+    return out
+
+
+def build(docs: dict[str, str]) -> LexicalIndex:
+    ix = LexicalIndex()
+    for k, t in docs.items():
+        ix.add(k, t)
+    return ix
+
+
+CORPUS = {
+    "a": "The deploy pipeline uses Redis streams for events.",
+    "b": "Redis is an in-memory store; redis streams keep the event log.",
+    "c": "Lunch menu: soup, salad and bread.",
+    "d": "The deploy pipeline uses Redis streams for events.",  # same text as a
+    "e": "events " * 40 + "redis",
+    "f": "Kubernetes deploy notes: rollout, rollback, canary deploy.",
+}
+
+
+def test_idf_is_lucene_and_always_positive() -> None:
+    assert idf(10, 2) == pytest.approx(math.log(1 + 8.5 / 2.5))
+    assert idf(10, 10) > 0
+    assert idf(1, 1) == pytest.approx(math.log(1 + 0.5 / 1.5))
+    assert idf(100, 1) > idf(100, 50) > idf(100, 100) > 0
+
+
+@pytest.mark.parametrize(
+    "query", ["redis streams", "deploy", "events redis", "soup", "unknown words only", "deploy xyz"]
+)
+@pytest.mark.parametrize(
+    "cfg",
+    [DEFAULT, RankingConfig(bm25_k1=2.0, bm25_b=0.3), RankingConfig(bm25_k1=0.0, bm25_b=1.0)],
+)
+def test_scores_match_reference(query: str, cfg: RankingConfig) -> None:
+    got = build(CORPUS).scores(query, cfg)
+    want = reference_scores(CORPUS, query, cfg)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-12)
+
+
+def test_identical_texts_get_identical_relevance() -> None:
+    s = build(CORPUS).scores("deploy redis events pipeline", DEFAULT)
+    assert s["a"] == s["d"]
+    assert s["a"] != s["b"]
+
+
+def test_only_notes_sharing_a_term_are_returned() -> None:
+    s = build(CORPUS).scores("soup", DEFAULT)
+    assert set(s) == {"c"}
+    assert build(CORPUS).scores("!!!", DEFAULT) == {}
+    assert LexicalIndex().scores("soup", DEFAULT) == {}
+
+
+def test_full_match_of_a_short_note_scores_near_one() -> None:
+    ix = build({"a": "alpha", "b": "beta gamma delta", "c": "epsilon zeta"})
+    s = ix.scores("alpha", RankingConfig(bm25_k1=0.0))
+    assert s["a"] == 1.0
+    s2 = ix.scores("alpha beta", RankingConfig(bm25_k1=0.0))
+    assert s2["a"] + s2["b"] == pytest.approx(1.0)  # each gets its share of the query's idf mass
+
+
+def test_unknown_query_terms_lower_the_score() -> None:
+    ix = build(CORPUS)
+    assert ix.scores("soup zzzunknown", DEFAULT)["c"] < ix.scores("soup", DEFAULT)["c"]
+
+
+def test_length_normalisation_and_b() -> None:
+    docs = {"short": "redis cache", "long": "redis " + " ".join(f"w{i}" for i in range(200))}
+    ix = build(docs)
+    s = ix.scores("redis", DEFAULT)
+    assert s["short"] > s["long"]
+    s0 = ix.scores("redis", RankingConfig(bm25_b=0.0))
+    assert s0["short"] == s0["long"]
+
+
+def test_term_frequency_saturates_with_k1() -> None:
+    docs = {"once": "cache x y z", "many": "cache cache cache cache", "other": "misc"}
+    ix = build(docs)
+    s = ix.scores("cache", RankingConfig(bm25_b=0.0))
+    assert s["many"] > s["once"]
+    flat = ix.scores("cache", RankingConfig(bm25_k1=0.0))
+    assert flat["many"] == flat["once"]
+
+
+def test_repeated_query_words_count_once() -> None:
+    ix = build(CORPUS)
+    assert ix.scores("deploy deploy DEPLOY", DEFAULT) == ix.scores("deploy", DEFAULT)
+
+
+def test_remove_and_replace_keep_statistics_consistent() -> None:
+    ix = build(CORPUS)
+    assert len(ix) == 6 and "c" in ix
+    ix.remove("c")
+    ix.remove("c")  # a second remove is a no-op
+    ix.remove("never-added")
+    assert "c" not in ix and len(ix) == 5
+    rest = {k: v for k, v in CORPUS.items() if k != "c"}
+    assert ix.scores("soup", DEFAULT) == {}
+    assert ix.doc_freq("soup") == 0
+    got, want = ix.scores("redis deploy", DEFAULT), reference_scores(rest, "redis deploy", DEFAULT)
+    assert got == pytest.approx(want, rel=1e-12)
+    ix.add("a", "now about soup")  # replaces a's text
+    assert len(ix) == 5
+    rest["a"] = "now about soup"
+    for q in ("soup", "deploy pipeline", "redis"):
+        assert ix.scores(q, DEFAULT) == pytest.approx(reference_scores(rest, q, DEFAULT), rel=1e-12)
+
+
+def test_empty_texts_count_as_documents() -> None:
+    ix = build({"empty": "...", "a": "word"})
+    assert len(ix) == 2
+    assert ix.scores("word", DEFAULT) == pytest.approx(
+        reference_scores({"empty": "...", "a": "word"}, "word", DEFAULT)
+    )
+    ix.remove("a")
+    assert ix.scores("word", DEFAULT) == {}
+
+
+WORDS = st.sampled_from(["redis", "event", "note", "agent", "token", "budget", "x", "Café", "ÉTÉ"])
+TEXTS = st.lists(WORDS, min_size=0, max_size=30).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    docs=st.dictionaries(st.text("abcdef", min_size=1, max_size=3), TEXTS, max_size=12),
+    query=st.lists(WORDS, min_size=1, max_size=4).map(" ".join),
+    k1=st.floats(0.0, 3.0),
+    b=st.floats(0.0, 1.0),
+    drop=st.sets(st.text("abcdef", min_size=1, max_size=3), max_size=4),
+)
+def test_incremental_index_equals_reference(
+    docs: dict[str, str], query: str, k1: float, b: float, drop: set[str]
+) -> None:
+    cfg = RankingConfig(bm25_k1=k1, bm25_b=b)
+    ix = LexicalIndex()
+    for k, t in docs.items():
+        ix.add(k, t + " extra")  # then replaced: replacement must fully undo the first add
+    for k, t in docs.items():
+        ix.add(k, t)
+    for k in drop:
+        ix.remove(k)
+    live = {k: t for k, t in docs.items() if k not in drop}
+    got = ix.scores(query, cfg)
+    want = reference_scores(live, query, cfg)
+    assert got.keys() == want.keys()
+    for k, v in got.items():
+        assert 0.0 < v <= 1.0
+        assert v == pytest.approx(want[k], rel=1e-9)
+    texts: dict[str, list[str]] = {}
+    for k, t in live.items():
+        texts.setdefault(t, []).append(k)
+    for keys in texts.values():
+        assert len({got.get(k, 0.0) for k in keys}) == 1
+
+
+# ---------------------------------------------------------------- cosine
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([1.0, 0.0], [1.0, 0.0], 1.0),
+        ([1.0, 0.0], [2.0, 0.0], 1.0),
+        ([1.0, 0.0], [0.0, 1.0], 0.0),
+        ([1.0, 0.0], [-1.0, 0.0], 0.0),
+        ([1.0, 1.0], [1.0, 0.0], 1 / math.sqrt(2)),
+        ([3.0, 4.0], [4.0, 3.0], 24 / 25),
+        ([0.0, 0.0], [1.0, 0.0], 0.0),
+        ([1.0, 0.0], [0.0, 0.0], 0.0),
+        ([1.0, -2.0, 3.0], [1.0, -2.0, 3.0], 1.0),
+    ],
+)
+def test_cosine(a: list[float], b: list[float], expected: float) -> None:
+    assert cosine(a, b) == pytest.approx(expected, abs=1e-15)
+
+
+def test_cosine_dimension_mismatch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="different dimensions: 2 != 3"):
+        cosine([1.0, 0.0], [1.0, 0.0, 0.0])
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=8).flatmap(
+        lambda a: st.tuples(st.just(a), st.lists(st.floats(-1e3, 1e3), min_size=len(a),
+                                                 max_size=len(a)))
+    )
+)
+def test_cosine_is_clamped_and_symmetric(ab: tuple[list[float], list[float]]) -> None:
+    a, b = ab
+    c = cosine(a, b)
+    assert 0.0 <= c <= 1.0
+    assert c == cosine(b, a)
+
+
+# ---------------------------------------------------------------- relevance_for
+
+
+def note(note_id: str, text: str, embedding: list[float] | None = None) -> NoteState:
+    return NoteState(
+        note_id=note_id, agent="a1", scope="shared", kind="note", text=text, tokens=10,
+        created_at=T0, embedding=embedding,
+    )
+
+
+def test_relevance_for_uses_cosine_when_both_have_embeddings() -> None:
+    notes = [
+        note("emb", "nothing in common", [1.0, 0.0]),
+        note("emb-opp", "redis here", [-1.0, 0.0]),
+        note("lex", "redis streams"),
+        note("other-dim", "redis", [1.0, 0.0, 0.0]),
+        note("none", "unrelated text"),
+    ]
+    ix = build({n.note_id: n.text for n in notes})
+    lex = ix.scores("redis", DEFAULT)
+    rel = relevance_for(notes, "redis", [1.0, 1.0], ix, DEFAULT)
+    assert rel["emb"] == pytest.approx(1 / math.sqrt(2))
+    assert "emb-opp" not in rel  # cosine 0 even though its text matches
+    assert rel["lex"] == lex["lex"]
+    assert rel["other-dim"] == lex["other-dim"]  # incomparable embedding -> lexical
+    assert "none" not in rel
+    no_emb = relevance_for(notes, "redis", None, ix, DEFAULT)
+    assert no_emb == {k: lex[k] for k in ("emb-opp", "lex", "other-dim")}
+    assert relevance_for(notes[:1], "redis", None, ix, DEFAULT) == {}

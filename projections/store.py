@@ -19,7 +19,7 @@ from events.codec import decode_event
 from events.log import FIELD, ZERO, Position, format_pos, parse_pos, read_after
 from events.schema import Event
 from projections.config import RankingConfig
-from projections.reduce import Undecodable, fold_batch
+from projections.reduce import BatchResult, Undecodable, fold_batch
 from projections.scripts import script
 from projections.state import NoteState, pack_note, unpack_note
 
@@ -60,35 +60,56 @@ def decode_entry(fields: dict[bytes, bytes]) -> tuple[Event | Undecodable, bytes
         return Undecodable(raw, f"undecodable: {exc}"), raw
 
 
-def project_batch(r: Any, ns: str, cfg: RankingConfig,
-                  batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
-    """Fold the next batch after the checkpoint and commit it. None when caught up."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A folded batch, not yet committed: what ``commit`` will write, if still current."""
+
+    ns: str
+    expected: str
+    new_checkpoint: str
+    first: str
+    count: int
+    result: BatchResult
+
+
+def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
+                  batch_size: int = DEFAULT_BATCH) -> Prepared | None:
+    """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
     cp_raw = r.get(keys.checkpoint(ns))
     cp_str = cp_raw.decode() if cp_raw else ""
     entries = read_after(r, ns, parse_pos(cp_str), batch_size)
     if not entries:
         return None
     decoded = []
-    note_ids: list[str] = []
-    event_ids: list[str] = []
+    note_ids: set[str] = set()
+    event_ids: set[str] = set()
     for eid, fields in entries:
         ev, raw = decode_entry(fields)
         decoded.append((eid.decode(), ev, raw))
         if not isinstance(ev, Undecodable):
-            note_ids.append(ev.note_id)
-            event_ids.append(ev.event_id)
-    uniq_notes = sorted(set(note_ids))
-    uniq_events = sorted(set(event_ids))
+            note_ids.add(ev.note_id)
+            event_ids.add(ev.event_id)
+    uniq_notes = sorted(note_ids)
+    uniq_events = sorted(event_ids)
     p = r.pipeline(transaction=False)
-    p.hmget(keys.notes(ns), uniq_notes) if uniq_notes else p.echo(b"")
-    p.smismember(keys.seen(ns), uniq_events) if uniq_events else p.echo(b"")
-    blobs, flags = p.execute()
-    current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs or [], strict=False) if b}
-    seen = {e for e, f in zip(uniq_events, flags or [], strict=False) if f}
+    if uniq_notes:
+        p.hmget(keys.notes(ns), uniq_notes)
+    if uniq_events:
+        p.smismember(keys.seen(ns), uniq_events)
+    got = p.execute()
+    blobs = got[0] if uniq_notes else []
+    flags = got[-1] if uniq_events else []
+    current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs, strict=True) if b}
+    seen = {e for e, f in zip(uniq_events, flags, strict=True) if f}
     res = fold_batch(current, seen, decoded, cfg)
-    new_cp = decoded[-1][0]
-    argv: list[Any] = [cp_str, new_cp, int(time.time() * 1000), keys.CHANGES_MAXLEN]
+    return Prepared(ns=ns, expected=cp_str, new_checkpoint=decoded[-1][0], first=decoded[0][0],
+                    count=len(entries), result=res)
+
+
+def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
+    """Write a prepared batch atomically if the checkpoint is still the one it was read after."""
+    res, ns = prep.result, prep.ns
+    argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN]
     argv.append(len(res.notes))
     for nid in sorted(res.notes):
         argv += [nid, pack_note(res.notes[nid])]
@@ -102,9 +123,21 @@ def project_batch(r: Any, ns: str, cfg: RankingConfig,
               keys.changes(ns)],
         args=argv,
     )
-    return BatchInfo(ns=ns, count=len(entries), first=decoded[0][0], last=new_cp,
+    return bool(ok)
+
+
+def project_batch(r: Any, ns: str, cfg: RankingConfig,
+                  batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
+    """Fold the next batch after the checkpoint and commit it. None when caught up."""
+    t0 = time.perf_counter()
+    prep = prepare_batch(r, ns, cfg, batch_size)
+    if prep is None:
+        return None
+    ok = commit(r, prep, int(time.time() * 1000))
+    res = prep.result
+    return BatchInfo(ns=ns, count=prep.count, first=prep.first, last=prep.new_checkpoint,
                      applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
-                     committed=bool(ok), seconds=time.perf_counter() - t0)
+                     committed=ok, seconds=time.perf_counter() - t0)
 
 
 def read_notes(r: Any, ns: str) -> dict[str, NoteState]:
@@ -156,5 +189,5 @@ def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
     return after
 
 
-__all__ = ["ZERO", "BatchInfo", "checkpoint", "format_pos", "project_batch",
-           "read_dead", "read_notes", "wait_for_change"]
+__all__ = ["ZERO", "BatchInfo", "Prepared", "checkpoint", "commit", "format_pos",
+           "prepare_batch", "project_batch", "read_dead", "read_notes", "wait_for_change"]

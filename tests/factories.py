@@ -1,0 +1,42 @@
+"""Event builders for tests: every field can vary."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from events.codec import parse_json_event
+from events.schema import Event
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def created(nid: str, *, ns: str = "t", agent: str = "a", at: datetime = T0, text: str | None = None,
+            eid: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"type": "note.created", "event_id": eid or f"c-{nid}", "ns": ns, "note_id": nid,
+            "agent": agent, "at": iso(at), "text": text or f"note {nid} about redis", **extra}
+
+
+def used(nid: str, eid: str, *, ns: str = "t", agent: str = "b",
+         at: datetime = T0 + timedelta(days=1)) -> dict[str, Any]:
+    return {"type": "note.used", "event_id": eid, "ns": ns, "note_id": nid, "agent": agent,
+            "at": iso(at)}
+
+
+def forgotten(nid: str, eid: str, *, ns: str = "t", at: datetime = T0 + timedelta(days=2)
+              ) -> dict[str, Any]:
+    return {"type": "note.forgotten", "event_id": eid, "ns": ns, "note_id": nid, "agent": "a",
+            "at": iso(at)}
+
+
+def ev(d: dict[str, Any]) -> Event:
+    return parse_json_event(json.dumps(d))
+
+
+def jsonl(dicts: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(d) + "\n" for d in dicts)

@@ -1,0 +1,379 @@
+"""``hivemind bench core``: ingest and projection throughput, checked against a pure fold.
+
+Generates a seeded workload (``worker.bench_data``) into a temp JSON Lines file, ingests it
+with the real ingest path (validate, append, schedule one projection job per namespace) into
+a Redis, drains the projection queue with the burst worker in this process, and compares the
+projected notes with (a) a pure in-memory fold of the same file and (b) the expectation the
+generator recorded (uses, tiers, forgotten flags, dead letters). Prints MATCH or the
+differences (exit 1 on a mismatch).
+
+Without ``--redis-url`` a private ``redis-server`` (AOF on, ``appendfsync everysec`` as in
+``deploy/redis.conf``) is started on a free port in a temp dir and stopped at the end. With
+``--redis-url`` the bench writes only to namespaces with a fresh random prefix and deletes
+their keys afterwards (``--keep`` to keep them), but note that the burst worker also runs any
+other job already queued on that server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from events import keys
+from events.codec import parse_json_event
+from events.ingest import ingest
+from projections.config import RankingConfig
+from projections.reduce import Projection
+from projections.state import NoteState
+from projections.store import read_notes
+from worker.bench_data import Expected, generate
+from worker.settings import Settings
+
+MAX_DIFFS_SHOWN = 20
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB.
+
+    ``VmHWM`` from ``/proc/self/status`` where there is one: Linux keeps ``ru_maxrss`` across
+    ``execve``, so a child started from a big parent would report the parent's peak.
+    Elsewhere ``resource.getrusage`` (KiB on Linux, bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return ru / 2**20 if sys.platform == "darwin" else ru / 1024
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def private_redis(appendfsync: str = "everysec") -> Iterator[str]:
+    """A throwaway ``redis-server`` on a free port in a temp dir; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server not found on PATH (or pass --redis-url)")
+    with tempfile.TemporaryDirectory(prefix="hivemind-bench-redis-") as d:
+        port = _free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--appendfsync", appendfsync, "--dir", d,
+             "--maxmemory-policy", "noeviction", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_ping(port, proc)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    client = redis.Redis(port=port)
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {port} did not start") from None
+                time.sleep(0.02)  # an external process opening its port: nothing to block on
+    finally:
+        client.close()
+
+
+def pure_fold(path: Path | str, cfg: RankingConfig) -> dict[str, Projection]:
+    """The reference: every line of the file folded in memory, one projection per namespace."""
+    projs: dict[str, Projection] = {}
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            ev = parse_json_event(line, lineno)
+            proj = projs.setdefault(ev.ns, Projection())
+            proj.feed([(f"line-{lineno}", ev, line)], cfg)
+    return projs
+
+
+@dataclass
+class Comparison:
+    """Differences between the projected store, the pure fold and the generator's expectation."""
+
+    notes: int = 0
+    diffs: list[str] = field(default_factory=list)
+
+    @property
+    def match(self) -> bool:
+        return not self.diffs
+
+
+def compare(r: Any, namespaces: list[str], projs: dict[str, Projection], exp: Expected,
+            cfg: RankingConfig) -> Comparison:
+    """Check the live read model of each namespace against both references."""
+    out = Comparison()
+    for ns in namespaces:
+        live = read_notes(r, ns)
+        ref = projs.get(ns, Projection())
+        out.notes += len(live)
+        for nid in sorted(set(live) | set(ref.notes)):
+            a, b = live.get(nid), ref.notes.get(nid)
+            if a != b:
+                out.diffs.append(f"{ns}/{nid}: live={_brief(a)} pure_fold={_brief(b)}")
+        for (ens, nid), uses in sorted(exp.uses.items()):
+            if ens != ns:
+                continue
+            n = live.get(nid)
+            want = (uses, exp.tier((ens, nid), cfg.longterm_uses), (ens, nid) in exp.forgotten)
+            got = None if n is None else (n.uses, n.tier, n.forgotten)
+            if got != want:
+                out.diffs.append(f"{ns}/{nid}: live (uses, tier, forgotten)={got} "
+                                 f"generator={want}")
+        extra = {nid for nid in live if (ns, nid) not in exp.uses}
+        if extra:
+            out.diffs.append(f"{ns}: notes the generator never created: {sorted(extra)[:5]}")
+        n_dead, n_seen = r.xlen(keys.dead(ns)), r.scard(keys.seen(ns))
+        if n_dead != exp.dead[ns] or n_dead != len(ref.dead):
+            out.diffs.append(f"{ns}: dead letters live={n_dead} pure_fold={len(ref.dead)} "
+                             f"generator={exp.dead[ns]}")
+        if n_seen != exp.distinct_event_ids[ns]:
+            out.diffs.append(f"{ns}: seen event_ids live={n_seen} "
+                             f"generator={exp.distinct_event_ids[ns]}")
+    return out
+
+
+def _brief(n: NoteState | None) -> str:
+    if n is None:
+        return "absent"
+    return f"(uses={n.uses}, tier={n.tier}, forgotten={n.forgotten}, tokens={n.tokens})"
+
+
+def ingest_file(rt: Any, path: Path | str, schedule: bool = True) -> int:
+    """The real ingest path of ``hivemind ingest``: validate, append, schedule per chunk."""
+    from worker.schedule import schedule_projection
+
+    q = rt.project_queue
+
+    def on_chunk(nss: set[str]) -> None:
+        if schedule:
+            for ns in sorted(nss):
+                schedule_projection(rt.store, q, ns)
+
+    def on_error(msg: str) -> None:
+        raise RuntimeError(f"generated event rejected: {msg}")
+
+    rep = ingest(rt.store, str(path), on_error=on_error, on_chunk=on_chunk)
+    return rep.appended
+
+
+def drop_namespaces(r: Any, namespaces: list[str]) -> None:
+    """Delete every key of the given namespaces (the bench's own, never anyone else's)."""
+    for ns in namespaces:
+        r.delete(keys.stream(ns), keys.checkpoint(ns), keys.notes(ns), keys.seen(ns),
+                 keys.dead(ns), keys.changes(ns), keys.lock(ns), keys.scheduled(ns),
+                 keys.audit(ns))
+        r.srem(keys.NAMESPACES, ns)
+
+
+@dataclass
+class Figures:
+    """What one bench run measured."""
+
+    events: int
+    namespaces: list[str]
+    file_mib: float
+    generate_s: float
+    ingest_s: float
+    project_s: float
+    fold_s: float
+    rss_before_ingest_mib: float
+    rss_after_ingest_mib: float
+    rss_end_mib: float
+    worker_exit: int
+    comparison: Comparison
+    redeliveries: int
+
+
+def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
+        batch_size: int | None = None, workdir: Path | None = None,
+        prefix: str = "bench", keep: bool = False) -> Figures:
+    """Generate, ingest, project, compare (see the module docstring)."""
+    from worker import commands, runtime
+    from worker.connection import connect
+
+    namespaces = [f"{prefix}-{i}" for i in range(n_namespaces)]
+    s = Settings.from_env(redis_url=redis_url, batch_size=batch_size)
+    rt = runtime.build(s, connect(s.redis_url))
+    runtime.install(rt)
+    with tempfile.TemporaryDirectory(prefix="hivemind-bench-", dir=workdir) as d:
+        path = Path(d) / "events.jsonl"
+        t = time.perf_counter()
+        exp = generate(path, n_events, namespaces, seed)
+        gen_s = time.perf_counter() - t
+        size = path.stat().st_size / 2**20
+        try:
+            rss0 = peak_rss_mib()
+            t = time.perf_counter()
+            appended = ingest_file(rt, path)
+            ingest_s = time.perf_counter() - t
+            rss1 = peak_rss_mib()
+            if appended != n_events:
+                raise RuntimeError(f"ingest appended {appended} of {n_events} events")
+            t = time.perf_counter()
+            code = commands.run_worker(rt, burst=True)
+            project_s = time.perf_counter() - t
+            t = time.perf_counter()
+            projs = pure_fold(path, rt.cfg)
+            fold_s = time.perf_counter() - t
+            cmp = compare(rt.store, namespaces, projs, exp, rt.cfg)
+        finally:
+            if not keep:
+                drop_namespaces(rt.store, namespaces)
+    return Figures(events=n_events, namespaces=namespaces, file_mib=size, generate_s=gen_s,
+                   ingest_s=ingest_s, project_s=project_s, fold_s=fold_s,
+                   rss_before_ingest_mib=rss0, rss_after_ingest_mib=rss1,
+                   rss_end_mib=peak_rss_mib(), worker_exit=code, comparison=cmp,
+                   redeliveries=exp.redeliveries)
+
+
+def print_figures(f: Figures, batch_size: int) -> None:
+    """The human-readable report."""
+    def rate(seconds: float) -> str:
+        return f"{f.events / seconds:,.0f} events/s" if seconds > 0 else "n/a"
+
+    print(f"events            {f.events:,} over {len(f.namespaces)} namespaces "
+          f"({f.redeliveries:,} redeliveries), file {f.file_mib:.1f} MiB, "
+          f"generated in {f.generate_s:.2f} s")
+    print(f"ingest            {f.ingest_s:.2f} s  {rate(f.ingest_s)}  "
+          "(validate pass + pipelined XADD pass + scheduling)")
+    print(f"projection        {f.project_s:.2f} s  {rate(f.project_s)}  "
+          f"(burst worker, batch {batch_size}, exit {f.worker_exit})")
+    print(f"pure fold         {f.fold_s:.2f} s  {rate(f.fold_s)}  (reference, in memory)")
+    print(f"peak RSS          {f.rss_before_ingest_mib:.1f} MiB before ingest, "
+          f"{f.rss_after_ingest_mib:.1f} MiB after ingest, {f.rss_end_mib:.1f} MiB at the end")
+    print(f"notes compared    {f.comparison.notes:,}")
+    if f.comparison.match:
+        print("MATCH")
+        return
+    print(f"MISMATCH: {len(f.comparison.diffs)} difference(s)")
+    for line in f.comparison.diffs[:MAX_DIFFS_SHOWN]:
+        print("  " + line)
+
+
+def ingest_child(redis_url: str, n_events: int, prefix: str) -> dict[str, Any]:
+    """Ingest ``n_events`` (no scheduling) in this process; report time and peak RSS."""
+    from worker import runtime
+    from worker.connection import connect
+
+    s = Settings.from_env(redis_url=redis_url)
+    rt = runtime.build(s, connect(redis_url))
+    with tempfile.TemporaryDirectory(prefix="hivemind-bench-") as d:
+        path = Path(d) / "events.jsonl"
+        generate(path, n_events, [f"{prefix}-{i}" for i in range(3)], seed=11)
+        rss0 = peak_rss_mib()
+        t = time.perf_counter()
+        ingest_file(rt, path, schedule=False)
+        secs = time.perf_counter() - t
+        return {"events": n_events, "seconds": secs, "rss_before_mib": rss0,
+                "rss_after_mib": peak_rss_mib(), "file_mib": path.stat().st_size / 2**20}
+
+
+def rss_check(redis_url: str, n_events: int) -> list[dict[str, Any]]:
+    """Ingest N and 4N events, each in a fresh process, and report each one's peak RSS."""
+    out = []
+    for mult in (1, 4):
+        prefix = f"rss{mult}-{uuid.uuid4().hex[:6]}"
+        cmd = [sys.executable, "-m", "worker.bench_core", "--ingest-child", str(n_events * mult),
+               "--redis-url", redis_url, "--prefix", prefix]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        from worker.connection import connect
+
+        r = connect(redis_url)
+        drop_namespaces(r, [f"{prefix}-{i}" for i in range(3)])
+        r.close()
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hivemind bench core", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=100_000, help="events to generate")
+    ap.add_argument("--namespaces", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="projection batch (default: $HIVEMIND_BATCH_SIZE or 2000)")
+    ap.add_argument("--redis-url", default=None,
+                    help="use this Redis (default: a private redis-server, stopped at the end)")
+    ap.add_argument("--keep", action="store_true", help="keep the bench's keys afterwards")
+    ap.add_argument("--rss-check", action="store_true",
+                    help="also ingest N and 4N events in fresh processes and print their "
+                         "peak RSS (ingest memory must not grow with the file)")
+    ap.add_argument("--verbose", action="store_true", help="log every projection batch")
+    ap.add_argument("--ingest-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--prefix", default=None, help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``hivemind bench core``."""
+    from worker import logs
+
+    args = _parser().parse_args(argv)
+    logs.configure(level="info" if args.verbose else "warning")
+    if args.ingest_child is not None:
+        print(json.dumps(ingest_child(args.redis_url, args.ingest_child, args.prefix)))
+        return 0
+    if args.events < 1 or args.namespaces < 1:
+        print("hivemind bench core: --events and --namespaces must be >= 1", file=sys.stderr)
+        return 2
+    batch = Settings.from_env(batch_size=args.batch_size).batch_size
+    if args.redis_url is not None:
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+        figs = run(args.redis_url, args.events, args.namespaces, args.seed, args.batch_size,
+                   prefix=prefix, keep=args.keep)
+        url = args.redis_url
+        print(f"redis             {url} (namespaces {prefix}-*)")
+        print_figures(figs, batch)
+        rss = rss_check(url, args.events) if args.rss_check else []
+    else:
+        with private_redis() as url:
+            print(f"redis             private redis-server at {url} "
+                  "(appendonly yes, appendfsync everysec)")
+            figs = run(url, args.events, args.namespaces, args.seed, args.batch_size)
+            print_figures(figs, batch)
+            rss = rss_check(url, args.events) if args.rss_check else []
+    for row in rss:
+        print(f"ingest-only       {row['events']:>9,} events ({row['file_mib']:.1f} MiB file): "
+              f"{row['events'] / row['seconds']:,.0f} events/s, peak RSS "
+              f"{row['rss_before_mib']:.1f} MiB before, {row['rss_after_mib']:.1f} MiB after")
+    return 0 if figs.comparison.match and figs.worker_exit == 0 else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -68,13 +68,14 @@ def rank(
     """The notes that best fill ``budget`` tokens for ``agent`` at ``now``.
 
     ``relevance`` maps note id -> relevance in [0, 1] (missing = 0). A note is a candidate when
-    it is visible to ``agent`` and its relevance is > 0 and >= ``cfg.min_relevance``.
+    it is visible to ``agent`` and its relevance is > 0 and >= ``cfg.min_relevance``; "> 0" is
+    judged on the relevance as printed (6 decimals), so no candidate ever shows relevance 0.
     score = relevance * recency(tier, age); cost = tokens + ``cfg.per_note_overhead_tokens``.
     """
     raw: list[tuple[NoteState, float, float, float, Tier, float]] = []
     for note in notes:
         rel = relevance.get(note.note_id, 0.0)
-        if rel <= 0.0 or rel < cfg.min_relevance or not visible(note, agent):
+        if round(rel, DECIMALS) <= 0.0 or rel < cfg.min_relevance or not visible(note, agent):
             continue
         tier = tier_of(note.uses, note.kind, cfg)
         age = age_days(note.created_at, now)

@@ -62,6 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drain all pending work, then exit 0 once every stream is projected")
     _common(p)
 
+    p = sub.add_parser("query", help="ask for the best notes that fit a token budget")
+    p.add_argument("text")
+    p.add_argument("--ns", required=True)
+    p.add_argument("--budget", required=True, type=int)
+    p.add_argument("--agent", default="", help="who asks (private notes only for their agent)")
+    p.add_argument("--as-of", help="RFC 3339 time: the state from events with at <= T, now = T")
+    p.add_argument("--json", action="store_true", help="print the result object as JSON")
+    p.add_argument("--explain", action="store_true", help="include every candidate")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
+    _common(p)
+
+    p = sub.add_parser("batch", help="answer a JSON Lines file of queries as queued jobs")
+    p.add_argument("file", help='one query per line: {"ns","text","budget",...}, or -')
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole batch")
+    _common(p)
+
     p = sub.add_parser("notes", help="the projected notes of a namespace")
     p.add_argument("--ns", required=True, type=_ns_arg)
     p.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -168,3 +168,92 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
     return run_demo(args.config)
+
+
+def _client(s: Settings) -> Any:
+    from api_stub.client import Client
+
+    r = connect(s.redis_url)
+    return Client(r, settings=s)
+
+
+def print_result(body: bytes, as_json: bool, out: Any = None) -> int:
+    """Print a result (JSON, or a readable listing); 1 if it is an error object."""
+    out = out or sys.stdout
+    obj = msgspec.json.decode(body)
+    if as_json:
+        out.write(body.decode() + "\n")
+        return 1 if "error" in obj else 0
+    if "error" in obj:
+        out.write(f"error [{obj['error']['code']}] {obj['error']['message']}\n"
+                  f"query_id {obj['query_id']}\n")
+        return 1
+    out.write(f"query {obj['query_id']}  ns={obj['ns']}  as_of={obj['as_of']}\n")
+    for i, n in enumerate(obj["notes"], start=1):
+        first = (n["text"].splitlines() or [""])[0][:72]
+        out.write(f"{i:>3}. {n['note_id']:<20} {n['tier']:<9} score={n['score']:.4f} "
+                  f"tokens={n['tokens']:<6} {first}\n")
+    out.write(f"used {obj['used']} / {obj['budget']} tokens, {len(obj['notes'])} note(s), "
+              f"method {obj['method']}\n")
+    for c in obj.get("candidates") or []:
+        out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
+                  f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
+                  f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d\n")
+    return 0
+
+
+def cmd_query(args: argparse.Namespace, s: Settings) -> int:
+    c = _client(s)
+    req: dict[str, Any] = {"ns": args.ns, "text": args.text, "budget": args.budget,
+                           "agent": args.agent, "explain": args.explain}
+    if args.as_of is not None:
+        req["as_of"] = args.as_of
+    [qid] = c.submit_batch([req])
+    from events.errors import QueryTimeout
+    from worker.protocol import error_json
+
+    try:
+        body = c.result_json(qid, args.timeout)
+    except QueryTimeout as exc:
+        body = error_json(qid, "timeout", str(exc))
+    return print_result(body, args.json)
+
+
+def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
+    c = _client(s)
+    fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    from events.errors import QueryError
+    from worker.protocol import parse_request
+
+    reqs: list[Any] = []
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = msgspec.json.decode(line)
+                if not isinstance(obj, dict):
+                    raise QueryError("invalid_request", "a query must be a JSON object")
+                parse_request(obj)
+                reqs.append(obj)
+            except msgspec.DecodeError as exc:
+                reqs.append(QueryError("invalid_request", f"line {lineno}: malformed JSON: {exc}"))
+            except QueryError as exc:
+                reqs.append(QueryError(exc.code, f"line {lineno}: {exc.message}"))
+    ids = c.submit_batch(reqs)
+    failed = 0
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(ids), unit="q", desc="batch", file=sys.stderr)
+    for body in c.batch_results(ids, args.timeout):
+        sys.stdout.write(body.decode() + "\n")
+        failed += "error" in msgspec.json.decode(body)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
+          file=sys.stderr)
+    return 1 if failed else 0

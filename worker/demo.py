@@ -83,4 +83,20 @@ def run_demo(config_path: str | None) -> int:
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):
         print(f"  {d['entry']}: {d['reason']}")
+    from api_stub.client import Client
+    from worker.commands import print_result
+
+    client = Client(rt.store, settings=s)
+    asks = [
+        ("bob", "redis persistence aof projector crash", 400, False),
+        ("alice", "redis persistence aof projector crash", 400, False),
+        ("bob", "redis runbook memory", 2100, True),
+    ]
+    ids = [client.submit_query(DEMO_NS, text, budget, agent=agent, as_of=AS_OF, explain=ex)
+           for agent, text, budget, ex in asks]
+    code = max(code, commands.run_worker(rt, burst=True))
+    for (agent, text, budget, _), qid in zip(asks, ids, strict=True):
+        print(f"== hivemind query {text!r} --ns {DEMO_NS} --budget {budget} --agent {agent} "
+              f"--as-of {AS_OF}")
+        code = max(code, print_result(client.result_json(qid, timeout=10), as_json=False))
     return code

@@ -1,0 +1,161 @@
+"""The Python client: append events, submit queries (one or many), wait for results.
+
+No ranking here. Waiting uses blocking Redis reads (BLPOP on the query's done list), never
+sleeps; a timeout raises ``QueryTimeout`` naming the query id.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+from rq import Queue, Retry
+
+from events import keys
+from events.codec import parse_json_event
+from events.errors import QueryError, QueryTimeout
+from events.log import append, format_pos, tail
+from events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
+from worker.protocol import Envelope, encode, error_json, new_query_id, ns_of, parse_request
+from worker.schedule import schedule_projection
+from worker.serializer import JSONSerializer
+from worker.settings import Settings
+
+INVALID_NS = "_invalid"
+"""Pseudo-namespace of the result keys of requests whose namespace itself is invalid."""
+QUERY_JOB = "worker.jobs.answer_queries"
+
+
+class Client:
+    """Talks to the store (streams, results) and to RQ (jobs)."""
+
+    def __init__(self, store: Any, rq: Any | None = None, settings: Settings | None = None):
+        self.store = store
+        self.rq = rq if rq is not None else store
+        self.settings = settings or Settings()
+        self._qq = Queue(keys.QUERY_QUEUE, connection=self.rq, serializer=JSONSerializer,
+                         default_timeout=self.settings.job_timeout_s)
+        self._pq = Queue(keys.PROJECT_QUEUE, connection=self.rq, serializer=JSONSerializer,
+                         default_timeout=self.settings.job_timeout_s)
+
+    # -- events ------------------------------------------------------------------------------
+    def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
+        """Validate and append events; schedule their namespaces' projection. Returns ids."""
+        evs: list[Event] = []
+        for i, e in enumerate(events, start=1):
+            if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
+                evs.append(e)
+            else:
+                evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
+        ids = append(self.store, evs)
+        for ns in sorted({e.ns for e in evs}):
+            schedule_projection(self.store, self._pq, ns)
+        return ids
+
+    # -- queries -----------------------------------------------------------------------------
+    def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",
+                     as_of: Any = None, explain: bool = False,
+                     embedding: Sequence[float] | None = None,
+                     config: Mapping[str, Any] | None = None) -> str:
+        """Submit one query; returns its id. It will see every event appended before now."""
+        req: dict[str, Any] = {"ns": ns, "text": text, "budget": budget, "agent": agent,
+                               "explain": explain}
+        if as_of is not None:
+            req["as_of"] = as_of if isinstance(as_of, str) else as_of.isoformat()
+        if embedding is not None:
+            req["embedding"] = list(embedding)
+        if config is not None:
+            req["config"] = dict(config)
+        return self.submit_batch([req])[0]
+
+    def submit_batch(self, requests: Sequence[Mapping[str, Any] | QueryError]) -> list[str]:
+        """Submit many queries as few jobs (``settings.query_chunk`` per job), ids in order.
+
+        A bad request (or a ``QueryError`` the caller already found, e.g. a malformed line)
+        gets its error object at its result key at once; the rest are queued.
+        """
+        parsed: list[tuple[dict[str, Any], Any]] = []
+        for raw in requests:
+            if isinstance(raw, QueryError):
+                parsed.append(({}, raw))
+                continue
+            try:
+                parsed.append((dict(raw), parse_request(dict(raw))))
+            except QueryError as exc:
+                parsed.append((dict(raw), exc))
+        nss = sorted({p.ns for _, p in parsed if not isinstance(p, QueryError)})
+        positions = {ns: format_pos(tail(self.store, ns)) for ns in nss}
+        ids: list[str] = []
+        envs: list[dict[str, Any]] = []
+        for raw, p in parsed:
+            if isinstance(p, QueryError):
+                ns = raw.get("ns")
+                ns = ns if isinstance(ns, str) and re.match(NS_PATTERN, ns) else INVALID_NS
+                qid = f"{ns}.{uuid.uuid4().hex[:24]}"
+                self._write_error(ns, qid, p.code, p.message)
+                ids.append(qid)
+                continue
+            pos = positions[p.ns]
+            qid = new_query_id(p, pos)
+            ids.append(qid)
+            if p.as_of is not None and self.store.exists(keys.result(p.ns, qid)):
+                continue  # the same as-of query on the same log: already answered
+            envs.append(msgspec.to_builtins(Envelope(qid, pos, raw)))
+        chunk = self.settings.query_chunk
+        for i in range(0, len(envs), chunk):
+            self._qq.enqueue(QUERY_JOB, envs[i:i + chunk], retry=Retry(max=2),
+                             result_ttl=300, failure_ttl=86400,
+                             description=f"answer {len(envs[i:i + chunk])} queries")
+        return ids
+
+    def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
+        ttl = self.settings.result_ttl_seconds
+        p = self.store.pipeline(transaction=True)
+        p.set(keys.result(ns, qid), error_json(qid, code, message), ex=ttl)
+        p.rpush(keys.done(ns, qid), b"1")
+        p.expire(keys.done(ns, qid), ttl)
+        p.execute()
+
+    def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:
+        """The result (or error) object's JSON bytes; ``QueryTimeout`` after ``timeout`` s."""
+        ns = INVALID_NS if query_id.startswith(INVALID_NS + ".") else ns_of(query_id)
+        deadline = time.monotonic() + timeout
+        while True:
+            body = self.store.get(keys.result(ns, query_id))
+            if body is not None:
+                return bytes(body)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise QueryTimeout(
+                    f"query {query_id}: no result within {timeout:g}s "
+                    "(is a worker running? see `hivemind worker`)")
+            popped = self.store.blpop([keys.done(ns, query_id)], timeout=max(remaining, 0.01))
+            if popped is not None:
+                self.store.lpush(keys.done(ns, query_id), b"1")  # wake other waiters too
+
+    def result(self, query_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The result (or error) object as a dict."""
+        out: dict[str, Any] = msgspec.json.decode(self.result_json(query_id, timeout))
+        return out
+
+    def query(self, ns: str, text: str, budget: int, *, timeout: float = 30.0,
+              **kw: Any) -> dict[str, Any]:
+        """Submit and wait."""
+        return self.result(self.submit_query(ns, text, budget, **kw), timeout)
+
+    def batch_results(self, query_ids: Sequence[str], timeout: float = 300.0
+                      ) -> Iterator[bytes]:
+        """Each query's JSON in input order; one deadline for the whole batch."""
+        deadline = time.monotonic() + timeout
+        for qid in query_ids:
+            try:
+                yield self.result_json(qid, max(0.0, deadline - time.monotonic()))
+            except QueryTimeout as exc:
+                yield error_json(qid, "timeout", str(exc))
+
+
+__all__ = ["Client", "encode"]

@@ -1,0 +1,100 @@
+"""The worker's in-memory index of one namespace: note rows and lexical statistics, refreshed
+incrementally from the changes stream, so a query never reloads every note.
+
+Each committed projection batch appends one entry to ``changes`` listing the notes it
+touched; a refresh reads the entries after the last one it saw and re-reads only those notes.
+A ``reset`` entry (written by ``replay``) or a gap (the changes stream was trimmed past our
+position) triggers a full reload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from events import keys
+from events.log import ZERO, Position, parse_pos
+from projections.relevance import LexicalIndex
+from projections.state import NoteState, unpack_note
+
+
+def _id_pos(entry_id: bytes | str) -> Position:
+    return parse_pos(entry_id)
+
+
+@dataclass
+class NamespaceIndex:
+    """Notes of one namespace plus a BM25 index of the ones a query could return."""
+
+    ns: str
+    notes: dict[str, NoteState] = field(default_factory=dict)
+    lexical: LexicalIndex = field(default_factory=LexicalIndex)
+    checkpoint: Position = ZERO
+    changes_seen: Position | None = None
+    """Id of the last changes entry folded in (None: never loaded)."""
+    full_loads: int = 0
+    incremental_notes: int = 0
+
+    def _put(self, note: NoteState) -> None:
+        old = self.notes.get(note.note_id)
+        self.notes[note.note_id] = note
+        if note.forgotten:
+            if note.note_id in self.lexical:
+                self.lexical.remove(note.note_id)
+        elif old is None or note.note_id not in self.lexical:
+            self.lexical.add(note.note_id, note.text)
+
+    def load(self, r: Any) -> None:
+        """Full load (first use, reset, or a gap in the changes stream)."""
+        p = r.pipeline(transaction=True)
+        p.xrevrange(keys.changes(self.ns), count=1)
+        p.get(keys.checkpoint(self.ns))
+        p.hgetall(keys.notes(self.ns))
+        last_change, cp, raw = p.execute()
+        self.notes = {}
+        self.lexical = LexicalIndex()
+        for k in sorted(raw):
+            self._put(unpack_note(raw[k]))
+        self.checkpoint = parse_pos(cp)
+        self.changes_seen = _id_pos(last_change[0][0]) if last_change else ZERO
+        self.full_loads += 1
+
+    def refresh(self, r: Any) -> None:
+        """Bring the index up to the read model's current state."""
+        if self.changes_seen is None:
+            self.load(r)
+            return
+        start = "(" + f"{self.changes_seen[0]}-{self.changes_seen[1]}"
+        entries = r.xrange(keys.changes(self.ns), min=start if self.changes_seen != ZERO else "-")
+        if not entries:
+            return
+        if self.changes_seen != ZERO:
+            me = f"{self.changes_seen[0]}-{self.changes_seen[1]}"
+            if not r.xrange(keys.changes(self.ns), min=me, max=me):
+                # the entry we last saw was trimmed away: later ones may be gone too
+                self.load(r)
+                return
+        touched: set[str] = set()
+        for _eid, f in entries:
+            if f.get(b"reset") == b"1":
+                self.load(r)
+                return
+            touched.update(x for x in f.get(b"notes", b"").decode().split(" ") if x)
+        ids = sorted(touched)
+        if ids:
+            for blob in r.hmget(keys.notes(self.ns), ids):
+                if blob is not None:
+                    self._put(unpack_note(blob))
+        self.incremental_notes += len(ids)
+        last = entries[-1][1].get(b"pos")
+        self.checkpoint = max(self.checkpoint, parse_pos(last))
+        self.changes_seen = _id_pos(entries[-1][0])
+
+
+def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:
+    """An index over a given note set (``--as-of`` queries fold their own)."""
+    idx = NamespaceIndex(ns)
+    for k in sorted(notes):
+        idx._put(notes[k])
+    idx.changes_seen = ZERO
+    return idx

@@ -1,0 +1,166 @@
+"""The query protocol shared by the client, the CLI and the worker: requests, results, errors.
+
+Results are encoded with msgspec (fixed field order, no whitespace), so the same log, the same
+query and the same ``as_of`` give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+
+from events.errors import ConfigError, QueryError
+from events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
+from projections.config import RankingConfig
+
+MAX_BUDGET = 1_000_000
+"""Largest token budget of one query."""
+AGENT_PATTERN = "^$|" + ID_PATTERN
+"""A query's agent: an id, or empty (anonymous: sees no private notes)."""
+
+
+class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One query, as submitted (JSON Lines for ``hivemind batch`` use the same fields)."""
+
+    ns: Ns
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=16_384)]
+    budget: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUDGET)]
+    agent: Annotated[str, msgspec.Meta(pattern=AGENT_PATTERN)] = ""
+    as_of: UtcDatetime | None = None
+    explain: bool = False
+    embedding: Embedding | None = None
+    config: dict[str, Any] | None = None
+    """Per-query overrides of the ranking config (unknown keys are an error)."""
+
+    def __post_init__(self) -> None:
+        if not self.text.strip():
+            raise ValueError("text must not be empty or only whitespace")
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """What a query job carries per query: the id, the submission position, the request."""
+
+    query_id: str
+    position: str
+    request: dict[str, Any]
+
+
+class NoteOut(msgspec.Struct, frozen=True):
+    """A packed note in the result (the contract's fields, in order)."""
+
+    note_id: str
+    text: str
+    tokens: int
+    cost: int
+    score: float
+    relevance: float
+    recency: float
+    tier: str
+    uses: int
+    age_days: float
+    created_at: datetime
+
+
+class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The contract's result object (``candidates`` only with ``explain``)."""
+
+    query_id: str
+    ns: str
+    agent: str
+    text: str
+    as_of: datetime
+    budget: int
+    used: int
+    method: str
+    notes: list[NoteOut]
+    upper_bound: float = 0.0
+    candidates: list[Any] | None = None
+
+
+class ErrorBody(msgspec.Struct, frozen=True):
+    code: str
+    message: str
+
+
+class QueryErrorResult(msgspec.Struct, frozen=True):
+    """The contract's error object."""
+
+    query_id: str
+    error: ErrorBody
+
+
+_enc = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    """Canonical JSON bytes of a result or error object."""
+    return _enc.encode(obj)
+
+
+def error_json(query_id: str, code: str, message: str) -> bytes:
+    """The error object as JSON bytes."""
+    return encode(QueryErrorResult(query_id, ErrorBody(code, message)))
+
+
+def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
+    """Validate a request; ``QueryError('invalid_request', ...)`` names the field."""
+    try:
+        if isinstance(data, dict):
+            req = msgspec.convert(data, QueryRequest)
+        else:
+            req = msgspec.json.decode(data, type=QueryRequest)
+    except msgspec.ValidationError as exc:
+        raise QueryError("invalid_request", f"invalid query: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise QueryError("invalid_request", f"malformed query JSON: {exc}") from exc
+    if req.as_of is not None and req.as_of.tzinfo is not UTC:
+        req = msgspec.structs.replace(req, as_of=req.as_of.astimezone(UTC))
+    return req
+
+
+def effective_config(base: RankingConfig, overrides: dict[str, Any] | None) -> RankingConfig:
+    """``base`` with a query's overrides applied; unknown keys or bad values are errors."""
+    if not overrides:
+        return base
+    merged = msgspec.to_builtins(base)
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = {**merged[k], **v}
+        else:
+            merged[k] = v
+    try:
+        return msgspec.convert(merged, RankingConfig)
+    except msgspec.ValidationError as exc:
+        raise QueryError("invalid_request", f"invalid query: config: {exc}") from exc
+
+
+def new_query_id(req: QueryRequest, position: str) -> str:
+    """``<ns>.<hex>``. ``as_of`` queries get an id derived from the request and the log
+    position (same log + same query -> same id and bytes); live ones a random id."""
+    if req.as_of is None:
+        return f"{req.ns}.{uuid.uuid4().hex[:24]}"
+    h = hashlib.sha256(encode(req) + b"@" + position.encode()).hexdigest()[:24]
+    return f"{req.ns}.{h}"
+
+
+def ns_of(query_id: str) -> str:
+    """The namespace part of a query id (raises ``QueryError`` if it has none)."""
+    import re
+
+    ns, dot, rest = query_id.partition(".")
+    if not dot or not rest or not re.match(NS_PATTERN, ns):
+        raise QueryError("invalid_request", f"malformed query id {query_id!r}")
+    return ns
+
+
+def utcnow() -> datetime:
+    """The wall clock, read at the edge (live queries only)."""
+    return datetime.now(UTC)
+
+
+__all__ = ["ConfigError", "Envelope", "QueryRequest", "QueryResult", "encode", "error_json",
+           "new_query_id", "ns_of", "parse_request"]

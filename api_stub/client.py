@@ -18,7 +18,7 @@ from rq import Queue, Retry
 from events import keys
 from events.codec import parse_json_event
 from events.errors import QueryError, QueryTimeout
-from events.log import append, format_pos, tail
+from events.log import ZERO, append, format_pos, parse_pos
 from events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from worker.protocol import Envelope, encode, error_json, new_query_id, ns_of, parse_request
 from worker.schedule import schedule_projection
@@ -88,7 +88,7 @@ class Client:
             except QueryError as exc:
                 parsed.append((dict(raw), exc))
         nss = sorted({p.ns for _, p in parsed if not isinstance(p, QueryError)})
-        positions = {ns: format_pos(tail(self.store, ns)) for ns in nss}
+        positions, lengths = self._positions(nss)
         ids: list[str] = []
         envs: list[dict[str, Any]] = []
         for raw, p in parsed:
@@ -100,7 +100,7 @@ class Client:
                 ids.append(qid)
                 continue
             pos = positions[p.ns]
-            qid = new_query_id(p, pos)
+            qid = new_query_id(p, lengths[p.ns])
             ids.append(qid)
             if p.as_of is not None and self.store.exists(keys.result(p.ns, qid)):
                 continue  # the same as-of query on the same log: already answered
@@ -111,6 +111,19 @@ class Client:
                              result_ttl=300, failure_ttl=86400,
                              description=f"answer {len(envs[i:i + chunk])} queries")
         return ids
+
+    def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
+        """Each namespace's newest stream id and length, read together (one MULTI each)."""
+        positions: dict[str, str] = {}
+        lengths: dict[str, int] = {}
+        for ns in nss:
+            p = self.store.pipeline(transaction=True)
+            p.xrevrange(keys.stream(ns), count=1)
+            p.xlen(keys.stream(ns))
+            last, n = p.execute()
+            positions[ns] = format_pos(parse_pos(last[0][0]) if last else ZERO)
+            lengths[ns] = int(n)
+        return positions, lengths
 
     def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
         ttl = self.settings.result_ttl_seconds

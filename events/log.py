@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import redis
-
 from events import keys
 from events.codec import encode_event
 from events.schema import Event
@@ -32,15 +30,14 @@ def format_pos(pos: Position) -> str:
     return f"{pos[0]}-{pos[1]}"
 
 
-def append(r: redis.Redis[Any] | Any, events: Sequence[Event],
-           pipe: Any | None = None) -> list[str]:
+def append(r: Any, events: Sequence[Event], pipe: Any | None = None) -> list[str]:
     """XADD each event to its namespace's stream and register the namespace.
 
     Uses one pipeline for the whole sequence (pass ``pipe`` to join a caller's pipeline, in
     which case the ids are not returned). Returns the entry ids in order.
     """
     own = pipe is None
-    p = r.pipeline(transaction=False) if own else pipe
+    p: Any = r.pipeline(transaction=False) if own else pipe
     nss: set[str] = set()
     for ev in events:
         p.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})

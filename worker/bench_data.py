@@ -57,6 +57,7 @@ class Expected:
 @dataclass
 class _Ns:
     name: str
+    tag: str = ""
     live: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     recent: deque[bytes] = field(default_factory=lambda: deque(maxlen=RECENT))
@@ -68,11 +69,16 @@ def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def generate(path: Path | str, n_events: int, namespaces: list[str], seed: int = 7) -> Expected:
-    """Write ``n_events`` JSON lines to ``path`` and return what their projection must be."""
+def generate(path: Path | str, n_events: int, namespaces: list[str], seed: int = 7,
+             tag: str = "") -> Expected:
+    """Write ``n_events`` JSON lines to ``path`` and return what their projection must be.
+
+    ``tag`` goes into every note_id and event_id, so files generated with different tags can
+    be ingested into the same namespaces without their ids colliding.
+    """
     rng = random.Random(seed)
     exp = Expected(events=n_events)
-    state = [_Ns(ns) for ns in namespaces]
+    state = [_Ns(ns, tag=tag) for ns in namespaces]
     for ns in namespaces:
         exp.dead[ns] = 0
         exp.distinct_event_ids[ns] = 0
@@ -93,7 +99,7 @@ def _one(rng: random.Random, st: _Ns, at: datetime, exp: Expected) -> bytes:
         exp.redeliveries += 1
         return rng.choice(st.recent)  # same line again: same event_id, applied once
     st.next_event += 1
-    eid = f"{ns}-e{st.next_event}"
+    eid = f"{ns}-{st.tag}e{st.next_event}"
     base: dict[str, Any] = {"event_id": eid, "ns": ns, "agent": f"agent{rng.randint(0, 7)}",
                             "at": _iso(at)}
     exp.distinct_event_ids[ns] += 1
@@ -127,7 +133,7 @@ def _one(rng: random.Random, st: _Ns, at: datetime, exp: Expected) -> bytes:
 
 def _create(rng: random.Random, st: _Ns, base: dict[str, Any], exp: Expected) -> dict[str, Any]:
     st.next_note += 1
-    nid = f"n{st.next_note}"
+    nid = f"{st.tag}n{st.next_note}"
     st.live.append(nid)
     kind = "scratch" if rng.random() < 0.2 else "note"
     words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 60)))

@@ -66,9 +66,12 @@ def run_demo(config_path: str | None) -> int:
         from events.ingest import ingest
         from worker.schedule import schedule_projection
 
+        def on_chunk(nss: set[str]) -> None:
+            for n in sorted(nss):
+                schedule_projection(rt.store, rt.project_queue, n)
+
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
-                     on_chunk=lambda nss: [schedule_projection(rt.store, rt.project_queue, n)
-                                           for n in nss] and None)
+                     on_chunk=on_chunk)
     finally:
         os.unlink(path)
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")

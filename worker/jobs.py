@@ -25,4 +25,4 @@ def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
     engine = rt.cache.get("query_engine")
     if engine is None:
         engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings)
-    return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])  # type: ignore[no-any-return]
+    return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])

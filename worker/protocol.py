@@ -119,6 +119,7 @@ def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
         raise QueryError("invalid_request", f"malformed query JSON: {exc}") from exc
     if req.as_of is not None and req.as_of.tzinfo is not UTC:
         req = msgspec.structs.replace(req, as_of=req.as_of.astimezone(UTC))
+    effective_config(RankingConfig(), req.config)  # unknown keys / bad values: fail early
     return req
 
 
@@ -138,12 +139,13 @@ def effective_config(base: RankingConfig, overrides: dict[str, Any] | None) -> R
         raise QueryError("invalid_request", f"invalid query: config: {exc}") from exc
 
 
-def new_query_id(req: QueryRequest, position: str) -> str:
-    """``<ns>.<hex>``. ``as_of`` queries get an id derived from the request and the log
-    position (same log + same query -> same id and bytes); live ones a random id."""
+def new_query_id(req: QueryRequest, log_length: int) -> str:
+    """``<ns>.<hex>``. ``as_of`` queries get an id derived from the request and the number of
+    log entries it may see (the log is append-only, so that names the log prefix on any
+    machine: same log + same query -> same id and bytes); live ones a random id."""
     if req.as_of is None:
         return f"{req.ns}.{uuid.uuid4().hex[:24]}"
-    h = hashlib.sha256(encode(req) + b"@" + position.encode()).hexdigest()[:24]
+    h = hashlib.sha256(encode(req) + b"@" + str(log_length).encode()).hexdigest()[:24]
     return f"{req.ns}.{h}"
 
 

@@ -27,7 +27,8 @@ class TierDecay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.half_life_days) and self.half_life_days > 0):
-            raise ValueError(f"half_life_days must be a finite number > 0, got {self.half_life_days}")
+            raise ValueError(
+                f"half_life_days must be a finite number > 0, got {self.half_life_days}")
         if not (math.isfinite(self.floor) and 0.0 <= self.floor <= 1.0):
             raise ValueError(f"floor must be within [0, 1], got {self.floor}")
 

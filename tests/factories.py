@@ -16,8 +16,8 @@ def iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def created(nid: str, *, ns: str = "t", agent: str = "a", at: datetime = T0, text: str | None = None,
-            eid: str | None = None, **extra: Any) -> dict[str, Any]:
+def created(nid: str, *, ns: str = "t", agent: str = "a", at: datetime = T0,
+            text: str | None = None, eid: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"type": "note.created", "event_id": eid or f"c-{nid}", "ns": ns, "note_id": nid,
             "agent": agent, "at": iso(at), "text": text or f"note {nid} about redis", **extra}
 

@@ -22,6 +22,7 @@ from projections.store import (
     read_dead,
     read_notes,
 )
+from tests.factories import T0, created, ev, forgotten, used
 from worker import runtime
 from worker.commands import run_worker
 from worker.schedule import (
@@ -31,7 +32,6 @@ from worker.schedule import (
     try_lease,
 )
 from worker.settings import Settings
-from tests.factories import T0, created, ev, forgotten, used
 
 CFG = RankingConfig()
 
@@ -188,7 +188,7 @@ def test_projection_job_reschedules_until_caught_up(store: Any) -> None:
 
 def test_burst_worker_projects_every_namespace(store: Any) -> None:
     rt = _rt(store, batch_size=3, max_batches_per_job=2)
-    evs = _events() + [ev(created("x", ns="other")), ev(used("x", "ux", ns="other"))]
+    evs = [*_events(), ev(created("x", ns="other")), ev(used("x", "ux", ns="other"))]
     append(store, evs)
     for ns in ("t", "other"):
         schedule_projection(store, rt.project_queue, ns)

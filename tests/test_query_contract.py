@@ -200,8 +200,8 @@ def test_timeout_names_the_query(store: Any) -> None:
 def test_batch_answers_in_input_order_in_few_jobs(store: Any) -> None:
     c, rt = _setup(store, query_chunk=3)
     c.append(_log())
-    reqs: list[Any] = [{"ns": "t", "text": w, "budget": 50, "as_of": AS_OF}
-                       for w in ["redis", "lunch", "checkpoint", "zzz", "scratch", "stream", "menu"]]
+    words = ["redis", "lunch", "checkpoint", "zzz", "scratch", "stream", "menu"]
+    reqs: list[Any] = [{"ns": "t", "text": w, "budget": 50, "as_of": AS_OF} for w in words]
     reqs.insert(2, {"ns": "t", "text": "redis", "budget": -1})
     ids = c.submit_batch(reqs)
     assert rt.query_queue.count == 3  # 7 good queries in chunks of 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -80,8 +81,8 @@ def test_longterm_never_decays(d: float) -> None:
 def test_recency_is_monotone_non_increasing_in_age() -> None:
     for tier in ("short", "scratch"):
         values = [recency(tier, float(d), DEFAULT) for d in range(0, 1000, 7)]
-        assert all(a > b for a, b in zip(values, values[1:], strict=False) if b > 0.35 + 1e-9)
-        assert all(a >= b for a, b in zip(values, values[1:], strict=False))
+        assert all(a > b for a, b in itertools.pairwise(values) if b > 0.35 + 1e-9)
+        assert all(a >= b for a, b in itertools.pairwise(values))
 
 
 def test_tiers_differ_at_the_same_age() -> None:

@@ -39,7 +39,8 @@ def test_scratch_notes_earn_longterm_too(uses: int, tier: str) -> None:
 def test_threshold_comes_from_config() -> None:
     cfg = RankingConfig(longterm_uses=2)
     assert _fold([created("n"), used("n", "u1")], cfg).notes["n"].tier == "short"
-    assert _fold([created("n"), used("n", "u1"), used("n", "u2")], cfg).notes["n"].tier == "longterm"
+    two = _fold([created("n"), used("n", "u1"), used("n", "u2")], cfg)
+    assert two.notes["n"].tier == "longterm"
 
 
 def test_repeated_event_id_applies_once() -> None:

@@ -1,4 +1,4 @@
-"""Relevance: tokenizer, incremental BM25 index (checked against a from-scratch reference), cosine."""
+"""Relevance: tokenizer, incremental BM25 index (vs a from-scratch reference), cosine."""
 
 from __future__ import annotations
 

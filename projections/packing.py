@@ -83,9 +83,13 @@ def _scaled(items: list[Item]) -> IntArray:
 
 def lp_bound(items: list[Item], budget: int) -> float:
     """The fractional knapsack optimum: an upper bound on any 0/1 packing of ``items``."""
+    return _lp_bound(sorted(items, key=_density_key), budget)
+
+
+def _lp_bound(by_density: list[Item], budget: int) -> float:
     bound = 0.0
     room = budget
-    for it in sorted(items, key=_density_key):
+    for it in by_density:
         if it.cost <= room:
             bound += it.value
             room -= it.cost
@@ -124,11 +128,10 @@ def _exact(items: list[Item], values: IntArray, budget: int) -> list[int]:
     return chosen
 
 
-def _greedy(items: list[Item], budget: int) -> list[int]:
-    order = sorted(range(len(items)), key=lambda i: _density_key(items[i]))
+def _greedy(items: list[Item], by_density: list[int], budget: int) -> list[int]:
     chosen: list[int] = []
     room = budget
-    for i in order:
+    for i in by_density:
         if items[i].cost <= room:
             chosen.append(i)
             room -= items[i].cost
@@ -162,14 +165,16 @@ def _best_removal(
     return idx, val
 
 
-def _improve(items: list[Item], values: IntArray, budget: int, start: list[int]) -> list[int]:
+def _improve(
+    items: list[Item], values: IntArray, by_density: list[int], budget: int, start: list[int]
+) -> list[int]:
     """Best-improvement local search from ``start``; terminates (integer value strictly rises)."""
     n = len(items)
     costs = np.array([it.cost for it in items], dtype=np.int64)
     in_set = np.zeros(n, dtype=np.bool_)
     in_set[start] = True
     by_value = np.arange(n)  # items are already in value-desc order
-    by_density = np.array(sorted(range(n), key=lambda i: _density_key(items[i])), np.int64)
+    dense = np.array(by_density, np.int64)
     while True:
         chosen = np.flatnonzero(in_set)
         out = np.flatnonzero(~in_set)
@@ -193,7 +198,7 @@ def _improve(items: list[Item], values: IntArray, budget: int, start: list[int])
         # swap one chosen for two unchosen, from a core of valuable and value-dense items
         core_mask = np.zeros(n, dtype=np.bool_)
         core_mask[by_value[~in_set[by_value]][:SWAP_PAIR_CORE]] = True
-        core_mask[by_density[~in_set[by_density]][:SWAP_PAIR_CORE]] = True
+        core_mask[dense[~in_set[dense]][:SWAP_PAIR_CORE]] = True
         core = np.flatnonzero(core_mask)
         if len(core) >= 2:
             a, b = np.triu_indices(len(core), k=1)
@@ -225,15 +230,18 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
         idx = _exact(cands, values, width)
     else:
         method = "greedy+swap"
-        idx = _greedy(cands, budget)
+        by_density = sorted(range(len(cands)), key=lambda i: _density_key(cands[i]))
+        idx = _greedy(cands, by_density, budget)
         single = int(np.argmax(values))  # the most valuable item alone (it fits: cost <= budget)
         if values[single] > int(values[idx].sum()):
             idx = [single]
-        idx = _improve(cands, values, budget, idx)
+        idx = _improve(cands, values, by_density, budget, idx)
     idx.sort()
     chosen = [cands[i] for i in idx]
     total_value = math.fsum(it.value for it in chosen)
-    bound = total_value if method == "exact" else max(total_value, lp_bound(cands, budget))
+    bound = total_value
+    if method == "greedy+swap":
+        bound = max(total_value, _lp_bound([cands[i] for i in by_density], budget))
     return PackResult(
         chosen=tuple(it.key for it in chosen),
         method=method,

@@ -143,25 +143,23 @@ def _best_removal(
 ) -> tuple[IntArray, IntArray]:
     """For each ``need[j]``: the least valuable chosen item with cost >= need[j] (-1 if none).
 
-    Returns (index into items or -1, its value or a huge sentinel).
+    Returns (index into items or -1, its value or a huge sentinel). Among equally valuable
+    items the costliest goes (it frees the most room). ``chosen`` must not be empty: the search
+    starts from a non-empty packing and every move keeps at least one item.
     """
-    big = np.iinfo(np.int64).max
-    if len(chosen) == 0:
-        return np.full(len(need), -1, np.int64), np.full(len(need), big, np.int64)
     by_cost = chosen[np.lexsort((chosen, costs[chosen]))]
-    c_sorted = costs[by_cost]
-    # suffix minimum of value (ties: lowest canonical index) over the cost-sorted chosen items
+    # suffix minimum of value over the cost-sorted chosen items
     suf_idx = np.empty(len(by_cost), np.int64)
-    best_i = -1
+    best_i = int(by_cost[-1])
     for pos in range(len(by_cost) - 1, -1, -1):
         i = int(by_cost[pos])
-        if best_i < 0 or values[i] < values[best_i] or (values[i] == values[best_i] and i < best_i):
+        if values[i] < values[best_i]:
             best_i = i
         suf_idx[pos] = best_i
-    at = np.searchsorted(c_sorted, need, side="left")
+    at = np.searchsorted(costs[by_cost], need, side="left")
     ok = at < len(by_cost)
     idx = np.where(ok, suf_idx[np.minimum(at, len(by_cost) - 1)], -1)
-    val = np.where(ok, values[np.maximum(idx, 0)], big)
+    val = np.where(ok, values[idx], np.iinfo(np.int64).max)
     return idx, val
 
 

@@ -140,3 +140,14 @@ def test_config_changes_change_results() -> None:
     overhead = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
                     cfg=config_from_toml("per_note_overhead_tokens = 950"))
     assert overhead.notes == [] and overhead.candidates[0].cost == 1050
+
+
+def test_errors_without_a_source_say_config() -> None:
+    with pytest.raises(ConfigError, match=r"^<config>: invalid ranking config: .*bogus"):
+        config_from_toml("bogus = 1")
+
+
+def test_config_file_is_read_as_utf8(tmp_path: Path) -> None:
+    p = tmp_path / "ranking.toml"
+    p.write_bytes("# réglages — café\norder = \"score\"\n".encode())
+    assert load_config(p).order == "score"

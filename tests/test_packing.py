@@ -221,3 +221,13 @@ def test_invariant_to_input_order(
     seed.shuffle(shuffled)
     assert pack(items, budget, cells) == pack(shuffled, budget, cells)
     assert pack(iter(reversed(items)), budget, cells) == pack(items, budget, cells)
+
+
+def test_swap_removes_the_least_valuable_item_that_frees_enough_room() -> None:
+    # greedy (density): A, then D does not fit, then B (slack 10), E does not fit -> 1.02.
+    # Swapping B (the cheap, weak item) for E gives 1.05; swapping A for anything loses.
+    items = [Item("A", 60, 0.9), Item("D", 50, 0.6), Item("B", 30, 0.12), Item("E", 40, 0.15)]
+    assert plain_greedy(items, 100) == pytest.approx(1.02)
+    res = pack(items, 100, GREEDY)
+    assert res.chosen == ("A", "E")
+    assert res.total_value == pytest.approx(1.05) == pytest.approx(brute_force(items, 100))

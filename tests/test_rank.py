@@ -301,3 +301,18 @@ def test_relevance_that_prints_as_zero_is_not_a_candidate() -> None:
     res = run([mk("tiny"), mk("small")], {"tiny": 4e-7, "small": 6e-7})
     assert [c.note_id for c in res.candidates] == ["small"]
     assert res.candidates[0].relevance == 0.000001
+
+
+def test_age_and_upper_bound_are_rounded_floats() -> None:
+    notes = [mk("a", age=1 / 3, tokens=60), mk("b", age=2.0, tokens=60)]
+    res = run(notes, {"a": 0.7, "b": 0.6}, budget=100, cfg=RankingConfig(exact_max_cells=0))
+    assert res.method == "greedy+swap"
+    a = by_id(res)["a"]
+    assert a.age_days == 0.333333 and isinstance(a.age_days, float)
+    bound = 0.7 * (0.35 + 0.65 * 0.5 ** ((1 / 3) / 180)) + 0.6 * (
+        0.35 + 0.65 * 0.5 ** (2 / 180)
+    ) * 40 / 60
+    assert res.upper_bound == round(bound, 6)
+    assert b'"age_days":0.333333,' in msgspec.json.encode(res)
+    whole = run([mk("w", age=365.0)], {"w": 1.0})
+    assert b'"age_days":365.0,' in msgspec.json.encode(whole)

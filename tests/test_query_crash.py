@@ -1,0 +1,67 @@
+"""A worker that dies mid-query: the client gets a timeout naming the query, and the job is
+retried by RQ's abandoned-job cleanup (never silently lost)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from rq.registry import StartedJobRegistry
+
+from api_stub.client import Client
+from events import keys
+from events.errors import QueryTimeout
+from worker import runtime
+from worker.settings import Settings
+from tests.conftest import RedisProc
+from tests.factories import created
+
+pytestmark = pytest.mark.redis_server
+
+
+def _wait(cond: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # polling another process's state
+
+
+def test_worker_killed_mid_query_times_out_then_job_is_retried(redis_server: RedisProc) -> None:
+    r = redis_server.client()
+    r.flushall()
+    s = Settings(redis_url=redis_server.url)
+    rt = runtime.build(s, r)
+    c = Client(r, settings=s)
+    c.append([created("n1", text="alpha beta")])
+    # a projector that holds the lease and never finishes: the query job must wait on it
+    r.set(keys.lock("t"), "someone-else", px=120_000)
+    qid = c.submit_query("t", "alpha", 100)
+    env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url,
+           "HIVEMIND_CATCH_UP_TIMEOUT": "60"}
+    w = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = StartedJobRegistry(keys.QUERY_QUEUE, connection=r)
+    try:
+        _wait(lambda: started.count == 1, "the query job to start")
+        w.kill()
+        w.wait(timeout=10)
+    finally:
+        if w.poll() is None:
+            w.kill()
+    with pytest.raises(QueryTimeout, match=qid.replace(".", r"\.")):
+        c.result(qid, timeout=0.5)
+    # RQ notices the abandoned job once its execution expires; pretend that time has passed
+    r.delete(keys.lock("t"))
+    started.cleanup(timestamp=time.time() + 100_000)
+    assert rt.query_queue.count == 1, "abandoned job was not requeued for retry"
+    b = subprocess.run([sys.executable, "-m", "worker.cli", "worker", "--burst"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert b.returncode == 0, b.stderr
+    res = c.result(qid, timeout=5)
+    assert [n["note_id"] for n in res["notes"]] == ["n1"]
+    r.flushall()

@@ -9,8 +9,11 @@ position) triggers a full reload.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from events import keys
 from events.log import ZERO, Position, parse_pos
@@ -34,9 +37,14 @@ class NamespaceIndex:
     """Id of the last changes entry folded in (None: never loaded)."""
     full_loads: int = 0
     incremental_notes: int = 0
+    _vectors: dict[int, tuple[list[str], Any, Any]] = field(default_factory=dict)
+    """Per embedding dimension: note ids, their embeddings as one matrix, and their norms."""
+    _dirty_dims: set[int] = field(default_factory=set)
 
     def _put(self, note: NoteState) -> None:
         old = self.notes.get(note.note_id)
+        if note.embedding is not None:
+            self._dirty_dims.add(len(note.embedding))
         self.notes[note.note_id] = note
         if note.forgotten:
             if note.note_id in self.lexical:
@@ -53,6 +61,8 @@ class NamespaceIndex:
         last_change, cp, raw = p.execute()
         self.notes = {}
         self.lexical = LexicalIndex()
+        self._vectors = {}
+        self._dirty_dims = set()
         for k in sorted(raw):
             self._put(unpack_note(raw[k]))
         self.checkpoint = parse_pos(cp)
@@ -89,6 +99,42 @@ class NamespaceIndex:
         last = entries[-1][1].get(b"pos")
         self.checkpoint = max(self.checkpoint, parse_pos(last))
         self.changes_seen = _id_pos(entries[-1][0])
+
+
+    def _matrix(self, dim: int) -> tuple[list[str], Any, Any]:
+        if dim in self._dirty_dims or dim not in self._vectors:
+            ids = sorted(k for k, n in self.notes.items()
+                         if not n.forgotten and n.embedding is not None and len(n.embedding) == dim)
+            m = np.array([self.notes[k].embedding for k in ids], dtype=np.float64).reshape(
+                len(ids), dim)
+            self._vectors[dim] = (ids, m, np.sqrt(np.einsum("ij,ij->i", m, m)))
+            self._dirty_dims.discard(dim)
+        return self._vectors[dim]
+
+    def relevance(self, text: str, embedding: Sequence[float] | None,
+                  cfg: Any) -> dict[str, float]:
+        """Relevance of every live note to a query (notes at 0 left out), vectorised.
+
+        Same rule as ``projections.relevance.relevance_for``: cosine (clamped to [0, 1]) where
+        the note and the query carry embeddings of the same dimension, BM25 otherwise.
+        """
+        lex = self.lexical.scores(text, cfg)
+        if embedding is None:
+            return lex
+        ids, m, norms = self._matrix(len(embedding))
+        q = np.asarray(embedding, dtype=np.float64)
+        qn = float(np.sqrt(np.dot(q, q)))
+        with_vec = set(ids)
+        out = {k: v for k, v in lex.items() if k not in with_vec}
+        if not ids or qn == 0.0:
+            return out
+        dots = np.einsum("ij,j->i", m, q)
+        denom = norms * qn
+        cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+        for k, v in zip(ids, np.clip(cos, 0.0, 1.0).tolist(), strict=True):
+            if v > 0.0:
+                out[k] = v
+        return out
 
 
 def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:

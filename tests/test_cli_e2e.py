@@ -97,7 +97,7 @@ def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
     assert '"event": "projection_batch"' in b.stderr
     out = run(server, "notes", "--ns", "t", "--json")
     rows = [json.loads(x) for x in out.stdout.splitlines()]
-    assert [list(r) for r in rows][0] == ["note_id", "agent", "scope", "kind", "tokens",
+    assert list(rows[0]) == ["note_id", "agent", "scope", "kind", "tokens",
                                           "created_at", "uses", "last_used_at", "tier",
                                           "forgotten"]
     a, bb = rows

@@ -15,10 +15,10 @@ from rq.registry import StartedJobRegistry
 from api_stub.client import Client
 from events import keys
 from events.errors import QueryTimeout
-from worker import runtime
-from worker.settings import Settings
 from tests.conftest import RedisProc
 from tests.factories import created
+from worker import runtime
+from worker.settings import Settings
 
 pytestmark = pytest.mark.redis_server
 

@@ -145,7 +145,7 @@ def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_curves(args: argparse.Namespace) -> int:
-    from projections import curves
+    import projections.curves as curves
     from projections.config import load_config
 
     cfg = load_config(args.config or Settings.from_env().config_path)

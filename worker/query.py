@@ -18,7 +18,6 @@ from projections.config import RankingConfig
 from projections.index import NamespaceIndex, build_index
 from projections.rank import RankResult, rank
 from projections.rebuild import fold_log
-from projections.relevance import relevance_for
 from worker.protocol import (
     Envelope,
     NoteOut,
@@ -117,7 +116,7 @@ class QueryEngine:
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
              now: datetime) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline."""
-    rel = relevance_for(idx.notes.values(), req.text, req.embedding, idx.lexical, cfg)
+    rel = idx.relevance(req.text, req.embedding, cfg)
     return rank((idx.notes[k] for k in rel), rel, agent=req.agent, now=now,
                 budget=req.budget, cfg=cfg)
 

@@ -1,0 +1,91 @@
+"""The worker's in-memory index: incremental refresh equals a full load; vectorised relevance
+equals the pure reference ``relevance_for``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events.log import append
+from projections.config import RankingConfig
+from projections.index import NamespaceIndex, build_index
+from projections.relevance import relevance_for
+from projections.store import project_batch
+from tests.factories import created, ev, forgotten, used
+
+CFG = RankingConfig()
+VEC = st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=3, max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["alpha beta", "beta gamma", "gamma", "delta alpha"]),
+                          st.one_of(st.none(), VEC, st.just([0.0, 0.0, 0.0]),
+                                    st.lists(st.just(0.5), min_size=4, max_size=4)),
+                          st.booleans()), min_size=1, max_size=15),
+       VEC, st.sampled_from(["alpha", "gamma delta", "zeta"]))
+def test_vectorised_relevance_matches_reference(rows: list[Any], q: list[float],
+                                                text: str) -> None:
+    notes = {}
+    for i, (t, vec, gone) in enumerate(rows):
+        d = created(f"n{i}", text=t, **({"embedding": vec} if vec is not None else {}))
+        from projections.reduce import Projection
+
+        p = Projection()
+        p.feed([("1-0", ev(d), b"")], CFG)
+        if gone:
+            p.feed([("2-0", ev(forgotten(f"n{i}", f"f{i}")), b"")], CFG)
+        notes.update(p.notes)
+    idx = build_index("t", notes)
+    live = [n for n in notes.values() if not n.forgotten]
+    for emb in (q, None):
+        got = idx.relevance(text, emb, CFG)
+        ref = relevance_for(live, text, emb, idx.lexical, CFG)
+        assert set(got) == set(ref)
+        for k in ref:
+            assert abs(got[k] - ref[k]) < 1e-9
+
+
+def test_incremental_refresh_equals_full_load() -> None:
+    r = fakeredis.FakeRedis()
+    inc = NamespaceIndex("t")
+    batches = [
+        [created("a", text="redis stream"), created("b", text="lunch menu", embedding=[1, 0])],
+        [used("a", "u1"), created("c", text="redis lunch")],
+        [forgotten("b", "fb"), used("c", "u2"), created("d", text="stream", embedding=[0, 1])],
+        [used("ghost", "ug")],
+    ]
+    for batch in batches:
+        append(r, [ev(d) for d in batch])
+        while project_batch(r, "t", CFG, 2) is not None:
+            pass
+        inc.refresh(r)
+        full = NamespaceIndex("t")
+        full.load(r)
+        assert inc.notes == full.notes
+        assert inc.checkpoint == full.checkpoint
+        for q in ("redis", "lunch", "stream menu"):
+            assert inc.relevance(q, None, CFG) == full.relevance(q, None, CFG)
+        assert inc.relevance("x", [0.0, 1.0], CFG) == full.relevance("x", [0.0, 1.0], CFG)
+    assert inc.full_loads == 1
+    assert "b" not in inc.relevance("lunch", [1.0, 0.0], CFG)
+
+
+def test_trimmed_changes_stream_forces_full_reload() -> None:
+    from events import keys
+
+    r = fakeredis.FakeRedis()
+    append(r, [ev(created("a"))])
+    project_batch(r, "t", CFG)
+    idx = NamespaceIndex("t")
+    idx.refresh(r)
+    append(r, [ev(created("b"))])
+    project_batch(r, "t", CFG)
+    append(r, [ev(created("c"))])
+    project_batch(r, "t", CFG)
+    # the entries for "b" and our own last one are trimmed away
+    r.xtrim(keys.changes("t"), maxlen=1, approximate=False)
+    idx.refresh(r)
+    assert idx.full_loads == 2 and set(idx.notes) == {"a", "b", "c"}

@@ -102,28 +102,26 @@ class LexicalIndex:
 
         Keys with relevance 0 are absent. Only the postings of the query's terms are read.
         """
-        terms = list(dict.fromkeys(tokenize(query)))
-        n_docs = len(self._doc_len)
-        if not terms or n_docs == 0:
+        if self._total_len == 0:  # nothing indexed has a single word
             return {}
         k1, b = cfg.bm25_k1, cfg.bm25_b
-        avgdl = self._total_len / n_docs if self._total_len > 0 else 1.0
+        n_docs = len(self._doc_len)
         # Denominator of one term: tf + k1 * (1 - b + b * dl / avgdl) = tf + base + slope * dl
         base = k1 * (1.0 - b)
-        slope = k1 * b / avgdl
-        weights = [idf(n_docs, self.doc_freq(t)) for t in terms]
-        max_score = math.fsum(weights)
+        slope = k1 * b * n_docs / self._total_len
+        weighted = [(t, idf(n_docs, self.doc_freq(t))) for t in dict.fromkeys(tokenize(query))]
+        # Each note sums a subset of these weights, each times a factor <= 1, in the same order,
+        # so (rounding being monotone) its sum never exceeds max_score: the ratio stays <= 1.
+        max_score = 0.0
+        for _, w in weighted:
+            max_score += w
         doc_len = self._doc_len
         acc: dict[str, float] = {}
         get = acc.get
-        for term, w in zip(terms, weights, strict=True):
-            posting = self._postings.get(term)
-            if posting is None:
-                continue
-            w_norm = w / max_score
-            for key, tf in posting.items():
-                acc[key] = get(key, 0.0) + w_norm * tf / (tf + base + slope * doc_len[key])
-        return {key: min(1.0, s) for key, s in acc.items()}
+        for term, w in weighted:
+            for key, tf in self._postings.get(term, {}).items():
+                acc[key] = get(key, 0.0) + w * (tf / (tf + base + slope * doc_len[key]))
+        return {key: s / max_score for key, s in acc.items()}
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -134,14 +132,12 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """
     if len(a) != len(b):
         raise ValueError(f"cosine of vectors of different dimensions: {len(a)} != {len(b)}")
-    dot = math.fsum(map(operator.mul, a, b))
-    if dot <= 0.0:
-        return 0.0
     norm_a = math.sqrt(math.fsum(map(operator.mul, a, a)))
     norm_b = math.sqrt(math.fsum(map(operator.mul, b, b)))
     if norm_a == 0.0 or norm_b == 0.0:
         return 0.0
-    return min(1.0, dot / (norm_a * norm_b))
+    dot = math.fsum(map(operator.mul, a, b))
+    return max(0.0, min(1.0, dot / (norm_a * norm_b)))
 
 
 def relevance_for(

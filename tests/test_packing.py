@@ -231,3 +231,15 @@ def test_swap_removes_the_least_valuable_item_that_frees_enough_room() -> None:
     res = pack(items, 100, GREEDY)
     assert res.chosen == ("A", "E")
     assert res.total_value == pytest.approx(1.05) == pytest.approx(brute_force(items, 100))
+
+
+def test_greedy_phase_fills_exactly_and_breaks_density_ties_by_value() -> None:
+    # The swap pass repairs most greedy slips, so the greedy phase is checked on its own.
+    from projections.packing import _density_key, _greedy
+
+    items = [Item("x", 50, 0.5), Item("y", 30, 0.3), Item("z", 20, 0.2)]  # equal density
+    order = sorted(range(3), key=lambda i: _density_key(items[i]))
+    assert [items[i].key for i in order] == ["x", "y", "z"]
+    assert sorted(items[i].key for i in _greedy(items, order, 70)) == ["x", "z"]
+    assert sorted(items[i].key for i in _greedy(items, order, 100)) == ["x", "y", "z"]
+    assert _density_key(Item("free", 0, 0.1)) < _density_key(Item("dense", 1, 100.0))

@@ -98,7 +98,9 @@ def test_idf_is_lucene_and_always_positive() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["redis streams", "deploy", "events redis", "soup", "unknown words only", "deploy xyz"]
+    "query",
+    ["redis streams", "deploy", "events redis", "soup", "unknown words only", "deploy xyz",
+     "xyz deploy redis"],
 )
 @pytest.mark.parametrize(
     "cfg",
@@ -131,6 +133,18 @@ def test_full_match_of_a_short_note_scores_near_one() -> None:
     assert s["a"] == 1.0
     s2 = ix.scores("alpha beta", RankingConfig(bm25_k1=0.0))
     assert s2["a"] + s2["b"] == pytest.approx(1.0)  # each gets its share of the query's idf mass
+
+
+def test_a_note_matching_every_query_word_scores_exactly_one_without_saturation() -> None:
+    docs = {f"d{i}": " ".join(f"w{j}" for j in range(i, i + 7)) for i in range(30)}
+    ix = build(docs)
+    flat = RankingConfig(bm25_k1=0.0)
+    for q in ("w5 w6 w7 w8 w9 w10", "w11 w12 w13", "w20 w26 w21 w25 w22 w24 w23"):
+        got = ix.scores(q, flat)
+        words = set(tokenize(q))
+        full = [k for k, t in docs.items() if words <= set(t.split())]
+        assert full and all(got[k] == 1.0 for k in full)
+        assert all(v <= 1.0 for v in got.values())
 
 
 def test_unknown_query_terms_lower_the_score() -> None:
@@ -246,6 +260,11 @@ def test_incremental_index_equals_reference(
 )
 def test_cosine(a: list[float], b: list[float], expected: float) -> None:
     assert cosine(a, b) == pytest.approx(expected, abs=1e-15)
+
+
+def test_cosine_never_exceeds_one_despite_rounding() -> None:
+    v = [0.57, -0.39, -0.05]  # unclamped, dot / (|v| * |v|) is 1.0000000000000002
+    assert cosine(v, v) == 1.0
 
 
 def test_cosine_dimension_mismatch_is_an_error() -> None:

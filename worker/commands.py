@@ -57,16 +57,28 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     return 1 if rep.rejected else 0
 
 
+SWEEP_INTERVAL_S = 60
+"""A long-running worker re-sweeps for namespaces left behind after this long idle."""
+
+
 def run_worker(rt: runtime.Runtime, burst: bool) -> int:
-    """Sweep for namespaces left behind, then work; in burst mode loop until all projected."""
+    """Sweep for namespaces left behind, then work; in burst mode loop until all projected.
+
+    A long-running worker returns to sweep whenever it has been idle for ``SWEEP_INTERVAL_S``
+    (a job that failed for good leaves its namespace behind until someone sweeps), and exits
+    on SIGINT/SIGTERM (RQ's warm shutdown: the current job finishes first).
+    """
     queues = [rt.query_queue, rt.project_queue]
     rounds_without_progress = 0
     while True:
         sweep(rt.store, rt.project_queue)
         w = SimpleWorker(queues, connection=rt.rq, serializer=JSONSerializer)
-        w.work(burst=burst, with_scheduler=False, logging_level="WARNING")
+        w.work(burst=burst, with_scheduler=False, logging_level="WARNING",
+               max_idle_time=None if burst else SWEEP_INTERVAL_S)
         if not burst:
-            return 0
+            if w._stop_requested or getattr(w, "_shutdown_requested_date", None) is not None:
+                return 0
+            continue
         late = behind(rt.store)
         if not late:
             log.info("burst_done")

@@ -123,19 +123,24 @@ def run_projection(r: Any, q: Queue, ns: str, cfg: RankingConfig, s: Settings) -
     """The body of a projection job: fold, then reschedule or clear the marker atomically."""
     deadline = time.monotonic() + 2 * s.lock_lease_ms / 1000
     held = acquire_lease(r, ns, s.lock_lease_ms, deadline)
+    events = 0
     if held is None:
+        # Someone else (an inline catch-up, a replay, a stuck projector whose lease has not
+        # expired yet) holds the lease. They may not reschedule, so fall through: if the
+        # namespace is still behind, this job enqueues a successor, which waits again.
         log.info("projection_busy", ns=ns)
-        return {"ns": ns, "status": "busy", "events": 0}
-    try:
-        events = fold_with_lease(r, held, cfg, s)
-    finally:
-        held.release()
+    else:
+        try:
+            events = fold_with_lease(r, held, cfg, s)
+        finally:
+            held.release()
     more = script(r, "finish_job")(
         keys=[keys.stream(ns), keys.checkpoint(ns), keys.scheduled(ns)],
         args=[keys.SCHEDULE_TTL_SECONDS])
     if more:
         enqueue_projection(q, ns)
-    return {"ns": ns, "status": "more" if more else "caught_up", "events": events,
+    status = "busy" if held is None else "more" if more else "caught_up"
+    return {"ns": ns, "status": status, "events": events,
             "checkpoint": format_pos(checkpoint(r, ns))}
 
 

@@ -136,33 +136,37 @@ class Progress:
 def assert_consistent(r: Any, url: str, namespaces: list[str], files: list[Path],
                       exp: Expected) -> None:
     """Live == pure fold, ``replay --verify`` passes, counts == the independent counts."""
-    uses: dict[tuple[str, str], int] = {}
-    forgotten: set[tuple[str, str]] = set()
-    for f in files:
-        u, g = independent_counts(f)
-        uses.update(u)
-        forgotten |= g
-    assert uses == exp.uses, "the test's own count and the generator disagree"
-    assert forgotten == exp.forgotten
-    for ns in namespaces:
-        assert checkpoint(r, ns) == tail(r, ns)
-        live = read_notes(r, ns)
-        rebuilt = fold_log(r, ns, CFG)
-        assert live == rebuilt.projection.notes
-        got = {nid: n.uses for nid, n in live.items()}
-        assert got == {nid: u for (ens, nid), u in uses.items() if ens == ns}
-        assert {nid for nid, n in live.items() if n.forgotten} == {
-            nid for (ens, nid) in forgotten if ens == ns}
-        for nid, n in live.items():
-            assert n.tier == exp.tier((ns, nid), CFG.longterm_uses), nid
-        # dead letters and seen ids are written in the same commit: never twice, never lost
-        assert r.xlen(keys.dead(ns)) == exp.dead[ns] == len(rebuilt.projection.dead)
-        assert r.scard(keys.seen(ns)) == exp.distinct_event_ids[ns]
     verifies = [subprocess.Popen([sys.executable, "-m", "worker.cli", "replay", "--ns", ns,
                                   "--verify"], env=_env(url), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT) for ns in namespaces]
-    for ns, v in zip(namespaces, verifies, strict=True):
-        out, _ = v.communicate(timeout=60)
+    outputs: list[bytes] = []
+    try:
+        uses: dict[tuple[str, str], int] = {}
+        forgotten: set[tuple[str, str]] = set()
+        for f in files:
+            u, g = independent_counts(f)
+            uses.update(u)
+            forgotten |= g
+        assert uses == exp.uses, "the test's own count and the generator disagree"
+        assert forgotten == exp.forgotten
+        for ns in namespaces:
+            assert checkpoint(r, ns) == tail(r, ns)
+            live = read_notes(r, ns)
+            rebuilt = fold_log(r, ns, CFG)
+            assert live == rebuilt.projection.notes
+            got = {nid: n.uses for nid, n in live.items()}
+            assert got == {nid: u for (ens, nid), u in uses.items() if ens == ns}
+            assert {nid for nid, n in live.items() if n.forgotten} == {
+                nid for (ens, nid) in forgotten if ens == ns}
+            for nid, n in live.items():
+                assert n.tier == exp.tier((ns, nid), CFG.longterm_uses), nid
+            # dead letters and seen ids are written in the same commit: never twice, never lost
+            assert r.xlen(keys.dead(ns)) == exp.dead[ns] == len(rebuilt.projection.dead)
+            assert r.scard(keys.seen(ns)) == exp.distinct_event_ids[ns]
+    finally:  # collect the verifies (and never leave them running)
+        for v in verifies:
+            outputs.append(v.communicate(timeout=60)[0])
+    for ns, v, out in zip(namespaces, verifies, outputs, strict=True):
         assert v.returncode == 0, f"replay --ns {ns} --verify: {out.decode()[-2000:]}"
 
 
@@ -332,9 +336,11 @@ def test_independent_counts_match_the_generator(tmp_path: Path) -> None:
     assert all(msgspec.json.decode(x)["ns"] in ("x", "y") for x in lines[:10])
 
 
-
 def test_a_busy_projection_job_does_not_strand_the_namespace(
         redis_server: RedisProc, tmp_path: Path) -> None:
+    """Regression (found by this suite): a job that found the lease held for longer than it
+    waits (2 x lease) returned 'busy' and kept the 'scheduled' marker, so later appends
+    scheduled nothing and the namespace stalled until the marker's TTL ran out."""
     from worker.runtime import build
     from worker.schedule import run_projection, schedule_projection
     from worker.settings import Settings

@@ -284,39 +284,47 @@ def print_figures(f: Figures, batch_size: int) -> None:
         print("  " + line)
 
 
-def ingest_child(redis_url: str, n_events: int, prefix: str) -> dict[str, Any]:
-    """Ingest ``n_events`` (no scheduling) in this process; report time and peak RSS."""
+def ingest_child(redis_url: str, path: str) -> dict[str, Any]:
+    """Ingest a file (no scheduling) in this fresh process; report time and peak RSS."""
     from worker import runtime
     from worker.connection import connect
 
     s = Settings.from_env(redis_url=redis_url)
     rt = runtime.build(s, connect(redis_url))
-    with tempfile.TemporaryDirectory(prefix="hivemind-bench-") as d:
-        path = Path(d) / "events.jsonl"
-        generate(path, n_events, [f"{prefix}-{i}" for i in range(3)], seed=11)
-        rss0 = peak_rss_mib()
-        t = time.perf_counter()
-        ingest_file(rt, path, schedule=False)
-        secs = time.perf_counter() - t
-        return {"events": n_events, "seconds": secs, "rss_before_mib": rss0,
-                "rss_after_mib": peak_rss_mib(), "file_mib": path.stat().st_size / 2**20}
+    rss0 = peak_rss_mib()
+    t = time.perf_counter()
+    n = ingest_file(rt, path, schedule=False)
+    secs = time.perf_counter() - t
+    return {"events": n, "seconds": secs, "rss_before_mib": rss0,
+            "rss_after_mib": peak_rss_mib(), "file_mib": os.path.getsize(path) / 2**20}
 
 
 def rss_check(redis_url: str, n_events: int) -> list[dict[str, Any]]:
-    """Ingest N and 4N events, each in a fresh process, and report each one's peak RSS."""
-    out = []
-    for mult in (1, 4):
-        prefix = f"rss{mult}-{uuid.uuid4().hex[:6]}"
-        cmd = [sys.executable, "-m", "worker.bench_core", "--ingest-child", str(n_events * mult),
-               "--redis-url", redis_url, "--prefix", prefix]
-        done = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        from worker.connection import connect
+    """Ingest N and 4N events, each in a fresh process, and report each one's peak RSS.
 
-        r = connect(redis_url)
-        drop_namespaces(r, [f"{prefix}-{i}" for i in range(3)])
-        r.close()
+    The files are generated here, so a child's peak is the ingest's alone.
+    """
+    from worker.connection import connect
+
+    out = []
+    with tempfile.TemporaryDirectory(prefix="hivemind-bench-") as d:
+        for mult in (1, 4):
+            prefix = f"rss{mult}-{uuid.uuid4().hex[:6]}"
+            nss = [f"{prefix}-{i}" for i in range(3)]
+            path = Path(d) / f"rss{mult}.jsonl"
+            generate(path, n_events * mult, nss, seed=11)
+            cmd = [sys.executable, "-m", "worker.bench_core", "--ingest-child", str(path),
+                   "--redis-url", redis_url]
+            try:
+                done = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                      env={**os.environ,
+                                           "PYTHONPATH": os.pathsep.join(sys.path)})
+                out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            finally:
+                r = connect(redis_url)
+                drop_namespaces(r, nss)
+                r.close()
+            path.unlink()
     return out
 
 
@@ -335,8 +343,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="also ingest N and 4N events in fresh processes and print their "
                          "peak RSS (ingest memory must not grow with the file)")
     ap.add_argument("--verbose", action="store_true", help="log every projection batch")
-    ap.add_argument("--ingest-child", type=int, default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--prefix", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--ingest-child", default=None, help=argparse.SUPPRESS)
     return ap
 
 
@@ -347,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.configure(level="info" if args.verbose else "warning")
     if args.ingest_child is not None:
-        print(json.dumps(ingest_child(args.redis_url, args.ingest_child, args.prefix)))
+        print(json.dumps(ingest_child(args.redis_url, args.ingest_child)))
         return 0
     if args.events < 1 or args.namespaces < 1:
         print("hivemind bench core: --events and --namespaces must be >= 1", file=sys.stderr)

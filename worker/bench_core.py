@@ -228,7 +228,8 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
     namespaces = [f"{prefix}-{i}" for i in range(n_namespaces)]
     s = Settings.from_env(redis_url=redis_url, batch_size=batch_size)
     rt = runtime.build(s, connect(s.redis_url))
-    runtime.install(rt)
+    previous = runtime._current  # put back afterwards: run() may be called inside a process
+    runtime.install(rt)          # that has its own runtime (the tests)
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-", dir=workdir) as d:
         path = Path(d) / "events.jsonl"
         t = time.perf_counter()
@@ -251,8 +252,10 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
             fold_s = time.perf_counter() - t
             cmp = compare(rt.store, namespaces, projs, exp, rt.cfg)
         finally:
+            runtime._current = previous
             if not keep:
                 drop_namespaces(rt.store, namespaces)
+            rt.store.close()
     return Figures(events=n_events, namespaces=namespaces, file_mib=size, generate_s=gen_s,
                    ingest_s=ingest_s, project_s=project_s, fold_s=fold_s,
                    rss_before_ingest_mib=rss0, rss_after_ingest_mib=rss1,

@@ -13,7 +13,8 @@ asserts timings.
 3. End to end: ``hivemind worker`` as a subprocess; single queries one at a time with
    ``Client.submit_query`` + ``result_json``.
 4. Batch throughput: ``Client.submit_batch`` + ``batch_results`` with the default
-   ``query_chunk``, then with ``query_chunk=1`` (one RQ job per query).
+   ``query_chunk``; then a smaller set with ``query_chunk=1`` (one RQ job per query) and the
+   same set again with the default chunk.
 5. Baseline: no-op jobs (``worker.jobs.noop``) on the query queue, drained by the same worker.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port in a temp dir and
@@ -217,18 +218,29 @@ def load_namespace(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
 
     client = Client(rt.store, rt.rq, rt.settings)
     rng = random.Random(seed * 1_000_003 + n)
+    append_s = 0.0
+    mib = 0.0
+
+    def sink(events: list[Event]) -> None:
+        nonlocal append_s, mib
+        mib += sum(len(e.text) for e in events if isinstance(e, NoteCreated)) / 2**20
+        t = time.perf_counter()
+        client.append(events)
+        append_s += time.perf_counter() - t
+
     t = time.perf_counter()
-    g = generate_events(ns, n, corpus, rng, utcnow().replace(microsecond=0), client.append)
-    append_s = time.perf_counter() - t
+    g = generate_events(ns, n, corpus, rng, utcnow().replace(microsecond=0), sink)
+    gen_s = time.perf_counter() - t - append_s
     t = time.perf_counter()
     code = run_worker(rt, burst=True)
     project_s = time.perf_counter() - t
     if code != 0:
         raise RuntimeError(f"burst worker exited {code} projecting {ns}")
     print(f"namespace {ns}: {g.notes:,} notes, {g.events:,} events, {g.words:,} words "
-          f"(mean {g.words / g.notes:.0f}); longterm {g.longterm:,}, scratch {g.scratch:,}, "
-          f"private {g.private:,}, forgotten {g.forgotten:,}")
-    print(f"  generate+append {append_s:6.2f} s ({g.events / append_s:,.0f} events/s)   "
+          f"(mean {g.words / g.notes:.0f}, {mib:.0f} MiB of text); longterm {g.longterm:,}, "
+          f"scratch {g.scratch:,}, private {g.private:,}, forgotten {g.forgotten:,}")
+    print(f"  generate {gen_s:6.2f} s   append {append_s:6.2f} s "
+          f"({g.events / append_s:,.0f} events/s, Client.append in chunks of {CHUNK:,})   "
           f"project {project_s:6.2f} s ({g.events / project_s:,.0f} events/s)")
 
 
@@ -419,9 +431,12 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
         p50 = end_to_end(client, query_requests(ns, opts.e2e, corpus, rng))
         qps = batch(client, query_requests(ns, opts.batch, corpus, rng),
                     f"query_chunk={s.query_chunk} ({ns})")
+        # the same queries with one job per query, then again batched, for a like-for-like
+        # comparison (each run recomputes every answer: live queries are never cached)
+        small = query_requests(ns, opts.batch_chunk1, corpus, rng)
         one = Client(rt.store, rt.rq, replace(s, query_chunk=1))
-        qps1 = batch(one, query_requests(ns, opts.batch_chunk1, corpus, rng),
-                     f"query_chunk=1 ({ns})")
+        qps1 = batch(one, small, f"query_chunk=1 ({ns})")
+        batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries")
         rate = noop_baseline(rt, opts.noop, proc)
     print("ratios to the no-op job:")
     print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs")

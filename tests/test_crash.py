@@ -9,6 +9,7 @@ the note existed and was not forgotten).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import signal
@@ -222,9 +223,15 @@ def test_sigkill_worker_or_redis_mid_run_then_restart_loses_and_doubles_nothing(
             continue
         r.close()
         rp.stop(sig_kill=True)  # Redis dies under the worker
-        assert w.wait(timeout=30) != 0  # the worker gives up; systemd/compose restart it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            # Mid-job the worker dies with a ConnectionError (systemd/compose restart it);
+            # caught between jobs, RQ's dequeue loop retries the connection instead.
+            w.wait(timeout=10)
         rp.start()  # same dir and port: the AOF (fsynced on every write) is replayed
         r = prog.r = rp.client()
+        if w.poll() is None:
+            w.send_signal(signal.SIGKILL)
+            w.wait(timeout=10)
         killed_at.append(prog.done())
     assert killed_at == sorted(killed_at)
     assert sum(0 < n < prog.total for n in killed_at) >= 3, killed_at  # really mid-run

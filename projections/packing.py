@@ -77,7 +77,7 @@ def _canonical(items: Iterable[Item], budget: int) -> list[Item]:
 
 def _scaled(items: list[Item]) -> IntArray:
     total = math.fsum(it.value for it in items)
-    scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if total > 0 else VALUE_SCALE
+    scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if items else VALUE_SCALE
     return np.array([round(it.value * scale) for it in items], dtype=np.int64)
 
 
@@ -163,10 +163,19 @@ def _best_removal(
     return idx, val
 
 
+Move = tuple[int, list[int], list[int]]
+"""A local-search move: (scaled gain, items to remove, items to add)."""
+
+
 def _improve(
     items: list[Item], values: IntArray, by_density: list[int], budget: int, start: list[int]
 ) -> list[int]:
-    """Best-improvement local search from ``start``; terminates (integer value strictly rises)."""
+    """Best-improvement local search from ``start``; terminates (integer value strictly rises).
+
+    Moves: add one item; swap one chosen item for one unchosen; swap one chosen item for two
+    unchosen from a core (the ``SWAP_PAIR_CORE`` most valuable and most value-dense unchosen
+    items). On equal gains the earlier kind of move wins.
+    """
     n = len(items)
     costs = np.array([it.cost for it in items], dtype=np.int64)
     in_set = np.zeros(n, dtype=np.bool_)
@@ -179,39 +188,32 @@ def _improve(
         if len(out) == 0:
             break
         slack = budget - int(costs[chosen].sum())
-        best_gain = 0
-        move: tuple[list[int], list[int]] = ([], [])
-        # add one
+        moves: list[Move] = []
         fits = out[costs[out] <= slack]
         if len(fits):
             j = int(fits[np.argmax(values[fits])])
-            if values[j] > best_gain:
-                best_gain, move = int(values[j]), ([], [j])
-        # swap one chosen for one unchosen
+            moves.append((int(values[j]), [], [j]))
+        # rem_val is int64 max where no chosen item frees enough room: a hopeless (negative) gain
         rem_idx, rem_val = _best_removal(costs, values, chosen, costs[out] - slack)
-        gain = np.where(rem_idx >= 0, values[out] - rem_val, 0)
+        gain = values[out] - rem_val
         k = int(np.argmax(gain))
-        if gain[k] > best_gain:
-            best_gain, move = int(gain[k]), ([int(rem_idx[k])], [int(out[k])])
-        # swap one chosen for two unchosen, from a core of valuable and value-dense items
+        moves.append((int(gain[k]), [int(rem_idx[k])], [int(out[k])]))
         core_mask = np.zeros(n, dtype=np.bool_)
         core_mask[by_value[~in_set[by_value]][:SWAP_PAIR_CORE]] = True
         core_mask[dense[~in_set[dense]][:SWAP_PAIR_CORE]] = True
         core = np.flatnonzero(core_mask)
-        if len(core) >= 2:
-            a, b = np.triu_indices(len(core), k=1)
+        a, b = np.triu_indices(len(core), k=1)
+        if len(a):
             pa, pb = core[a], core[b]
-            p_cost = costs[pa] + costs[pb]
-            p_val = values[pa] + values[pb]
-            rem_idx, rem_val = _best_removal(costs, values, chosen, p_cost - slack)
-            gain = np.where(rem_idx >= 0, p_val - rem_val, 0)
+            rem_idx, rem_val = _best_removal(costs, values, chosen, costs[pa] + costs[pb] - slack)
+            gain = values[pa] + values[pb] - rem_val
             k = int(np.argmax(gain))
-            if gain[k] > best_gain:
-                best_gain, move = int(gain[k]), ([int(rem_idx[k])], [int(pa[k]), int(pb[k])])
+            moves.append((int(gain[k]), [int(rem_idx[k])], [int(pa[k]), int(pb[k])]))
+        best_gain, remove, add = max(moves, key=lambda m: m[0])
         if best_gain <= 0:
             break
-        in_set[move[0]] = False
-        in_set[move[1]] = True
+        in_set[remove] = False
+        in_set[add] = True
     return [int(i) for i in np.flatnonzero(in_set)]
 
 

@@ -243,3 +243,44 @@ def test_greedy_phase_fills_exactly_and_breaks_density_ties_by_value() -> None:
     assert sorted(items[i].key for i in _greedy(items, order, 70)) == ["x", "z"]
     assert sorted(items[i].key for i in _greedy(items, order, 100)) == ["x", "y", "z"]
     assert _density_key(Item("free", 0, 0.1)) < _density_key(Item("dense", 1, 100.0))
+
+
+def test_swap_pass_fills_room_left_by_the_best_single_item() -> None:
+    # greedy: tiny, then big does not fit, filler -> 0.11; the single big item (0.9) is better,
+    # and its 3 spare tokens take the filler: 0.91, the optimum.
+    items = [Item("tiny", 4, 0.1), Item("big", 100, 0.9), Item("filler", 3, 0.01)]
+    assert plain_greedy(items, 103) == pytest.approx(0.11)
+    res = pack(items, 103, GREEDY)
+    assert res.chosen == ("big", "filler") and res.total_cost == 103
+    assert res.total_value == pytest.approx(brute_force(items, 103))
+
+
+def test_swap_never_removes_what_it_cannot_replace() -> None:
+    # X would need 30 tokens freed; no chosen item alone frees that much, so nothing moves.
+    items = [Item("X", 100, 1.0), Item("Y", 10, 0.5), Item("Z", 10, 0.4), Item("V", 10, 0.3)]
+    res = pack(items, 100, GREEDY)
+    assert res.chosen == ("Y", "Z", "V") and res.total_cost == 30
+    assert res.total_value == pytest.approx(1.2)
+
+
+def test_pair_swap_draws_on_both_the_value_and_the_density_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import projections.packing as packing
+
+    monkeypatch.setattr(packing, "SWAP_PAIR_CORE", 1)
+    # greedy takes A only; the best pair is P (most valuable unchosen) + Q (densest unchosen)
+    items = [Item("A", 62, 0.8), Item("P", 55, 0.6), Item("Q", 40, 0.45)]
+    assert plain_greedy(items, 100) == pytest.approx(0.8)
+    res = pack(items, 100, GREEDY)
+    assert res.chosen == ("P", "Q")
+    assert res.total_value == pytest.approx(1.05)
+
+
+def test_huge_values_are_scaled_without_overflow() -> None:
+    items = [Item("a", 10, 1e12), Item("b", 10, 2e12), Item("c", 15, 2.5e12), Item("d", 5, 1.0)]
+    for cells in (EXACT, GREEDY):
+        res = pack(items, 20, cells)
+        assert res.chosen == ("b", "a")
+        assert res.total_value == pytest.approx(3e12)
+    assert pack(items, 25, EXACT).chosen == ("c", "b")

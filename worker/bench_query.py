@@ -323,27 +323,61 @@ def worker_process(redis_url: str, logdir: Path) -> Iterator[subprocess.Popen[by
             print("  " + line, file=sys.stderr)
 
 
+def served_ms(logfile: Path, ids: Sequence[str]) -> list[float]:
+    """The worker's own ``duration_ms`` of the given queries, from its ``query_served`` log
+    lines (answer + result write, without the RQ job overhead or the client's round trips)."""
+    want = set(ids)
+    out: list[float] = []
+    with open(logfile, "rb") as fh:
+        for line in fh:
+            if b'"query_served"' not in line:
+                continue
+            try:
+                obj = _dec.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(obj, dict) and obj.get("query_id") in want:
+                out.append(float(obj.get("duration_ms", 0.0)) / 1000)
+    return out
+
+
+def _worker_side(logfile: Path | None, ids: Sequence[str]) -> str:
+    if logfile is None:
+        return ""
+    got = served_ms(logfile, ids)
+    for _ in range(40):  # the worker logs a query just after writing its result
+        if len(got) >= len(ids):
+            break
+        time.sleep(0.025)
+        got = served_ms(logfile, ids)
+    return f"\n  worker-side (query_served duration_ms) {ms_summary(got)}" if got else ""
+
+
 def _check(body: bytes) -> bool:
     obj = _dec.decode(body)
     return isinstance(obj, dict) and "error" not in obj
 
 
-def end_to_end(client: Any, reqs: list[dict[str, Any]]) -> float:
+def end_to_end(client: Any, reqs: list[dict[str, Any]], logfile: Path | None = None) -> float:
     """Single queries one at a time; returns the p50 in seconds."""
     lat: list[float] = []
+    ids: list[str] = []
     errors = 0
     for raw in reqs:
         t = time.perf_counter()
         qid = client.submit_query(raw["ns"], raw["text"], raw["budget"], agent=raw["agent"])
         body = client.result_json(qid, timeout=60)
         lat.append(time.perf_counter() - t)
+        ids.append(qid)
         errors += not _check(body)
     print(f"end-to-end single query (submit_query + result_json, {reqs[0]['ns']}):")
-    print(f"  {ms_summary(lat)}" + (f"  ERRORS {errors}" if errors else ""))
+    print(f"  {ms_summary(lat)}" + (f"  ERRORS {errors}" if errors else "")
+          + _worker_side(logfile, ids))
     return statistics.median(lat)
 
 
-def batch(client: Any, reqs: list[dict[str, Any]], label: str) -> float:
+def batch(client: Any, reqs: list[dict[str, Any]], label: str,
+          logfile: Path | None = None) -> float:
     """``submit_batch`` + ``batch_results``; returns queries per second."""
     t0 = time.perf_counter()
     ids = client.submit_batch(reqs)
@@ -352,7 +386,8 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str) -> float:
     t2 = time.perf_counter()
     qps = len(reqs) / (t2 - t0)
     print(f"batch {label}: {len(reqs):,} queries in {t2 - t0:.2f} s = {qps:,.0f} queries/s "
-          f"(submit {1000 * (t1 - t0):,.0f} ms)" + (f"  ERRORS {errors}" if errors else ""))
+          f"(submit {1000 * (t1 - t0):,.0f} ms)" + (f"  ERRORS {errors}" if errors else "")
+          + _worker_side(logfile, ids))
     return qps
 
 
@@ -421,6 +456,7 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-query-") as d, \
             worker_process(url, Path(d)) as proc:
         client = Client(rt.store, rt.rq, s)
+        wlog = Path(d) / "worker.log"
         t = time.perf_counter()
         warm = query_requests(ns, 1, corpus, rng)[0]
         body = client.result_json(client.submit_query(ns, warm["text"], warm["budget"]), 120)
@@ -428,15 +464,16 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
             raise RuntimeError(f"warm-up query failed: {body.decode()[:200]}")
         print(f"worker subprocess: first query {1000 * (time.perf_counter() - t):,.0f} ms "
               f"(worker start + index full load of {ns})")
-        p50 = end_to_end(client, query_requests(ns, opts.e2e, corpus, rng))
+        p50 = end_to_end(client, query_requests(ns, opts.e2e, corpus, rng), wlog)
         qps = batch(client, query_requests(ns, opts.batch, corpus, rng),
-                    f"query_chunk={s.query_chunk} ({ns})")
+                    f"query_chunk={s.query_chunk} ({ns})", wlog)
         # the same queries with one job per query, then again batched, for a like-for-like
         # comparison (each run recomputes every answer: live queries are never cached)
         small = query_requests(ns, opts.batch_chunk1, corpus, rng)
         one = Client(rt.store, rt.rq, replace(s, query_chunk=1))
-        qps1 = batch(one, small, f"query_chunk=1 ({ns})")
-        batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries")
+        qps1 = batch(one, small, f"query_chunk=1 ({ns})", wlog)
+        batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries",
+              wlog)
         rate = noop_baseline(rt, opts.noop, proc)
     print("ratios to the no-op job:")
     print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs")

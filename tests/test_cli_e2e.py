@@ -144,3 +144,14 @@ def test_query_errors_and_batch(server: str, tmp_path: Path) -> None:
     assert "line 3" in lines[2]["error"]["message"] and "agent" in lines[2]["error"]["message"]
     assert lines[3]["notes"] == []
     assert "2 error(s)" in errtxt
+
+
+def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
+        redis_factory: Any, tmp_path: Path) -> None:
+    rp = redis_factory(appendonly=False)
+    rp.client().config_set("maxmemory", "2mb")
+    f = tmp_path / "big.jsonl"
+    f.write_text(jsonl([created(f"n{i}", text="x" * 500) for i in range(20_000)]))
+    r = run(rp.url, "ingest", str(f))
+    assert r.returncode == 2, r.stderr[-500:]
+    assert "Redis error" in r.stderr and "OOM" in r.stderr and "Traceback" not in r.stderr

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import redis
 
 from events.errors import ConfigError, HivemindError, StoreError
 from events.schema import NS_PATTERN
@@ -113,6 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(_dispatch(args))
     except (StoreError, ConfigError) as exc:
         print(f"hivemind: {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
+        # to re-run whole: repeated event_ids are applied once.
+        print(f"hivemind: Redis error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except HivemindError as exc:
         print(f"hivemind: {exc}", file=sys.stderr)

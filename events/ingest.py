@@ -85,9 +85,13 @@ def _append_pass(r: Any, fh: IO[bytes], report: IngestReport, on_error: Callable
 
 def ingest(r: Any, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
-           on_chunk: Callable[[set[str]], None] | None = None) -> IngestReport:
-    """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring."""
-    report = IngestReport()
+           on_chunk: Callable[[set[str]], None] | None = None,
+           report: IngestReport | None = None) -> IngestReport:
+    """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
+
+    Pass ``report`` to see how far an ingest got when the store fails midway.
+    """
+    report = report if report is not None else IngestReport()
     spooled: str | None = None
     try:
         if source == "-":

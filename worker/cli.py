@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
-        print(f"hivemind: Redis error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from worker.commands import redis_message
+
+        print(f"hivemind: Redis error: {redis_message(exc)}", file=sys.stderr)
         return 2
     except HivemindError as exc:
         print(f"hivemind: {exc}", file=sys.stderr)

@@ -7,10 +7,11 @@ import sys
 from typing import Any
 
 import msgspec
+import redis
 import structlog
 from rq import SimpleWorker
 
-from events.ingest import ingest
+from events.ingest import IngestReport, ingest
 from projections.rebuild import diff_notes, fold_log, live_snapshot, write_back
 from projections.state import note_row
 from projections.store import read_dead, read_notes
@@ -22,6 +23,13 @@ from worker.settings import Settings
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
+
+
+def redis_message(exc: redis.RedisError) -> str:
+    """A Redis error for people: the server's words, without the pipelined command bytes."""
+    text = str(exc)
+    _, sep, tail = text.partition(" caused error: ")
+    return f"{type(exc).__name__}: {tail if sep else text}"
 
 
 def _runtime(s: Settings) -> runtime.Runtime:
@@ -42,11 +50,17 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
+    rep = IngestReport()
     try:
-        rep = ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
-                     progress=sys.stderr.isatty(), on_chunk=on_chunk)
+        ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
+               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
     except FileNotFoundError as exc:
         print(f"hivemind: {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"hivemind: Redis error after appending {rep.appended} event(s): "
+              f"{redis_message(exc)}; re-running the whole file is safe (repeated event_ids "
+              "are applied once)", file=sys.stderr)
         return 2
     if rep.rejected and not args.skip_invalid:
         print(f"ingest: {rep.rejected} bad line(s); nothing appended "

@@ -37,6 +37,7 @@ SWAP_PAIR_CORE = 96
 """Unchosen items considered for one-for-two swaps: this many by value, this many by density."""
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 class Item(msgspec.Struct, frozen=True):
@@ -71,14 +72,19 @@ def _canonical(items: Iterable[Item], budget: int) -> list[Item]:
             raise ValueError(f"item {it.key!r} has a non-finite value {it.value}")
         if it.cost <= budget and it.value > 0.0:
             out.append(it)
-    out.sort(key=lambda it: (-it.value, it.key))
-    return out
+    if not out:
+        return out
+    # numpy's stable lexsort: value descending, then key (code point order, like str's <)
+    keys = np.array([it.key for it in out], dtype=np.str_)
+    order = np.lexsort((keys, -np.array([it.value for it in out], dtype=np.float64)))
+    return [out[i] for i in order]
 
 
-def _scaled(items: list[Item]) -> IntArray:
-    total = math.fsum(it.value for it in items)
-    scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if items else VALUE_SCALE
-    return np.array([round(it.value * scale) for it in items], dtype=np.int64)
+def _scaled(values: FloatArray) -> IntArray:
+    """Values as integers, ``rint(value * scale)`` (round half to even, like ``round``)."""
+    total = math.fsum(values.tolist())
+    scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if len(values) else VALUE_SCALE
+    return np.rint(values * scale).astype(np.int64)
 
 
 def lp_bound(items: list[Item], budget: int) -> float:
@@ -222,7 +228,9 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     cands = _canonical(items, budget)
-    values = _scaled(cands)
+    floats = np.array([it.value for it in cands], dtype=np.float64)
+    costs = np.array([it.cost for it in cands], dtype=np.int64)
+    values = _scaled(floats)
     width = min(budget, sum(it.cost for it in cands))
     method: Method
     if len(cands) * width <= exact_max_cells:
@@ -230,11 +238,13 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
         idx = _exact(cands, values, width)
     else:
         method = "greedy+swap"
-        by_density = sorted(range(len(cands)), key=lambda i: _density_key(cands[i]))
+        # value per token, descending; ties keep the canonical order (value desc, then key),
+        # exactly the order of _density_key; a free item is infinitely dense
+        density = np.divide(floats, costs, out=np.full(len(cands), np.inf), where=costs > 0)
+        by_density = np.argsort(-density, kind="stable").tolist()
         idx = _greedy(cands, by_density, budget)
-        single = int(np.argmax(values))  # the most valuable item alone (it fits: cost <= budget)
-        if values[single] > int(values[idx].sum()):
-            idx = [single]
+        if values[0] > values[idx].sum():  # the most valuable item alone (it fits) is better
+            idx = [0]
         idx = _improve(cands, values, by_density, budget, idx)
     idx.sort()
     chosen = [cands[i] for i in idx]

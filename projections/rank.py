@@ -56,6 +56,28 @@ def visible(note: NoteState, agent: str) -> bool:
     return note.scope != "private" or note.agent == agent
 
 
+_Raw = tuple[NoteState, float, float, float, Tier, float]
+"""A candidate before rounding: note, relevance, recency, score, tier, age in days."""
+
+
+def _scored(raw: _Raw, cost: int, chosen: bool) -> ScoredNote:
+    n, rel, rec, score, tier, age = raw
+    return ScoredNote(
+        note_id=n.note_id,
+        text=n.text,
+        tokens=n.tokens,
+        cost=cost,
+        score=round(score, DECIMALS),
+        relevance=round(rel, DECIMALS),
+        recency=round(rec, DECIMALS),
+        tier=tier,
+        uses=n.uses,
+        age_days=round(age, DECIMALS),
+        created_at=n.created_at,
+        chosen=chosen,
+    )
+
+
 def rank(
     notes: Iterable[NoteState],
     relevance: Mapping[str, float],
@@ -64,6 +86,7 @@ def rank(
     now: datetime,
     budget: int,
     cfg: RankingConfig,
+    explain: bool = True,
 ) -> RankResult:
     """The notes that best fill ``budget`` tokens for ``agent`` at ``now``.
 
@@ -71,43 +94,34 @@ def rank(
     it is visible to ``agent`` and its relevance is > 0 and >= ``cfg.min_relevance``; "> 0" is
     judged on the relevance as printed (6 decimals), so no candidate ever shows relevance 0.
     score = relevance * recency(tier, age); cost = tokens + ``cfg.per_note_overhead_tokens``.
+    ``explain=False`` leaves ``candidates`` empty (cheaper when nobody reads it).
     """
-    raw: list[tuple[NoteState, float, float, float, Tier, float]] = []
+    overhead = cfg.per_note_overhead_tokens
+    min_rel = cfg.min_relevance
+    get = relevance.get
+    raw: list[_Raw] = []
     for note in notes:
-        rel = relevance.get(note.note_id, 0.0)
-        if round(rel, DECIMALS) <= 0.0 or rel < cfg.min_relevance or not visible(note, agent):
+        rel = get(note.note_id, 0.0)
+        if rel < min_rel or round(rel, DECIMALS) <= 0.0 or not visible(note, agent):
             continue
         tier = tier_of(note.uses, note.kind, cfg)
         age = age_days(note.created_at, now)
         rec = recency(tier, age, cfg)
         raw.append((note, rel, rec, rel * rec, tier, age))
     packed = pack(
-        (Item(n.note_id, n.tokens + cfg.per_note_overhead_tokens, s) for n, _, _, s, _, _ in raw),
-        budget,
-        cfg.exact_max_cells,
+        (Item(r[0].note_id, r[0].tokens + overhead, r[3]) for r in raw), budget, cfg.exact_max_cells
     )
     chosen = set(packed.chosen)
-    candidates = by_score(
-        ScoredNote(
-            note_id=n.note_id,
-            text=n.text,
-            tokens=n.tokens,
-            cost=n.tokens + cfg.per_note_overhead_tokens,
-            score=round(score, DECIMALS),
-            relevance=round(rel, DECIMALS),
-            recency=round(rec, DECIMALS),
-            tier=tier,
-            uses=n.uses,
-            age_days=round(age, DECIMALS),
-            created_at=n.created_at,
-            chosen=n.note_id in chosen,
+    picked = [_scored(r, r[0].tokens + overhead, True) for r in raw if r[0].note_id in chosen]
+    candidates: list[ScoredNote] = []
+    if explain:
+        candidates = by_score(
+            _scored(r, r[0].tokens + overhead, r[0].note_id in chosen) for r in raw
         )
-        for n, rel, rec, score, tier, age in raw
-    )
     return RankResult(
         used=packed.total_cost,
         method=packed.method,
         upper_bound=round(packed.upper_bound, DECIMALS),
-        notes=order((c for c in candidates if c.chosen), cfg.order),
+        notes=order(picked, cfg.order),
         candidates=candidates,
     )

@@ -316,3 +316,13 @@ def test_age_and_upper_bound_are_rounded_floats() -> None:
     assert b'"age_days":0.333333,' in msgspec.json.encode(res)
     whole = run([mk("w", age=365.0)], {"w": 1.0})
     assert b'"age_days":365.0,' in msgspec.json.encode(whole)
+
+
+def test_explain_false_skips_candidates_but_not_notes() -> None:
+    notes = [mk("a", tokens=60, age=3.0), mk("b", tokens=60), mk("c", tokens=30, uses=5)]
+    rel = {"a": 0.9, "b": 0.8, "c": 0.1}
+    full = run(notes, rel, budget=100)
+    lean = rank(notes, rel, agent="alice", now=NOW, budget=100, cfg=DEFAULT, explain=False)
+    assert lean.candidates == []
+    assert lean.notes == full.notes and [n.note_id for n in lean.notes] == ["a", "c"]
+    assert (lean.used, lean.method, lean.upper_bound) == (full.used, full.method, full.upper_bound)

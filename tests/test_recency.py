@@ -40,7 +40,7 @@ def test_age_days_is_timezone_correct() -> None:
 
 
 def short_expected(d: float) -> float:
-    return 0.35 + 0.65 * 0.5 ** (d / 180)
+    return 0.35 + 0.65 * math.pow(0.5, d / 180)
 
 
 @pytest.mark.parametrize("d", [0.0, 0.5, 1.0, 7.0, 30.0, 90.0, 180.0, 365.0, 730.0, 3650.0])

@@ -117,8 +117,7 @@ def _exact(items: list[Item], values: IntArray, budget: int) -> list[int]:
     take = np.zeros((n, budget + 1), dtype=np.bool_)
     for i, it in enumerate(items):
         w, v = it.cost, values[i]
-        if w == 0:
-            best += v
+        if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
             take[i, :] = True
             continue
         cand = best[: budget + 1 - w] + v
@@ -147,9 +146,10 @@ def _greedy(items: list[Item], by_density: list[int], budget: int) -> list[int]:
 def _best_removal(
     costs: IntArray, values: IntArray, chosen: IntArray, need: IntArray
 ) -> tuple[IntArray, IntArray]:
-    """For each ``need[j]``: the least valuable chosen item with cost >= need[j] (-1 if none).
+    """For each ``need[j]``: the least valuable chosen item with cost >= need[j].
 
-    Returns (index into items or -1, its value or a huge sentinel). Among equally valuable
+    Returns (index into items, its value); where no chosen item is costly enough the value is
+    int64 max, so any gain computed against it is negative. Among equally valuable
     items the costliest goes (it frees the most room). ``chosen`` must not be empty: the search
     starts from a non-empty packing and every move keeps at least one item.
     """
@@ -163,9 +163,8 @@ def _best_removal(
             best_i = i
         suf_idx[pos] = best_i
     at = np.searchsorted(costs[by_cost], need, side="left")
-    ok = at < len(by_cost)
-    idx = np.where(ok, suf_idx[np.minimum(at, len(by_cost) - 1)], -1)
-    val = np.where(ok, values[idx], np.iinfo(np.int64).max)
+    idx = suf_idx[np.minimum(at, len(by_cost) - 1)]  # meaningless where nothing frees enough
+    val = np.where(at < len(by_cost), values[idx], np.iinfo(np.int64).max)
     return idx, val
 
 
@@ -196,9 +195,8 @@ def _improve(
         slack = budget - int(costs[chosen].sum())
         moves: list[Move] = []
         fits = out[costs[out] <= slack]
-        if len(fits):
-            j = int(fits[np.argmax(values[fits])])
-            moves.append((int(values[j]), [], [j]))
+        if len(fits):  # items are in value-descending order: the first that fits is the best
+            moves.append((int(values[fits[0]]), [], [int(fits[0])]))
         # rem_val is int64 max where no chosen item frees enough room: a hopeless (negative) gain
         rem_idx, rem_val = _best_removal(costs, values, chosen, costs[out] - slack)
         gain = values[out] - rem_val

@@ -284,3 +284,33 @@ def test_huge_values_are_scaled_without_overflow() -> None:
         assert res.chosen == ("b", "a")
         assert res.total_value == pytest.approx(3e12)
     assert pack(items, 25, EXACT).chosen == ("c", "b")
+
+
+def test_pair_swap_picks_the_best_feasible_pair_not_the_first() -> None:
+    # unchosen X, P, Q: the pairs (X, P) and (X, Q) do not fit; (P, Q) replaces A for a gain
+    items = [Item("A", 62, 0.8), Item("X", 90, 0.7), Item("P", 55, 0.6), Item("Q", 40, 0.45)]
+    assert plain_greedy(items, 100) == pytest.approx(0.8)
+    res = pack(items, 100, GREEDY)
+    assert res.chosen == ("P", "Q")
+    assert res.total_value == pytest.approx(brute_force(items, 100))
+
+
+def test_lp_bound_of_the_greedy_path_orders_by_density() -> None:
+    # a free item counts in full; a 1-token item of low density comes last, not first
+    items = [Item("a", 10, 1.0), Item("b", 10, 0.9), Item("c", 10, 0.8), Item("low", 1, 0.001)]
+    res = pack(items, 25, GREEDY)
+    assert res.upper_bound == pytest.approx(1.0 + 0.9 + 0.8 * 5 / 10)
+    assert res.total_value == pytest.approx(1.901)
+    free = [Item("free", 0, 0.5), Item("a", 10, 1.0), Item("b", 10, 0.5)]
+    res = pack(free, 15, GREEDY)
+    assert res.upper_bound == pytest.approx(0.5 + 1.0 + 0.25)
+    assert res.chosen == ("a", "free")
+
+
+def test_many_exact_ties_follow_the_key_order_in_both_methods() -> None:
+    keys = [f"k{i:03d}" for i in range(300)]
+    shuffled = keys[::7] + [k for k in keys if k not in keys[::7]]
+    items = [Item(k, 10, 0.5) for k in shuffled]
+    for cells in (EXACT, GREEDY):
+        res = pack(items, 1000, cells)
+        assert res.chosen == tuple(keys[:100])

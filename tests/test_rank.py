@@ -326,3 +326,9 @@ def test_explain_false_skips_candidates_but_not_notes() -> None:
     assert lean.candidates == []
     assert lean.notes == full.notes and [n.note_id for n in lean.notes] == ["a", "c"]
     assert (lean.used, lean.method, lean.upper_bound) == (full.used, full.method, full.upper_bound)
+
+
+def test_packed_notes_carry_their_cost_with_overhead() -> None:
+    res = run([mk("a", tokens=40)], {"a": 0.9}, budget=100,
+              cfg=RankingConfig(per_note_overhead_tokens=5))
+    assert [(n.note_id, n.tokens, n.cost) for n in res.notes] == [("a", 40, 45)]

@@ -118,7 +118,7 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
     """Relevance over the index, then the pure ranking pipeline."""
     rel = idx.relevance(req.text, req.embedding, cfg)
     return rank((idx.notes[k] for k in rel), rel, agent=req.agent, now=now,
-                budget=req.budget, cfg=cfg)
+                budget=req.budget, cfg=cfg, explain=req.explain)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:

@@ -314,3 +314,15 @@ def test_many_exact_ties_follow_the_key_order_in_both_methods() -> None:
     for cells in (EXACT, GREEDY):
         res = pack(items, 1000, cells)
         assert res.chosen == tuple(keys[:100])
+
+
+def test_density_ties_keep_the_canonical_order_among_many_items() -> None:
+    # B (20 tokens, 1.0) and A (10 tokens, 0.5) are equally dense; C is less dense.
+    # Canonical order is B, C, A (by value); greedy must take every B, then A by key.
+    items = [Item(f"B{i:03d}", 20, 1.0) for i in range(100)]
+    items += [Item(f"C{i:03d}", 15, 0.6) for i in range(100)]
+    items += [Item(f"A{i:03d}", 10, 0.5) for i in range(100)]
+    res = pack(reversed(items), 2500, GREEDY)
+    assert res.chosen == tuple(f"B{i:03d}" for i in range(100)) + tuple(
+        f"A{i:03d}" for i in range(50)
+    )

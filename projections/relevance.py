@@ -124,20 +124,28 @@ class LexicalIndex:
         return {key: s / max_score for key, s in acc.items()}
 
 
+def _norm(v: Sequence[float]) -> float:
+    return math.sqrt(math.fsum(map(operator.mul, v, v)))
+
+
+def _cosine(a: Sequence[float], b: Sequence[float], norm_b: float) -> float:
+    norm_a = _norm(a)
+    if norm_a == 0.0 or norm_b == 0.0:
+        return 0.0
+    dot = math.fsum(map(operator.mul, a, b))
+    return max(0.0, min(1.0, dot / (norm_a * norm_b)))
+
+
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """Cosine similarity clamped to [0, 1]: opposite or orthogonal -> 0, a zero vector -> 0.
 
     Vectors of different lengths come from different models and are not comparable: that is
     a ``ValueError`` (``relevance_for`` falls back to lexical relevance instead of calling this).
+    Sums are ``math.fsum`` (correctly rounded): the same inputs give the same bits everywhere.
     """
     if len(a) != len(b):
         raise ValueError(f"cosine of vectors of different dimensions: {len(a)} != {len(b)}")
-    norm_a = math.sqrt(math.fsum(map(operator.mul, a, a)))
-    norm_b = math.sqrt(math.fsum(map(operator.mul, b, b)))
-    if norm_a == 0.0 or norm_b == 0.0:
-        return 0.0
-    dot = math.fsum(map(operator.mul, a, b))
-    return max(0.0, min(1.0, dot / (norm_a * norm_b)))
+    return _cosine(a, b, _norm(b))
 
 
 def relevance_for(
@@ -157,9 +165,10 @@ def relevance_for(
         return {n.note_id: lex[n.note_id] for n in notes if n.note_id in lex}
     out: dict[str, float] = {}
     dim = len(query_embedding)
+    q_norm = _norm(query_embedding)
     for n in notes:
         if n.embedding is not None and len(n.embedding) == dim:
-            r = cosine(n.embedding, query_embedding)
+            r = _cosine(n.embedding, query_embedding, q_norm)
         else:
             r = lex.get(n.note_id, 0.0)
         if r > 0.0:

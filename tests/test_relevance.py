@@ -315,3 +315,11 @@ def test_relevance_for_uses_cosine_when_both_have_embeddings() -> None:
     no_emb = relevance_for(notes, "redis", None, ix, DEFAULT)
     assert no_emb == {k: lex[k] for k in ("emb-opp", "lex", "other-dim")}
     assert relevance_for(notes[:1], "redis", None, ix, DEFAULT) == {}
+
+
+def test_relevance_for_with_a_zero_query_embedding() -> None:
+    notes = [note("emb", "redis", [1.0, 0.0]), note("lex", "redis streams")]
+    ix = build({n.note_id: n.text for n in notes})
+    rel = relevance_for(notes, "redis", [0.0, 0.0], ix, DEFAULT)
+    assert rel == {"lex": ix.scores("redis", DEFAULT)["lex"]}
+    assert relevance_for(notes, "redis", [2.0, 0.0], ix, DEFAULT)["emb"] == 1.0

@@ -20,6 +20,8 @@ from projections.state import NoteState, Tier, tier_of
 
 DECIMALS = 6
 """Output floats are rounded to this many decimals."""
+PRINTS_AS_ZERO = 0.5 * 10.0**-DECIMALS
+"""A relevance at or below this rounds to 0.0 at ``DECIMALS`` (so it is no candidate)."""
 
 
 class ScoredNote(msgspec.Struct, frozen=True):
@@ -102,7 +104,7 @@ def rank(
     raw: list[_Raw] = []
     for note in notes:
         rel = get(note.note_id, 0.0)
-        if rel < min_rel or round(rel, DECIMALS) <= 0.0 or not visible(note, agent):
+        if rel <= PRINTS_AS_ZERO or rel < min_rel or not visible(note, agent):
             continue
         tier = tier_of(note.uses, note.kind, cfg)
         age = age_days(note.created_at, now)

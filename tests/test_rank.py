@@ -332,3 +332,14 @@ def test_packed_notes_carry_their_cost_with_overhead() -> None:
     res = run([mk("a", tokens=40)], {"a": 0.9}, budget=100,
               cfg=RankingConfig(per_note_overhead_tokens=5))
     assert [(n.note_id, n.tokens, n.cost) for n in res.notes] == [("a", 40, 45)]
+
+
+def test_the_zero_at_print_boundary_is_exact() -> None:
+    import math
+
+    from projections.rank import PRINTS_AS_ZERO
+
+    edge, above = PRINTS_AS_ZERO, math.nextafter(PRINTS_AS_ZERO, 1.0)
+    assert round(edge, 6) == 0.0 and round(above, 6) == 0.000001
+    res = run([mk("edge"), mk("above")], {"edge": edge, "above": above})
+    assert [(c.note_id, c.relevance) for c in res.candidates] == [("above", 0.000001)]

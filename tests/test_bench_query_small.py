@@ -21,7 +21,7 @@ LABELS = (
     "index full load",
     "run_rank",
     "engine.answer",
-    "candidates per query",
+    "relevant notes per query",
     "run_rank, common-word queries",
     "worker subprocess: first query",
     "end-to-end single query",

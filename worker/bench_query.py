@@ -251,14 +251,16 @@ def _rank_once(idx: NamespaceIndex, raw: dict[str, Any], cfg: Any,
     t = time.perf_counter()
     res = run_rank(idx, req, cfg, now)
     secs = time.perf_counter() - t
-    stats["cands"].append(len(res.candidates))
+    # plain queries leave res.candidates empty: count the notes with relevance > 0 instead
+    # (outside the timed part; private notes of other agents still counted)
+    stats["cands"].append(len(idx.relevance(req.text, req.embedding, cfg)))
     stats["methods"][res.method] = stats["methods"].get(res.method, 0) + 1
     return secs
 
 
 def _cand_summary(stats: dict[str, Any]) -> str:
     c = stats["cands"]
-    return (f"candidates per query: p50 {pct(c, 50):,} p99 {pct(c, 99):,} max {max(c):,}; "
+    return (f"relevant notes per query: p50 {pct(c, 50):,} p99 {pct(c, 99):,} max {max(c):,}; "
             f"methods {dict(sorted(stats['methods'].items()))}")
 
 

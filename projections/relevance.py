@@ -3,7 +3,9 @@
 Normalisation (documented choice): a note's BM25 score is divided by the query's *maximum
 attainable* BM25, ``sum(idf(t) * (k1 + 1))`` over the distinct query terms ``t``. Each term's
 contribution ``idf * tf * (k1 + 1) / (tf + k1 * norm)`` is at most ``idf * (k1 + 1)`` (equality
-only when ``k1 == 0``), so the ratio lies in (0, 1]. The divisor depends on the query and the
+only when ``k1 == 0``), so the ratio lies in (0, 1]; it also holds in floating point, with no
+clamp, because a note's sum adds a subset of the same terms, each scaled by a factor <= 1, in
+the same order as the divisor (rounding is monotone). The divisor depends on the query and the
 corpus statistics only, never on which other notes matched, so identical texts always get
 identical relevance and a note's relevance does not jump because a rival appeared.
 Query terms absent from the index still count in the divisor (with ``n = 0``): a note that

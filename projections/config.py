@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -79,10 +80,26 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT = RankingConfig()
 
 
+def with_overrides(base: RankingConfig, overrides: Mapping[str, Any]) -> RankingConfig:
+    """``base`` with some keys replaced; a tier table may set only some of its keys
+    (``[short] half_life_days = 90`` keeps the short floor). Raises ``msgspec.ValidationError``
+    naming the key for unknown keys and bad values."""
+    merged = msgspec.to_builtins(base)
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = {**merged[k], **v}
+        else:
+            merged[k] = v
+    return msgspec.convert(merged, RankingConfig)
+
+
 def config_from_toml(text: str, source: str = "<config>") -> RankingConfig:
-    """Parse a TOML document into a config; any error names the source and the key."""
+    """Parse a TOML document over the defaults; any error names the source and the key."""
     try:
-        return msgspec.toml.decode(text, type=RankingConfig)
+        raw = msgspec.toml.decode(text)
+        if not isinstance(raw, dict):  # pragma: no cover - TOML documents are tables
+            raise msgspec.ValidationError("a ranking config must be a TOML table")
+        return with_overrides(DEFAULT, raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ConfigError(f"{source}: invalid ranking config: {exc}") from exc
 

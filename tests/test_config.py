@@ -51,6 +51,12 @@ def test_toml_overrides_only_what_it_names() -> None:
     assert config_from_toml("") == DEFAULT
 
 
+def test_a_tier_table_may_set_only_some_keys() -> None:
+    cfg = config_from_toml("[short]\nhalf_life_days = 10\n[scratch]\nfloor = 0.05")
+    assert cfg.short == TierDecay(10.0, DEFAULT.short.floor)
+    assert cfg.scratch == TierDecay(DEFAULT.scratch.half_life_days, 0.05)
+
+
 @pytest.mark.parametrize(
     ("toml", "names"),
     [
@@ -58,7 +64,6 @@ def test_toml_overrides_only_what_it_names() -> None:
         ("[scratch]\nhalf_life_days = 0\nfloor = 0.0", ["half_life_days", "$.scratch"]),
         ("[short]\nhalf_life_days = 10\nfloor = 1.5", ["floor", "$.short"]),
         ("[scratch]\nhalf_life_days = 10\nfloor = -0.1", ["floor", "$.scratch"]),
-        ("[short]\nhalf_life_days = 10", ["floor", "$.short"]),
         ("[short]\nhalf_life_days = 10\nfloor = 0.1\nfloors = 2", ["floors"]),
         ("bogus = 1", ["bogus"]),
         ("longterm_uses = 0", ["longterm_uses"]),

@@ -176,7 +176,11 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config or Settings.from_env().config_path)
     if args.out:
-        curves.plot(cfg, args.out)
+        try:
+            curves.plot(cfg, args.out)
+        except ImportError as exc:
+            print(f"hivemind: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {args.out}")
     else:
         print(curves.table(cfg))

@@ -15,7 +15,7 @@ import msgspec
 
 from events.errors import ConfigError, QueryError
 from events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
-from projections.config import RankingConfig
+from projections.config import RankingConfig, with_overrides
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
@@ -127,14 +127,8 @@ def effective_config(base: RankingConfig, overrides: dict[str, Any] | None) -> R
     """``base`` with a query's overrides applied; unknown keys or bad values are errors."""
     if not overrides:
         return base
-    merged = msgspec.to_builtins(base)
-    for k, v in overrides.items():
-        if isinstance(v, dict) and isinstance(merged.get(k), dict):
-            merged[k] = {**merged[k], **v}
-        else:
-            merged[k] = v
     try:
-        return msgspec.convert(merged, RankingConfig)
+        return with_overrides(base, overrides)
     except msgspec.ValidationError as exc:
         raise QueryError("invalid_request", f"invalid query: config: {exc}") from exc
 

@@ -24,8 +24,9 @@ PRINTS_AS_ZERO = 0.5 * 10.0**-DECIMALS
 """A relevance at or below this rounds to 0.0 at ``DECIMALS`` (so it is no candidate)."""
 
 
-class ScoredNote(msgspec.Struct, frozen=True):
-    """One candidate note with every signal that ranked it (the contract's fields, in order)."""
+class NoteSignals(msgspec.Struct, frozen=True):
+    """A packed note as a result lists it: every signal that ranked it (the contract's
+    ``notes`` fields, in order)."""
 
     note_id: str
     text: str
@@ -38,6 +39,15 @@ class ScoredNote(msgspec.Struct, frozen=True):
     uses: int
     age_days: float
     created_at: datetime
+
+    def signals(self) -> NoteSignals:
+        """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
+        return NoteSignals(**{f: getattr(self, f) for f in NoteSignals.__struct_fields__})
+
+
+class ScoredNote(NoteSignals, frozen=True):
+    """A candidate: the signals plus whether the packer chose it (``candidates`` fields)."""
+
     chosen: bool
 
 

@@ -16,6 +16,7 @@ import msgspec
 from events.errors import ConfigError, QueryError
 from events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
 from projections.config import RankingConfig, with_overrides
+from projections.rank import NoteSignals
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
@@ -49,22 +50,6 @@ class Envelope(msgspec.Struct, frozen=True):
     request: dict[str, Any]
 
 
-class NoteOut(msgspec.Struct, frozen=True):
-    """A packed note in the result (the contract's fields, in order)."""
-
-    note_id: str
-    text: str
-    tokens: int
-    cost: int
-    score: float
-    relevance: float
-    recency: float
-    tier: str
-    uses: int
-    age_days: float
-    created_at: datetime
-
-
 class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     """The contract's result object (``candidates`` only with ``explain``)."""
 
@@ -76,7 +61,7 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     budget: int
     used: int
     method: str
-    notes: list[NoteOut]
+    notes: list[NoteSignals]
     upper_bound: float = 0.0
     candidates: list[Any] | None = None
 

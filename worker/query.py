@@ -20,7 +20,6 @@ from projections.rank import RankResult, rank
 from projections.rebuild import fold_log
 from worker.protocol import (
     Envelope,
-    NoteOut,
     QueryRequest,
     QueryResult,
     effective_config,
@@ -123,10 +122,7 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
     """The contract's result object."""
-    notes = [NoteOut(note_id=n.note_id, text=n.text, tokens=n.tokens, cost=n.cost,
-                     score=n.score, relevance=n.relevance, recency=n.recency, tier=n.tier,
-                     uses=n.uses, age_days=n.age_days, created_at=n.created_at)
-             for n in res.notes]
+    notes = [n.signals() for n in res.notes]
     return QueryResult(query_id=query_id, ns=req.ns, agent=req.agent, text=req.text,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
                        notes=notes, upper_bound=res.upper_bound,

@@ -343,3 +343,15 @@ def test_the_zero_at_print_boundary_is_exact() -> None:
     assert round(edge, 6) == 0.0 and round(above, 6) == 0.000001
     res = run([mk("edge"), mk("above")], {"edge": edge, "above": above})
     assert [(c.note_id, c.relevance) for c in res.candidates] == [("above", 0.000001)]
+
+
+def test_signals_drop_only_chosen() -> None:
+    from projections.rank import NoteSignals, ScoredNote
+
+    fields = {f: i for i, f in enumerate(NoteSignals.__struct_fields__)}
+    s = ScoredNote(note_id="n", text="t", tokens=3, cost=5, score=0.25, relevance=0.5,
+                   recency=0.5, tier="short", uses=2, age_days=1.5,
+                   created_at=datetime(2026, 1, 1, tzinfo=UTC), chosen=True)
+    out = s.signals()
+    assert type(out) is NoteSignals and list(fields) == [*ScoredNote.__struct_fields__][:-1]
+    assert all(getattr(out, f) == getattr(s, f) for f in fields)

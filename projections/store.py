@@ -9,6 +9,7 @@ either committed everything or nothing.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +175,14 @@ class Lease:
         script(self.r, "release_lock")(keys=[keys.lock(self.ns)], args=[self.token, 0])
 
 
+def try_lease(r: Any, ns: str, lease_ms: int) -> Lease | None:
+    """Take the namespace's projection lease now, or None if another projector holds it."""
+    token = uuid.uuid4().hex
+    if r.set(keys.lock(ns), token, nx=True, px=lease_ms):
+        return Lease(r, ns, token, lease_ms)
+    return None
+
+
 def changes_tail(r: Any, ns: str) -> bytes:
     """Id of the newest entry of the changes stream (b'0-0' if none)."""
     got = r.xrevrange(keys.changes(ns), count=1)
@@ -190,4 +199,5 @@ def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
 
 
 __all__ = ["ZERO", "BatchInfo", "Prepared", "checkpoint", "commit", "format_pos",
-           "prepare_batch", "project_batch", "read_dead", "read_notes", "wait_for_change"]
+           "prepare_batch", "project_batch", "read_dead", "read_notes", "try_lease",
+           "wait_for_change"]

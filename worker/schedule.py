@@ -29,6 +29,7 @@ from projections.store import (
     changes_tail,
     checkpoint,
     project_batch,
+    try_lease,
     wait_for_change,
 )
 from worker.settings import Settings
@@ -69,16 +70,6 @@ def sweep(r: Any, q: Queue) -> list[str]:
     if late:
         log.info("sweep_scheduled", namespaces=late)
     return late
-
-
-def try_lease(r: Any, ns: str, lease_ms: int) -> Lease | None:
-    """Take the namespace's projection lease now, or None if another projector holds it."""
-    import uuid
-
-    token = uuid.uuid4().hex
-    if r.set(keys.lock(ns), token, nx=True, px=lease_ms):
-        return Lease(r, ns, token, lease_ms)
-    return None
 
 
 def acquire_lease(r: Any, ns: str, lease_ms: int, deadline: float) -> Lease | None:

@@ -195,8 +195,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from worker import logs
     from worker.demo import run_demo
 
+    logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config)
 
 

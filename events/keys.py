@@ -37,6 +37,11 @@ def checkpoint(ns: str) -> str:
     return f"{_ns(ns)}:checkpoint"
 
 
+def generation(ns: str) -> str:
+    """Bumped by every ``replay`` write-back; a batch folded before it can no longer commit."""
+    return f"{_ns(ns)}:generation"
+
+
 def notes(ns: str) -> str:
     """Read model: hash note_id -> msgpack NoteState."""
     return f"{_ns(ns)}:notes"

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from events import keys
+from events.errors import StoreError
 from events.log import ZERO, Position, format_pos, iter_all, parse_pos
 from projections.config import RankingConfig
 from projections.reduce import Projection, Undecodable
@@ -26,9 +28,11 @@ class Rebuilt:
 
 
 def fold_log(r: Any, ns: str, cfg: RankingConfig, *, until: Position | None = None,
-             as_of: datetime | None = None, chunk: int = 5000) -> Rebuilt:
+             as_of: datetime | None = None, chunk: int = 5000,
+             on_chunk: Callable[[], None] | None = None) -> Rebuilt:
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
-    is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log."""
+    is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
+    ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
     proj = Projection()
     pos = ZERO
     events = dups = 0
@@ -49,6 +53,8 @@ def fold_log(r: Any, ns: str, cfg: RankingConfig, *, until: Position | None = No
         batch.append((eid.decode(), ev, raw))
         if len(batch) >= chunk:
             flush()
+            if on_chunk is not None:
+                on_chunk()
     flush()
     return Rebuilt(projection=proj, position=pos, events=events, duplicates=dups)
 
@@ -72,12 +78,38 @@ def diff_notes(live: dict[str, NoteState], rebuilt: dict[str, NoteState]) -> lis
     return out
 
 
-def write_back(r: Any, ns: str, rebuilt: Rebuilt) -> None:
-    """Replace the live read model with ``rebuilt`` in one MULTI/EXEC (caller holds the lease).
+class LeaseLost(StoreError):
+    """The projection lease was lost (expired and taken) while rebuilding."""
 
-    The changes stream gets a ``reset`` entry so in-memory indexes reload in full.
+
+def write_back(r: Any, ns: str, rebuilt: Rebuilt, token: str | None = None) -> bool:
+    """Replace the live read model with ``rebuilt`` in one MULTI/EXEC.
+
+    Guarded with WATCH: only while ``token`` still holds the projection lease (when given),
+    and never moving the checkpoint backwards: if the live checkpoint is already past the
+    rebuilt position, nothing is written and False is returned (fold further and retry).
+    The generation is bumped, so any batch folded before this write can no longer commit, and
+    the changes stream gets a ``reset`` entry so in-memory indexes reload in full.
     """
-    p = r.pipeline(transaction=True)
+    import redis
+
+    with r.pipeline(transaction=True) as p:
+        try:
+            p.watch(keys.lock(ns), keys.checkpoint(ns))
+            if token is not None and (p.get(keys.lock(ns)) or b"").decode() != token:
+                raise LeaseLost(f"namespace {ns!r}: projection lease lost during replay")
+            if parse_pos(p.get(keys.checkpoint(ns))) > rebuilt.position:
+                return False
+            p.multi()
+            _write(p, ns, rebuilt)
+            p.execute()
+            return True
+        except redis.WatchError:
+            return False
+
+
+def _write(p: Any, ns: str, rebuilt: Rebuilt) -> None:
+    p.incr(keys.generation(ns))
     p.delete(keys.notes(ns), keys.seen(ns))
     items = sorted(rebuilt.projection.notes.items())
     for i in range(0, len(items), 1000):
@@ -91,4 +123,3 @@ def write_back(r: Any, ns: str, rebuilt: Rebuilt) -> None:
         p.delete(keys.checkpoint(ns))
     p.xadd(keys.changes(ns), {"pos": format_pos(rebuilt.position), "reset": "1", "notes": ""},
            maxlen=keys.CHANGES_MAXLEN, approximate=True)
-    p.execute()

@@ -67,6 +67,7 @@ class Prepared:
 
     ns: str
     expected: str
+    """``checkpoint|generation`` as read before the batch."""
     new_checkpoint: str
     first: str
     count: int
@@ -76,8 +77,9 @@ class Prepared:
 def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
                   batch_size: int = DEFAULT_BATCH) -> Prepared | None:
     """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
-    cp_raw = r.get(keys.checkpoint(ns))
+    cp_raw, gen_raw = r.mget([keys.checkpoint(ns), keys.generation(ns)])
     cp_str = cp_raw.decode() if cp_raw else ""
+    expected = cp_str + "|" + (gen_raw.decode() if gen_raw else "")
     entries = read_after(r, ns, parse_pos(cp_str), batch_size)
     if not entries:
         return None
@@ -103,7 +105,7 @@ def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
     current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs, strict=True) if b}
     seen = {e for e, f in zip(uniq_events, flags, strict=True) if f}
     res = fold_batch(current, seen, decoded, cfg)
-    return Prepared(ns=ns, expected=cp_str, new_checkpoint=decoded[-1][0], first=decoded[0][0],
+    return Prepared(ns=ns, expected=expected, new_checkpoint=decoded[-1][0], first=decoded[0][0],
                     count=len(entries), result=res)
 
 
@@ -121,7 +123,7 @@ def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
         argv += [d.entry_id, d.reason, d.raw]
     ok = script(r, "commit_batch")(
         keys=[keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
-              keys.changes(ns)],
+              keys.changes(ns), keys.generation(ns)],
         args=argv,
     )
     return bool(ok)

@@ -263,3 +263,40 @@ def test_any_interleaving_equals_single_in_order_fold(store: Any, steps: list[An
     assert store.smembers(keys.seen("t")) == {s.encode() for s in ref.projection.seen}
     assert [d["entry"] for d in read_dead(store, "t")] == [d.entry_id for d in ref.projection.dead]
     assert parse_pos(store.get(keys.checkpoint("t"))) == tail(store, "t")
+
+
+def test_replay_never_moves_the_checkpoint_back(store: Any) -> None:
+    append(store, [ev(created("n1"))])
+    _drain(store)
+    rb = fold_log(store, "t", CFG)  # a replay that folded, then was slow to write
+    append(store, [ev(used("n1", "u1"))])
+    _drain(store)  # a projector went further meanwhile
+    assert write_back(store, "t", rb) is False
+    assert checkpoint(store, "t") == tail(store, "t")
+    assert read_notes(store, "t")["n1"].uses == 1
+
+
+def test_a_batch_folded_before_a_replay_cannot_commit_after_it(store: Any) -> None:
+    append(store, [ev(created("n1"))])
+    _drain(store)
+    append(store, [ev(used("n1", "u1"))])
+    stale = prepare_batch(store, "t", CFG, 10)  # read checkpoint T, not committed yet
+    assert stale is not None
+    rb = fold_log(store, "t", CFG, until=checkpoint(store, "t"))  # the state as of T
+    assert write_back(store, "t", rb) is True  # same checkpoint string T, new generation
+    assert commit(store, stale, 0) is False
+    _drain(store)
+    assert read_notes(store, "t")["n1"].uses == 1
+
+
+def test_replay_write_back_needs_the_lease(store: Any) -> None:
+    from projections.rebuild import LeaseLost
+
+    append(store, [ev(created("n1"))])
+    held = try_lease(store, "t", 60_000)
+    assert held is not None
+    rb = fold_log(store, "t", CFG)
+    with pytest.raises(LeaseLost):
+        write_back(store, "t", rb, token="not-" + held.token)
+    assert write_back(store, "t", rb, token=held.token) is True
+    assert read_notes(store, "t") == rb.projection.notes

@@ -12,7 +12,7 @@ import structlog
 from rq import SimpleWorker
 
 from events.ingest import IngestReport, ingest
-from projections.rebuild import diff_notes, fold_log, live_snapshot, write_back
+from projections.rebuild import LeaseLost, diff_notes, fold_log, live_snapshot, write_back
 from projections.state import note_row
 from projections.store import read_dead, read_notes
 from worker import runtime
@@ -152,9 +152,20 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     if held is None:
         print(f"hivemind: namespace {args.ns} is busy (projection lease held)", file=sys.stderr)
         return 2
+    def renew() -> None:
+        if not held.renew():
+            raise LeaseLost(f"namespace {args.ns!r}: projection lease lost during replay")
+
     try:
-        rb = fold_log(r, args.ns, rt.cfg)
-        write_back(r, args.ns, rb)
+        for _attempt in range(5):
+            rb = fold_log(r, args.ns, rt.cfg, on_chunk=renew)
+            renew()
+            if write_back(r, args.ns, rb, held.token):
+                break
+        else:
+            print(f"hivemind: namespace {args.ns} kept moving; replay wrote nothing",
+                  file=sys.stderr)
+            return 2
     finally:
         held.release()
     print(f"replay: rebuilt {args.ns} from {rb.events} event(s): "

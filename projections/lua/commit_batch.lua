@@ -8,7 +8,8 @@
 -- KEYS[3] seen        set:    applied event_ids
 -- KEYS[4] dead        stream: dead letters (entry, reason, raw)
 -- KEYS[5] changes     stream: one entry per batch (pos, touched note ids)
--- ARGV[1] expected checkpoint ("" = none yet)
+-- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
+-- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
 -- ARGV[4] changes stream MAXLEN (approximate)
@@ -16,7 +17,9 @@
 -- then    n_seen,  then n_seen event_ids
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- Returns 1 when applied, 0 when the checkpoint had moved (nothing written).
-local current = redis.call('GET', KEYS[1]) or ''
+-- Both must match: a replay may write back the very checkpoint string a stale batch read,
+-- but never without bumping the generation.
+local current = (redis.call('GET', KEYS[1]) or '') .. '|' .. (redis.call('GET', KEYS[6]) or '')
 if current ~= ARGV[1] then
   return 0
 end

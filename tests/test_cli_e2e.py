@@ -81,7 +81,11 @@ def test_ingest_exit_codes_and_all_or_nothing(server: str, tmp_path: Path) -> No
     r = run(server, "ingest", str(f), "--skip-invalid", "--no-schedule")
     assert r.returncode == 1 and "appended 1" in r.stderr
     r = run(server, "ingest", str(tmp_path / "missing.jsonl"))
-    assert r.returncode == 2
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    r = run(server, "ingest", str(tmp_path))
+    assert r.returncode == 2 and "Is a directory" in r.stderr and "Traceback" not in r.stderr
+    r = run(server, "batch", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "cannot read" in r.stderr
     r = run("redis://127.0.0.1:1/0", "ingest", str(f))
     assert r.returncode == 2 and "cannot connect" in r.stderr
 

@@ -300,3 +300,16 @@ def test_replay_write_back_needs_the_lease(store: Any) -> None:
         write_back(store, "t", rb, token="not-" + held.token)
     assert write_back(store, "t", rb, token=held.token) is True
     assert read_notes(store, "t") == rb.projection.notes
+
+
+def test_ensure_projected_to_a_position_past_the_log_fails_fast(store: Any) -> None:
+    from events.errors import CatchUpTimeout
+    from events.log import format_pos
+
+    ids = append(store, [ev(created("n1")), ev(created("n2"))])
+    store.xdel(keys.stream("t"), ids[-1])  # an operator removed the entry a query waits for
+    t0 = time.monotonic()
+    with pytest.raises(CatchUpTimeout, match="past the end"):
+        ensure_projected(store, "t", parse_pos(ids[-1]), CFG, Settings(), timeout_s=30)
+    assert time.monotonic() - t0 < 10
+    assert format_pos(checkpoint(store, "t")) == ids[0]

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -284,3 +285,27 @@ def test_append_validates_dicts(store: Any) -> None:
         c.append([created("a"), {**created("b"), "ns": "BAD"}])
     assert not store.exists(keys.stream("t"))
 
+
+
+def test_a_query_may_not_raise_exact_max_cells_above_the_workers(store: Any) -> None:
+    c, rt = _setup(store)
+    c.append(_log())
+    rt.cfg = msgspec.structs.replace(rt.cfg, exact_max_cells=1000)
+    bad = _ask(c, rt, "t", "redis", 10, config={"exact_max_cells": 1001})
+    assert bad["error"]["code"] == "invalid_request" and "exact_max_cells" in \
+        bad["error"]["message"]
+    ok = _ask(c, rt, "t", "redis", 10, config={"exact_max_cells": 10})
+    assert "error" not in ok
+
+
+def test_as_of_query_id_is_canonical_in_its_config() -> None:
+    from worker.protocol import new_query_id, parse_request
+
+    base = {"ns": "t", "text": "redis", "budget": 10, "as_of": AS_OF}
+    ids = {new_query_id(parse_request({**base, **extra}), 7) for extra in [
+        {}, {"config": {"bm25_k1": 1.2, "bm25_b": 0.75}},
+        {"config": {"bm25_b": 0.75, "bm25_k1": 1.2}}]}
+    assert len(ids) == 1
+    other = new_query_id(parse_request({**base, "config": {"bm25_k1": 1.0}}), 7)
+    assert other not in ids
+    assert new_query_id(parse_request(base), 8) not in ids

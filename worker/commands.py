@@ -54,8 +54,8 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     try:
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
                progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
-    except FileNotFoundError as exc:
-        print(f"hivemind: {exc}", file=sys.stderr)
+    except OSError as exc:  # missing, a directory, not readable
+        print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except redis.RedisError as exc:
         print(f"hivemind: Redis error after appending {rep.appended} event(s): "
@@ -264,7 +264,11 @@ def cmd_query(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     c = _client(s)
-    fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    try:
+        fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     from events.errors import QueryError
     from worker.protocol import parse_request
 

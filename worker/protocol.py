@@ -113,9 +113,15 @@ def effective_config(base: RankingConfig, overrides: dict[str, Any] | None) -> R
     if not overrides:
         return base
     try:
-        return with_overrides(base, overrides)
+        cfg = with_overrides(base, overrides)
     except msgspec.ValidationError as exc:
         raise QueryError("invalid_request", f"invalid query: config: {exc}") from exc
+    if cfg.exact_max_cells > base.exact_max_cells:
+        # one query must not make the worker allocate a huge DP table
+        raise QueryError("invalid_request",
+                         f"invalid query: config: exact_max_cells may not exceed the worker's "
+                         f"{base.exact_max_cells}")
+    return cfg
 
 
 def new_query_id(req: QueryRequest, log_length: int) -> str:
@@ -124,7 +130,12 @@ def new_query_id(req: QueryRequest, log_length: int) -> str:
     machine: same log + same query -> same id and bytes); live ones a random id."""
     if req.as_of is None:
         return f"{req.ns}.{uuid.uuid4().hex[:24]}"
-    h = hashlib.sha256(encode(req) + b"@" + str(log_length).encode()).hexdigest()[:24]
+    # canonical: the config overrides as the config they make (key order and restated
+    # defaults do not matter)
+    canon = msgspec.structs.replace(req, config=None)
+    digest = effective_config(RankingConfig(), req.config).digest()
+    h = hashlib.sha256(encode(canon) + b"#" + digest.encode() + b"@" +
+                       str(log_length).encode()).hexdigest()[:24]
     return f"{req.ns}.{h}"
 
 

@@ -151,11 +151,22 @@ def ensure_projected(r: Any, ns: str, target: Position, cfg: RankingConfig, s: S
         held = try_lease(r, ns, s.lock_lease_ms)
         if held is not None:
             try:
-                fold_with_lease(r, held, cfg, s, until=target)
+                folded = fold_with_lease(r, held, cfg, s, until=target)
             finally:
                 held.release()
-            continue
+            if folded == 0 and checkpoint(r, ns) < target:
+                # nothing left to fold, yet short of the target: that position is not in the
+                # stream (deleted, or never there); waiting would never end
+                raise CatchUpTimeout(
+                    f"namespace {ns!r}: stream position {format_pos(target)} is past the end "
+                    f"of the log (checkpoint {format_pos(checkpoint(r, ns))})")
         remaining = deadline - time.monotonic()
+        if held is not None:
+            if remaining <= 0:
+                raise CatchUpTimeout(
+                    f"namespace {ns!r} not projected up to {format_pos(target)} in time "
+                    f"(checkpoint {format_pos(checkpoint(r, ns))})")
+            continue
         if remaining <= 0:
             raise CatchUpTimeout(
                 f"namespace {ns!r} not projected up to {format_pos(target)} in time "

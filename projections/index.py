@@ -17,7 +17,7 @@ import numpy as np
 
 from events import keys
 from events.log import ZERO, Position, parse_pos
-from projections.relevance import LexicalIndex
+from projections.relevance import LexicalIndex, scores_over
 from projections.state import NoteState, unpack_note
 
 
@@ -31,7 +31,10 @@ class NamespaceIndex:
 
     ns: str
     notes: dict[str, NoteState] = field(default_factory=dict)
-    lexical: LexicalIndex = field(default_factory=LexicalIndex)
+    shared: LexicalIndex = field(default_factory=LexicalIndex)
+    """BM25 index of the live shared notes."""
+    private: dict[str, LexicalIndex] = field(default_factory=dict)
+    """BM25 index of each agent's live private notes (only that agent's queries use it)."""
     checkpoint: Position = ZERO
     changes_seen: Position | None = None
     """Id of the last changes entry folded in (None: never loaded)."""
@@ -43,14 +46,19 @@ class NamespaceIndex:
 
     def _put(self, note: NoteState) -> None:
         old = self.notes.get(note.note_id)
+        if note.scope == "private":
+            lex = self.private.get(note.agent)
+            if lex is None:
+                lex = self.private[note.agent] = LexicalIndex()
+        else:
+            lex = self.shared
         if note.embedding is not None:
             self._dirty_dims.add(len(note.embedding))
         self.notes[note.note_id] = note
         if note.forgotten:
-            if note.note_id in self.lexical:
-                self.lexical.remove(note.note_id)
-        elif old is None or note.note_id not in self.lexical:
-            self.lexical.add(note.note_id, note.text)
+            lex.remove(note.note_id)  # ignores a note it never had
+        elif old is None or note.note_id not in lex:
+            lex.add(note.note_id, note.text)
 
     def load(self, r: Any) -> None:
         """Full load (first use, reset, or a gap in the changes stream)."""
@@ -60,7 +68,8 @@ class NamespaceIndex:
         p.hgetall(keys.notes(self.ns))
         last_change, cp, raw = p.execute()
         self.notes = {}
-        self.lexical = LexicalIndex()
+        self.shared = LexicalIndex()
+        self.private = {}
         self._vectors = {}
         self._dirty_dims = set()
         for k in sorted(raw):
@@ -111,14 +120,17 @@ class NamespaceIndex:
             self._dirty_dims.discard(dim)
         return self._vectors[dim]
 
-    def relevance(self, text: str, embedding: Sequence[float] | None,
-                  cfg: Any) -> dict[str, float]:
-        """Relevance of every live note to a query (notes at 0 left out), vectorised.
+    def relevance(self, text: str, embedding: Sequence[float] | None, cfg: Any,
+                  agent: str = "") -> dict[str, float]:
+        """Relevance to ``agent``'s query of every live note (notes at 0 left out), vectorised.
 
         Same rule as ``projections.relevance.relevance_for``: cosine (clamped to [0, 1]) where
-        the note and the query carry embeddings of the same dimension, BM25 otherwise.
+        the note and the query carry embeddings of the same dimension, BM25 otherwise. BM25
+        statistics come from the notes ``agent`` may see (shared + its own private ones) and
+        other agents' private notes get no lexical score at all.
         """
-        lex = self.lexical.scores(text, cfg)
+        own = self.private.get(agent) if agent else None
+        lex = scores_over([self.shared] if own is None else [self.shared, own], text, cfg)
         if embedding is None:
             return lex
         ids, m, norms = self._matrix(len(embedding))

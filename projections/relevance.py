@@ -126,6 +126,37 @@ class LexicalIndex:
         return {key: s / max_score for key, s in acc.items()}
 
 
+def scores_over(indexes: Sequence[LexicalIndex], query: str,
+                cfg: RankingConfig) -> dict[str, float]:
+    """``LexicalIndex.scores`` over the union of disjoint indexes, with the corpus statistics
+    (note count, average length, document frequencies) of that union only.
+
+    The worker keeps shared notes and each agent's private notes in separate indexes and
+    scores a query over ``[shared, private[agent]]``, so one agent's private notes never shift
+    another agent's scores. With one index this is exactly ``index.scores``.
+    """
+    total_len = sum(ix._total_len for ix in indexes)
+    if total_len == 0:
+        return {}
+    k1, b = cfg.bm25_k1, cfg.bm25_b
+    n_docs = sum(len(ix._doc_len) for ix in indexes)
+    base = k1 * (1.0 - b)
+    slope = k1 * b * n_docs / total_len
+    weighted = [(t, idf(n_docs, sum(ix.doc_freq(t) for ix in indexes)))
+                for t in dict.fromkeys(tokenize(query))]
+    max_score = 0.0
+    for _, w in weighted:
+        max_score += w
+    acc: dict[str, float] = {}
+    get = acc.get
+    for term, w in weighted:
+        for ix in indexes:
+            doc_len = ix._doc_len
+            for key, tf in ix._postings.get(term, {}).items():
+                acc[key] = get(key, 0.0) + w * (tf / (tf + base + slope * doc_len[key]))
+    return {key: s / max_score for key, s in acc.items()}
+
+
 def _norm(v: Sequence[float]) -> float:
     return math.sqrt(math.fsum(map(operator.mul, v, v)))
 

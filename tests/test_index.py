@@ -42,7 +42,7 @@ def test_vectorised_relevance_matches_reference(rows: list[Any], q: list[float],
     live = [n for n in notes.values() if not n.forgotten]
     for emb in (q, None):
         got = idx.relevance(text, emb, CFG)
-        ref = relevance_for(live, text, emb, idx.lexical, CFG)
+        ref = relevance_for(live, text, emb, idx.shared, CFG)
         assert set(got) == set(ref)
         for k in ref:
             assert abs(got[k] - ref[k]) < 1e-9

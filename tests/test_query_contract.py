@@ -309,3 +309,20 @@ def test_as_of_query_id_is_canonical_in_its_config() -> None:
     other = new_query_id(parse_request({**base, "config": {"bm25_k1": 1.0}}), 7)
     assert other not in ids
     assert new_query_id(parse_request(base), 8) not in ids
+
+
+def test_another_agents_private_notes_do_not_shift_my_scores(store: Any) -> None:
+    c, rt = _setup(store)
+    c.append([created("b1", agent="bob", text="acme contract renewal"),
+              created("b2", agent="bob", text="lunch menu")])
+    before = _ask(c, rt, "t", "acme", 100, agent="bob", as_of=AS_OF, explain=True)
+    live_before = _ask(c, rt, "t", "acme", 100, agent="bob", explain=True)
+    c.append([created(f"a{i}", agent="alice", scope="private", text="acme acme secret")
+              for i in range(3)])
+    after = _ask(c, rt, "t", "acme", 100, agent="bob", as_of=AS_OF, explain=True)
+    live_after = _ask(c, rt, "t", "acme", 100, agent="bob", explain=True)
+    assert before["candidates"] == after["candidates"]
+    assert [n["relevance"] for n in live_before["candidates"]] == \
+        [n["relevance"] for n in live_after["candidates"]]
+    mine = _ask(c, rt, "t", "acme", 100, agent="alice", explain=True)
+    assert {n["note_id"] for n in mine["candidates"]} == {"b1", "a0", "a1", "a2"}

@@ -323,3 +323,20 @@ def test_relevance_for_with_a_zero_query_embedding() -> None:
     rel = relevance_for(notes, "redis", [0.0, 0.0], ix, DEFAULT)
     assert rel == {"lex": ix.scores("redis", DEFAULT)["lex"]}
     assert relevance_for(notes, "redis", [2.0, 0.0], ix, DEFAULT)["emb"] == 1.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.lists(st.sampled_from(
+    ["alpha", "beta", "gamma", "delta", "é"]), min_size=1, max_size=6)), max_size=12),
+    st.lists(st.sampled_from(["alpha", "beta", "zeta", "gamma"]), min_size=1, max_size=3))
+def test_scores_over_disjoint_indexes_equal_one_combined_index(
+        docs: list[tuple[bool, list[str]]], query: list[str]) -> None:
+    from projections.relevance import scores_over
+
+    a, b, both = LexicalIndex(), LexicalIndex(), LexicalIndex()
+    for i, (in_a, words) in enumerate(docs):
+        (a if in_a else b).add(f"d{i}", " ".join(words))
+        both.add(f"d{i}", " ".join(words))
+    q = " ".join(query)
+    assert scores_over([a, b], q, DEFAULT) == both.scores(q, DEFAULT)
+    assert scores_over([a], q, DEFAULT) == a.scores(q, DEFAULT)

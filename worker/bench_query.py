@@ -253,7 +253,7 @@ def _rank_once(idx: NamespaceIndex, raw: dict[str, Any], cfg: Any,
     secs = time.perf_counter() - t
     # plain queries leave res.candidates empty: count the notes with relevance > 0 instead
     # (outside the timed part; private notes of other agents still counted)
-    stats["cands"].append(len(idx.relevance(req.text, req.embedding, cfg)))
+    stats["cands"].append(len(idx.relevance(req.text, req.embedding, cfg, req.agent)))
     stats["methods"][res.method] = stats["methods"].get(res.method, 0) + 1
     return secs
 
@@ -277,7 +277,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     pos = format_pos(tail(rt.store, ns))
     engine.answer(Envelope(f"{ns}.warm", pos, reqs[0]))  # the first query pays any lazy setup
     print(f"in-worker {ns}: index full load {load_s * 1000:,.0f} ms "
-          f"({len(idx.lexical):,} indexed notes)")
+          f"({len(idx.shared) + sum(len(p) for p in idx.private.values()):,} indexed notes)")
     rank_s: list[float] = []
     answer_s: list[float] = []
     stats: dict[str, Any] = {"cands": [], "methods": {}}

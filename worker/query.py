@@ -115,7 +115,7 @@ class QueryEngine:
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
              now: datetime) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline."""
-    rel = idx.relevance(req.text, req.embedding, cfg)
+    rel = idx.relevance(req.text, req.embedding, cfg, req.agent)
     return rank((idx.notes[k] for k in rel), rel, agent=req.agent, now=now,
                 budget=req.budget, cfg=cfg, explain=req.explain)
 

@@ -49,6 +49,10 @@ def fold_log(r: Any, ns: str, cfg: RankingConfig, *, until: Position | None = No
         ev, raw = decode_entry(fields)
         events += 1
         if as_of is not None and not isinstance(ev, Undecodable) and ev.at > as_of:
+            # Not visible at as_of, but its event_id is taken: a later duplicate of it (even
+            # one dated earlier) is never applied, as in the live projection.
+            flush()
+            proj.seen.add(ev.event_id)
             continue
         batch.append((eid.decode(), ev, raw))
         if len(batch) >= chunk:

@@ -313,3 +313,15 @@ def test_ensure_projected_to_a_position_past_the_log_fails_fast(store: Any) -> N
         ensure_projected(store, "t", parse_pos(ids[-1]), CFG, Settings(), timeout_s=30)
     assert time.monotonic() - t0 < 10
     assert format_pos(checkpoint(store, "t")) == ids[0]
+
+
+def test_as_of_never_applies_a_duplicate_the_live_state_ignores(store: Any) -> None:
+    append(store, [ev(created("n", at=T0)),
+                   ev(used("n", "u1", at=T0 + timedelta(days=20))),  # applied live
+                   ev(used("n", "u1", at=T0 + timedelta(days=2)))])  # a duplicate: never
+    _drain(store)
+    assert read_notes(store, "t")["n"].uses == 1
+    at5 = fold_log(store, "t", CFG, as_of=T0 + timedelta(days=5)).projection.notes["n"]
+    assert at5.uses == 0
+    at30 = fold_log(store, "t", CFG, as_of=T0 + timedelta(days=30)).projection.notes["n"]
+    assert at30.uses == 1 and at30.last_used_at == T0 + timedelta(days=20)

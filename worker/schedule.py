@@ -161,14 +161,9 @@ def ensure_projected(r: Any, ns: str, target: Position, cfg: RankingConfig, s: S
                     f"namespace {ns!r}: stream position {format_pos(target)} is past the end "
                     f"of the log (checkpoint {format_pos(checkpoint(r, ns))})")
         remaining = deadline - time.monotonic()
-        if held is not None:
-            if remaining <= 0:
-                raise CatchUpTimeout(
-                    f"namespace {ns!r} not projected up to {format_pos(target)} in time "
-                    f"(checkpoint {format_pos(checkpoint(r, ns))})")
-            continue
         if remaining <= 0:
             raise CatchUpTimeout(
                 f"namespace {ns!r} not projected up to {format_pos(target)} in time "
-                f"(checkpoint {format_pos(cp)})")
-        after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))
+                f"(checkpoint {format_pos(checkpoint(r, ns))})")
+        if held is None:  # another projector has the lease: wait for its next commit
+            after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))

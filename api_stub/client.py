@@ -20,8 +20,16 @@ from events.codec import parse_json_event
 from events.errors import QueryError, QueryTimeout
 from events.log import ZERO, append, format_pos, parse_pos
 from events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
-from worker.protocol import Envelope, encode, error_json, new_query_id, ns_of, parse_request
-from worker.schedule import schedule_projection
+from worker.protocol import (
+    Envelope,
+    encode,
+    error_json,
+    new_query_id,
+    ns_of,
+    parse_request,
+    stage_result,
+)
+from worker.schedule import schedule_namespaces
 from worker.serializer import JSONSerializer
 from worker.settings import Settings
 
@@ -52,8 +60,7 @@ class Client:
             else:
                 evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
         ids = append(self.store, evs)
-        for ns in sorted({e.ns for e in evs}):
-            schedule_projection(self.store, self._pq, ns)
+        schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
         return ids
 
     # -- queries -----------------------------------------------------------------------------
@@ -126,11 +133,8 @@ class Client:
         return positions, lengths
 
     def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
-        ttl = self.settings.result_ttl_seconds
         p = self.store.pipeline(transaction=True)
-        p.set(keys.result(ns, qid), error_json(qid, code, message), ex=ttl)
-        p.rpush(keys.done(ns, qid), b"1")
-        p.expire(keys.done(ns, qid), ttl)
+        stage_result(p, ns, qid, error_json(qid, code, message), self.settings.result_ttl_seconds)
         p.execute()
 
     def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:

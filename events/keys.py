@@ -77,6 +77,12 @@ def audit(ns: str) -> str:
     return f"{_ns(ns)}:audit"
 
 
+def namespace_keys(ns: str) -> list[str]:
+    """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
+    return [stream(ns), checkpoint(ns), generation(ns), notes(ns), seen(ns), dead(ns),
+            changes(ns), lock(ns), scheduled(ns), audit(ns)]
+
+
 def result(ns: str, query_id: str) -> str:
     """A query's result JSON (with a TTL)."""
     return f"{_ns(ns)}:result:{query_id}"

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import redis
+
 from events import keys
 from events.errors import StoreError
 from events.log import ZERO, Position, format_pos, iter_all, parse_pos
@@ -95,8 +97,6 @@ def write_back(r: Any, ns: str, rebuilt: Rebuilt, token: str | None = None) -> b
     The generation is bumped, so any batch folded before this write can no longer commit, and
     the changes stream gets a ``reset`` entry so in-memory indexes reload in full.
     """
-    import redis
-
     with r.pipeline(transaction=True) as p:
         try:
             p.watch(keys.lock(ns), keys.checkpoint(ns))

@@ -2,8 +2,8 @@
 
 Exactly-once effects from at-least-once delivery: the batch, the seen event_ids, the dead
 letters and the new checkpoint are written by one Lua script that first checks the checkpoint
-is still the one the batch was read after. Re-running a batch is a no-op; a crash at any point
-either committed everything or nothing.
+and the replay generation are still the ones the batch was read after. Re-running a batch is
+a no-op; a crash at any point either committed everything or nothing.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
 
 
 def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
-    """Write a prepared batch atomically if the checkpoint is still the one it was read after."""
+    """Write a prepared batch atomically if the checkpoint and generation are still the ones it
+    was read after; False (nothing written) otherwise."""
     res, ns = prep.result, prep.ns
     argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN]
     argv.append(len(res.notes))

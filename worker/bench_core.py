@@ -174,14 +174,11 @@ def _brief(n: NoteState | None) -> str:
 
 def ingest_file(rt: Any, path: Path | str, schedule: bool = True) -> int:
     """The real ingest path of ``hivemind ingest``: validate, append, schedule per chunk."""
-    from worker.schedule import schedule_projection
-
-    q = rt.project_queue
+    from worker.schedule import schedule_namespaces
 
     def on_chunk(nss: set[str]) -> None:
         if schedule:
-            for ns in sorted(nss):
-                schedule_projection(rt.store, q, ns)
+            schedule_namespaces(rt.store, rt.project_queue, nss)
 
     def on_error(msg: str) -> None:
         raise RuntimeError(f"generated event rejected: {msg}")
@@ -193,9 +190,7 @@ def ingest_file(rt: Any, path: Path | str, schedule: bool = True) -> int:
 def drop_namespaces(r: Any, namespaces: list[str]) -> None:
     """Delete every key of the given namespaces (the bench's own, never anyone else's)."""
     for ns in namespaces:
-        r.delete(keys.stream(ns), keys.checkpoint(ns), keys.notes(ns), keys.seen(ns),
-                 keys.dead(ns), keys.changes(ns), keys.lock(ns), keys.scheduled(ns),
-                 keys.audit(ns))
+        r.delete(*keys.namespace_keys(ns))
         r.srem(keys.NAMESPACES, ns)
 
 

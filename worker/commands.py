@@ -17,7 +17,7 @@ from projections.state import note_row
 from projections.store import read_dead, read_notes
 from worker import runtime
 from worker.connection import connect
-from worker.schedule import acquire_lease, behind, schedule_projection, sweep
+from worker.schedule import acquire_lease, behind, schedule_namespaces, sweep
 from worker.serializer import JSONSerializer
 from worker.settings import Settings
 
@@ -44,8 +44,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
     def on_chunk(nss: set[str]) -> None:
         if not args.no_schedule:
-            for ns in sorted(nss):
-                schedule_projection(rt.store, q, ns)
+            schedule_namespaces(rt.store, q, nss)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
@@ -251,14 +250,7 @@ def cmd_query(args: argparse.Namespace, s: Settings) -> int:
                            "agent": args.agent, "explain": args.explain}
     if args.as_of is not None:
         req["as_of"] = args.as_of
-    [qid] = c.submit_batch([req])
-    from events.errors import QueryTimeout
-    from worker.protocol import error_json
-
-    try:
-        body = c.result_json(qid, args.timeout)
-    except QueryTimeout as exc:
-        body = error_json(qid, "timeout", str(exc))
+    [body] = c.batch_results(c.submit_batch([req]), args.timeout)
     return print_result(body, args.json)
 
 

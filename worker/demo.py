@@ -64,14 +64,10 @@ def run_demo(config_path: str | None) -> int:
             fh.write(json.dumps(e) + "\n")
     try:
         from events.ingest import ingest
-        from worker.schedule import schedule_projection
-
-        def on_chunk(nss: set[str]) -> None:
-            for n in sorted(nss):
-                schedule_projection(rt.store, rt.project_queue, n)
+        from worker.schedule import schedule_namespaces
 
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
-                     on_chunk=on_chunk)
+                     on_chunk=lambda nss: schedule_namespaces(rt.store, rt.project_queue, nss))
     finally:
         os.unlink(path)
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")

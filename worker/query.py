@@ -27,6 +27,7 @@ from worker.protocol import (
     error_json,
     ns_of,
     parse_request,
+    stage_result,
     utcnow,
 )
 from worker.schedule import ensure_projected
@@ -147,10 +148,7 @@ def write_result(r: Any, ns: str, query_id: str, body: bytes, res: QueryResult |
                  config_digest: str, position: str, ttl: int) -> None:
     """Result key (TTL), done marker and audit event in one MULTI (one hash slot)."""
     p = r.pipeline(transaction=True)
-    p.set(keys.result(ns, query_id), body, ex=ttl)
-    p.delete(keys.done(ns, query_id))
-    p.rpush(keys.done(ns, query_id), b"1")
-    p.expire(keys.done(ns, query_id), ttl)
+    stage_result(p, ns, query_id, body, ttl)
     if res is not None:
         ev = QueryServed(query_id=query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                          budget=res.budget, position=position, config_digest=config_digest,

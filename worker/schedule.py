@@ -57,6 +57,12 @@ def schedule_projection(r: Any, q: Queue, ns: str, force: bool = False) -> bool:
     return True
 
 
+def schedule_namespaces(r: Any, q: Queue, nss: set[str]) -> None:
+    """``schedule_projection`` for each namespace an append just touched (sorted order)."""
+    for ns in sorted(nss):
+        schedule_projection(r, q, ns)
+
+
 def behind(r: Any) -> list[str]:
     """Namespaces whose stream has entries past their checkpoint."""
     return [ns for ns in namespaces(r) if tail(r, ns) > checkpoint(r, ns)]

@@ -13,42 +13,40 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
-from rq import Queue, Retry
 
-from events import keys
-from events.codec import parse_json_event
-from events.errors import QueryError, QueryTimeout
-from events.log import ZERO, append, format_pos, parse_pos
-from events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
-from worker.protocol import (
+from hivemind_memory.api_stub.protocol import jobs
+from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
+    QueryRequest,
     encode,
     error_json,
     new_query_id,
     ns_of,
     parse_request,
-    stage_result,
 )
-from worker.schedule import schedule_namespaces
-from worker.serializer import JSONSerializer
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.errors import QueryError, QueryTimeout
+from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
+from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
+from hivemind_memory.projections.store import keys, results
+from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.types import Store
 
 INVALID_NS = "_invalid"
 """Pseudo-namespace of the result keys of requests whose namespace itself is invalid."""
-QUERY_JOB = "worker.jobs.answer_queries"
 
 
 class Client:
     """Talks to the store (streams, results) and to RQ (jobs)."""
 
-    def __init__(self, store: Any, rq: Any | None = None, settings: Settings | None = None):
+    def __init__(self, store: Store, rq: Store | None = None,
+                 settings: Settings | None = None) -> None:
         self.store = store
         self.rq = rq if rq is not None else store
         self.settings = settings or Settings()
-        self._qq = Queue(keys.QUERY_QUEUE, connection=self.rq, serializer=JSONSerializer,
-                         default_timeout=self.settings.job_timeout_s)
-        self._pq = Queue(keys.PROJECT_QUEUE, connection=self.rq, serializer=JSONSerializer,
-                         default_timeout=self.settings.job_timeout_s)
+        self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
+        self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)
 
     # -- events ------------------------------------------------------------------------------
     def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
@@ -60,7 +58,7 @@ class Client:
             else:
                 evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
         ids = append(self.store, evs)
-        schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
+        jobs.schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
         return ids
 
     # -- queries -----------------------------------------------------------------------------
@@ -79,44 +77,42 @@ class Client:
             req["config"] = dict(config)
         return self.submit_batch([req])[0]
 
-    def submit_batch(self, requests: Sequence[Mapping[str, Any] | QueryError]) -> list[str]:
+    def submit_batch(self, requests: Sequence[QueryRequest | Mapping[str, Any] | QueryError]
+                     ) -> list[str]:
         """Submit many queries as few jobs (``settings.query_chunk`` per job), ids in order.
 
         A bad request (or a ``QueryError`` the caller already found, e.g. a malformed line)
-        gets its error object at its result key at once; the rest are queued.
+        gets its error object at its result key at once; the rest are queued. Requests that
+        are already ``QueryRequest`` structs are not parsed again.
         """
-        parsed: list[tuple[dict[str, Any], Any]] = []
+        parsed: list[tuple[Mapping[str, Any], QueryRequest | QueryError]] = []
         for raw in requests:
-            if isinstance(raw, QueryError):
+            if isinstance(raw, QueryError | QueryRequest):
                 parsed.append(({}, raw))
                 continue
             try:
-                parsed.append((dict(raw), parse_request(dict(raw))))
+                parsed.append((raw, parse_request(dict(raw))))
             except QueryError as exc:
-                parsed.append((dict(raw), exc))
-        nss = sorted({p.ns for _, p in parsed if not isinstance(p, QueryError)})
+                parsed.append((raw, exc))
+        nss = sorted({p.ns for _, p in parsed if isinstance(p, QueryRequest)})
         positions, lengths = self._positions(nss)
         ids: list[str] = []
         envs: list[dict[str, Any]] = []
         for raw, p in parsed:
             if isinstance(p, QueryError):
                 ns = raw.get("ns")
-                ns = ns if isinstance(ns, str) and re.match(NS_PATTERN, ns) else INVALID_NS
+                ns = ns if isinstance(ns, str) and re.fullmatch(NS_PATTERN, ns) else INVALID_NS
                 qid = f"{ns}.{uuid.uuid4().hex[:24]}"
                 self._write_error(ns, qid, p.code, p.message)
                 ids.append(qid)
                 continue
-            pos = positions[p.ns]
             qid = new_query_id(p, lengths[p.ns])
             ids.append(qid)
-            if p.as_of is not None and self.store.exists(keys.result(p.ns, qid)):
+            if p.as_of is not None and results.result_exists(self.store, p.ns, qid):
                 continue  # the same as-of query on the same log: already answered
-            envs.append(msgspec.to_builtins(Envelope(qid, pos, raw)))
-        chunk = self.settings.query_chunk
-        for i in range(0, len(envs), chunk):
-            self._qq.enqueue(QUERY_JOB, envs[i:i + chunk], retry=Retry(max=2),
-                             result_ttl=300, failure_ttl=86400,
-                             description=f"answer {len(envs[i:i + chunk])} queries")
+            envs.append(msgspec.to_builtins(
+                Envelope(qid, positions[p.ns], msgspec.to_builtins(p))))
+        jobs.enqueue_queries(self._qq, envs, self.settings.query_chunk)
         return ids
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
@@ -134,7 +130,8 @@ class Client:
 
     def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
         p = self.store.pipeline(transaction=True)
-        stage_result(p, ns, qid, error_json(qid, code, message), self.settings.result_ttl_seconds)
+        results.stage_result(p, ns, qid, error_json(qid, code, message),
+                             self.settings.result_ttl_seconds)
         p.execute()
 
     def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:
@@ -142,17 +139,15 @@ class Client:
         ns = INVALID_NS if query_id.startswith(INVALID_NS + ".") else ns_of(query_id)
         deadline = time.monotonic() + timeout
         while True:
-            body = self.store.get(keys.result(ns, query_id))
+            body = results.read_result(self.store, ns, query_id)
             if body is not None:
-                return bytes(body)
+                return body
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise QueryTimeout(
                     f"query {query_id}: no result within {timeout:g}s "
                     "(is a worker running? see `hivemind worker`)")
-            popped = self.store.blpop([keys.done(ns, query_id)], timeout=max(remaining, 0.01))
-            if popped is not None:
-                self.store.lpush(keys.done(ns, query_id), b"1")  # wake other waiters too
+            results.wait_done(self.store, ns, query_id, remaining)
 
     def result(self, query_id: str, timeout: float = 30.0) -> dict[str, Any]:
         """The result (or error) object as a dict."""

@@ -6,8 +6,8 @@ from datetime import UTC
 
 import msgspec
 
-from events.errors import EventError
-from events.schema import Event
+from hivemind_memory.events.errors import EventError
+from hivemind_memory.events.schema import Event
 
 _json_decode = msgspec.json.Decoder(Event).decode
 _pack = msgspec.msgpack.Encoder().encode

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from events.errors import ConfigError
+from hivemind_memory.events.errors import ConfigError
 
 Order = Literal["edges", "score", "chronological"]
 

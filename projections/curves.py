@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from projections.config import RankingConfig
-from projections.recency import recency
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.recency import recency
 
 TIERS = ("short", "scratch", "longterm")
 """Tiers shown, in column order."""

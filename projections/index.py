@@ -1,28 +1,18 @@
-"""The worker's in-memory index of one namespace: note rows and lexical statistics, refreshed
-incrementally from the changes stream, so a query never reloads every note.
-
-Each committed projection batch appends one entry to ``changes`` listing the notes it
-touched; a refresh reads the entries after the last one it saw and re-reads only those notes.
-A ``reset`` entry (written by ``replay``) or a gap (the changes stream was trimmed past our
-position) triggers a full reload.
-"""
+"""The worker's in-memory index of one namespace: note rows and lexical statistics. Pure: it
+is filled by ``projections.store.index_loader`` (full load, then incremental refresh from the
+changes stream) or from an in-memory fold (``--as-of``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from events import keys
-from events.log import ZERO, Position, parse_pos
-from projections.relevance import LexicalIndex, scores_over
-from projections.state import NoteState, unpack_note
-
-
-def _id_pos(entry_id: bytes | str) -> Position:
-    return parse_pos(entry_id)
+from hivemind_memory.events.positions import ZERO, Position
+from hivemind_memory.projections.relevance import LexicalIndex, scores_over
+from hivemind_memory.projections.state import NoteState
 
 
 @dataclass
@@ -44,7 +34,8 @@ class NamespaceIndex:
     """Per embedding dimension: note ids, their embeddings as one matrix, and their norms."""
     _dirty_dims: set[int] = field(default_factory=set)
 
-    def _put(self, note: NoteState) -> None:
+    def put(self, note: NoteState) -> None:
+        """Add or replace one note (a forgotten note leaves the lexical index)."""
         old = self.notes.get(note.note_id)
         if note.scope == "private":
             lex = self.private.get(note.agent)
@@ -60,55 +51,30 @@ class NamespaceIndex:
         elif old is None or note.note_id not in lex:
             lex.add(note.note_id, note.text)
 
-    def load(self, r: Any) -> None:
-        """Full load (first use, reset, or a gap in the changes stream)."""
-        p = r.pipeline(transaction=True)
-        p.xrevrange(keys.changes(self.ns), count=1)
-        p.get(keys.checkpoint(self.ns))
-        p.hgetall(keys.notes(self.ns))
-        last_change, cp, raw = p.execute()
+    def reset(self, notes: Iterable[NoteState], checkpoint: Position,
+              changes_seen: Position) -> None:
+        """Replace everything with ``notes`` (a full load, in note id order)."""
         self.notes = {}
         self.shared = LexicalIndex()
         self.private = {}
         self._vectors = {}
         self._dirty_dims = set()
-        for k in sorted(raw):
-            self._put(unpack_note(raw[k]))
-        self.checkpoint = parse_pos(cp)
-        self.changes_seen = _id_pos(last_change[0][0]) if last_change else ZERO
+        for note in sorted(notes, key=lambda n: n.note_id):
+            self.put(note)
+        self.checkpoint = checkpoint
+        self.changes_seen = changes_seen
         self.full_loads += 1
 
-    def refresh(self, r: Any) -> None:
-        """Bring the index up to the read model's current state."""
-        if self.changes_seen is None:
-            self.load(r)
-            return
-        start = "(" + f"{self.changes_seen[0]}-{self.changes_seen[1]}"
-        entries = r.xrange(keys.changes(self.ns), min=start if self.changes_seen != ZERO else "-")
-        if not entries:
-            return
-        if self.changes_seen != ZERO:
-            me = f"{self.changes_seen[0]}-{self.changes_seen[1]}"
-            if not r.xrange(keys.changes(self.ns), min=me, max=me):
-                # the entry we last saw was trimmed away: later ones may be gone too
-                self.load(r)
-                return
-        touched: set[str] = set()
-        for _eid, f in entries:
-            if f.get(b"reset") == b"1":
-                self.load(r)
-                return
-            touched.update(x for x in f.get(b"notes", b"").decode().split(" ") if x)
-        ids = sorted(touched)
-        if ids:
-            for blob in r.hmget(keys.notes(self.ns), ids):
-                if blob is not None:
-                    self._put(unpack_note(blob))
-        self.incremental_notes += len(ids)
-        last = entries[-1][1].get(b"pos")
-        self.checkpoint = max(self.checkpoint, parse_pos(last))
-        self.changes_seen = _id_pos(entries[-1][0])
-
+    def update(self, notes: Iterable[NoteState], checkpoint: Position,
+               changes_seen: Position) -> None:
+        """Apply the new states of some notes (an incremental refresh)."""
+        n = 0
+        for note in notes:
+            self.put(note)
+            n += 1
+        self.incremental_notes += n
+        self.checkpoint = max(self.checkpoint, checkpoint)
+        self.changes_seen = changes_seen
 
     def _matrix(self, dim: int) -> tuple[list[str], Any, Any]:
         if dim in self._dirty_dims or dim not in self._vectors:
@@ -153,6 +119,6 @@ def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:
     """An index over a given note set (``--as-of`` queries fold their own)."""
     idx = NamespaceIndex(ns)
     for k in sorted(notes):
-        idx._put(notes[k])
+        idx.put(notes[k])
     idx.changes_seen = ZERO
     return idx

@@ -12,11 +12,11 @@ from datetime import datetime
 
 import msgspec
 
-from projections.config import RankingConfig
-from projections.ordering import by_score, order
-from projections.packing import Item, Method, pack
-from projections.recency import age_days, recency
-from projections.state import NoteState, Tier, tier_of
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ordering import by_score, order
+from hivemind_memory.projections.packing import Item, Method, pack
+from hivemind_memory.projections.recency import age_days, recency
+from hivemind_memory.projections.state import NoteState, Tier, tier_of
 
 DECIMALS = 6
 """Output floats are rounded to this many decimals."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from projections.config import RankingConfig, TierDecay
+from hivemind_memory.projections.config import RankingConfig, TierDecay
 
 SECONDS_PER_DAY = 86_400.0
 """Seconds in one day (ages are fractional days)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from events.schema import (
+from hivemind_memory.events.schema import (
     Event,
     NoteCreated,
     NoteForgotten,
@@ -19,8 +19,8 @@ from events.schema import (
     event_type,
     token_estimate,
 )
-from projections.config import RankingConfig
-from projections.state import NoteState, tier_of
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.state import NoteState, tier_of
 
 
 @dataclass(frozen=True, slots=True)

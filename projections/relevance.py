@@ -26,8 +26,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from projections.config import RankingConfig
-from projections.state import NoteState
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.state import NoteState
 
 _WORD = re.compile(r"\w+")
 

@@ -1,94 +1,35 @@
 """Fixtures: one contract suite per store (fakeredis and a real redis-server started here).
 
-Real-Redis tests skip on a machine without the binary, but fail when ``CI=true``.
+The helpers behind them live in ``tests/support.py``; every fixture that installs a global
+(the worker runtime) restores it afterwards.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
-import redis
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from hivemind_memory.worker import runtime
+from tests.support import RedisProc, free_port, need_binary
 
 
-@dataclass
-class RedisProc:
-    """A private redis-server on a free port (stop/start keep its data dir and port)."""
-
-    port: int
-    dir: Path
-    appendonly: bool
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
-             "--dir", str(self.dir), "--protected-mode", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        client = redis.Redis(port=self.port)
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.02)  # waiting for an external process to open its port
-            finally:
-                client.close()
-
-    def stop(self, sig_kill: bool = False) -> None:
-        if self.proc is None:
-            return
-        if sig_kill:
-            self.proc.kill()
-        else:
-            self.proc.terminate()
-        self.proc.wait(timeout=10)
-        self.proc = None
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port)
-
-
-def _need_binary() -> None:
-    if shutil.which("redis-server") is None:
-        msg = "redis-server binary not found"
-        if IN_CI:
-            pytest.fail(msg + " (CI=true: real-Redis tests must run)")
-        pytest.skip(msg)
+@pytest.fixture(autouse=True)
+def _restore_runtime() -> Iterator[None]:
+    """A test that installs a worker runtime does not leak it into the next test."""
+    saved = runtime.installed()
+    yield
+    runtime.install(saved)
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc]:
     """One private redis-server for the session (tests flush it)."""
-    _need_binary()
-    rp = RedisProc(_free_port(), tmp_path_factory.mktemp("redis"), appendonly=False)
+    need_binary()
+    rp = RedisProc(free_port(), tmp_path_factory.mktemp("redis"), appendonly=False)
     rp.start()
     yield rp
     rp.stop()
@@ -97,13 +38,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
 @pytest.fixture
 def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisProc]]:
     """Start extra private servers (AOF on) for restart and crash tests."""
-    _need_binary()
+    need_binary()
     started: list[RedisProc] = []
 
     def make(appendonly: bool = True) -> RedisProc:
         d = tmp_path / f"redis{len(started)}"
         d.mkdir()
-        rp = RedisProc(_free_port(), d, appendonly=appendonly)
+        rp = RedisProc(free_port(), d, appendonly=appendonly)
         rp.start()
         started.append(rp)
         return rp

@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from events.codec import parse_json_event
-from events.schema import Event
+from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.schema import Event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,13 +9,13 @@ import msgspec
 import pytest
 import structlog
 
-from events import keys
-from projections.config import RankingConfig
-from projections.state import pack_note
-from projections.store import read_notes
-from tests.conftest import RedisProc
-from worker import bench_core
-from worker.bench_data import generate
+from bench import core as bench_core
+from bench.data import generate
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.state import pack_note
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.readmodel import read_notes
+from tests.support import RedisProc
 
 pytestmark = pytest.mark.redis_server
 

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tests.conftest import RedisProc
-from worker.bench_query import main
+from bench.query import main
+from tests.support import RedisProc
 
 pytestmark = pytest.mark.redis_server
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.bench_ranking import main
+from bench.ranking import main
 
 
 def test_quick_benchmark_prints_figures(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,18 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import RedisProc
 from tests.factories import created, forgotten, jsonl, used
+from tests.support import HIVEMIND, RedisProc
 
 pytestmark = pytest.mark.redis_server
-HIVEMIND = [sys.executable, "-m", "worker.cli"]
 
 
 def run(url: str, *args: str, stdin: str | None = None, timeout: float = 60,

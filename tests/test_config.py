@@ -7,11 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from events.errors import ConfigError, HivemindError
-from projections.config import DEFAULT, RankingConfig, TierDecay, config_from_toml, load_config
-from projections.rank import rank
-from projections.recency import recency
-from projections.state import NoteState
+from hivemind_memory.events.errors import ConfigError, HivemindError
+from hivemind_memory.projections.config import (
+    DEFAULT,
+    RankingConfig,
+    TierDecay,
+    config_from_toml,
+    load_config,
+)
+from hivemind_memory.projections.rank import rank
+from hivemind_memory.projections.recency import recency
+from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,21 +23,23 @@ import msgspec
 import pytest
 from rq import Queue
 
-from events import keys
-from events.ingest import ingest
-from events.log import iter_all, parse_pos, tail
-from projections.config import RankingConfig
-from projections.rebuild import fold_log
-from projections.store import (
+from bench.data import Expected, generate
+from hivemind_memory.api_stub.protocol import jobs
+from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.events.positions import parse_pos
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.ingest import ingest
+from hivemind_memory.projections.store.log import iter_all, tail
+from hivemind_memory.projections.store.readmodel import (
     checkpoint,
     commit,
     prepare_batch,
     project_batch,
     read_notes,
 )
-from tests.conftest import RedisProc
-from worker.bench_data import Expected, generate
-from worker.serializer import JSONSerializer
+from hivemind_memory.projections.store.rebuild import fold_log
+from tests.support import HIVEMIND, RedisProc
 
 pytestmark = pytest.mark.redis_server
 
@@ -57,7 +58,7 @@ def _env(url: str) -> dict[str, str]:
 
 def _cli(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the real ``hivemind`` command line against the private server."""
-    return subprocess.run([sys.executable, "-m", "worker.cli", *args], env=_env(url),
+    return subprocess.run([*HIVEMIND, *args], env=_env(url),
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -68,7 +69,7 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
 
     def start(url: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(tmp_path / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 (closed below)
-        p = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker", *args],
+        p = subprocess.Popen([*HIVEMIND, "worker", *args],
                              env=_env(url), stdout=log, stderr=log)
         log.close()  # the child holds its own descriptor
         procs.append(p)
@@ -137,7 +138,7 @@ class Progress:
 def assert_consistent(r: Any, url: str, namespaces: list[str], files: list[Path],
                       exp: Expected) -> None:
     """Live == pure fold, ``replay --verify`` passes, counts == the independent counts."""
-    verifies = [subprocess.Popen([sys.executable, "-m", "worker.cli", "replay", "--ns", ns,
+    verifies = [subprocess.Popen([*HIVEMIND, "replay", "--ns", ns,
                                   "--verify"], env=_env(url), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT) for ns in namespaces]
     outputs: list[bytes] = []
@@ -306,7 +307,7 @@ def test_worker_started_after_unscheduled_ingest_catches_up_and_follows_new_even
     exp1 = generate(first, 4_000, namespaces, seed=8)
     done = _cli(rp.url, "ingest", "--no-schedule", str(first))
     assert done.returncode == 0, done.stderr
-    q = Queue(keys.PROJECT_QUEUE, connection=r, serializer=JSONSerializer)
+    q = Queue(jobs.PROJECT_QUEUE, connection=r, serializer=JSONSerializer)
     assert q.count == 0  # nobody asked for a projection
     assert all(checkpoint(r, ns) == (0, 0) for ns in namespaces)
 
@@ -348,9 +349,10 @@ def test_a_busy_projection_job_does_not_strand_the_namespace(
     """Regression (found by this suite): a job that found the lease held for longer than it
     waits (2 x lease) returned 'busy' and kept the 'scheduled' marker, so later appends
     scheduled nothing and the namespace stalled until the marker's TTL ran out."""
-    from worker.runtime import build
-    from worker.schedule import run_projection, schedule_projection
-    from worker.settings import Settings
+    from hivemind_memory.api_stub.protocol.jobs import schedule_projection
+    from hivemind_memory.api_stub.protocol.settings import Settings
+    from hivemind_memory.worker.projector import run_projection
+    from hivemind_memory.worker.runtime import build
 
     r = redis_server.client()
     r.flushall()

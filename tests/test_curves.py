@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from projections.config import DEFAULT, RankingConfig, TierDecay
-from projections.curves import table
+from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
+from hivemind_memory.projections.curves import table
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -38,7 +38,7 @@ def test_table_custom_ages_and_config() -> None:
 
 def test_plot_writes_an_image(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    from projections.curves import plot
+    from hivemind_memory.projections.curves import plot
 
     out = plot(DEFAULT, tmp_path / "curves.png")
     assert out == tmp_path / "curves.png"
@@ -48,7 +48,7 @@ def test_plot_writes_an_image(tmp_path: Path) -> None:
 def test_plot_without_matplotlib_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from projections.curves import plot
+    from hivemind_memory.projections.curves import plot
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)

@@ -10,12 +10,12 @@ from typing import Any
 import fakeredis
 import pytest
 
-from events import keys
-from events.codec import decode_event, encode_event, parse_json_event
-from events.errors import EventError
-from events.ingest import ingest
-from events.log import iter_all
-from events.schema import MAX_TEXT_BYTES, NoteCreated, event_type, token_estimate
+from hivemind_memory.events.codec import decode_event, encode_event, parse_json_event
+from hivemind_memory.events.errors import EventError
+from hivemind_memory.events.schema import MAX_TEXT_BYTES, NoteCreated, event_type, token_estimate
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.ingest import ingest
+from hivemind_memory.projections.store.log import iter_all
 from tests.factories import created, forgotten, jsonl, used
 
 

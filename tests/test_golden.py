@@ -16,15 +16,16 @@ from typing import Any
 
 import fakeredis
 
-from api_stub.client import Client
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.cli.commands import run_worker
 from tests.factories import T0, created, forgotten, iso, used
-from worker import runtime
-from worker.commands import run_worker
-from worker.settings import Settings
 
 GOLDEN = Path(__file__).parent / "golden" / "answers.jsonl"
-WORDS = ("redis stream checkpoint crash replay deploy worker budget token packing decay "
-         "half life floor scratch longterm agent memory note query lease batch audit").split()
+WORDS = ("redis", "stream", "checkpoint", "crash", "replay", "deploy", "worker", "budget",
+         "token", "packing", "decay", "half", "life", "floor", "scratch", "longterm", "agent",
+         "memory", "note", "query", "lease", "batch", "audit")
 
 
 def golden_log(seed: int = 7) -> list[dict[str, Any]]:

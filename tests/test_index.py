@@ -9,11 +9,12 @@ import fakeredis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.log import append
-from projections.config import RankingConfig
-from projections.index import NamespaceIndex, build_index
-from projections.relevance import relevance_for
-from projections.store import project_batch
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.index import NamespaceIndex, build_index
+from hivemind_memory.projections.relevance import relevance_for
+from hivemind_memory.projections.store.index_loader import load_index, refresh_index
+from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.readmodel import project_batch
 from tests.factories import created, ev, forgotten, used
 
 CFG = RankingConfig()
@@ -31,7 +32,7 @@ def test_vectorised_relevance_matches_reference(rows: list[Any], q: list[float],
     notes = {}
     for i, (t, vec, gone) in enumerate(rows):
         d = created(f"n{i}", text=t, **({"embedding": vec} if vec is not None else {}))
-        from projections.reduce import Projection
+        from hivemind_memory.projections.reduce import Projection
 
         p = Projection()
         p.feed([("1-0", ev(d), b"")], CFG)
@@ -61,9 +62,9 @@ def test_incremental_refresh_equals_full_load() -> None:
         append(r, [ev(d) for d in batch])
         while project_batch(r, "t", CFG, 2) is not None:
             pass
-        inc.refresh(r)
+        refresh_index(r, inc)
         full = NamespaceIndex("t")
-        full.load(r)
+        load_index(r, full)
         assert inc.notes == full.notes
         assert inc.checkpoint == full.checkpoint
         for q in ("redis", "lunch", "stream menu"):
@@ -74,18 +75,18 @@ def test_incremental_refresh_equals_full_load() -> None:
 
 
 def test_trimmed_changes_stream_forces_full_reload() -> None:
-    from events import keys
+    from hivemind_memory.projections.store import keys
 
     r = fakeredis.FakeRedis()
     append(r, [ev(created("a"))])
     project_batch(r, "t", CFG)
     idx = NamespaceIndex("t")
-    idx.refresh(r)
+    refresh_index(r, idx)
     append(r, [ev(created("b"))])
     project_batch(r, "t", CFG)
     append(r, [ev(created("c"))])
     project_batch(r, "t", CFG)
     # the entries for "b" and our own last one are trimmed away
     r.xtrim(keys.changes("t"), maxlen=1, approximate=False)
-    idx.refresh(r)
+    refresh_index(r, idx)
     assert idx.full_loads == 2 and set(idx.notes) == {"a", "b", "c"}

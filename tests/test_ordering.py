@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.ordering import order
+from hivemind_memory.projections.ordering import order
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

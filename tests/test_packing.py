@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.packing import Item, PackResult, lp_bound, pack
+from hivemind_memory.projections.packing import Item, PackResult, lp_bound, pack
 
 EXACT = 10**9
 GREEDY = 0  # exact_max_cells=0 forces greedy+swap for any non-trivial instance
@@ -235,7 +235,7 @@ def test_swap_removes_the_least_valuable_item_that_frees_enough_room() -> None:
 
 def test_greedy_phase_fills_exactly_and_breaks_density_ties_by_value() -> None:
     # The swap pass repairs most greedy slips, so the greedy phase is checked on its own.
-    from projections.packing import _density_key, _greedy
+    from hivemind_memory.projections.packing import _density_key, _greedy
 
     items = [Item("x", 50, 0.5), Item("y", 30, 0.3), Item("z", 20, 0.2)]  # equal density
     order = sorted(range(3), key=lambda i: _density_key(items[i]))
@@ -266,7 +266,7 @@ def test_swap_never_removes_what_it_cannot_replace() -> None:
 def test_pair_swap_draws_on_both_the_value_and_the_density_core(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import projections.packing as packing
+    import hivemind_memory.projections.packing as packing
 
     monkeypatch.setattr(packing, "SWAP_PAIR_CORE", 1)
     # greedy takes A only; the best pair is P (most valuable unchosen) + Q (densest unchosen)

@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events import keys
-from events.log import append, parse_pos, tail
-from projections.config import RankingConfig
-from projections.rebuild import diff_notes, fold_log, live_snapshot, write_back
-from projections.store import (
+from hivemind_memory.api_stub.protocol.jobs import schedule_projection
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.positions import parse_pos
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import append, tail
+from hivemind_memory.projections.store.readmodel import (
     checkpoint,
     commit,
     prepare_batch,
@@ -22,16 +24,16 @@ from projections.store import (
     read_dead,
     read_notes,
 )
-from tests.factories import T0, created, ev, forgotten, used
-from worker import runtime
-from worker.commands import run_worker
-from worker.schedule import (
-    ensure_projected,
-    run_projection,
-    schedule_projection,
-    try_lease,
+from hivemind_memory.projections.store.rebuild import (
+    diff_notes,
+    fold_log,
+    live_snapshot,
+    write_back,
 )
-from worker.settings import Settings
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.cli.commands import run_worker
+from hivemind_memory.worker.projector import ensure_projected, run_projection, try_lease
+from tests.factories import T0, created, ev, forgotten, used
 
 CFG = RankingConfig()
 
@@ -162,7 +164,7 @@ def test_ensure_projected_catches_up_inline(store: Any) -> None:
 
 
 def test_ensure_projected_times_out_when_lease_is_held(store: Any) -> None:
-    from events.errors import CatchUpTimeout
+    from hivemind_memory.events.errors import CatchUpTimeout
 
     append(store, _events())
     assert try_lease(store, "t", 60_000) is not None  # a projector that hangs
@@ -290,7 +292,7 @@ def test_a_batch_folded_before_a_replay_cannot_commit_after_it(store: Any) -> No
 
 
 def test_replay_write_back_needs_the_lease(store: Any) -> None:
-    from projections.rebuild import LeaseLost
+    from hivemind_memory.projections.store.rebuild import LeaseLost
 
     append(store, [ev(created("n1"))])
     held = try_lease(store, "t", 60_000)
@@ -303,8 +305,8 @@ def test_replay_write_back_needs_the_lease(store: Any) -> None:
 
 
 def test_ensure_projected_to_a_position_past_the_log_fails_fast(store: Any) -> None:
-    from events.errors import CatchUpTimeout
-    from events.log import format_pos
+    from hivemind_memory.events.errors import CatchUpTimeout
+    from hivemind_memory.events.positions import format_pos
 
     ids = append(store, [ev(created("n1")), ev(created("n2"))])
     store.xdel(keys.stream("t"), ids[-1])  # an operator removed the entry a query waits for

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api_stub.client import Client
-from events import keys
-from events.errors import QueryTimeout
-from projections.rebuild import fold_log, write_back
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import QueryTimeout
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.rebuild import fold_log, write_back
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.cli.commands import run_worker
 from tests.factories import T0, created, forgotten, iso, used
-from worker import runtime
-from worker.commands import run_worker
-from worker.settings import Settings
 
 AS_OF = iso(T0 + timedelta(days=200))
 RESULT_FIELDS = ["query_id", "ns", "agent", "text", "as_of", "budget", "used", "method",
@@ -182,7 +182,7 @@ def test_bad_namespace_still_gets_an_error_object(store: Any) -> None:
 
 def test_worker_rejects_a_bad_request_enqueued_by_someone_else(store: Any) -> None:
     c, rt = _setup(store)
-    rt.query_queue.enqueue("worker.jobs.answer_queries", [
+    rt.query_queue.enqueue("hivemind_memory.worker.jobs.answer_queries", [
         {"query_id": "t.x1", "position": "0-0", "request": {"ns": "t", "text": "", "budget": 1}},
         {"query_id": "t.x2", "position": "0-0", "request": {"ns": "t", "text": "a", "budget": 1}},
     ])
@@ -224,7 +224,7 @@ def test_served_queries_are_audited_with_config_digest(store: Any) -> None:
     assert audit["type"] == "query.served" and audit["query_id"] == res["query_id"]
     assert audit["agent"] == "bob" and audit["as_of"] == AS_OF and audit["budget"] == 100
     assert [x[0] for x in audit["chosen"]] == [n["note_id"] for n in res["notes"]]
-    from worker.protocol import effective_config
+    from hivemind_memory.api_stub.protocol.messages import effective_config
 
     assert audit["config_digest"] == effective_config(rt.cfg, {"order": "score"}).digest()
     assert audit["config_digest"] != rt.cfg.digest()
@@ -278,7 +278,7 @@ def test_no_private_note_of_one_agent_reaches_another(
 
 
 def test_append_validates_dicts(store: Any) -> None:
-    from events.errors import EventError
+    from hivemind_memory.events.errors import EventError
 
     c, _rt = _setup(store)
     with pytest.raises(EventError, match=r"line 2: .*\$\.ns"):
@@ -299,7 +299,7 @@ def test_a_query_may_not_raise_exact_max_cells_above_the_workers(store: Any) -> 
 
 
 def test_as_of_query_id_is_canonical_in_its_config() -> None:
-    from worker.protocol import new_query_id, parse_request
+    from hivemind_memory.api_stub.protocol.messages import new_query_id, parse_request
 
     base = {"ns": "t", "text": "redis", "budget": 10, "as_of": AS_OF}
     ids = {new_query_id(parse_request({**base, **extra}), 7) for extra in [

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
 from rq.registry import StartedJobRegistry
 
-from api_stub.client import Client
-from events import keys
-from events.errors import QueryTimeout
-from tests.conftest import RedisProc
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol import jobs
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import QueryTimeout
+from hivemind_memory.projections.store import keys
+from hivemind_memory.worker import runtime
 from tests.factories import created
-from worker import runtime
-from worker.settings import Settings
+from tests.support import HIVEMIND, RedisProc
 
 pytestmark = pytest.mark.redis_server
 
@@ -43,9 +43,9 @@ def test_worker_killed_mid_query_times_out_then_job_is_retried(redis_server: Red
     qid = c.submit_query("t", "alpha", 100)
     env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url,
            "HIVEMIND_CATCH_UP_TIMEOUT": "60"}
-    w = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"], env=env,
+    w = subprocess.Popen([*HIVEMIND, "worker"], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started = StartedJobRegistry(keys.QUERY_QUEUE, connection=r)
+    started = StartedJobRegistry(jobs.QUERY_QUEUE, connection=r)
     try:
         _wait(lambda: started.count == 1, "the query job to start")
         w.kill()
@@ -59,7 +59,7 @@ def test_worker_killed_mid_query_times_out_then_job_is_retried(redis_server: Red
     r.delete(keys.lock("t"))
     started.cleanup(timestamp=time.time() + 100_000)
     assert rt.query_queue.count == 1, "abandoned job was not requeued for retry"
-    b = subprocess.run([sys.executable, "-m", "worker.cli", "worker", "--burst"], env=env,
+    b = subprocess.run([*HIVEMIND, "worker", "--burst"], env=env,
                        capture_output=True, text=True, timeout=60, check=False)
     assert b.returncode == 0, b.stderr
     res = c.result(qid, timeout=5)

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.config import DEFAULT, RankingConfig, TierDecay
-from projections.rank import RankResult, ScoredNote, rank, visible
-from projections.relevance import LexicalIndex, relevance_for
-from projections.state import NoteState
+from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
+from hivemind_memory.projections.rank import RankResult, ScoredNote, rank, visible
+from hivemind_memory.projections.relevance import LexicalIndex, relevance_for
+from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -337,7 +337,7 @@ def test_packed_notes_carry_their_cost_with_overhead() -> None:
 def test_the_zero_at_print_boundary_is_exact() -> None:
     import math
 
-    from projections.rank import PRINTS_AS_ZERO
+    from hivemind_memory.projections.rank import PRINTS_AS_ZERO
 
     edge, above = PRINTS_AS_ZERO, math.nextafter(PRINTS_AS_ZERO, 1.0)
     assert round(edge, 6) == 0.0 and round(above, 6) == 0.000001
@@ -346,7 +346,7 @@ def test_the_zero_at_print_boundary_is_exact() -> None:
 
 
 def test_signals_drop_only_chosen() -> None:
-    from projections.rank import NoteSignals, ScoredNote
+    from hivemind_memory.projections.rank import NoteSignals, ScoredNote
 
     fields = {f: i for i, f in enumerate(NoteSignals.__struct_fields__)}
     s = ScoredNote(note_id="n", text="t", tokens=3, cost=5, score=0.25, relevance=0.5,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from projections.config import DEFAULT, RankingConfig, TierDecay
-from projections.recency import age_days, decay, recency
+from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
+from hivemind_memory.projections.recency import age_days, decay, recency
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

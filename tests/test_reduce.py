@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.schema import token_estimate
-from projections.config import RankingConfig
-from projections.reduce import Projection, Rejected, Undecodable, apply_event
+from hivemind_memory.events.schema import token_estimate
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.reduce import Projection, Rejected, Undecodable, apply_event
 from tests.factories import T0, created, ev, forgotten, used
 
 CFG = RankingConfig()

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.config import DEFAULT, RankingConfig
-from projections.relevance import LexicalIndex, cosine, idf, relevance_for, tokenize
-from projections.state import NoteState
+from hivemind_memory.projections.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.relevance import LexicalIndex, cosine, idf, relevance_for, tokenize
+from hivemind_memory.projections.state import NoteState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -331,7 +331,7 @@ def test_relevance_for_with_a_zero_query_embedding() -> None:
     st.lists(st.sampled_from(["alpha", "beta", "zeta", "gamma"]), min_size=1, max_size=3))
 def test_scores_over_disjoint_indexes_equal_one_combined_index(
         docs: list[tuple[bool, list[str]]], query: list[str]) -> None:
-    from projections.relevance import scores_over
+    from hivemind_memory.projections.relevance import scores_over
 
     a, b, both = LexicalIndex(), LexicalIndex(), LexicalIndex()
     for i, (in_a, words) in enumerate(docs):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker import runtime
-from worker.schedule import run_projection
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.projector import run_projection
 
 
 def project_namespace(ns: str) -> dict[str, Any]:
@@ -18,8 +18,8 @@ def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
     """Answer a chunk of queries (one job carries many: RQ costs ~6 ms a job)."""
     import msgspec
 
-    from worker.protocol import Envelope
-    from worker.query import QueryEngine
+    from hivemind_memory.api_stub.protocol.messages import Envelope
+    from hivemind_memory.worker.engine import QueryEngine
 
     rt = runtime.current()
     engine = rt.cache.get("query_engine")

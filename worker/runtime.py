@@ -11,10 +11,9 @@ from typing import Any
 
 from rq import Queue
 
-from events import keys
-from projections.config import RankingConfig, load_config
-from worker.serializer import JSONSerializer
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol import jobs
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.config import RankingConfig, load_config
 
 
 @dataclass
@@ -32,16 +31,15 @@ class Runtime:
 
     def queue(self, name: str) -> Queue:
         """An RQ queue with the JSON serializer (never pickle)."""
-        return Queue(name, connection=self.rq, serializer=JSONSerializer,
-                     default_timeout=self.settings.job_timeout_s)
+        return jobs.queue(self.rq, name, self.settings)
 
     @property
     def project_queue(self) -> Queue:
-        return self.queue(keys.PROJECT_QUEUE)
+        return self.queue(jobs.PROJECT_QUEUE)
 
     @property
     def query_queue(self) -> Queue:
-        return self.queue(keys.QUERY_QUEUE)
+        return self.queue(jobs.QUERY_QUEUE)
 
 
 def build(settings: Settings, store: Any, rq_conn: Any | None = None) -> Runtime:
@@ -53,10 +51,15 @@ def build(settings: Settings, store: Any, rq_conn: Any | None = None) -> Runtime
 _current: Runtime | None = None
 
 
-def install(rt: Runtime) -> None:
-    """Make ``rt`` the runtime of this process's jobs."""
+def install(rt: Runtime | None) -> None:
+    """Make ``rt`` the runtime of this process's jobs (None: uninstall)."""
     global _current
     _current = rt
+
+
+def installed() -> Runtime | None:
+    """The installed runtime, if any (tests save and restore it)."""
+    return _current
 
 
 def current() -> Runtime:

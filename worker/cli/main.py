@@ -12,10 +12,10 @@ from typing import Any
 import msgspec
 import redis
 
-from events.errors import ConfigError, HivemindError, StoreError
-from events.schema import NS_PATTERN
-from worker import logs
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
+from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.worker import logs
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
-        from worker.commands import redis_message
+        from hivemind_memory.worker.cli.commands import redis_message
 
         print(f"hivemind: Redis error: {redis_message(exc)}", file=sys.stderr)
         return 2
@@ -135,7 +135,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from worker import commands
+    from hivemind_memory.worker.cli import commands
 
     handler: Any = getattr(commands, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves", "bench"):

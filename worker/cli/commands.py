@@ -11,15 +11,22 @@ import redis
 import structlog
 from rq import SimpleWorker
 
-from events.ingest import IngestReport, ingest
-from projections.rebuild import LeaseLost, diff_notes, fold_log, live_snapshot, write_back
-from projections.state import note_row
-from projections.store import read_dead, read_notes
-from worker import runtime
-from worker.connection import connect
-from worker.schedule import acquire_lease, behind, schedule_namespaces, sweep
-from worker.serializer import JSONSerializer
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.state import note_row
+from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.ingest import IngestReport, ingest
+from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.projections.store.rebuild import (
+    LeaseLost,
+    diff_notes,
+    fold_log,
+    live_snapshot,
+    write_back,
+)
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.projector import acquire_lease, behind, sweep
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -181,8 +188,8 @@ def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_curves(args: argparse.Namespace) -> int:
-    import projections.curves as curves
-    from projections.config import load_config
+    import hivemind_memory.projections.curves as curves
+    from hivemind_memory.projections.config import load_config
 
     cfg = load_config(args.config or Settings.from_env().config_path)
     if args.out:
@@ -205,15 +212,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from worker import logs
-    from worker.demo import run_demo
+    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.cli.demo import run_demo
 
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config)
 
 
 def _client(s: Settings) -> Any:
-    from api_stub.client import Client
+    from hivemind_memory.api_stub.client import Client
 
     r = connect(s.redis_url)
     return Client(r, settings=s)
@@ -261,8 +268,8 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     except OSError as exc:
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    from events.errors import QueryError
-    from worker.protocol import parse_request
+    from hivemind_memory.api_stub.protocol.messages import parse_request
+    from hivemind_memory.events.errors import QueryError
 
     reqs: list[Any] = []
     with fh:

@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 
-from events.errors import StoreError
+from hivemind_memory.events.errors import StoreError
 
 _EMBEDDED: dict[str, Any] = {}
 

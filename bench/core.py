@@ -1,6 +1,6 @@
 """``hivemind bench core``: ingest and projection throughput, checked against a pure fold.
 
-Generates a seeded workload (``worker.bench_data``) into a temp JSON Lines file, ingests it
+Generates a seeded workload (``bench.data``) into a temp JSON Lines file, ingests it
 with the real ingest path (validate, append, schedule one projection job per namespace) into
 a Redis, drains the projection queue with the burst worker in this process, and compares the
 projected notes with (a) a pure in-memory fold of the same file and (b) the expectation the
@@ -35,15 +35,15 @@ from typing import Any
 
 import redis
 
-from events import keys
-from events.codec import parse_json_event
-from events.ingest import ingest
-from projections.config import RankingConfig
-from projections.reduce import Projection
-from projections.state import NoteState
-from projections.store import read_notes
-from worker.bench_data import Expected, generate
-from worker.settings import Settings
+from bench.data import Expected, generate
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.reduce import Projection
+from hivemind_memory.projections.state import NoteState
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.ingest import ingest
+from hivemind_memory.projections.store.readmodel import read_notes
 
 MAX_DIFFS_SHOWN = 20
 
@@ -174,7 +174,7 @@ def _brief(n: NoteState | None) -> str:
 
 def ingest_file(rt: Any, path: Path | str, schedule: bool = True) -> int:
     """The real ingest path of ``hivemind ingest``: validate, append, schedule per chunk."""
-    from worker.schedule import schedule_namespaces
+    from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 
     def on_chunk(nss: set[str]) -> None:
         if schedule:
@@ -217,8 +217,9 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
         batch_size: int | None = None, workdir: Path | None = None,
         prefix: str = "bench", keep: bool = False) -> Figures:
     """Generate, ingest, project, compare (see the module docstring)."""
-    from worker import commands, runtime
-    from worker.connection import connect
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.worker import runtime
+    from hivemind_memory.worker.cli import commands
 
     namespaces = [f"{prefix}-{i}" for i in range(n_namespaces)]
     s = Settings.from_env(redis_url=redis_url, batch_size=batch_size)
@@ -284,8 +285,8 @@ def print_figures(f: Figures, batch_size: int) -> None:
 
 def ingest_child(redis_url: str, path: str) -> dict[str, Any]:
     """Ingest a file (no scheduling) in this fresh process; report time and peak RSS."""
-    from worker import runtime
-    from worker.connection import connect
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.worker import runtime
 
     s = Settings.from_env(redis_url=redis_url)
     rt = runtime.build(s, connect(redis_url))
@@ -302,7 +303,7 @@ def rss_check(redis_url: str, n_events: int) -> list[dict[str, Any]]:
 
     The files are generated here, so a child's peak is the ingest's alone.
     """
-    from worker.connection import connect
+    from hivemind_memory.projections.store.connection import connect
 
     out = []
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-") as d:
@@ -311,7 +312,7 @@ def rss_check(redis_url: str, n_events: int) -> list[dict[str, Any]]:
             nss = [f"{prefix}-{i}" for i in range(3)]
             path = Path(d) / f"rss{mult}.jsonl"
             generate(path, n_events * mult, nss, seed=11)
-            cmd = [sys.executable, "-m", "worker.bench_core", "--ingest-child", str(path),
+            cmd = [sys.executable, "-m", "bench.core", "--ingest-child", str(path),
                    "--redis-url", redis_url]
             try:
                 done = subprocess.run(cmd, check=True, capture_output=True, text=True,
@@ -347,7 +348,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hivemind bench core``."""
-    from worker import logs
+    from hivemind_memory.worker import logs
 
     args = _parser().parse_args(argv)
     logs.configure(level="info" if args.verbose else "warning")

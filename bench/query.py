@@ -48,13 +48,15 @@ import msgspec
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from events.log import format_pos, tail
-from events.schema import Event, Kind, NoteCreated, NoteForgotten, NoteUsed, Scope
-from projections.index import NamespaceIndex
-from worker.bench_core import drop_namespaces, private_redis
-from worker.protocol import Envelope, parse_request, utcnow
-from worker.query import QueryEngine, run_rank
-from worker.settings import Settings
+from bench.core import drop_namespaces, private_redis
+from hivemind_memory.api_stub.protocol.messages import Envelope, parse_request, utcnow
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.positions import format_pos
+from hivemind_memory.events.schema import Event, Kind, NoteCreated, NoteForgotten, NoteUsed, Scope
+from hivemind_memory.projections.index import NamespaceIndex
+from hivemind_memory.projections.store.index_loader import load_index
+from hivemind_memory.projections.store.log import tail
+from hivemind_memory.worker.engine import QueryEngine, run_rank
 
 VOCAB = 4_000
 """Distinct words of the synthetic vocabulary."""
@@ -213,8 +215,8 @@ def ms_summary(secs: Sequence[float]) -> str:
 
 def load_namespace(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
     """Generate, append and project one namespace; print what it took."""
-    from api_stub.client import Client
-    from worker.commands import run_worker
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.worker.cli.commands import run_worker
 
     client = Client(rt.store, rt.rq, rt.settings)
     rng = random.Random(seed * 1_000_003 + n)
@@ -271,7 +273,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     engine = QueryEngine(rt.store, rt.cfg, rt.settings)
     idx = NamespaceIndex(ns)
     t = time.perf_counter()
-    idx.load(rt.store)
+    load_index(rt.store, idx)
     load_s = time.perf_counter() - t
     engine.live[ns] = idx
     pos = format_pos(tail(rt.store, ns))
@@ -306,8 +308,8 @@ def worker_process(redis_url: str, logdir: Path) -> Iterator[subprocess.Popen[by
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     logfile = logdir / "worker.log"
     with open(logfile, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"], env=env,
-                                stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "hivemind_memory.worker.cli", "worker"],
+                                env=env, stdout=fh, stderr=subprocess.STDOUT)
         try:
             yield proc
         finally:
@@ -396,7 +398,7 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str,
 def noop_baseline(rt: Any, n: int, proc: subprocess.Popen[bytes]) -> float:
     """Enqueue ``n`` no-op jobs at once on the query queue; the worker's drain rate (jobs/s)."""
     q: Queue = rt.query_queue
-    datas = [Queue.prepare_data("worker.jobs.noop", result_ttl=60, failure_ttl=600,
+    datas = [Queue.prepare_data("hivemind_memory.worker.jobs.noop", result_ttl=60, failure_ttl=600,
                                 description="bench noop") for _ in range(n)]
     t0 = time.perf_counter()
     jobs = q.enqueue_many(datas)
@@ -438,9 +440,9 @@ class Options:
 
 def run(url: str, opts: Options, prefix: str) -> list[str]:
     """Every step against the Redis at ``url``; returns the namespaces written."""
-    from api_stub.client import Client
-    from worker import runtime
-    from worker.connection import connect
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.worker import runtime
 
     s = Settings.from_env(redis_url=url)
     rt = runtime.build(s, connect(url))
@@ -531,7 +533,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hivemind bench query``."""
-    from worker import logs
+    from hivemind_memory.worker import logs
 
     ap = _parser()
     args = ap.parse_args(argv)
@@ -569,7 +571,7 @@ def _main(args: argparse.Namespace, opts: Options) -> int:
     if args.redis_url is not None:
         prefix = f"bq-{uuid.uuid4().hex[:8]}"
         print(f"redis {args.redis_url} (namespaces {prefix}-*)")
-        from worker.connection import connect
+        from hivemind_memory.projections.store.connection import connect
 
         try:
             run(args.redis_url, opts, prefix)

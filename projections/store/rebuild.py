@@ -10,13 +10,14 @@ from typing import Any
 
 import redis
 
-from events import keys
-from events.errors import StoreError
-from events.log import ZERO, Position, format_pos, iter_all, parse_pos
-from projections.config import RankingConfig
-from projections.reduce import Projection, Undecodable
-from projections.state import NoteState, pack_note, unpack_note
-from projections.store import decode_entry
+from hivemind_memory.events.errors import StoreError
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.reduce import Projection, Undecodable
+from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import iter_all
+from hivemind_memory.projections.store.readmodel import decode_entry
 
 
 @dataclass

@@ -1,34 +1,17 @@
-"""The event log: append (pipelined), read, and stream positions."""
+"""The event log: append (pipelined), read, tail and the namespace registry."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from events import keys
-from events.codec import encode_event
-from events.schema import Event
+from hivemind_memory.events.codec import encode_event
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.store import keys
 
 FIELD = b"d"
 """The single field of a stream entry: the msgpack-encoded event."""
-
-Position = tuple[int, int]
-ZERO: Position = (0, 0)
-
-
-def parse_pos(entry_id: str | bytes | None) -> Position:
-    """``"1700000000000-3"`` -> ``(1700000000000, 3)``; None/empty -> (0, 0)."""
-    if not entry_id:
-        return ZERO
-    s = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = s.partition("-")
-    return (int(ms), int(seq or 0))
-
-
-def format_pos(pos: Position) -> str:
-    """Inverse of ``parse_pos``."""
-    return f"{pos[0]}-{pos[1]}"
-
 
 def append(r: Any, events: Sequence[Event], pipe: Any | None = None) -> list[str]:
     """XADD each event to its namespace's stream and register the namespace.

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from typing import Any
 
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol.settings import Settings
 
 DEMO_NS = "demo"
 AS_OF = "2026-06-01T12:00:00Z"
@@ -52,8 +52,9 @@ def sample_events() -> list[dict[str, Any]]:
 
 def run_demo(config_path: str | None) -> int:
     """Ingest the sample into ``memory://``, project it with a burst worker, show the result."""
-    from worker import commands, runtime
-    from worker.connection import connect
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.worker import runtime
+    from hivemind_memory.worker.cli import commands
 
     s = Settings.from_env({}, redis_url="memory://demo", config_path=config_path)
     rt = runtime.build(s, connect(s.redis_url))
@@ -63,8 +64,8 @@ def run_demo(config_path: str | None) -> int:
         for e in sample_events():
             fh.write(json.dumps(e) + "\n")
     try:
-        from events.ingest import ingest
-        from worker.schedule import schedule_namespaces
+        from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+        from hivemind_memory.projections.store.ingest import ingest
 
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
                      on_chunk=lambda nss: schedule_namespaces(rt.store, rt.project_queue, nss))
@@ -73,7 +74,7 @@ def run_demo(config_path: str | None) -> int:
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")
     code = commands.run_worker(rt, burst=True)
     print("== projected notes (hivemind notes --ns demo)")
-    from projections.store import read_dead, read_notes
+    from hivemind_memory.projections.store.readmodel import read_dead, read_notes
 
     for nid, n in sorted(read_notes(rt.store, DEMO_NS).items()):
         flag = " (forgotten)" if n.forgotten else ""
@@ -82,8 +83,8 @@ def run_demo(config_path: str | None) -> int:
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):
         print(f"  {d['entry']}: {d['reason']}")
-    from api_stub.client import Client
-    from worker.commands import print_result
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.worker.cli.commands import print_result
 
     client = Client(rt.store, settings=s)
     asks = [

@@ -2,7 +2,8 @@
 
 All keys of a namespace share the hash tag ``{ns}`` so a namespace lives in one Redis Cluster
 slot (its Lua scripts and MULTI blocks never cross slots). RQ's own keys live on the RQ
-connection (plain Redis; RQ does not run on Cluster).
+connection (plain Redis; RQ does not run on Cluster); queue names are in
+``api_stub.protocol.jobs``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,6 @@ PREFIX = "hm"
 """Prefix of every hivemind key."""
 NAMESPACES = f"{PREFIX}:namespaces"
 """Set of every namespace that has ever had an event appended."""
-PROJECT_QUEUE = "hivemind-project"
-"""RQ queue of projection jobs."""
-QUERY_QUEUE = "hivemind-query"
-"""RQ queue of query jobs (served before projection jobs)."""
 RESULT_TTL_SECONDS = 3600
 """Default lifetime of a query result key."""
 SCHEDULE_TTL_SECONDS = 600

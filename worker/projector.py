@@ -17,14 +17,16 @@ import time
 from typing import Any
 
 import structlog
-from rq import Queue, Retry
+from rq import Queue
 
-from events import keys
-from events.errors import CatchUpTimeout
-from events.log import Position, format_pos, namespaces, tail
-from projections.config import RankingConfig
-from projections.scripts import script
-from projections.store import (
+from hivemind_memory.api_stub.protocol.jobs import enqueue_projection, schedule_projection
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import CatchUpTimeout
+from hivemind_memory.events.positions import Position, format_pos
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import namespaces, tail
+from hivemind_memory.projections.store.readmodel import (
     Lease,
     changes_tail,
     checkpoint,
@@ -32,35 +34,12 @@ from projections.store import (
     try_lease,
     wait_for_change,
 )
-from worker.settings import Settings
+from hivemind_memory.projections.store.scripts import script
 
 log = structlog.get_logger("hivemind.schedule")
 
-PROJECT_JOB = "worker.jobs.project_namespace"
 WAIT_SLICE_S = 0.1
 """Longest single blocking wait while another projector holds the lease."""
-
-
-def enqueue_projection(q: Queue, ns: str) -> None:
-    """Put one projection job for ``ns`` on the queue."""
-    q.enqueue(PROJECT_JOB, ns, retry=Retry(max=3), result_ttl=300, failure_ttl=86400,
-              description=f"project {ns}")
-
-
-def schedule_projection(r: Any, q: Queue, ns: str, force: bool = False) -> bool:
-    """Enqueue a projection job unless one is already queued or running (``force``: anyway)."""
-    if force:
-        r.set(keys.scheduled(ns), b"1", ex=keys.SCHEDULE_TTL_SECONDS)
-    elif not r.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS):
-        return False
-    enqueue_projection(q, ns)
-    return True
-
-
-def schedule_namespaces(r: Any, q: Queue, nss: set[str]) -> None:
-    """``schedule_projection`` for each namespace an append just touched (sorted order)."""
-    for ns in sorted(nss):
-        schedule_projection(r, q, ns)
 
 
 def behind(r: Any) -> list[str]:

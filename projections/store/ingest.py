@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from events.codec import parse_json_event
-from events.errors import EventError
-from events.log import append
-from events.schema import Event
+from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.errors import EventError
+from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.store.log import append
 
 CHUNK = 1000
 """Events per pipelined append."""

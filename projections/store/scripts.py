@@ -7,11 +7,14 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+_PACKAGE = "hivemind_memory.projections.store"
+"""The package whose ``lua/`` folder holds the scripts."""
+
 
 @cache
 def source(name: str) -> str:
     """The text of ``lua/<name>.lua``."""
-    return (files("projections") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+    return (files(_PACKAGE) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
 def script(r: Any, name: str) -> Any:

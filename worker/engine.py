@@ -11,14 +11,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from events import keys
-from events.errors import CatchUpTimeout, QueryError
-from events.log import parse_pos
-from projections.config import RankingConfig
-from projections.index import NamespaceIndex, build_index
-from projections.rank import RankResult, rank
-from projections.rebuild import fold_log
-from worker.protocol import (
+from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
     QueryRequest,
     QueryResult,
@@ -27,11 +20,18 @@ from worker.protocol import (
     error_json,
     ns_of,
     parse_request,
-    stage_result,
     utcnow,
 )
-from worker.schedule import ensure_projected
-from worker.settings import Settings
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import CatchUpTimeout, QueryError
+from hivemind_memory.events.positions import parse_pos
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.index import NamespaceIndex, build_index
+from hivemind_memory.projections.rank import RankResult, rank
+from hivemind_memory.projections.store import results
+from hivemind_memory.projections.store.index_loader import refresh_index
+from hivemind_memory.projections.store.rebuild import fold_log
+from hivemind_memory.worker.projector import ensure_projected
 
 log = structlog.get_logger("hivemind.query")
 AS_OF_CACHE = 4
@@ -55,7 +55,7 @@ class QueryEngine:
             idx = self.live.get(ns)
             if idx is None:
                 idx = self.live[ns] = NamespaceIndex(ns)
-            idx.refresh(self.r)
+            refresh_index(self.r, idx)
             return idx
         key = (ns, position, req.as_of)
         hit = self.as_of.get(key)
@@ -148,10 +148,10 @@ def write_result(r: Any, ns: str, query_id: str, body: bytes, res: QueryResult |
                  config_digest: str, position: str, ttl: int) -> None:
     """Result key (TTL), done marker and audit event in one MULTI (one hash slot)."""
     p = r.pipeline(transaction=True)
-    stage_result(p, ns, query_id, body, ttl)
+    results.stage_result(p, ns, query_id, body, ttl)
     if res is not None:
         ev = QueryServed(query_id=query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                          budget=res.budget, position=position, config_digest=config_digest,
                          method=res.method, chosen=[(n.note_id, n.score) for n in res.notes])
-        p.xadd(keys.audit(ns), {b"d": encode(ev)})
+        results.stage_audit(p, ns, encode(ev))
     p.execute()

@@ -13,11 +13,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from events import keys
-from events.errors import ConfigError, QueryError
-from events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
-from projections.config import RankingConfig, with_overrides
-from projections.rank import NoteSignals
+from hivemind_memory.events.errors import ConfigError, QueryError
+from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
+from hivemind_memory.projections.config import RankingConfig, with_overrides
+from hivemind_memory.projections.rank import NoteSignals
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
@@ -90,15 +89,6 @@ def encode(obj: Any) -> bytes:
 def error_json(query_id: str, code: str, message: str) -> bytes:
     """The error object as JSON bytes."""
     return encode(QueryErrorResult(query_id, ErrorBody(code, message)))
-
-
-def stage_result(p: Any, ns: str, query_id: str, body: bytes, ttl: int) -> None:
-    """Queue on pipeline ``p`` the writes that publish a result: the result key and the done
-    list its waiters BLPOP on, both with ``ttl``."""
-    p.set(keys.result(ns, query_id), body, ex=ttl)
-    p.delete(keys.done(ns, query_id))
-    p.rpush(keys.done(ns, query_id), b"1")
-    p.expire(keys.done(ns, query_id), ttl)
 
 
 def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:

@@ -15,14 +15,15 @@ from typing import Any
 
 import msgspec
 
-from events import keys
-from events.codec import decode_event
-from events.log import FIELD, ZERO, Position, format_pos, parse_pos, read_after
-from events.schema import Event
-from projections.config import RankingConfig
-from projections.reduce import BatchResult, Undecodable, fold_batch
-from projections.scripts import script
-from projections.state import NoteState, pack_note, unpack_note
+from hivemind_memory.events.codec import decode_event
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
+from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import FIELD, read_after
+from hivemind_memory.projections.store.scripts import script
 
 DEFAULT_BATCH = 2000
 """Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""

@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from projections.config import DEFAULT, RankingConfig
-from projections.packing import Item, pack
-from projections.rank import rank
-from projections.relevance import LexicalIndex
-from projections.state import NoteState
+from hivemind_memory.projections.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.packing import Item, pack
+from hivemind_memory.projections.rank import rank
+from hivemind_memory.projections.relevance import LexicalIndex
+from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 """Fixed 'now' of the synthetic corpus."""

@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from events import keys
-from events.errors import ConfigError
+from hivemind_memory.events.errors import ConfigError
+from hivemind_memory.projections.store import keys
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 

@@ -1,0 +1,73 @@
+"""What the client and the worker agree on about RQ: queues, job names, retry policy, and the
+scheduling of a namespace's projection after an append.
+
+Job functions are named by string, never imported here, so the client does not import the
+worker; ``JOB_FUNCTIONS`` is the complete list of functions a hivemind queue may name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rq import Queue, Retry
+
+from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.types import Store
+
+PROJECT_QUEUE = "hivemind-project"
+"""RQ queue of projection jobs."""
+QUERY_QUEUE = "hivemind-query"
+"""RQ queue of query jobs (a worker serves it before projection jobs)."""
+PROJECT_JOB = "hivemind_memory.worker.jobs.project_namespace"
+"""Job function that folds one namespace's pending events."""
+QUERY_JOB = "hivemind_memory.worker.jobs.answer_queries"
+"""Job function that answers a chunk of queries."""
+JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB})
+"""Every function a hivemind job may name."""
+PROJECT_RETRIES = 3
+"""Retries of a failed projection job."""
+QUERY_RETRIES = 2
+"""Retries of a failed query job."""
+JOB_RESULT_TTL = 300
+"""Seconds RQ keeps a finished job's return value."""
+JOB_FAILURE_TTL = 86_400
+"""Seconds RQ keeps a failed job in its failed registry."""
+
+
+def queue(conn: Store, name: str, settings: Settings) -> Queue:
+    """An RQ queue on ``conn`` with the JSON serializer (never pickle)."""
+    return Queue(name, connection=conn, serializer=JSONSerializer,
+                 default_timeout=settings.job_timeout_s)
+
+
+def enqueue_projection(q: Queue, ns: str) -> None:
+    """Put one projection job for ``ns`` on the queue."""
+    q.enqueue(PROJECT_JOB, ns, retry=Retry(max=PROJECT_RETRIES), result_ttl=JOB_RESULT_TTL,
+              failure_ttl=JOB_FAILURE_TTL, description=f"project {ns}")
+
+
+def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int) -> None:
+    """Queue ``envelopes`` as query jobs of at most ``chunk`` queries each."""
+    for i in range(0, len(envelopes), chunk):
+        part = list(envelopes[i:i + chunk])
+        q.enqueue(QUERY_JOB, part, retry=Retry(max=QUERY_RETRIES), result_ttl=JOB_RESULT_TTL,
+                  failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries")
+
+
+def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> bool:
+    """Enqueue a projection job unless one is already queued or running (``force``: anyway)."""
+    if force:
+        r.set(keys.scheduled(ns), b"1", ex=keys.SCHEDULE_TTL_SECONDS)
+    elif not r.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS):
+        return False
+    enqueue_projection(q, ns)
+    return True
+
+
+def schedule_namespaces(r: Store, q: Queue, nss: Iterable[str]) -> None:
+    """``schedule_projection`` for each namespace an append just touched (sorted order)."""
+    for ns in sorted(set(nss)):
+        schedule_projection(r, q, ns)

@@ -1,0 +1,56 @@
+"""Fill a ``NamespaceIndex`` from Redis: a full load, then incremental refreshes.
+
+Each committed projection batch appends one entry to ``changes`` listing the notes it
+touched; a refresh reads the entries after the last one it saw and re-reads only those notes.
+A ``reset`` entry (written by ``replay``) or a gap (the changes stream was trimmed past our
+position) triggers a full reload.
+"""
+
+from __future__ import annotations
+
+from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
+from hivemind_memory.projections.index import NamespaceIndex
+from hivemind_memory.projections.state import unpack_note
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+
+
+def load_index(r: Store, idx: NamespaceIndex) -> None:
+    """Full load (first use, reset, or a gap in the changes stream)."""
+    ns = idx.ns
+    p = r.pipeline(transaction=True)
+    p.xrevrange(keys.changes(ns), count=1)
+    p.get(keys.checkpoint(ns))
+    p.hgetall(keys.notes(ns))
+    last_change, cp, raw = p.execute()
+    idx.reset((unpack_note(v) for v in raw.values()), parse_pos(cp),
+              parse_pos(last_change[0][0]) if last_change else ZERO)
+
+
+def refresh_index(r: Store, idx: NamespaceIndex) -> None:
+    """Bring ``idx`` up to the read model's current state."""
+    ns, seen = idx.ns, idx.changes_seen
+    if seen is None:
+        load_index(r, idx)
+        return
+    entries = stream_entries(
+        r.xrange(keys.changes(ns), min="(" + format_pos(seen) if seen != ZERO else "-"))
+    if not entries:
+        return
+    if seen != ZERO:
+        me = format_pos(seen)
+        if not r.xrange(keys.changes(ns), min=me, max=me):
+            # the entry we last saw was trimmed away: later ones may be gone too
+            load_index(r, idx)
+            return
+    touched: set[str] = set()
+    for entry in entries:
+        if entry.fields.get(b"reset") == b"1":
+            load_index(r, idx)
+            return
+        touched.update(x for x in entry.fields.get(b"notes", b"").decode().split(" ") if x)
+    ids = sorted(touched)
+    blobs = r.hmget(keys.notes(ns), ids) if ids else []
+    last = entries[-1]
+    idx.update((unpack_note(as_bytes(b)) for b in blobs if b is not None),
+               parse_pos(last.fields.get(b"pos")), parse_pos(last.id))

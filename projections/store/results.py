@@ -1,0 +1,45 @@
+"""Publishing a query's answer: the result key, the done list its waiters block on, and the
+audit stream. All keys of one namespace (one hash slot), so one MULTI can carry them."""
+
+from __future__ import annotations
+
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.types import Pipe, Store
+
+AUDIT_FIELD = b"d"
+"""The single field of an audit stream entry: the JSON-encoded ``query.served`` event."""
+
+
+def stage_result(p: Pipe, ns: str, query_id: str, body: bytes, ttl: int) -> None:
+    """Queue on ``p`` the writes that publish a result: the result key and the done list its
+    waiters BLPOP on, both with ``ttl``."""
+    p.set(keys.result(ns, query_id), body, ex=ttl)
+    p.delete(keys.done(ns, query_id))
+    p.rpush(keys.done(ns, query_id), b"1")
+    p.expire(keys.done(ns, query_id), ttl)
+
+
+def stage_audit(p: Pipe, ns: str, event: bytes) -> None:
+    """Queue on ``p`` the append of one audit event (JSON) to the namespace's audit stream."""
+    p.xadd(keys.audit(ns), {AUDIT_FIELD: event})
+
+
+def read_result(r: Store, ns: str, query_id: str) -> bytes | None:
+    """A result's JSON bytes, or None while it does not exist (or after it expired)."""
+    body = r.get(keys.result(ns, query_id))
+    return None if body is None else bytes(body)  # type: ignore[arg-type]
+
+
+def result_exists(r: Store, ns: str, query_id: str) -> bool:
+    """Whether the result key exists (an identical as-of query need not run again)."""
+    return bool(r.exists(keys.result(ns, query_id)))
+
+
+def wait_done(r: Store, ns: str, query_id: str, timeout_s: float) -> bool:
+    """Block up to ``timeout_s`` on the query's done list; True when it was pushed. Leaves the
+    marker in place for other waiters."""
+    popped = r.blpop([keys.done(ns, query_id)], timeout=max(timeout_s, 0.01))
+    if popped is None:
+        return False
+    r.lpush(keys.done(ns, query_id), b"1")  # wake other waiters too
+    return True

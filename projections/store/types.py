@@ -1,0 +1,46 @@
+"""The typed Redis boundary: every function of the storage layer takes one of these.
+
+redis-py's own classes carry precise types for the synchronous commands we call (its
+``SyncClientProtocol`` overloads), so ``mypy --strict`` checks every call at the boundary.
+The embedded store (fakeredis) subclasses ``redis.Redis``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypeAlias
+
+import redis
+import redis.client
+
+from hivemind_memory.events.errors import StoreError
+
+Store: TypeAlias = redis.Redis
+"""A connection to the data store (streams, read model, results)."""
+Pipe: TypeAlias = redis.client.Pipeline
+"""A pipeline (MULTI or not) that write helpers stage commands on."""
+
+
+def as_bytes(value: object) -> bytes:
+    """A reply that must be bytes: hivemind's clients never decode responses."""
+    if isinstance(value, bytes):
+        return value
+    raise StoreError(f"expected bytes from Redis, got {type(value).__name__} "
+                     "(connections must not set decode_responses)")
+
+
+class StreamEntry(NamedTuple):
+    """One stream entry as read: its id and its fields (bytes, never decoded)."""
+
+    id: bytes
+    fields: dict[bytes, bytes]
+
+
+def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
+    """An XRANGE / XREVRANGE reply as ``StreamEntry`` values (entries without fields, which
+    a deleted entry can leave, get an empty dict)."""
+    out: list[StreamEntry] = []
+    for entry_id, fields in reply or ():
+        out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v)
+                                                   for k, v in (fields or {}).items()}))
+    return out

@@ -40,7 +40,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.reduce import Projection
-from hivemind_memory.projections.state import NoteState
+from hivemind_memory.projections.state import NoteState, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.readmodel import read_notes
@@ -116,7 +116,7 @@ def pure_fold(path: Path | str, cfg: RankingConfig) -> dict[str, Projection]:
         for lineno, line in enumerate(fh, start=1):
             ev = parse_json_event(line, lineno)
             proj = projs.setdefault(ev.ns, Projection())
-            proj.feed([(f"line-{lineno}", ev, line)], cfg)
+            proj.feed([(f"line-{lineno}", ev, line)])
     return projs
 
 
@@ -149,7 +149,7 @@ def compare(r: Any, namespaces: list[str], projs: dict[str, Projection], exp: Ex
                 continue
             n = live.get(nid)
             want = (uses, exp.tier((ens, nid), cfg.longterm_uses), (ens, nid) in exp.forgotten)
-            got = None if n is None else (n.uses, n.tier, n.forgotten)
+            got = None if n is None else (n.uses, tier_of(n.uses, n.kind, cfg), n.forgotten)
             if got != want:
                 out.diffs.append(f"{ns}/{nid}: live (uses, tier, forgotten)={got} "
                                  f"generator={want}")
@@ -169,7 +169,7 @@ def compare(r: Any, namespaces: list[str], projs: dict[str, Projection], exp: Ex
 def _brief(n: NoteState | None) -> str:
     if n is None:
         return "absent"
-    return f"(uses={n.uses}, tier={n.tier}, forgotten={n.forgotten}, tokens={n.tokens})"
+    return f"(uses={n.uses}, forgotten={n.forgotten}, tokens={n.tokens})"
 
 
 def ingest_file(rt: Any, path: Path | str, schedule: bool = True) -> int:

@@ -1,6 +1,8 @@
 """Pure reducers: (note state, event) -> note state, and the batch fold built on them.
 
-No clock, no Redis. The same events in the same stream order always fold to the same state;
+No clock, no Redis, no ranking config: the fold records facts (uses, times, flags); tiers are
+computed where they are used, with the config of that use. The same events in the same stream
+order always fold to the same state;
 a repeated ``event_id`` is applied once; events that cannot apply become dead letters.
 """
 
@@ -19,8 +21,7 @@ from hivemind_memory.events.schema import (
     event_type,
     token_estimate,
 )
-from hivemind_memory.projections.config import RankingConfig
-from hivemind_memory.projections.state import NoteState, tier_of
+from hivemind_memory.projections.state import NoteState
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class Rejected:
     reason: str
 
 
-def apply_event(note: NoteState | None, ev: Event, cfg: RankingConfig) -> NoteState | Rejected:
+def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
     """Apply one event to the current state of its note (None: never seen)."""
     if isinstance(ev, NoteCreated):
         if note is not None:
@@ -38,18 +39,15 @@ def apply_event(note: NoteState | None, ev: Event, cfg: RankingConfig) -> NoteSt
         return NoteState(
             note_id=ev.note_id, agent=ev.agent, scope=ev.scope, kind=ev.kind, text=ev.text,
             tokens=ev.tokens if ev.tokens is not None else token_estimate(ev.text),
-            created_at=ev.at, tier=tier_of(0, ev.kind, cfg), embedding=ev.embedding,
+            created_at=ev.at, embedding=ev.embedding,
         )
     if note is None:
         return Rejected("unknown_note: the namespace has never seen this note_id")
     if note.forgotten:
         return Rejected("forgotten_note: the note was forgotten")
     if isinstance(ev, NoteUsed):
-        uses = note.uses + 1
         last = ev.at if note.last_used_at is None else max(note.last_used_at, ev.at)
-        return msgspec.structs.replace(
-            note, uses=uses, last_used_at=last, tier=tier_of(uses, note.kind, cfg)
-        )
+        return msgspec.structs.replace(note, uses=note.uses + 1, last_used_at=last)
     if isinstance(ev, NoteForgotten):
         return msgspec.structs.replace(note, forgotten=True)
     raise TypeError(f"unhandled event type {type(ev).__name__}")  # pragma: no cover
@@ -87,7 +85,6 @@ def fold_batch(
     notes: Mapping[str, NoteState],
     already_seen: set[str] | frozenset[str],
     entries: Iterable[tuple[str, Event | Undecodable, bytes]],
-    cfg: RankingConfig,
 ) -> BatchResult:
     """Fold stream entries ``(entry_id, event, raw)`` in order onto the given note states.
 
@@ -106,7 +103,7 @@ def fold_batch(
         seen_now.add(ev.event_id)
         out.seen.append(ev.event_id)
         current = out.notes.get(ev.note_id, notes.get(ev.note_id))
-        res = apply_event(current, ev, cfg)
+        res = apply_event(current, ev)
         if isinstance(res, Rejected):
             out.dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
         else:
@@ -123,10 +120,9 @@ class Projection:
     seen: set[str] = field(default_factory=set)
     dead: list[DeadLetter] = field(default_factory=list)
 
-    def feed(self, entries: Iterable[tuple[str, Event | Undecodable, bytes]],
-             cfg: RankingConfig) -> BatchResult:
+    def feed(self, entries: Iterable[tuple[str, Event | Undecodable, bytes]]) -> BatchResult:
         """Fold more entries onto this projection (mutates it) and return the batch delta."""
-        res = fold_batch(self.notes, self.seen, entries, cfg)
+        res = fold_batch(self.notes, self.seen, entries)
         self.notes.update(res.notes)
         self.seen.update(res.seen)
         self.dead.extend(res.dead)

@@ -21,7 +21,9 @@ def tier_of(uses: int, kind: str, cfg: RankingConfig) -> Tier:
 
 
 class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """Everything a query needs about one note, folded from its events."""
+    """Everything a query needs about one note, folded from its events (facts only: the tier
+    depends on the ranking config and is computed where it is used). Unknown fields are ignored
+    on decode, so read models written by older versions (which stored a tier) still load."""
 
     note_id: str
     agent: str
@@ -32,7 +34,6 @@ class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     created_at: datetime
     uses: int = 0
     last_used_at: datetime | None = None
-    tier: Tier = "short"
     forgotten: bool = False
     embedding: list[float] | None = None
 
@@ -52,11 +53,12 @@ class NoteRow(msgspec.Struct, frozen=True):
     forgotten: bool
 
 
-def note_row(n: NoteState) -> NoteRow:
-    """The listing row of a note."""
+def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
+    """The listing row of a note, its tier under ``cfg``."""
     return NoteRow(
         note_id=n.note_id, agent=n.agent, scope=n.scope, kind=n.kind, tokens=n.tokens,
-        created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at, tier=n.tier,
+        created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at,
+        tier=tier_of(n.uses, n.kind, cfg),
         forgotten=n.forgotten,
     )
 

@@ -28,6 +28,7 @@ from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.events.positions import parse_pos
 from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.log import iter_all, tail
@@ -154,14 +155,14 @@ def assert_consistent(r: Any, url: str, namespaces: list[str], files: list[Path]
         for ns in namespaces:
             assert checkpoint(r, ns) == tail(r, ns)
             live = read_notes(r, ns)
-            rebuilt = fold_log(r, ns, CFG)
+            rebuilt = fold_log(r, ns)
             assert live == rebuilt.projection.notes
             got = {nid: n.uses for nid, n in live.items()}
             assert got == {nid: u for (ens, nid), u in uses.items() if ens == ns}
             assert {nid for nid, n in live.items() if n.forgotten} == {
                 nid for (ens, nid) in forgotten if ens == ns}
             for nid, n in live.items():
-                assert n.tier == exp.tier((ns, nid), CFG.longterm_uses), nid
+                assert tier_of(n.uses, n.kind, CFG) == exp.tier((ns, nid), CFG.longterm_uses), nid
             # dead letters and seen ids are written in the same commit: never twice, never lost
             assert r.xlen(keys.dead(ns)) == exp.dead[ns] == len(rebuilt.projection.dead)
             assert r.scard(keys.seen(ns)) == exp.distinct_event_ids[ns]
@@ -253,12 +254,12 @@ def test_stale_commit_is_a_noop_and_redis_restart_keeps_state(
     rep = ingest(r, str(path), on_error=pytest.fail)
     assert rep.appended == 3_000
     for _ in range(3):
-        assert project_batch(r, ns, CFG, BATCH) is not None
+        assert project_batch(r, ns, BATCH) is not None
 
     # Worker A folds a batch and is "killed" before committing; B takes over and commits.
-    a = prepare_batch(r, ns, CFG, BATCH)
-    a_bigger = prepare_batch(r, ns, CFG, 2 * BATCH + 17)  # overlapping, not equal, range
-    b = prepare_batch(r, ns, CFG, BATCH)
+    a = prepare_batch(r, ns, BATCH)
+    a_bigger = prepare_batch(r, ns, 2 * BATCH + 17)  # overlapping, not equal, range
+    b = prepare_batch(r, ns, BATCH)
     assert a is not None and a_bigger is not None and b is not None
     assert a.result.notes and a.result.seen  # the stale batch would change things
     assert commit(r, b, 1) is True
@@ -269,7 +270,7 @@ def test_stale_commit_is_a_noop_and_redis_restart_keeps_state(
 
     # Redis dies (SIGKILL) between prepare and commit: what was committed survives, the
     # prepared batch is still current and commits once.
-    c = prepare_batch(r, ns, CFG, BATCH)
+    c = prepare_batch(r, ns, BATCH)
     assert c is not None
     r.close()
     rp.stop(sig_kill=True)
@@ -281,7 +282,7 @@ def test_stale_commit_is_a_noop_and_redis_restart_keeps_state(
     assert after_c[0] == c.new_checkpoint.encode()
 
     # Redis dies right after a commit: the commit is durable and is not applied again.
-    d = prepare_batch(r, ns, CFG, BATCH)
+    d = prepare_batch(r, ns, BATCH)
     assert d is not None
     assert commit(r, d, 5) is True
     after_d = _snapshot(r, ns)
@@ -292,7 +293,7 @@ def test_stale_commit_is_a_noop_and_redis_restart_keeps_state(
     assert _snapshot(r, ns) == after_d
     assert commit(r, d, 6) is False  # a retry of the same commit is a no-op
 
-    while project_batch(r, ns, CFG, BATCH) is not None:
+    while project_batch(r, ns, BATCH) is not None:
         pass
     assert_consistent(r, rp.url, [ns], [path], exp)
 
@@ -372,7 +373,7 @@ def test_a_busy_projection_job_does_not_strand_the_namespace(
     ingest(r, str(path), on_error=pytest.fail, on_chunk=schedule)
     assert rt.project_queue.count == 1
     rt.project_queue.empty()  # type: ignore[no-untyped-call]  # a worker takes the job and:
-    assert run_projection(r, rt.project_queue, ns, rt.cfg, s)["status"] == "busy"
+    assert run_projection(r, rt.project_queue, ns, s)["status"] == "busy"
     r.delete(keys.lock(ns))  # the other holder is done
     more = tmp_path / "more.jsonl"
     generate(more, 10, [ns], seed=2, tag="x")

@@ -35,9 +35,9 @@ def test_vectorised_relevance_matches_reference(rows: list[Any], q: list[float],
         from hivemind_memory.projections.reduce import Projection
 
         p = Projection()
-        p.feed([("1-0", ev(d), b"")], CFG)
+        p.feed([("1-0", ev(d), b"")])
         if gone:
-            p.feed([("2-0", ev(forgotten(f"n{i}", f"f{i}")), b"")], CFG)
+            p.feed([("2-0", ev(forgotten(f"n{i}", f"f{i}")), b"")])
         notes.update(p.notes)
     idx = build_index("t", notes)
     live = [n for n in notes.values() if not n.forgotten]
@@ -60,7 +60,7 @@ def test_incremental_refresh_equals_full_load() -> None:
     ]
     for batch in batches:
         append(r, [ev(d) for d in batch])
-        while project_batch(r, "t", CFG, 2) is not None:
+        while project_batch(r, "t", 2) is not None:
             pass
         refresh_index(r, inc)
         full = NamespaceIndex("t")
@@ -79,13 +79,13 @@ def test_trimmed_changes_stream_forces_full_reload() -> None:
 
     r = fakeredis.FakeRedis()
     append(r, [ev(created("a"))])
-    project_batch(r, "t", CFG)
+    project_batch(r, "t")
     idx = NamespaceIndex("t")
     refresh_index(r, idx)
     append(r, [ev(created("b"))])
-    project_batch(r, "t", CFG)
+    project_batch(r, "t")
     append(r, [ev(created("c"))])
-    project_batch(r, "t", CFG)
+    project_batch(r, "t")
     # the entries for "b" and our own last one are trimmed away
     r.xtrim(keys.changes("t"), maxlen=1, approximate=False)
     refresh_index(r, idx)

@@ -47,14 +47,14 @@ def _events(n_notes: int = 5, uses: int = 7) -> list[Any]:
 
 
 def _drain(r: Any, ns: str = "t", size: int = 3) -> None:
-    while project_batch(r, ns, CFG, size) is not None:
+    while project_batch(r, ns, size) is not None:
         pass
 
 
 def test_projection_equals_pure_fold(store: Any) -> None:
     append(store, _events())
     _drain(store)
-    rb = fold_log(store, "t", CFG)
+    rb = fold_log(store, "t")
     assert read_notes(store, "t") == rb.projection.notes
     assert checkpoint(store, "t") == tail(store, "t")
     notes = read_notes(store, "t")
@@ -84,8 +84,8 @@ def test_undecodable_entry_is_dead_lettered_and_skipped(store: Any) -> None:
 
 def test_stale_commit_is_a_no_op(store: Any) -> None:
     append(store, [ev(created("n1")), ev(used("n1", "u1"))])
-    first = prepare_batch(store, "t", CFG, 10)
-    again = prepare_batch(store, "t", CFG, 10)  # a redelivered copy of the same batch
+    first = prepare_batch(store, "t", 10)
+    again = prepare_batch(store, "t", 10)  # a redelivered copy of the same batch
     assert first is not None and again is not None
     assert commit(store, first, 1) is True
     assert commit(store, again, 2) is False
@@ -95,7 +95,7 @@ def test_stale_commit_is_a_no_op(store: Any) -> None:
 
 def test_crash_before_commit_loses_nothing(store: Any) -> None:
     append(store, [ev(created("n1")), ev(used("n1", "u1"))])
-    assert prepare_batch(store, "t", CFG, 10) is not None  # folded, then "crashed"
+    assert prepare_batch(store, "t", 10) is not None  # folded, then "crashed"
     assert read_notes(store, "t") == {}
     _drain(store)
     assert read_notes(store, "t")["n1"].uses == 1
@@ -105,7 +105,7 @@ def test_rerun_after_commit_does_nothing(store: Any) -> None:
     append(store, _events())
     _drain(store)
     before = read_notes(store, "t")
-    assert project_batch(store, "t", CFG) is None
+    assert project_batch(store, "t") is None
     assert read_notes(store, "t") == before
 
 
@@ -121,10 +121,10 @@ def test_replay_verify_and_write_back(store: Any) -> None:
     append(store, _events())
     _drain(store)
     cp, live = live_snapshot(store, "t")
-    assert diff_notes(live, fold_log(store, "t", CFG, until=cp).projection.notes) == []
+    assert diff_notes(live, fold_log(store, "t", until=cp).projection.notes) == []
     store.hdel(keys.notes("t"), "n2")  # damage the read model
     cp, live = live_snapshot(store, "t")
-    rb = fold_log(store, "t", CFG, until=cp)
+    rb = fold_log(store, "t", until=cp)
     assert [d.split(":")[0] for d in diff_notes(live, rb.projection.notes)] == ["n2"]
     write_back(store, "t", rb)
     assert read_notes(store, "t") == rb.projection.notes
@@ -135,7 +135,7 @@ def test_as_of_fold_filters_by_event_time(store: Any) -> None:
     append(store, [ev(created("old", at=T0)), ev(created("new", at=T0 + timedelta(days=10))),
                    ev(used("old", "u1", at=T0 + timedelta(days=1))),
                    ev(used("old", "u2", at=T0 + timedelta(days=20)))])
-    rb = fold_log(store, "t", CFG, as_of=T0 + timedelta(days=5))
+    rb = fold_log(store, "t", as_of=T0 + timedelta(days=5))
     assert set(rb.projection.notes) == {"old"} and rb.projection.notes["old"].uses == 1
 
 
@@ -159,8 +159,8 @@ def test_ensure_projected_catches_up_inline(store: Any) -> None:
     append(store, _events())
     target = tail(store, "t")
     s = Settings(batch_size=4)
-    assert ensure_projected(store, "t", target, CFG, s, timeout_s=10) >= target
-    assert read_notes(store, "t") == fold_log(store, "t", CFG).projection.notes
+    assert ensure_projected(store, "t", target, s, timeout_s=10) >= target
+    assert read_notes(store, "t") == fold_log(store, "t").projection.notes
 
 
 def test_ensure_projected_times_out_when_lease_is_held(store: Any) -> None:
@@ -169,7 +169,7 @@ def test_ensure_projected_times_out_when_lease_is_held(store: Any) -> None:
     append(store, _events())
     assert try_lease(store, "t", 60_000) is not None  # a projector that hangs
     with pytest.raises(CatchUpTimeout, match="'t'"):
-        ensure_projected(store, "t", tail(store, "t"), CFG, Settings(), timeout_s=0.3)
+        ensure_projected(store, "t", tail(store, "t"), Settings(), timeout_s=0.3)
 
 
 def _rt(store: Any, **kw: Any) -> runtime.Runtime:
@@ -183,7 +183,7 @@ def test_projection_job_reschedules_until_caught_up(store: Any) -> None:
     append(store, _events())
     assert schedule_projection(store, rt.project_queue, "t") is True
     assert schedule_projection(store, rt.project_queue, "t") is False  # one queued job per ns
-    out = run_projection(store, rt.project_queue, "t", CFG, rt.settings)
+    out = run_projection(store, rt.project_queue, "t", rt.settings)
     assert out["status"] == "more" and store.exists(keys.scheduled("t"))
     assert rt.project_queue.count == 2  # the scheduled one + the re-enqueued one
 
@@ -197,7 +197,7 @@ def test_burst_worker_projects_every_namespace(store: Any) -> None:
     assert run_worker(rt, burst=True) == 0
     for ns in ("t", "other"):
         assert checkpoint(store, ns) == tail(store, ns)
-        assert read_notes(store, ns) == fold_log(store, ns, CFG).projection.notes
+        assert read_notes(store, ns) == fold_log(store, ns).projection.notes
         assert not store.exists(keys.scheduled(ns))
 
 
@@ -205,7 +205,7 @@ def test_burst_worker_sweeps_work_nobody_scheduled(store: Any) -> None:
     rt = _rt(store)
     append(store, _events())  # appended, but no job enqueued (as after a crash)
     assert run_worker(rt, burst=True) == 0
-    assert read_notes(store, "t") == fold_log(store, "t", CFG).projection.notes
+    assert read_notes(store, "t") == fold_log(store, "t").projection.notes
 
 
 def test_jobs_are_stored_as_json_not_pickle(store: Any) -> None:
@@ -248,9 +248,9 @@ def test_any_interleaving_equals_single_in_order_fold(store: Any, steps: list[An
         if step[0] == "append":
             append(store, [_make(*x) for x in step[1]])
         elif step[0] == "batch":
-            project_batch(store, "t", CFG, step[1])
+            project_batch(store, "t", step[1])
         else:  # fold a batch now, commit it later (a redelivery from a slow or dead worker)
-            prep = prepare_batch(store, "t", CFG, step[1])
+            prep = prepare_batch(store, "t", step[1])
             if prep is not None:
                 pending.append(prep)
         if pending and step[0] == "batch":
@@ -260,7 +260,7 @@ def test_any_interleaving_equals_single_in_order_fold(store: Any, steps: list[An
     _drain(store, size=4)
     if not store.exists(keys.stream("t")):
         return
-    ref = fold_log(store, "t", CFG)
+    ref = fold_log(store, "t")
     assert read_notes(store, "t") == ref.projection.notes
     assert store.smembers(keys.seen("t")) == {s.encode() for s in ref.projection.seen}
     assert [d["entry"] for d in read_dead(store, "t")] == [d.entry_id for d in ref.projection.dead]
@@ -270,7 +270,7 @@ def test_any_interleaving_equals_single_in_order_fold(store: Any, steps: list[An
 def test_replay_never_moves_the_checkpoint_back(store: Any) -> None:
     append(store, [ev(created("n1"))])
     _drain(store)
-    rb = fold_log(store, "t", CFG)  # a replay that folded, then was slow to write
+    rb = fold_log(store, "t")  # a replay that folded, then was slow to write
     append(store, [ev(used("n1", "u1"))])
     _drain(store)  # a projector went further meanwhile
     assert write_back(store, "t", rb) is False
@@ -282,9 +282,9 @@ def test_a_batch_folded_before_a_replay_cannot_commit_after_it(store: Any) -> No
     append(store, [ev(created("n1"))])
     _drain(store)
     append(store, [ev(used("n1", "u1"))])
-    stale = prepare_batch(store, "t", CFG, 10)  # read checkpoint T, not committed yet
+    stale = prepare_batch(store, "t", 10)  # read checkpoint T, not committed yet
     assert stale is not None
-    rb = fold_log(store, "t", CFG, until=checkpoint(store, "t"))  # the state as of T
+    rb = fold_log(store, "t", until=checkpoint(store, "t"))  # the state as of T
     assert write_back(store, "t", rb) is True  # same checkpoint string T, new generation
     assert commit(store, stale, 0) is False
     _drain(store)
@@ -297,7 +297,7 @@ def test_replay_write_back_needs_the_lease(store: Any) -> None:
     append(store, [ev(created("n1"))])
     held = try_lease(store, "t", 60_000)
     assert held is not None
-    rb = fold_log(store, "t", CFG)
+    rb = fold_log(store, "t")
     with pytest.raises(LeaseLost):
         write_back(store, "t", rb, token="not-" + held.token)
     assert write_back(store, "t", rb, token=held.token) is True
@@ -312,7 +312,7 @@ def test_ensure_projected_to_a_position_past_the_log_fails_fast(store: Any) -> N
     store.xdel(keys.stream("t"), ids[-1])  # an operator removed the entry a query waits for
     t0 = time.monotonic()
     with pytest.raises(CatchUpTimeout, match="past the end"):
-        ensure_projected(store, "t", parse_pos(ids[-1]), CFG, Settings(), timeout_s=30)
+        ensure_projected(store, "t", parse_pos(ids[-1]), Settings(), timeout_s=30)
     assert time.monotonic() - t0 < 10
     assert format_pos(checkpoint(store, "t")) == ids[0]
 
@@ -323,7 +323,7 @@ def test_as_of_never_applies_a_duplicate_the_live_state_ignores(store: Any) -> N
                    ev(used("n", "u1", at=T0 + timedelta(days=2)))])  # a duplicate: never
     _drain(store)
     assert read_notes(store, "t")["n"].uses == 1
-    at5 = fold_log(store, "t", CFG, as_of=T0 + timedelta(days=5)).projection.notes["n"]
+    at5 = fold_log(store, "t", as_of=T0 + timedelta(days=5)).projection.notes["n"]
     assert at5.uses == 0
-    at30 = fold_log(store, "t", CFG, as_of=T0 + timedelta(days=30)).projection.notes["n"]
+    at30 = fold_log(store, "t", as_of=T0 + timedelta(days=30)).projection.notes["n"]
     assert at30.uses == 1 and at30.last_used_at == T0 + timedelta(days=20)

@@ -139,7 +139,7 @@ def test_index_refreshes_incrementally_and_reloads_after_replay(store: Any) -> N
     assert idx.full_loads == 1 and idx.incremental_notes == 2
     ids = {n["note_id"] for n in res["notes"]}
     assert "n2" in ids and "fresh" not in ids
-    write_back(store, "t", fold_log(store, "t", rt.cfg))
+    write_back(store, "t", fold_log(store, "t"))
     _ask(c, rt, "t", "redis", 100)
     assert idx.full_loads == 2
 

@@ -28,7 +28,6 @@ def mk(
     agent: str = "alice",
     forgotten: bool = False,
     text: str | None = None,
-    tier: str = "short",
 ) -> NoteState:
     return NoteState(
         note_id=note_id,
@@ -39,7 +38,6 @@ def mk(
         tokens=tokens,
         created_at=NOW - timedelta(days=age),
         uses=uses,
-        tier=tier,  # type: ignore[arg-type]
         forgotten=forgotten,
     )
 
@@ -94,9 +92,8 @@ def test_signals_combine_into_score() -> None:
     [(0, "note", "short"), (4, "note", "short"), (5, "note", "longterm"), (9, "note", "longterm"),
      (4, "scratch", "scratch"), (5, "scratch", "longterm")],
 )
-def test_tier_is_recomputed_from_uses_and_kind(uses: int, kind: str, tier: str) -> None:
-    # the stored tier is deliberately stale: rank must not trust it
-    res = run([mk("n", uses=uses, kind=kind, age=60.0, tier="longterm")], {"n": 1.0})
+def test_tier_is_computed_from_uses_and_kind(uses: int, kind: str, tier: str) -> None:
+    res = run([mk("n", uses=uses, kind=kind, age=60.0)], {"n": 1.0})
     assert res.candidates[0].tier == tier
     assert res.candidates[0].uses == uses
     assert (res.candidates[0].recency == 1.0) == (tier == "longterm")

@@ -11,15 +11,22 @@ from hypothesis import strategies as st
 from hivemind_memory.events.schema import token_estimate
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.reduce import Projection, Rejected, Undecodable, apply_event
+from hivemind_memory.projections.state import tier_of
 from tests.factories import T0, created, ev, forgotten, used
 
 CFG = RankingConfig()
 
 
-def _fold(dicts: list[dict], cfg: RankingConfig = CFG) -> Projection:  # type: ignore[type-arg]
+def _fold(dicts: list[dict]) -> Projection:  # type: ignore[type-arg]
     p = Projection()
-    p.feed([(f"{i + 1}-0", ev(d), b"") for i, d in enumerate(dicts)], cfg)
+    p.feed([(f"{i + 1}-0", ev(d), b"") for i, d in enumerate(dicts)])
     return p
+
+
+def _tier(p: Projection, nid: str, cfg: RankingConfig) -> str:
+    """The tier a query under ``cfg`` gives the folded note (the fold itself has none)."""
+    n = p.notes[nid]
+    return tier_of(n.uses, n.kind, cfg)
 
 
 @pytest.mark.parametrize(("uses", "tier"), [(0, "short"), (4, "short"), (5, "longterm"),
@@ -27,20 +34,21 @@ def _fold(dicts: list[dict], cfg: RankingConfig = CFG) -> Projection:  # type: i
 def test_promotion_at_threshold(uses: int, tier: str) -> None:
     p = _fold([created("n"), *[used("n", f"u{i}") for i in range(uses)]])
     assert p.notes["n"].uses == uses
-    assert p.notes["n"].tier == tier
+    assert _tier(p, "n", CFG) == tier
 
 
 @pytest.mark.parametrize(("uses", "tier"), [(0, "scratch"), (4, "scratch"), (5, "longterm")])
 def test_scratch_notes_earn_longterm_too(uses: int, tier: str) -> None:
     p = _fold([created("n", kind="scratch"), *[used("n", f"u{i}") for i in range(uses)]])
-    assert p.notes["n"].tier == tier
+    assert _tier(p, "n", CFG) == tier
 
 
 def test_threshold_comes_from_config() -> None:
     cfg = RankingConfig(longterm_uses=2)
-    assert _fold([created("n"), used("n", "u1")], cfg).notes["n"].tier == "short"
-    two = _fold([created("n"), used("n", "u1"), used("n", "u2")], cfg)
-    assert two.notes["n"].tier == "longterm"
+    assert _tier(_fold([created("n"), used("n", "u1")]), "n", cfg) == "short"
+    two = _fold([created("n"), used("n", "u1"), used("n", "u2")])
+    assert _tier(two, "n", cfg) == "longterm"
+    assert _tier(two, "n", CFG) == "short"  # the same folded facts, another config
 
 
 def test_repeated_event_id_applies_once() -> None:
@@ -51,8 +59,8 @@ def test_repeated_event_id_applies_once() -> None:
 
 def test_repeated_event_id_across_batches_applies_once() -> None:
     p = Projection()
-    p.feed([("1-0", ev(created("n")), b""), ("2-0", ev(used("n", "u1")), b"")], CFG)
-    res = p.feed([("3-0", ev(used("n", "u1")), b""), ("4-0", ev(used("n", "u2")), b"")], CFG)
+    p.feed([("1-0", ev(created("n")), b""), ("2-0", ev(used("n", "u1")), b"")])
+    res = p.feed([("3-0", ev(used("n", "u1")), b""), ("4-0", ev(used("n", "u2")), b"")])
     assert res.duplicates == 1 and p.notes["n"].uses == 2
 
 
@@ -93,7 +101,7 @@ def test_events_that_cannot_apply_are_dead_letters(events: list[dict], reason: s
 def test_rejection_changes_nothing() -> None:
     base = _fold([created("n"), used("n", "u1")])
     before = base.notes["n"]
-    res = apply_event(before, ev(created("n", eid="again", text="other")), CFG)
+    res = apply_event(before, ev(created("n", eid="again", text="other")))
     assert isinstance(res, Rejected)
     assert base.notes["n"] == before
 
@@ -106,7 +114,7 @@ def test_forget_keeps_uses_and_flags() -> None:
 def test_undecodable_entry_becomes_a_dead_letter() -> None:
     p = Projection()
     p.feed([("1-0", Undecodable(b"\x00", "undecodable: bad"), b"\x00"),
-            ("2-0", ev(created("n")), b"")], CFG)
+            ("2-0", ev(created("n")), b"")])
     assert [d.entry_id for d in p.dead] == ["1-0"] and "n" in p.notes
 
 
@@ -127,13 +135,13 @@ EVENT = st.one_of(
 def test_any_batching_folds_like_one_pass(events: list[dict], cuts: list[int]) -> None:  # type: ignore[type-arg]
     entries = [(f"{i + 1}-0", ev(d), b"") for i, d in enumerate(events)]
     one = Projection()
-    one.feed(entries, CFG)
+    one.feed(entries)
     many = Projection()
     i = 0
     k = 0
     while i < len(entries):
         size = cuts[k % len(cuts)]
-        many.feed(entries[i:i + size], CFG)
+        many.feed(entries[i:i + size])
         i += size
         k += 1
     assert many.notes == one.notes

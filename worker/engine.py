@@ -62,7 +62,7 @@ class QueryEngine:
         if hit is not None:
             self.as_of.move_to_end(key)
             return hit
-        rb = fold_log(self.r, ns, self.cfg, until=parse_pos(position), as_of=req.as_of)
+        rb = fold_log(self.r, ns, until=parse_pos(position), as_of=req.as_of)
         idx = build_index(ns, rb.projection.notes)
         self.as_of[key] = idx
         while len(self.as_of) > AS_OF_CACHE:
@@ -79,7 +79,7 @@ class QueryEngine:
             digest = cfg.digest()
             pos = parse_pos(env.position)
             if req.as_of is None:
-                ensure_projected(self.r, req.ns, pos, self.cfg, self.settings)
+                ensure_projected(self.r, req.ns, pos, self.settings)
             idx = self.index_for(req, env.position)
             now = req.as_of if req.as_of is not None else utcnow()
             res = run_rank(idx, req, cfg, now)

@@ -11,7 +11,7 @@ from hivemind_memory.worker.projector import run_projection
 def project_namespace(ns: str) -> dict[str, Any]:
     """Fold the namespace's pending events (a batch per step) into its read model."""
     rt = runtime.current()
-    return run_projection(rt.store, rt.project_queue, ns, rt.cfg, rt.settings)
+    return run_projection(rt.store, rt.project_queue, ns, rt.settings)
 
 
 def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:

@@ -23,7 +23,6 @@ from hivemind_memory.api_stub.protocol.jobs import enqueue_projection, schedule_
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos
-from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces, tail
 from hivemind_memory.projections.store.readmodel import (
@@ -77,14 +76,14 @@ def _log_batch(info: Any) -> None:
              duration_ms=round(info.seconds * 1000, 2))
 
 
-def fold_with_lease(r: Any, held: Lease, cfg: RankingConfig, s: Settings,
+def fold_with_lease(r: Any, held: Lease, s: Settings,
                     until: Position | None = None) -> int:
     """Fold batches while holding ``held`` (up to the batch cap, or until ``until``)."""
     events = 0
     for _ in range(s.max_batches_per_job):
         if until is not None and checkpoint(r, held.ns) >= until:
             break
-        info = project_batch(r, held.ns, cfg, s.batch_size)
+        info = project_batch(r, held.ns, s.batch_size)
         if info is None:
             break
         _log_batch(info)
@@ -95,7 +94,7 @@ def fold_with_lease(r: Any, held: Lease, cfg: RankingConfig, s: Settings,
     return events
 
 
-def run_projection(r: Any, q: Queue, ns: str, cfg: RankingConfig, s: Settings) -> dict[str, Any]:
+def run_projection(r: Any, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
     """The body of a projection job: fold, then reschedule or clear the marker atomically."""
     deadline = time.monotonic() + 2 * s.lock_lease_ms / 1000
     held = acquire_lease(r, ns, s.lock_lease_ms, deadline)
@@ -107,7 +106,7 @@ def run_projection(r: Any, q: Queue, ns: str, cfg: RankingConfig, s: Settings) -
         log.info("projection_busy", ns=ns)
     else:
         try:
-            events = fold_with_lease(r, held, cfg, s)
+            events = fold_with_lease(r, held, s)
         finally:
             held.release()
     more = script(r, "finish_job")(
@@ -120,7 +119,7 @@ def run_projection(r: Any, q: Queue, ns: str, cfg: RankingConfig, s: Settings) -
             "checkpoint": format_pos(checkpoint(r, ns))}
 
 
-def ensure_projected(r: Any, ns: str, target: Position, cfg: RankingConfig, s: Settings,
+def ensure_projected(r: Any, ns: str, target: Position, s: Settings,
                      timeout_s: float | None = None) -> Position:
     """Return once the namespace is projected up to ``target``; raise ``CatchUpTimeout``.
 
@@ -136,7 +135,7 @@ def ensure_projected(r: Any, ns: str, target: Position, cfg: RankingConfig, s: S
         held = try_lease(r, ns, s.lock_lease_ms)
         if held is not None:
             try:
-                folded = fold_with_lease(r, held, cfg, s, until=target)
+                folded = fold_with_lease(r, held, s, until=target)
             finally:
                 held.release()
             if folded == 0 and checkpoint(r, ns) < target:

@@ -18,7 +18,6 @@ import msgspec
 from hivemind_memory.events.codec import decode_event
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
@@ -75,7 +74,7 @@ class Prepared:
     result: BatchResult
 
 
-def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
+def prepare_batch(r: Any, ns: str,
                   batch_size: int = DEFAULT_BATCH) -> Prepared | None:
     """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
     cp_raw, gen_raw = r.mget([keys.checkpoint(ns), keys.generation(ns)])
@@ -105,7 +104,7 @@ def prepare_batch(r: Any, ns: str, cfg: RankingConfig,
     flags = got[-1] if uniq_events else []
     current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs, strict=True) if b}
     seen = {e for e, f in zip(uniq_events, flags, strict=True) if f}
-    res = fold_batch(current, seen, decoded, cfg)
+    res = fold_batch(current, seen, decoded)
     return Prepared(ns=ns, expected=expected, new_checkpoint=decoded[-1][0], first=decoded[0][0],
                     count=len(entries), result=res)
 
@@ -131,11 +130,11 @@ def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
     return bool(ok)
 
 
-def project_batch(r: Any, ns: str, cfg: RankingConfig,
+def project_batch(r: Any, ns: str,
                   batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
     """Fold the next batch after the checkpoint and commit it. None when caught up."""
     t0 = time.perf_counter()
-    prep = prepare_batch(r, ns, cfg, batch_size)
+    prep = prepare_batch(r, ns, batch_size)
     if prep is None:
         return None
     ok = commit(r, prep, int(time.time() * 1000))

@@ -12,7 +12,6 @@ import redis
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
-from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
@@ -30,7 +29,7 @@ class Rebuilt:
     duplicates: int
 
 
-def fold_log(r: Any, ns: str, cfg: RankingConfig, *, until: Position | None = None,
+def fold_log(r: Any, ns: str, *, until: Position | None = None,
              as_of: datetime | None = None, chunk: int = 5000,
              on_chunk: Callable[[], None] | None = None) -> Rebuilt:
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
@@ -44,7 +43,7 @@ def fold_log(r: Any, ns: str, cfg: RankingConfig, *, until: Position | None = No
     def flush() -> None:
         nonlocal dups
         if batch:
-            dups += proj.feed(batch, cfg).duplicates
+            dups += proj.feed(batch).duplicates
             batch.clear()
 
     for eid, fields in iter_all(r, ns, until=until, chunk=chunk):

@@ -14,7 +14,8 @@ from rq import SimpleWorker
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.state import note_row
+from hivemind_memory.projections.config import load_config
+from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.readmodel import read_dead, read_notes
@@ -115,15 +116,17 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_notes(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
+    cfg = load_config(s.config_path)
     notes = read_notes(r, args.ns)
     out = sys.stdout
     for nid in sorted(notes):
         n = notes[nid]
         if args.json:
-            out.write(_json.encode(note_row(n)).decode() + "\n")
+            out.write(_json.encode(note_row(n, cfg)).decode() + "\n")
         else:
             flag = " (forgotten)" if n.forgotten else ""
-            out.write(f"{n.note_id:<24} {n.tier:<9} uses={n.uses:<4} tokens={n.tokens:<7} "
+            tier = tier_of(n.uses, n.kind, cfg)
+            out.write(f"{n.note_id:<24} {tier:<9} uses={n.uses:<4} tokens={n.tokens:<7} "
                       f"{n.scope:<7} {n.kind:<7} {n.agent:<16} "
                       f"{n.created_at.isoformat()}{flag}\n")
     if not args.json:
@@ -139,13 +142,14 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
               file=sys.stderr)
         return 2
     if args.as_of is not None:
-        rb = fold_log(r, args.ns, rt.cfg, as_of=args.as_of)
+        rb = fold_log(r, args.ns, as_of=args.as_of)
         for nid in sorted(rb.projection.notes):
-            sys.stdout.write(_json.encode(note_row(rb.projection.notes[nid])).decode() + "\n")
+            sys.stdout.write(
+                _json.encode(note_row(rb.projection.notes[nid], rt.cfg)).decode() + "\n")
         return 0
     if args.verify:
         cp, live = live_snapshot(r, args.ns)
-        rb = fold_log(r, args.ns, rt.cfg, until=cp)
+        rb = fold_log(r, args.ns, until=cp)
         diffs = diff_notes(live, rb.projection.notes)
         for d in diffs:
             print(d, file=sys.stderr)
@@ -164,7 +168,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 
     try:
         for _attempt in range(5):
-            rb = fold_log(r, args.ns, rt.cfg, on_chunk=renew)
+            rb = fold_log(r, args.ns, on_chunk=renew)
             renew()
             if write_back(r, args.ns, rb, held.token):
                 break

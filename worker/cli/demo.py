@@ -74,11 +74,13 @@ def run_demo(config_path: str | None) -> int:
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")
     code = commands.run_worker(rt, burst=True)
     print("== projected notes (hivemind notes --ns demo)")
+    from hivemind_memory.projections.state import tier_of
     from hivemind_memory.projections.store.readmodel import read_dead, read_notes
 
     for nid, n in sorted(read_notes(rt.store, DEMO_NS).items()):
         flag = " (forgotten)" if n.forgotten else ""
-        print(f"  {nid:<14} tier={n.tier:<9} uses={n.uses} tokens={n.tokens:<5} "
+        tier = tier_of(n.uses, n.kind, rt.cfg)
+        print(f"  {nid:<14} tier={tier:<9} uses={n.uses} tokens={n.tokens:<5} "
               f"{n.scope:<7} {n.kind:<7} created {n.created_at.date()}{flag}")
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):

@@ -15,6 +15,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.positions import parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.lease import try_lease
 from hivemind_memory.projections.store.log import append, tail
 from hivemind_memory.projections.store.readmodel import (
     checkpoint,
@@ -32,7 +33,7 @@ from hivemind_memory.projections.store.rebuild import (
 )
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.commands import run_worker
-from hivemind_memory.worker.projector import ensure_projected, run_projection, try_lease
+from hivemind_memory.worker.projector import ensure_projected, run_projection
 from tests.factories import T0, created, ev, forgotten, used
 
 CFG = RankingConfig()
@@ -60,7 +61,7 @@ def test_projection_equals_pure_fold(store: Any) -> None:
     notes = read_notes(store, "t")
     assert notes["n0"].uses == 2  # u0 once (its redelivery ignored) + u5
     assert notes["n1"].forgotten and notes["n1"].uses == 2
-    reasons = [d["reason"] for d in read_dead(store, "t")]
+    reasons = [d.reason for d in read_dead(store, "t")]
     assert len(reasons) == 2
     assert "unknown_note" in reasons[0] and "forgotten_note" in reasons[1]
 
@@ -79,7 +80,7 @@ def test_undecodable_entry_is_dead_lettered_and_skipped(store: Any) -> None:
     append(store, [ev(used("n1", "u1"))])
     _drain(store, size=10)
     assert read_notes(store, "t")["n1"].uses == 1
-    assert "undecodable" in read_dead(store, "t")[0]["reason"]
+    assert "undecodable" in read_dead(store, "t")[0].reason
 
 
 def test_stale_commit_is_a_no_op(store: Any) -> None:
@@ -263,7 +264,7 @@ def test_any_interleaving_equals_single_in_order_fold(store: Any, steps: list[An
     ref = fold_log(store, "t")
     assert read_notes(store, "t") == ref.projection.notes
     assert store.smembers(keys.seen("t")) == {s.encode() for s in ref.projection.seen}
-    assert [d["entry"] for d in read_dead(store, "t")] == [d.entry_id for d in ref.projection.dead]
+    assert [d.entry for d in read_dead(store, "t")] == [d.entry_id for d in ref.projection.dead]
     assert parse_pos(store.get(keys.checkpoint("t"))) == tail(store, "t")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from datetime import datetime
-from typing import Any
 
 import msgspec
 import structlog
@@ -31,6 +30,7 @@ from hivemind_memory.projections.rank import RankResult, rank
 from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.index_loader import refresh_index
 from hivemind_memory.projections.store.rebuild import fold_log
+from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.projector import ensure_projected
 
 log = structlog.get_logger("hivemind.query")
@@ -41,7 +41,7 @@ AS_OF_CACHE = 4
 class QueryEngine:
     """Per-process query state: the live indexes and a small cache of as-of folds."""
 
-    def __init__(self, r: Any, cfg: RankingConfig, settings: Settings) -> None:
+    def __init__(self, r: Store, cfg: RankingConfig, settings: Settings) -> None:
         self.r = r
         self.cfg = cfg
         self.settings = settings
@@ -144,7 +144,7 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     chosen: list[tuple[str, float]]
 
 
-def write_result(r: Any, ns: str, query_id: str, body: bytes, res: QueryResult | None,
+def write_result(r: Store, ns: str, query_id: str, body: bytes, res: QueryResult | None,
                  config_digest: str, position: str, ttl: int) -> None:
     """Result key (TTL), done marker and audit event in one MULTI (one hash slot)."""
     p = r.pipeline(transaction=True)

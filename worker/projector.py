@@ -24,29 +24,27 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import namespaces, tail
-from hivemind_memory.projections.store.readmodel import (
+from hivemind_memory.projections.store.lease import (
+    WAIT_SLICE_S,
     Lease,
+    acquire_lease,
     changes_tail,
-    checkpoint,
-    project_batch,
     try_lease,
     wait_for_change,
 )
+from hivemind_memory.projections.store.log import namespaces, tail
+from hivemind_memory.projections.store.readmodel import BatchInfo, checkpoint, project_batch
 from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.types import Store
 
 log = structlog.get_logger("hivemind.schedule")
 
-WAIT_SLICE_S = 0.1
-"""Longest single blocking wait while another projector holds the lease."""
-
-
-def behind(r: Any) -> list[str]:
+def behind(r: Store) -> list[str]:
     """Namespaces whose stream has entries past their checkpoint."""
     return [ns for ns in namespaces(r) if tail(r, ns) > checkpoint(r, ns)]
 
 
-def sweep(r: Any, q: Queue) -> list[str]:
+def sweep(r: Store, q: Queue) -> list[str]:
     """Schedule a projection job for every namespace that is behind (used at worker start)."""
     late = behind(r)
     for ns in late:
@@ -56,27 +54,14 @@ def sweep(r: Any, q: Queue) -> list[str]:
     return late
 
 
-def acquire_lease(r: Any, ns: str, lease_ms: int, deadline: float) -> Lease | None:
-    """Take the lease, waiting (blocking on the changes stream) until ``deadline``."""
-    after = changes_tail(r, ns)
-    while True:
-        held = try_lease(r, ns, lease_ms)
-        if held is not None:
-            return held
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))
-
-
-def _log_batch(info: Any) -> None:
+def _log_batch(info: BatchInfo) -> None:
     log.info("projection_batch", ns=info.ns, count=info.count, first=info.first,
              last=info.last, applied=info.applied, dead=info.dead,
              duplicates=info.duplicates, committed=info.committed,
              duration_ms=round(info.seconds * 1000, 2))
 
 
-def fold_with_lease(r: Any, held: Lease, s: Settings,
+def fold_with_lease(r: Store, held: Lease, s: Settings,
                     until: Position | None = None) -> int:
     """Fold batches while holding ``held`` (up to the batch cap, or until ``until``)."""
     events = 0
@@ -94,7 +79,7 @@ def fold_with_lease(r: Any, held: Lease, s: Settings,
     return events
 
 
-def run_projection(r: Any, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
+def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
     """The body of a projection job: fold, then reschedule or clear the marker atomically."""
     deadline = time.monotonic() + 2 * s.lock_lease_ms / 1000
     held = acquire_lease(r, ns, s.lock_lease_ms, deadline)
@@ -119,7 +104,7 @@ def run_projection(r: Any, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
             "checkpoint": format_pos(checkpoint(r, ns))}
 
 
-def ensure_projected(r: Any, ns: str, target: Position, s: Settings,
+def ensure_projected(r: Store, ns: str, target: Position, s: Settings,
                      timeout_s: float | None = None) -> Position:
     """Return once the namespace is projected up to ``target``; raise ``CatchUpTimeout``.
 

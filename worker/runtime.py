@@ -14,15 +14,16 @@ from rq import Queue
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import RankingConfig, load_config
+from hivemind_memory.projections.store.types import Store
 
 
 @dataclass
 class Runtime:
     """Connections and configuration shared by every job of one worker process."""
 
-    store: Any
+    store: Store
     """Redis client for streams, projections and results."""
-    rq: Any
+    rq: Store
     """Redis client for RQ's own keys (may be the same)."""
     settings: Settings
     cfg: RankingConfig
@@ -42,7 +43,7 @@ class Runtime:
         return self.queue(jobs.QUERY_QUEUE)
 
 
-def build(settings: Settings, store: Any, rq_conn: Any | None = None) -> Runtime:
+def build(settings: Settings, store: Store, rq_conn: Store | None = None) -> Runtime:
     """A runtime from settings and an open connection."""
     return Runtime(store=store, rq=rq_conn if rq_conn is not None else store,
                    settings=settings, cfg=load_config(settings.config_path))

@@ -7,11 +7,12 @@ from typing import Any
 import redis
 
 from hivemind_memory.events.errors import StoreError
+from hivemind_memory.projections.store.types import Store
 
 _EMBEDDED: dict[str, Any] = {}
 
 
-def connect(url: str) -> Any:
+def connect(url: str) -> Store:
     """A Redis client for ``url``; ``memory://`` is the embedded store (one per process)."""
     if url.startswith("memory://"):
         import fakeredis

@@ -19,6 +19,7 @@ from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
 """Events per pipelined append."""
@@ -54,7 +55,7 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 
-def _append_pass(r: Any, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
+def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
                  bar: Any, on_chunk: Callable[[set[str]], None] | None) -> None:
     chunk: list[Event] = []
 
@@ -83,7 +84,7 @@ def _append_pass(r: Any, fh: IO[bytes], report: IngestReport, on_error: Callable
     flush()
 
 
-def ingest(r: Any, source: str, *, skip_invalid: bool = False,
+def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
            on_chunk: Callable[[set[str]], None] | None = None,
            report: IngestReport | None = None) -> IngestReport:

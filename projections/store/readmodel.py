@@ -9,20 +9,20 @@ a no-op; a crash at any point either committed everything or nothing.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from hivemind_memory.events.codec import decode_event
-from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD, read_after
 from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
 
 DEFAULT_BATCH = 2000
 """Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""
@@ -43,9 +43,10 @@ class BatchInfo:
     seconds: float
 
 
-def checkpoint(r: Any, ns: str) -> Position:
+def checkpoint(r: Store, ns: str) -> Position:
     """The namespace's last applied stream position ((0, 0) if none)."""
-    return parse_pos(r.get(keys.checkpoint(ns)))
+    raw = r.get(keys.checkpoint(ns))
+    return parse_pos(None if raw is None else as_bytes(raw))
 
 
 def decode_entry(fields: dict[bytes, bytes]) -> tuple[Event | Undecodable, bytes]:
@@ -74,12 +75,12 @@ class Prepared:
     result: BatchResult
 
 
-def prepare_batch(r: Any, ns: str,
+def prepare_batch(r: Store, ns: str,
                   batch_size: int = DEFAULT_BATCH) -> Prepared | None:
     """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
     cp_raw, gen_raw = r.mget([keys.checkpoint(ns), keys.generation(ns)])
-    cp_str = cp_raw.decode() if cp_raw else ""
-    expected = cp_str + "|" + (gen_raw.decode() if gen_raw else "")
+    cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
+    expected = cp_str + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
     entries = read_after(r, ns, parse_pos(cp_str), batch_size)
     if not entries:
         return None
@@ -109,7 +110,7 @@ def prepare_batch(r: Any, ns: str,
                     count=len(entries), result=res)
 
 
-def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
+def commit(r: Store, prep: Prepared, now_ms: int) -> bool:
     """Write a prepared batch atomically if the checkpoint and generation are still the ones it
     was read after; False (nothing written) otherwise."""
     res, ns = prep.result, prep.ns
@@ -130,7 +131,7 @@ def commit(r: Any, prep: Prepared, now_ms: int) -> bool:
     return bool(ok)
 
 
-def project_batch(r: Any, ns: str,
+def project_batch(r: Store, ns: str,
                   batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
     """Fold the next batch after the checkpoint and commit it. None when caught up."""
     t0 = time.perf_counter()
@@ -144,63 +145,27 @@ def project_batch(r: Any, ns: str,
                      committed=ok, seconds=time.perf_counter() - t0)
 
 
-def read_notes(r: Any, ns: str) -> dict[str, NoteState]:
+def read_notes(r: Store, ns: str) -> dict[str, NoteState]:
     """Every projected note of the namespace (forgotten ones included)."""
     raw = r.hgetall(keys.notes(ns))
-    return {k.decode(): unpack_note(v) for k, v in raw.items()}
+    return {as_bytes(k).decode(): unpack_note(as_bytes(v)) for k, v in raw.items()}
 
 
-def read_dead(r: Any, ns: str, count: int = 1000) -> list[dict[str, str]]:
-    """The namespace's dead letters, oldest first (the raw payload left out)."""
-    out = []
-    for eid, f in r.xrange(keys.dead(ns), count=count):
-        out.append({"id": eid.decode(), "entry": f[b"entry"].decode(),
-                    "reason": f[b"reason"].decode()})
-    return out
+class DeadLetterRow(msgspec.Struct, frozen=True):
+    """One dead letter as listed: its id in the dead-letter stream, the event's stream entry
+    id and the reason (the raw payload left out)."""
+
+    id: str
+    entry: str
+    reason: str
 
 
-@dataclass(slots=True)
-class Lease:
-    """A held projection lease (renew it per batch; it expires if the holder dies)."""
-
-    r: Any
-    ns: str
-    token: str
-    lease_ms: int
-
-    def renew(self) -> bool:
-        """Extend the lease; False if it was lost (expired and taken)."""
-        return bool(script(self.r, "release_lock")(keys=[keys.lock(self.ns)],
-                                                   args=[self.token, self.lease_ms]))
-
-    def release(self) -> None:
-        """Give the lease back if we still hold it."""
-        script(self.r, "release_lock")(keys=[keys.lock(self.ns)], args=[self.token, 0])
+def read_dead(r: Store, ns: str, count: int = 1000) -> list[DeadLetterRow]:
+    """The namespace's dead letters, oldest first."""
+    return [DeadLetterRow(e.id.decode(), e.fields.get(b"entry", b"").decode(),
+                          e.fields.get(b"reason", b"").decode("utf-8", "replace"))
+            for e in stream_entries(r.xrange(keys.dead(ns), count=count))]
 
 
-def try_lease(r: Any, ns: str, lease_ms: int) -> Lease | None:
-    """Take the namespace's projection lease now, or None if another projector holds it."""
-    token = uuid.uuid4().hex
-    if r.set(keys.lock(ns), token, nx=True, px=lease_ms):
-        return Lease(r, ns, token, lease_ms)
-    return None
-
-
-def changes_tail(r: Any, ns: str) -> bytes:
-    """Id of the newest entry of the changes stream (b'0-0' if none)."""
-    got = r.xrevrange(keys.changes(ns), count=1)
-    return bytes(got[0][0]) if got else b"0-0"
-
-
-def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
-    """Block until a batch is committed after changes-entry ``after`` (or the timeout)."""
-    ms = max(1, int(timeout_s * 1000))
-    got = r.xread({keys.changes(ns): after}, count=1, block=ms)
-    if got:
-        return bytes(got[0][1][-1][0])
-    return after
-
-
-__all__ = ["ZERO", "BatchInfo", "Prepared", "checkpoint", "commit", "format_pos",
-           "prepare_batch", "project_batch", "read_dead", "read_notes", "try_lease",
-           "wait_for_change"]
+__all__ = ["BatchInfo", "DeadLetterRow", "Prepared", "checkpoint", "commit", "prepare_batch",
+           "project_batch", "read_dead", "read_notes"]

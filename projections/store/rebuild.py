@@ -17,6 +17,7 @@ from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import iter_all
 from hivemind_memory.projections.store.readmodel import decode_entry
+from hivemind_memory.projections.store.types import Pipe, Store, as_bytes
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Rebuilt:
     duplicates: int
 
 
-def fold_log(r: Any, ns: str, *, until: Position | None = None,
+def fold_log(r: Store, ns: str, *, until: Position | None = None,
              as_of: datetime | None = None, chunk: int = 5000,
              on_chunk: Callable[[], None] | None = None) -> Rebuilt:
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
@@ -65,7 +66,7 @@ def fold_log(r: Any, ns: str, *, until: Position | None = None,
     return Rebuilt(projection=proj, position=pos, events=events, duplicates=dups)
 
 
-def live_snapshot(r: Any, ns: str) -> tuple[Position, dict[str, NoteState]]:
+def live_snapshot(r: Store, ns: str) -> tuple[Position, dict[str, NoteState]]:
     """The live checkpoint and notes, read in one MULTI so they belong together."""
     p = r.pipeline(transaction=True)
     p.get(keys.checkpoint(ns))
@@ -88,7 +89,7 @@ class LeaseLost(StoreError):
     """The projection lease was lost (expired and taken) while rebuilding."""
 
 
-def write_back(r: Any, ns: str, rebuilt: Rebuilt, token: str | None = None) -> bool:
+def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) -> bool:
     """Replace the live read model with ``rebuilt`` in one MULTI/EXEC.
 
     Guarded with WATCH: only while ``token`` still holds the projection lease (when given),
@@ -99,10 +100,12 @@ def write_back(r: Any, ns: str, rebuilt: Rebuilt, token: str | None = None) -> b
     """
     with r.pipeline(transaction=True) as p:
         try:
-            p.watch(keys.lock(ns), keys.checkpoint(ns))
-            if token is not None and (p.get(keys.lock(ns)) or b"").decode() != token:
+            p.watch(keys.lock(ns), keys.checkpoint(ns))  # type: ignore[no-untyped-call]
+            holder = p.get(keys.lock(ns))
+            if token is not None and (as_bytes(holder).decode() if holder else "") != token:
                 raise LeaseLost(f"namespace {ns!r}: projection lease lost during replay")
-            if parse_pos(p.get(keys.checkpoint(ns))) > rebuilt.position:
+            cp = p.get(keys.checkpoint(ns))
+            if parse_pos(as_bytes(cp) if cp else None) > rebuilt.position:
                 return False
             p.multi()
             _write(p, ns, rebuilt)
@@ -112,7 +115,7 @@ def write_back(r: Any, ns: str, rebuilt: Rebuilt, token: str | None = None) -> b
             return False
 
 
-def _write(p: Any, ns: str, rebuilt: Rebuilt) -> None:
+def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:
     p.incr(keys.generation(ns))
     p.delete(keys.notes(ns), keys.seen(ns))
     items = sorted(rebuilt.projection.notes.items())

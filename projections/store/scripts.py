@@ -7,6 +7,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from hivemind_memory.projections.store.types import Store
+
 _PACKAGE = "hivemind_memory.projections.store"
 """The package whose ``lua/`` folder holds the scripts."""
 
@@ -17,7 +19,7 @@ def source(name: str) -> str:
     return (files(_PACKAGE) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def script(r: Any, name: str) -> Any:
+def script(r: Store, name: str) -> Any:
     """The registered script object for client ``r`` (EVALSHA with EVAL fallback)."""
     cache_attr = "_hivemind_scripts"
     reg: dict[str, Any] | None = getattr(r, cache_attr, None)

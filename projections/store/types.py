@@ -44,3 +44,15 @@ def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
         out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v)
                                                    for k, v in (fields or {}).items()}))
     return out
+
+
+def xread_entries(reply: object) -> list[StreamEntry]:
+    """The entries of an XREAD reply over one stream (RESP2 list or RESP3 map), in order."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else reply
+    out: list[StreamEntry] = []
+    for item in streams:  # type: ignore[attr-defined]
+        entries = item if isinstance(reply, dict) else item[1]
+        out.extend(stream_entries(entries))
+    return out

@@ -18,6 +18,7 @@ from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
+from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.readmodel import read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
@@ -27,7 +28,7 @@ from hivemind_memory.projections.store.rebuild import (
     write_back,
 )
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.projector import acquire_lease, behind, sweep
+from hivemind_memory.worker.projector import behind, sweep
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()

@@ -84,7 +84,7 @@ def run_demo(config_path: str | None) -> int:
               f"{n.scope:<7} {n.kind:<7} created {n.created_at.date()}{flag}")
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):
-        print(f"  {d['entry']}: {d['reason']}")
+        print(f"  {d.entry}: {d.reason}")
     from hivemind_memory.api_stub.client import Client
     from hivemind_memory.worker.cli.commands import print_result
 

@@ -1,0 +1,71 @@
+"""The projection lease (at most one projector folds a namespace at a time), and waiting for
+the projector's next commit on the namespace's changes stream."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.types import Store, stream_entries, xread_entries
+
+WAIT_SLICE_S = 0.1
+"""Longest single blocking read while waiting for another projector (well under any socket
+timeout, so a wait never dies of one)."""
+
+
+@dataclass(slots=True)
+class Lease:
+    """A held projection lease (renew it per batch; it expires if the holder dies)."""
+
+    r: Store
+    ns: str
+    token: str
+    lease_ms: int
+
+    def renew(self) -> bool:
+        """Extend the lease; False if it was lost (expired and taken)."""
+        return bool(script(self.r, "renew_lease")(keys=[keys.lock(self.ns)],
+                                                  args=[self.token, self.lease_ms]))
+
+    def release(self) -> None:
+        """Give the lease back if we still hold it."""
+        script(self.r, "renew_lease")(keys=[keys.lock(self.ns)], args=[self.token, 0])
+
+
+def try_lease(r: Store, ns: str, lease_ms: int) -> Lease | None:
+    """Take the namespace's projection lease now, or None if another projector holds it."""
+    token = uuid.uuid4().hex
+    if r.set(keys.lock(ns), token, nx=True, px=lease_ms):
+        return Lease(r, ns, token, lease_ms)
+    return None
+
+
+def acquire_lease(r: Store, ns: str, lease_ms: int, deadline: float) -> Lease | None:
+    """Take the lease, waiting (blocking on the changes stream) until ``deadline``
+    (``time.monotonic()`` seconds); None if it stayed busy."""
+    after = changes_tail(r, ns)
+    while True:
+        held = try_lease(r, ns, lease_ms)
+        if held is not None:
+            return held
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        after = wait_for_change(r, ns, after, min(remaining, WAIT_SLICE_S))
+
+
+def changes_tail(r: Store, ns: str) -> bytes:
+    """Id of the newest entry of the changes stream (b'0-0' if none)."""
+    got = stream_entries(r.xrevrange(keys.changes(ns), count=1))
+    return got[0].id if got else b"0-0"
+
+
+def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
+    """Block until a batch is committed after changes-entry ``after`` (or the timeout);
+    returns the newest changes-entry id seen."""
+    ms = max(1, int(timeout_s * 1000))
+    seen = xread_entries(r.xread({keys.changes(ns): after}, count=1, block=ms))
+    return seen[-1].id if seen else after

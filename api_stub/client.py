@@ -33,9 +33,6 @@ from hivemind_memory.projections.store import keys, results
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.projections.store.types import Store
 
-INVALID_NS = "_invalid"
-"""Pseudo-namespace of the result keys of requests whose namespace itself is invalid."""
-
 
 class Client:
     """Talks to the store (streams, results) and to RQ (jobs)."""
@@ -101,7 +98,8 @@ class Client:
         for raw, p in parsed:
             if isinstance(p, QueryError):
                 ns = raw.get("ns")
-                ns = ns if isinstance(ns, str) and re.fullmatch(NS_PATTERN, ns) else INVALID_NS
+                if not (isinstance(ns, str) and re.fullmatch(NS_PATTERN, ns)):
+                    ns = results.INVALID_NS
                 qid = f"{ns}.{uuid.uuid4().hex[:24]}"
                 self._write_error(ns, qid, p.code, p.message)
                 ids.append(qid)
@@ -136,7 +134,8 @@ class Client:
 
     def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:
         """The result (or error) object's JSON bytes; ``QueryTimeout`` after ``timeout`` s."""
-        ns = INVALID_NS if query_id.startswith(INVALID_NS + ".") else ns_of(query_id)
+        invalid = query_id.startswith(results.INVALID_NS + ".")
+        ns = results.INVALID_NS if invalid else ns_of(query_id)
         deadline = time.monotonic() + timeout
         while True:
             body = results.read_result(self.store, ns, query_id)

@@ -15,7 +15,7 @@ asserts timings.
 4. Batch throughput: ``Client.submit_batch`` + ``batch_results`` with the default
    ``query_chunk``; then a smaller set with ``query_chunk=1`` (one RQ job per query) and the
    same set again with the default chunk.
-5. Baseline: no-op jobs (``worker.jobs.noop``) on the query queue, drained by the same worker.
+5. Baseline: no-op jobs (``bench.noop``) drained by a plain RQ SimpleWorker process.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port in a temp dir and
 stopped at the end. With ``--redis-url`` the bench writes only namespaces with a fresh random
@@ -48,6 +48,7 @@ import msgspec
 from rq import Queue
 from rq.job import Job, JobStatus
 
+from bench import noop
 from bench.core import drop_namespaces, private_redis
 from hivemind_memory.api_stub.protocol.messages import Envelope, parse_request, utcnow
 from hivemind_memory.api_stub.protocol.settings import Settings
@@ -277,7 +278,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     load_s = time.perf_counter() - t
     engine.live[ns] = idx
     pos = format_pos(tail(rt.store, ns))
-    engine.answer(Envelope(f"{ns}.warm", pos, reqs[0]))  # the first query pays any lazy setup
+    engine.answer([Envelope(f"{ns}.warm", pos, reqs[0])])  # the first pays any lazy setup
     print(f"in-worker {ns}: index full load {load_s * 1000:,.0f} ms "
           f"({len(idx.shared) + sum(len(p) for p in idx.private.values()):,} indexed notes)")
     rank_s: list[float] = []
@@ -287,10 +288,10 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
         rank_s.append(_rank_once(idx, raw, rt.cfg, stats))
         env = Envelope(f"{ns}.{uuid.uuid4().hex[:24]}", pos, raw)
         t = time.perf_counter()
-        body, out, _ = engine.answer(env)
+        [q] = engine.answer([env])
         answer_s.append(time.perf_counter() - t)
-        if out is None:
-            raise RuntimeError(f"in-worker query failed: {body.decode()[:200]}")
+        if q.result is None:
+            raise RuntimeError(f"in-worker query failed: {(q.body or b'').decode()[:200]}")
     print(f"  run_rank      {ms_summary(rank_s)}")
     print(f"  engine.answer {ms_summary(answer_s)}")
     print(f"  {_cand_summary(stats)}")
@@ -395,11 +396,23 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str,
     return qps
 
 
-def noop_baseline(rt: Any, n: int, proc: subprocess.Popen[bytes]) -> float:
-    """Enqueue ``n`` no-op jobs at once on the query queue; the worker's drain rate (jobs/s)."""
-    q: Queue = rt.query_queue
-    datas = [Queue.prepare_data("hivemind_memory.worker.jobs.noop", result_ttl=60, failure_ttl=600,
+def noop_baseline(rt: Any, n: int, redis_url: str) -> float:
+    """Enqueue ``n`` no-op jobs at once for a plain RQ worker (``bench.noop``, same worker class
+    and serializer as ``hivemind worker``); its drain rate (jobs/s)."""
+    q: Queue = noop.queue(rt.rq)
+    datas = [Queue.prepare_data(noop.JOB, result_ttl=60, failure_ttl=600,
                                 description="bench noop") for _ in range(n)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.noop", redis_url], env=env)
+    try:
+        return _drain_noops(rt, q, datas, n, proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _drain_noops(rt: Any, q: Queue, datas: list[Any], n: int,
+                 proc: subprocess.Popen[bytes]) -> float:
     t0 = time.perf_counter()
     jobs = q.enqueue_many(datas)
     t1 = time.perf_counter()
@@ -458,7 +471,7 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
 
     ns = nss[0]
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-query-") as d, \
-            worker_process(url, Path(d)) as proc:
+            worker_process(url, Path(d)):
         client = Client(rt.store, rt.rq, s)
         wlog = Path(d) / "worker.log"
         t = time.perf_counter()
@@ -478,7 +491,7 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
         qps1 = batch(one, small, f"query_chunk=1 ({ns})", wlog)
         batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries",
               wlog)
-        rate = noop_baseline(rt, opts.noop, proc)
+        rate = noop_baseline(rt, opts.noop, url)
     print("ratios to the no-op job:")
     print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs")
     print(f"  batch (chunk {s.query_chunk}) = {qps / rate:.1f}x the no-op job rate; "

@@ -1,19 +1,22 @@
-"""Answering queries in the worker: catch up, refresh the index, rank, write the result key
-and the audit event together."""
+"""Answering a job's queries in phases over the whole batch: parse every request, catch each
+namespace up once, refresh each index once, rank each query, then publish every result and
+audit event in one MULTI per namespace."""
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-import msgspec
 import structlog
 
 from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
     QueryRequest,
     QueryResult,
+    QueryServed,
     effective_config,
     encode,
     error_json,
@@ -23,7 +26,7 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout, QueryError
-from hivemind_memory.events.positions import parse_pos
+from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.rank import RankResult, rank
@@ -38,6 +41,27 @@ AS_OF_CACHE = 4
 """How many ``--as-of`` folds a worker keeps (keyed by namespace, position, time)."""
 
 
+@dataclass(slots=True)
+class Pending:
+    """One query of a job on its way through the phases."""
+
+    env: Envelope
+    ns: str
+    """The namespace of its result key (from the query id, so also for a bad request)."""
+    digest: str
+    """Digest of the config it runs (or would have run) under."""
+    req: QueryRequest | None = None
+    cfg: RankingConfig | None = None
+    body: bytes | None = None
+    """The answer, once known (a result or an error object)."""
+    result: QueryResult | None = None
+    started: float = 0.0
+
+    def fail(self, code: str, message: str) -> None:
+        """Answer with an error object (the phases after this skip the query)."""
+        self.body = error_json(self.env.query_id, code, message)
+
+
 class QueryEngine:
     """Per-process query state: the live indexes and a small cache of as-of folds."""
 
@@ -48,69 +72,118 @@ class QueryEngine:
         self.live: dict[str, NamespaceIndex] = {}
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
 
-    def index_for(self, req: QueryRequest, position: str) -> NamespaceIndex:
-        """The index the query must see: live (caught up to its position) or as of a time."""
-        ns = req.ns
-        if req.as_of is None:
-            idx = self.live.get(ns)
-            if idx is None:
-                idx = self.live[ns] = NamespaceIndex(ns)
-            refresh_index(self.r, idx)
-            return idx
-        key = (ns, position, req.as_of)
+    def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
+        """Answer a job's queries and publish the answers; every query gets a result or an
+        error object, one broken query never takes the batch down."""
+        todo = self.answer(envelopes)
+        self._publish(todo)
+        ok = sum(q.result is not None for q in todo)
+        return {"ok": ok, "failed": len(todo) - ok}
+
+    def answer(self, envelopes: Sequence[Envelope]) -> list[Pending]:
+        """The phases before publishing: parse all, catch up and refresh once per namespace,
+        rank each. Every returned query has its ``body``."""
+        todo = [self._parse(env) for env in envelopes]
+        self._catch_up(todo)
+        live = self._refresh(todo)
+        now = utcnow()  # the clock, read once for the batch, after catching up
+        for q in todo:
+            if q.body is None:
+                self._rank(q, live, now)
+        return todo
+
+    def _parse(self, env: Envelope) -> Pending:
+        q = Pending(env, ns="", digest=self.cfg.digest(), started=time.perf_counter())
+        try:
+            q.ns = ns_of(env.query_id)
+            q.req = parse_request(env.request)
+            q.cfg = effective_config(self.cfg, q.req.config)
+            q.digest = q.cfg.digest()
+            if q.req.ns != q.ns:
+                raise QueryError("invalid_request", f"query id {env.query_id!r} does not "
+                                 f"belong to namespace {q.req.ns!r}")
+        except QueryError as exc:
+            q.fail(exc.code, exc.message)
+        return q
+
+    def _catch_up(self, todo: list[Pending]) -> None:
+        """Project each namespace once, up to the newest position its live queries saw."""
+        targets: dict[str, Position] = {}
+        for q in todo:
+            if q.body is None and q.req is not None and q.req.as_of is None:
+                pos = parse_pos(q.env.position)
+                targets[q.ns] = max(targets.get(q.ns, pos), pos)
+        for ns, target in sorted(targets.items()):
+            try:
+                ensure_projected(self.r, ns, target, self.settings)
+            except CatchUpTimeout as exc:
+                for q in todo:
+                    if q.ns == ns and q.body is None and q.req is not None \
+                            and q.req.as_of is None:
+                        q.fail("catch_up_timeout", str(exc))
+
+    def _refresh(self, todo: list[Pending]) -> dict[str, NamespaceIndex]:
+        """Refresh the live index of each namespace that has a live query left, once."""
+        out: dict[str, NamespaceIndex] = {}
+        for q in todo:
+            if q.body is None and q.req is not None and q.req.as_of is None \
+                    and q.ns not in out:
+                idx = self.live.get(q.ns)
+                if idx is None:
+                    idx = self.live[q.ns] = NamespaceIndex(q.ns)
+                refresh_index(self.r, idx)
+                out[q.ns] = idx
+        return out
+
+    def _as_of_index(self, req: QueryRequest, position: str) -> NamespaceIndex:
+        """The index of the log prefix up to ``position``, events with ``at`` <= as_of."""
+        assert req.as_of is not None
+        key = (req.ns, position, req.as_of)
         hit = self.as_of.get(key)
         if hit is not None:
             self.as_of.move_to_end(key)
             return hit
-        rb = fold_log(self.r, ns, until=parse_pos(position), as_of=req.as_of)
-        idx = build_index(ns, rb.projection.notes)
+        rb = fold_log(self.r, req.ns, until=parse_pos(position), as_of=req.as_of)
+        idx = build_index(req.ns, rb.projection.notes)
         self.as_of[key] = idx
         while len(self.as_of) > AS_OF_CACHE:
             self.as_of.popitem(last=False)
         return idx
 
-    def answer(self, env: Envelope) -> tuple[bytes, QueryResult | None, str]:
-        """The result (or error) JSON of one query, and the digest of the config it used.
-        Never raises for a bad request."""
-        digest = self.cfg.digest()
+    def _rank(self, q: Pending, live: dict[str, NamespaceIndex], now: datetime) -> None:
+        assert q.req is not None and q.cfg is not None
         try:
-            req = parse_request(env.request)
-            cfg = effective_config(self.cfg, req.config)
-            digest = cfg.digest()
-            pos = parse_pos(env.position)
-            if req.as_of is None:
-                ensure_projected(self.r, req.ns, pos, self.settings)
-            idx = self.index_for(req, env.position)
-            now = req.as_of if req.as_of is not None else utcnow()
-            res = run_rank(idx, req, cfg, now)
+            if q.req.as_of is None:
+                idx, at = live[q.ns], now
+            else:
+                idx, at = self._as_of_index(q.req, q.env.position), q.req.as_of
+            q.result = to_result(q.env.query_id, q.req, at, run_rank(idx, q.req, q.cfg, at))
+            q.body = encode(q.result)
         except QueryError as exc:
-            return error_json(env.query_id, exc.code, exc.message), None, digest
-        except CatchUpTimeout as exc:
-            return error_json(env.query_id, "catch_up_timeout", str(exc)), None, digest
-        out = to_result(env.query_id, req, now, res)
-        return encode(out), out, digest
+            q.fail(exc.code, exc.message)
+        except Exception as exc:  # one broken query must not take the batch down
+            log.exception("query_failed", query_id=q.env.query_id)
+            q.fail("internal", f"{type(exc).__name__}: {exc}")
 
-    def serve(self, envelopes: list[Envelope]) -> dict[str, int]:
-        """Answer each query, writing result, done marker and audit event per query."""
-        ok = failed = 0
+    def _publish(self, todo: list[Pending]) -> None:
+        """Every result, done marker and audit event: one MULTI per namespace (one slot)."""
         ttl = self.settings.result_ttl_seconds
-        for env in envelopes:
-            t0 = time.perf_counter()
-            digest = self.cfg.digest()
-            try:
-                body, res, digest = self.answer(env)
-            except Exception as exc:  # one broken query must not take the batch down
-                log.exception("query_failed", query_id=env.query_id)
-                body, res = error_json(env.query_id, "internal", f"{type(exc).__name__}: "
-                                       f"{exc}"), None
-            ns = ns_of(env.query_id)
-            write_result(self.r, ns, env.query_id, body, res, digest, env.position, ttl)
-            ok += res is not None
-            failed += res is None
-            log.info("query_served", query_id=env.query_id, ok=res is not None,
-                     notes=len(res.notes) if res else 0,
-                     duration_ms=round((time.perf_counter() - t0) * 1000, 2))
-        return {"ok": ok, "failed": failed}
+        by_ns: dict[str, list[Pending]] = {}
+        for q in todo:
+            by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
+        for ns, group in sorted(by_ns.items()):
+            p = self.r.pipeline(transaction=True)
+            for q in group:
+                assert q.body is not None
+                results.stage_result(p, ns, q.env.query_id, q.body, ttl)
+                if q.result is not None:
+                    results.stage_audit(p, ns, encode(served(q.result, q.env.position,
+                                                             q.digest)))
+            p.execute()
+        for q in todo:
+            log.info("query_served", query_id=q.env.query_id, ok=q.result is not None,
+                     notes=len(q.result.notes) if q.result else 0,
+                     duration_ms=round((time.perf_counter() - q.started) * 1000, 2))
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
@@ -130,28 +203,8 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
                        candidates=list(res.candidates) if req.explain else None)
 
 
-class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
-    """Audit event: what an agent was shown, when, and under which config."""
-
-    query_id: str
-    agent: str
-    text: str
-    as_of: datetime
-    budget: int
-    position: str
-    config_digest: str
-    method: str
-    chosen: list[tuple[str, float]]
-
-
-def write_result(r: Store, ns: str, query_id: str, body: bytes, res: QueryResult | None,
-                 config_digest: str, position: str, ttl: int) -> None:
-    """Result key (TTL), done marker and audit event in one MULTI (one hash slot)."""
-    p = r.pipeline(transaction=True)
-    results.stage_result(p, ns, query_id, body, ttl)
-    if res is not None:
-        ev = QueryServed(query_id=query_id, agent=res.agent, text=res.text, as_of=res.as_of,
-                         budget=res.budget, position=position, config_digest=config_digest,
-                         method=res.method, chosen=[(n.note_id, n.score) for n in res.notes])
-        results.stage_audit(p, ns, encode(ev))
-    p.execute()
+def served(res: QueryResult, position: str, config_digest: str) -> QueryServed:
+    """The audit event of a served query."""
+    return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
+                       budget=res.budget, position=position, config_digest=config_digest,
+                       method=res.method, chosen=[(n.note_id, n.score) for n in res.notes])

@@ -1,10 +1,15 @@
-"""RQ job entry points: thin, JSON arguments only, the work lives in schedule/query modules."""
+"""RQ job entry points: thin, JSON arguments only; the work lives in ``projector`` and
+``engine``. ``api_stub.protocol.jobs.JOB_FUNCTIONS`` names exactly these functions."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from hivemind_memory.api_stub.protocol.messages import Envelope
 from hivemind_memory.worker import runtime
+from hivemind_memory.worker.engine import QueryEngine
 from hivemind_memory.worker.projector import run_projection
 
 
@@ -16,17 +21,9 @@ def project_namespace(ns: str) -> dict[str, Any]:
 
 def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
     """Answer a chunk of queries (one job carries many: RQ costs ~6 ms a job)."""
-    import msgspec
-
-    from hivemind_memory.api_stub.protocol.messages import Envelope
-    from hivemind_memory.worker.engine import QueryEngine
-
     rt = runtime.current()
     engine = rt.cache.get("query_engine")
     if engine is None:
         engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings)
     return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])
 
-
-def noop() -> None:
-    """Does nothing: the RQ per-job baseline of ``hivemind bench query``."""

@@ -66,6 +66,20 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     candidates: list[Any] | None = None
 
 
+class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
+    """Audit event: what an agent was shown, when, and under which config."""
+
+    query_id: str
+    agent: str
+    text: str
+    as_of: datetime
+    budget: int
+    position: str
+    config_digest: str
+    method: str
+    chosen: list[tuple[str, float]]
+
+
 class ErrorBody(msgspec.Struct, frozen=True):
     code: str
     message: str

@@ -6,6 +6,8 @@ from __future__ import annotations
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Pipe, Store
 
+INVALID_NS = "_invalid"
+"""Pseudo-namespace of the result keys of requests whose namespace itself is invalid."""
 AUDIT_FIELD = b"d"
 """The single field of an audit stream entry: the JSON-encoded ``query.served`` event."""
 

@@ -1,0 +1,72 @@
+"""The query job works in phases over its whole batch: one catch-up and one index refresh per
+namespace, then every answer published together (issue 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.messages import Envelope
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.config import DEFAULT
+from hivemind_memory.projections.store import index_loader
+from hivemind_memory.worker import engine as engine_mod
+from hivemind_memory.worker.engine import QueryEngine
+from tests.factories import created, used
+
+
+def _envelopes(store: Any, c: Client, reqs: list[dict[str, Any]]) -> list[Envelope]:
+    ids = c.submit_batch(reqs)
+    # take the queued job's envelopes off the queue instead of running a worker
+    [job] = c._qq.jobs
+    envs = [msgspec.convert(e, Envelope) for e in job.args[0]]
+    assert [e.query_id for e in envs] == ids
+    return envs
+
+
+def test_one_catch_up_and_one_refresh_per_namespace(store: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream"), created("b1", ns="b", text="redis"),
+              used("a1", "u1", ns="a")])
+    calls: dict[str, list[str]] = {"catch_up": [], "refresh": []}
+    real_catch_up, real_refresh = engine_mod.ensure_projected, index_loader.refresh_index
+
+    def catch_up(r: Any, ns: str, *a: Any, **kw: Any) -> Any:
+        calls["catch_up"].append(ns)
+        return real_catch_up(r, ns, *a, **kw)
+
+    def refresh(r: Any, idx: Any) -> None:
+        calls["refresh"].append(idx.ns)
+        real_refresh(r, idx)
+
+    monkeypatch.setattr(engine_mod, "ensure_projected", catch_up)
+    monkeypatch.setattr(engine_mod, "refresh_index", refresh)
+    reqs = [{"ns": ns, "text": f"redis {i}", "budget": 50, "agent": "x"}
+            for i, ns in enumerate("aabab")]
+    reqs.append({"ns": "a", "text": "redis", "budget": 50, "as_of": "2026-06-01T00:00:00Z"})
+    eng = QueryEngine(store, DEFAULT, Settings())
+    out = eng.serve(_envelopes(store, c, reqs))
+    assert out == {"ok": 6, "failed": 0}
+    assert sorted(calls["catch_up"]) == ["a", "b"]  # live queries only, once per namespace
+    assert sorted(calls["refresh"]) == ["a", "b"]
+    # every answer was published, and each served query left one audit event
+    assert store.xlen("hm:{a}:audit") == 4 and store.xlen("hm:{b}:audit") == 2
+
+
+def test_a_bad_request_among_good_ones_gets_its_own_error(store: Any) -> None:
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    reqs = [{"ns": "a", "text": "redis", "budget": 50}, {"ns": "a", "text": "redis", "budget": 9}]
+    envs = _envelopes(store, c, reqs)
+    bad = msgspec.structs.replace(envs[1], request={**envs[1].request, "budget": -1})
+    wrong_ns = msgspec.structs.replace(envs[0], query_id="b." + envs[0].query_id[2:])
+    eng = QueryEngine(store, DEFAULT, Settings())
+    done = eng.answer([envs[0], bad, wrong_ns])
+    assert done[0].result is not None and done[0].result.notes[0].note_id == "a1"
+    assert done[1].result is None and b'"invalid_request"' in (done[1].body or b"")
+    assert b"budget" in (done[1].body or b"")
+    assert done[2].result is None and b"does not belong" in (done[2].body or b"")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from hivemind_memory.events.positions import ZERO, Position
+from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.relevance import LexicalIndex, scores_over
 from hivemind_memory.projections.state import NoteState
 
@@ -86,14 +87,17 @@ class NamespaceIndex:
             self._dirty_dims.discard(dim)
         return self._vectors[dim]
 
-    def relevance(self, text: str, embedding: Sequence[float] | None, cfg: Any,
+    def relevance(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
                   agent: str = "") -> dict[str, float]:
-        """Relevance to ``agent``'s query of every live note (notes at 0 left out), vectorised.
+        """Relevance to ``agent``'s query of every live note (notes at 0 left out): the one
+        relevance rule, used by every query (live and ``--as-of``).
 
-        Same rule as ``projections.relevance.relevance_for``: cosine (clamped to [0, 1]) where
-        the note and the query carry embeddings of the same dimension, BM25 otherwise. BM25
-        statistics come from the notes ``agent`` may see (shared + its own private ones) and
-        other agents' private notes get no lexical score at all.
+        Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
+        carry embeddings of the same dimension, computed with numpy over one matrix per
+        dimension (its last bit may differ across CPUs and BLAS builds: see
+        ``projections.relevance``); BM25 (``scores_over``) otherwise. BM25 statistics come from
+        the notes ``agent`` may see (shared + its own private ones) and other agents' private
+        notes get no lexical score at all (the ranking drops them anyway).
         """
         own = self.private.get(agent) if agent else None
         lex = scores_over([self.shared] if own is None else [self.shared, own], text, cfg)

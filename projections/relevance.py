@@ -1,5 +1,10 @@
 """Relevance in [0, 1]: lexical BM25 over an incrementally maintained index, or cosine.
 
+One BM25 implementation, ``scores_over``: the worker runs it through
+``projections.index.NamespaceIndex.relevance`` (which adds the cosine, in numpy) and
+``LexicalIndex.scores`` is ``scores_over`` over that one index. The tests check it against an
+independent textbook BM25 (``tests/reference.py``), never against a second copy in here.
+
 Normalisation (documented choice): a note's BM25 score is divided by the query's *maximum
 attainable* BM25, ``sum(idf(t) * (k1 + 1))`` over the distinct query terms ``t``. Each term's
 contribution ``idf * tf * (k1 + 1) / (tf + k1 * norm)`` is at most ``idf * (k1 + 1)`` (equality
@@ -13,21 +18,26 @@ matches half of a query's weight scores about half.
 
 Query terms are *distinct* terms: repeating a word in a query does not weigh it more.
 
-Reproducibility: every sum runs in a fixed order in plain IEEE double arithmetic; cosine uses
-``math.fsum`` (correctly rounded), so results do not depend on BLAS or CPU vector width.
+Reproducibility, exactly: BM25 is plain IEEE double arithmetic in a fixed order. The corpus
+statistics are integers; each note's score adds its matching terms in the query's term order
+(first occurrence), whatever order the notes were indexed in and however the notes are split
+over indexes; the divisor adds the same terms in the same order. So the same notes and query
+give the same bits on any IEEE-754 machine whose ``math.log`` (the platform's libm, used for
+the IDF) returns the same bits. The worker's cosine is numpy (``einsum`` and ``dot``), whose
+summation order depends on the CPU's vector width and the numpy/BLAS build: it may differ in
+the last bit across machines. Results are printed rounded to 6 decimals, which hides such a
+difference except when a value falls exactly on a rounding boundary.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from hivemind_memory.projections.config import RankingConfig
-from hivemind_memory.projections.state import NoteState
 
 _WORD = re.compile(r"\w+")
 
@@ -100,50 +110,38 @@ class LexicalIndex:
         return len(self._postings.get(term, ()))
 
     def scores(self, query: str, cfg: RankingConfig) -> dict[str, float]:
-        """Relevance in (0, 1] of every indexed key sharing a term with ``query``.
+        """Relevance in (0, 1] of every indexed key sharing a term with ``query``: exactly
+        ``scores_over([self], query, cfg)``.
 
         Keys with relevance 0 are absent. Only the postings of the query's terms are read.
         """
-        if self._total_len == 0:  # nothing indexed has a single word
-            return {}
-        k1, b = cfg.bm25_k1, cfg.bm25_b
-        n_docs = len(self._doc_len)
-        # Denominator of one term: tf + k1 * (1 - b + b * dl / avgdl) = tf + base + slope * dl
-        base = k1 * (1.0 - b)
-        slope = k1 * b * n_docs / self._total_len
-        weighted = [(t, idf(n_docs, self.doc_freq(t))) for t in dict.fromkeys(tokenize(query))]
-        # Each note sums a subset of these weights, each times a factor <= 1, in the same order,
-        # so (rounding being monotone) its sum never exceeds max_score: the ratio stays <= 1.
-        max_score = 0.0
-        for _, w in weighted:
-            max_score += w
-        doc_len = self._doc_len
-        acc: dict[str, float] = {}
-        get = acc.get
-        for term, w in weighted:
-            for key, tf in self._postings.get(term, {}).items():
-                acc[key] = get(key, 0.0) + w * (tf / (tf + base + slope * doc_len[key]))
-        return {key: s / max_score for key, s in acc.items()}
+        return scores_over([self], query, cfg)
 
 
 def scores_over(indexes: Sequence[LexicalIndex], query: str,
                 cfg: RankingConfig) -> dict[str, float]:
-    """``LexicalIndex.scores`` over the union of disjoint indexes, with the corpus statistics
-    (note count, average length, document frequencies) of that union only.
+    """BM25 relevance in (0, 1] of every key of the disjoint ``indexes`` that shares a term with
+    ``query`` (keys at 0 are absent), with the corpus statistics (note count, average length,
+    document frequencies) of their union only. Only the postings of the query's terms are read.
 
     The worker keeps shared notes and each agent's private notes in separate indexes and
     scores a query over ``[shared, private[agent]]``, so one agent's private notes never shift
-    another agent's scores. With one index this is exactly ``index.scores``.
+    another agent's scores. Splitting notes over indexes does not change a single bit: a key
+    lives in one index and its sum runs over the query's terms in order.
     """
     total_len = sum(ix._total_len for ix in indexes)
-    if total_len == 0:
+    if total_len == 0:  # nothing indexed has a single word
         return {}
     k1, b = cfg.bm25_k1, cfg.bm25_b
     n_docs = sum(len(ix._doc_len) for ix in indexes)
+    # Denominator of one term: tf + k1 * (1 - b + b * dl / avgdl) = tf + base + slope * dl
     base = k1 * (1.0 - b)
     slope = k1 * b * n_docs / total_len
     weighted = [(t, idf(n_docs, sum(ix.doc_freq(t) for ix in indexes)))
                 for t in dict.fromkeys(tokenize(query))]
+    # Each note sums a subset of these weights, each times a factor <= 1, in the same order,
+    # so (rounding being monotone) its sum never exceeds max_score: the ratio stays <= 1.
+    # (The textbook (k1 + 1) factor cancels between a note's sum and the divisor.)
     max_score = 0.0
     for _, w in weighted:
         max_score += w
@@ -155,55 +153,3 @@ def scores_over(indexes: Sequence[LexicalIndex], query: str,
             for key, tf in ix._postings.get(term, {}).items():
                 acc[key] = get(key, 0.0) + w * (tf / (tf + base + slope * doc_len[key]))
     return {key: s / max_score for key, s in acc.items()}
-
-
-def _norm(v: Sequence[float]) -> float:
-    return math.sqrt(math.fsum(map(operator.mul, v, v)))
-
-
-def _cosine(a: Sequence[float], b: Sequence[float], norm_b: float) -> float:
-    norm_a = _norm(a)
-    if norm_a == 0.0 or norm_b == 0.0:
-        return 0.0
-    dot = math.fsum(map(operator.mul, a, b))
-    return max(0.0, min(1.0, dot / (norm_a * norm_b)))
-
-
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity clamped to [0, 1]: opposite or orthogonal -> 0, a zero vector -> 0.
-
-    Vectors of different lengths come from different models and are not comparable: that is
-    a ``ValueError`` (``relevance_for`` falls back to lexical relevance instead of calling this).
-    Sums are ``math.fsum`` (correctly rounded): the same inputs give the same bits everywhere.
-    """
-    if len(a) != len(b):
-        raise ValueError(f"cosine of vectors of different dimensions: {len(a)} != {len(b)}")
-    return _cosine(a, b, _norm(b))
-
-
-def relevance_for(
-    notes: Iterable[NoteState],
-    query_text: str,
-    query_embedding: Sequence[float] | None,
-    lexical: LexicalIndex,
-    cfg: RankingConfig,
-) -> dict[str, float]:
-    """Relevance of each of ``notes`` to a query; notes with relevance 0 are left out.
-
-    Cosine where the note and the query both carry an embedding of the same dimension;
-    lexical BM25 (from ``lexical``, keyed by note id) otherwise.
-    """
-    lex = lexical.scores(query_text, cfg)
-    if query_embedding is None:
-        return {n.note_id: lex[n.note_id] for n in notes if n.note_id in lex}
-    out: dict[str, float] = {}
-    dim = len(query_embedding)
-    q_norm = _norm(query_embedding)
-    for n in notes:
-        if n.embedding is not None and len(n.embedding) == dim:
-            r = _cosine(n.embedding, query_embedding, q_norm)
-        else:
-            r = lex.get(n.note_id, 0.0)
-        if r > 0.0:
-            out[n.note_id] = r
-    return out

@@ -1,5 +1,6 @@
-"""The worker's in-memory index: incremental refresh equals a full load; vectorised relevance
-equals the pure reference ``relevance_for``."""
+"""The worker's in-memory index: incremental refresh equals a full load; its relevance (the
+production path: BM25 via ``scores_over``, numpy cosine) equals the textbook reference in
+``tests/reference.py``, and identical texts get identical relevance."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
-from hivemind_memory.projections.relevance import relevance_for
 from hivemind_memory.projections.store.index_loader import load_index, refresh_index
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.projections.store.readmodel import project_batch
+from tests import reference
 from tests.factories import created, ev, forgotten, used
 
 CFG = RankingConfig()
@@ -25,28 +26,37 @@ VEC = st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=3, max_size
 @given(st.lists(st.tuples(st.sampled_from(["alpha beta", "beta gamma", "gamma", "delta alpha"]),
                           st.one_of(st.none(), VEC, st.just([0.0, 0.0, 0.0]),
                                     st.lists(st.just(0.5), min_size=4, max_size=4)),
-                          st.booleans()), min_size=1, max_size=15),
-       VEC, st.sampled_from(["alpha", "gamma delta", "zeta"]))
+                          st.booleans(), st.sampled_from(["", "alice", "bob"])),
+                min_size=1, max_size=15),
+       VEC, st.sampled_from(["alpha", "gamma delta", "zeta"]), st.sampled_from(["", "alice"]))
 def test_vectorised_relevance_matches_reference(rows: list[Any], q: list[float],
-                                                text: str) -> None:
-    notes = {}
-    for i, (t, vec, gone) in enumerate(rows):
-        d = created(f"n{i}", text=t, **({"embedding": vec} if vec is not None else {}))
-        from hivemind_memory.projections.reduce import Projection
+                                                text: str, agent: str) -> None:
+    from hivemind_memory.projections.reduce import Projection
 
+    notes = {}
+    for i, (t, vec, gone, owner) in enumerate(rows):
+        private = {"agent": owner, "scope": "private"} if owner else {}
+        d = created(f"n{i}", text=t, **private,
+                    **({"embedding": vec} if vec is not None else {}))
         p = Projection()
         p.feed([("1-0", ev(d), b"")])
         if gone:
             p.feed([("2-0", ev(forgotten(f"n{i}", f"f{i}")), b"")])
         notes.update(p.notes)
     idx = build_index("t", notes)
-    live = [n for n in notes.values() if not n.forgotten]
     for emb in (q, None):
-        got = idx.relevance(text, emb, CFG)
-        ref = relevance_for(live, text, emb, idx.shared, CFG)
+        got = idx.relevance(text, emb, CFG, agent)
+        ref = reference.relevance(notes.values(), text, emb, CFG, agent)
         assert set(got) == set(ref)
         for k in ref:
             assert abs(got[k] - ref[k]) < 1e-9
+        # identical texts scored lexically get identical relevance, bit for bit
+        by_text: dict[str, set[float]] = {}
+        for k, v in got.items():
+            e = notes[k].embedding
+            if emb is None or e is None or len(e) != len(emb):
+                by_text.setdefault(notes[k].text, set()).add(v)
+        assert all(len(vs) == 1 for vs in by_text.values())
 
 
 def test_incremental_refresh_equals_full_load() -> None:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
+from hivemind_memory.projections.index import build_index
 from hivemind_memory.projections.rank import RankResult, ScoredNote, rank, visible
-from hivemind_memory.projections.relevance import LexicalIndex, relevance_for
 from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -238,7 +238,7 @@ def test_empty_inputs() -> None:
     assert res == RankResult(used=0, method="exact", upper_bound=0.0, notes=[], candidates=[])
 
 
-def test_end_to_end_with_relevance_for() -> None:
+def test_end_to_end_with_the_index_relevance() -> None:
     notes = [
         mk("redis", text="Redis streams hold the event log", age=10.0),
         mk("redis-old", text="Redis streams hold the event log", age=400.0),
@@ -246,10 +246,8 @@ def test_end_to_end_with_relevance_for() -> None:
         mk("vec", text="nothing lexical", age=5.0),
     ]
     notes[3] = msgspec.structs.replace(notes[3], embedding=[1.0, 0.0])
-    ix = LexicalIndex()
-    for n in notes:
-        ix.add(n.note_id, n.text)
-    rel = relevance_for(notes, "redis event log", [1.0, 0.0], ix, DEFAULT)
+    rel = build_index("t", {n.note_id: n for n in notes}).relevance(
+        "redis event log", [1.0, 0.0], DEFAULT)
     res = run(notes, rel, budget=250)
     c = by_id(res)
     assert set(c) == {"redis", "redis-old", "vec"}

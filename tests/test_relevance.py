@@ -1,18 +1,22 @@
-"""Relevance: tokenizer, incremental BM25 index (vs a from-scratch reference), cosine."""
+"""Relevance: tokenizer, the incremental BM25 index and the worker's relevance (BM25 or numpy
+cosine), all through the production code, checked against the textbook reference in
+``tests/reference.py``."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hivemind_memory.events.schema import Scope
 from hivemind_memory.projections.config import DEFAULT, RankingConfig
-from hivemind_memory.projections.relevance import LexicalIndex, cosine, idf, relevance_for, tokenize
+from hivemind_memory.projections.index import build_index
+from hivemind_memory.projections.relevance import LexicalIndex, idf, scores_over, tokenize
 from hivemind_memory.projections.state import NoteState
+from tests import reference
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -42,35 +46,7 @@ def test_tokenize_composed_and_decomposed_forms_agree() -> None:
     assert tokenize("cafe\u0301") == tokenize("caf\u00e9")
 
 
-# ---------------------------------------------------------------- reference BM25
-
-
-def reference_scores(docs: dict[str, str], query: str, cfg: RankingConfig) -> dict[str, float]:
-    """BM25 from scratch, re-reading every text; normalised by the query's maximum."""
-    toks = {k: tokenize(t) for k, t in docs.items()}
-    n_docs = len(docs)
-    if n_docs == 0:
-        return {}
-    avgdl = sum(len(t) for t in toks.values()) / n_docs or 1.0
-    terms = list(dict.fromkeys(tokenize(query)))
-    if not terms:
-        return {}
-    weights = {}
-    for t in terms:
-        n = sum(1 for d in toks.values() if t in d)
-        weights[t] = math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
-    max_score = sum(w * (cfg.bm25_k1 + 1) for w in weights.values())
-    out = {}
-    for k, d in toks.items():
-        tf = Counter(d)
-        s = 0.0
-        for t in terms:
-            if tf[t]:
-                norm = 1 - cfg.bm25_b + cfg.bm25_b * len(d) / avgdl
-                s += weights[t] * tf[t] * (cfg.bm25_k1 + 1) / (tf[t] + cfg.bm25_k1 * norm)
-        if s > 0:
-            out[k] = s / max_score
-    return out
+# ---------------------------------------------------------------- BM25 (vs the reference)
 
 
 def build(docs: dict[str, str]) -> LexicalIndex:
@@ -108,7 +84,7 @@ def test_idf_is_lucene_and_always_positive() -> None:
 )
 def test_scores_match_reference(query: str, cfg: RankingConfig) -> None:
     got = build(CORPUS).scores(query, cfg)
-    want = reference_scores(CORPUS, query, cfg)
+    want = reference.bm25(CORPUS, query, cfg)
     assert got.keys() == want.keys()
     for k in want:
         assert got[k] == pytest.approx(want[k], rel=1e-12)
@@ -185,20 +161,20 @@ def test_remove_and_replace_keep_statistics_consistent() -> None:
     rest = {k: v for k, v in CORPUS.items() if k != "c"}
     assert ix.scores("soup", DEFAULT) == {}
     assert ix.doc_freq("soup") == 0
-    got, want = ix.scores("redis deploy", DEFAULT), reference_scores(rest, "redis deploy", DEFAULT)
+    got, want = ix.scores("redis deploy", DEFAULT), reference.bm25(rest, "redis deploy", DEFAULT)
     assert got == pytest.approx(want, rel=1e-12)
     ix.add("a", "now about soup")  # replaces a's text
     assert len(ix) == 5
     rest["a"] = "now about soup"
     for q in ("soup", "deploy pipeline", "redis"):
-        assert ix.scores(q, DEFAULT) == pytest.approx(reference_scores(rest, q, DEFAULT), rel=1e-12)
+        assert ix.scores(q, DEFAULT) == pytest.approx(reference.bm25(rest, q, DEFAULT), rel=1e-12)
 
 
 def test_empty_texts_count_as_documents() -> None:
     ix = build({"empty": "...", "a": "word"})
     assert len(ix) == 2
     assert ix.scores("word", DEFAULT) == pytest.approx(
-        reference_scores({"empty": "...", "a": "word"}, "word", DEFAULT)
+        reference.bm25({"empty": "...", "a": "word"}, "word", DEFAULT)
     )
     ix.remove("a")
     assert ix.scores("word", DEFAULT) == {}
@@ -229,7 +205,7 @@ def test_incremental_index_equals_reference(
         ix.remove(k)
     live = {k: t for k, t in docs.items() if k not in drop}
     got = ix.scores(query, cfg)
-    want = reference_scores(live, query, cfg)
+    want = reference.bm25(live, query, cfg)
     assert got.keys() == want.keys()
     for k, v in got.items():
         assert 0.0 < v <= 1.0
@@ -241,7 +217,22 @@ def test_incremental_index_equals_reference(
         assert len({got.get(k, 0.0) for k in keys}) == 1
 
 
-# ---------------------------------------------------------------- cosine
+# ---------------------------------------------------------------- cosine (the worker's numpy path)
+
+
+def note(note_id: str, text: str, embedding: list[float] | None = None, *,
+         agent: str = "a1", scope: Scope = "shared") -> NoteState:
+    return NoteState(
+        note_id=note_id, agent=agent, scope=scope, kind="note", text=text, tokens=10,
+        created_at=T0, embedding=embedding,
+    )
+
+
+def worker_cosine(a: list[float], b: list[float]) -> float:
+    """The production relevance of a note embedded as ``a`` to a query embedded as ``b`` (no
+    word in common, so nothing but the cosine can score it)."""
+    idx = build_index("t", {"n": note("n", "unrelated", a)})
+    return idx.relevance("query", b, DEFAULT).get("n", 0.0)
 
 
 @pytest.mark.parametrize(
@@ -259,17 +250,22 @@ def test_incremental_index_equals_reference(
     ],
 )
 def test_cosine(a: list[float], b: list[float], expected: float) -> None:
-    assert cosine(a, b) == pytest.approx(expected, abs=1e-15)
+    assert worker_cosine(a, b) == pytest.approx(expected, abs=1e-15)
+    assert reference.cosine(a, b) == pytest.approx(expected, abs=1e-15)  # the reference too
 
 
 def test_cosine_never_exceeds_one_despite_rounding() -> None:
     v = [0.57, -0.39, -0.05]  # unclamped, dot / (|v| * |v|) is 1.0000000000000002
-    assert cosine(v, v) == 1.0
+    assert worker_cosine(v, v) == 1.0
 
 
-def test_cosine_dimension_mismatch_is_an_error() -> None:
-    with pytest.raises(ValueError, match="different dimensions: 2 != 3"):
-        cosine([1.0, 0.0], [1.0, 0.0, 0.0])
+def test_vectors_of_different_dimensions_are_never_compared() -> None:
+    # a 3-d note and a 2-d query come from different models: no cosine, the note's BM25 counts
+    notes = {"far": note("far", "unrelated", [1.0, 0.0, 0.0]),
+             "lex": note("lex", "redis", [1.0, 0.0, 0.0]), "pad": note("pad", "lunch")}
+    idx = build_index("t", notes)
+    rel = idx.relevance("redis", [1.0, 0.0], DEFAULT)
+    assert rel == {"lex": idx.shared.scores("redis", DEFAULT)["lex"]}
 
 
 @settings(max_examples=50, deadline=None)
@@ -281,22 +277,19 @@ def test_cosine_dimension_mismatch_is_an_error() -> None:
 )
 def test_cosine_is_clamped_and_symmetric(ab: tuple[list[float], list[float]]) -> None:
     a, b = ab
-    c = cosine(a, b)
+    c = worker_cosine(a, b)
     assert 0.0 <= c <= 1.0
-    assert c == cosine(b, a)
+    assert c == pytest.approx(reference.cosine(a, b), abs=1e-12)
+    # The dot product is bitwise symmetric (same products, same order), so a cosine clamped to
+    # 0 is 0 both ways; the norms of note and query go through different numpy kernels (einsum
+    # over the matrix, dot for the query), so the quotient may differ in the last bit.
+    assert c == pytest.approx(worker_cosine(b, a), rel=1e-15, abs=0.0)
 
 
-# ---------------------------------------------------------------- relevance_for
+# ---------------------------------------------------------------- NamespaceIndex.relevance
 
 
-def note(note_id: str, text: str, embedding: list[float] | None = None) -> NoteState:
-    return NoteState(
-        note_id=note_id, agent="a1", scope="shared", kind="note", text=text, tokens=10,
-        created_at=T0, embedding=embedding,
-    )
-
-
-def test_relevance_for_uses_cosine_when_both_have_embeddings() -> None:
+def test_relevance_uses_cosine_when_both_have_embeddings() -> None:
     notes = [
         note("emb", "nothing in common", [1.0, 0.0]),
         note("emb-opp", "redis here", [-1.0, 0.0]),
@@ -304,25 +297,45 @@ def test_relevance_for_uses_cosine_when_both_have_embeddings() -> None:
         note("other-dim", "redis", [1.0, 0.0, 0.0]),
         note("none", "unrelated text"),
     ]
-    ix = build({n.note_id: n.text for n in notes})
-    lex = ix.scores("redis", DEFAULT)
-    rel = relevance_for(notes, "redis", [1.0, 1.0], ix, DEFAULT)
+    idx = build_index("t", {n.note_id: n for n in notes})
+    lex = build({n.note_id: n.text for n in notes}).scores("redis", DEFAULT)
+    rel = idx.relevance("redis", [1.0, 1.0], DEFAULT)
     assert rel["emb"] == pytest.approx(1 / math.sqrt(2))
     assert "emb-opp" not in rel  # cosine 0 even though its text matches
     assert rel["lex"] == lex["lex"]
     assert rel["other-dim"] == lex["other-dim"]  # incomparable embedding -> lexical
     assert "none" not in rel
-    no_emb = relevance_for(notes, "redis", None, ix, DEFAULT)
+    no_emb = idx.relevance("redis", None, DEFAULT)
     assert no_emb == {k: lex[k] for k in ("emb-opp", "lex", "other-dim")}
-    assert relevance_for(notes[:1], "redis", None, ix, DEFAULT) == {}
+    assert build_index("t", {"emb": notes[0]}).relevance("redis", None, DEFAULT) == {}
+    for emb in ([1.0, 1.0], None):
+        want = reference.relevance(notes, "redis", emb, DEFAULT)
+        assert idx.relevance("redis", emb, DEFAULT) == pytest.approx(want, rel=1e-12)
 
 
-def test_relevance_for_with_a_zero_query_embedding() -> None:
+def test_relevance_with_a_zero_query_embedding() -> None:
     notes = [note("emb", "redis", [1.0, 0.0]), note("lex", "redis streams")]
-    ix = build({n.note_id: n.text for n in notes})
-    rel = relevance_for(notes, "redis", [0.0, 0.0], ix, DEFAULT)
-    assert rel == {"lex": ix.scores("redis", DEFAULT)["lex"]}
-    assert relevance_for(notes, "redis", [2.0, 0.0], ix, DEFAULT)["emb"] == 1.0
+    idx = build_index("t", {n.note_id: n for n in notes})
+    rel = idx.relevance("redis", [0.0, 0.0], DEFAULT)
+    assert rel == {"lex": idx.shared.scores("redis", DEFAULT)["lex"]}
+    assert idx.relevance("redis", [2.0, 0.0], DEFAULT)["emb"] == 1.0
+
+
+def test_an_agents_private_notes_never_shift_another_agents_scores() -> None:
+    shared = {k: note(k, t) for k, t in CORPUS.items()}
+    mine = {"p1": note("p1", "redis redis redis", agent="alice", scope="private"),
+            "p2": note("p2", "soup deploy", agent="alice", scope="private")}
+    idx = build_index("t", {**shared, **mine})
+    for q in ("redis streams", "deploy soup"):
+        bob = idx.relevance(q, None, DEFAULT, agent="bob")
+        assert bob == build_index("t", shared).relevance(q, None, DEFAULT, agent="bob")
+        assert not bob.keys() & mine.keys()
+        alice = idx.relevance(q, None, DEFAULT, agent="alice")
+        assert alice == pytest.approx(
+            reference.relevance([*shared.values(), *mine.values()], q, None, DEFAULT, "alice"),
+            rel=1e-12)
+        assert alice.keys() & mine.keys()
+        assert alice != bob
 
 
 @settings(max_examples=80, deadline=None)
@@ -331,12 +344,14 @@ def test_relevance_for_with_a_zero_query_embedding() -> None:
     st.lists(st.sampled_from(["alpha", "beta", "zeta", "gamma"]), min_size=1, max_size=3))
 def test_scores_over_disjoint_indexes_equal_one_combined_index(
         docs: list[tuple[bool, list[str]]], query: list[str]) -> None:
-    from hivemind_memory.projections.relevance import scores_over
-
     a, b, both = LexicalIndex(), LexicalIndex(), LexicalIndex()
     for i, (in_a, words) in enumerate(docs):
         (a if in_a else b).add(f"d{i}", " ".join(words))
         both.add(f"d{i}", " ".join(words))
     q = " ".join(query)
-    assert scores_over([a, b], q, DEFAULT) == both.scores(q, DEFAULT)
-    assert scores_over([a], q, DEFAULT) == a.scores(q, DEFAULT)
+    got = scores_over([a, b], q, DEFAULT)
+    assert got == both.scores(q, DEFAULT)  # bit for bit: splitting changes no sum
+    want = reference.bm25({f"d{i}": " ".join(w) for i, (_, w) in enumerate(docs)}, q, DEFAULT)
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-12)

@@ -219,7 +219,7 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
     """Generate, ingest, project, compare (see the module docstring)."""
     from hivemind_memory.projections.store.connection import connect
     from hivemind_memory.worker import runtime
-    from hivemind_memory.worker.cli import commands
+    from hivemind_memory.worker.loop import run_worker
 
     namespaces = [f"{prefix}-{i}" for i in range(n_namespaces)]
     s = Settings.from_env(redis_url=redis_url, batch_size=batch_size)
@@ -241,7 +241,7 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
             if appended != n_events:
                 raise RuntimeError(f"ingest appended {appended} of {n_events} events")
             t = time.perf_counter()
-            code = commands.run_worker(rt, burst=True)
+            code = run_worker(rt, burst=True)
             project_s = time.perf_counter() - t
             t = time.perf_counter()
             projs = pure_fold(path, rt.cfg)

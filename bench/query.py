@@ -217,7 +217,7 @@ def ms_summary(secs: Sequence[float]) -> str:
 def load_namespace(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
     """Generate, append and project one namespace; print what it took."""
     from hivemind_memory.api_stub.client import Client
-    from hivemind_memory.worker.cli.commands import run_worker
+    from hivemind_memory.worker.loop import run_worker
 
     client = Client(rt.store, rt.rq, rt.settings)
     rng = random.Random(seed * 1_000_003 + n)

@@ -19,7 +19,7 @@ import fakeredis
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.cli.commands import run_worker
+from hivemind_memory.worker.loop import run_worker
 from tests.factories import T0, created, forgotten, iso, used
 
 GOLDEN = Path(__file__).parent / "golden" / "answers.jsonl"

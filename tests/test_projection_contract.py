@@ -32,7 +32,7 @@ from hivemind_memory.projections.store.rebuild import (
     write_back,
 )
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.cli.commands import run_worker
+from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import ensure_projected, run_projection
 from tests.factories import T0, created, ev, forgotten, used
 

@@ -17,7 +17,7 @@ from hivemind_memory.events.errors import QueryTimeout
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.rebuild import fold_log, write_back
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.cli.commands import run_worker
+from hivemind_memory.worker.loop import run_worker
 from tests.factories import T0, created, forgotten, iso, used
 
 AS_OF = iso(T0 + timedelta(days=200))

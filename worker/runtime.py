@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rq import Queue
+from rq import Queue, get_current_job
 
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import Settings
@@ -67,8 +67,6 @@ def current() -> Runtime:
     """The installed runtime, or one built from the environment and the current job."""
     global _current
     if _current is None:
-        from rq import get_current_job
-
         job = get_current_job()
         if job is None:
             raise RuntimeError("no hivemind runtime installed and no current RQ job")

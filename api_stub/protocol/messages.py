@@ -7,6 +7,7 @@ query and the same ``as_of`` give the same bytes.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -155,10 +156,8 @@ def new_query_id(req: QueryRequest, log_length: int) -> str:
 
 def ns_of(query_id: str) -> str:
     """The namespace part of a query id (raises ``QueryError`` if it has none)."""
-    import re
-
     ns, dot, rest = query_id.partition(".")
-    if not dot or not rest or not re.match(NS_PATTERN, ns):
+    if not dot or not rest or not re.fullmatch(NS_PATTERN, ns):
         raise QueryError("invalid_request", f"malformed query id {query_id!r}")
     return ns
 

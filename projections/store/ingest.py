@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tqdm import tqdm
+
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError
 from hivemind_memory.events.schema import Event
@@ -50,8 +52,6 @@ def iter_events(fh: IO[bytes]) -> Iterator[tuple[int, Event | EventError, int]]:
 def _progress(total: int | None, enabled: bool) -> Any:
     if not enabled:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import msgspec
 import redis
 import structlog
-from rq import SimpleWorker
+from tqdm import tqdm
 
+from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
-from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import QueryError
+from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store.connection import connect
@@ -27,18 +31,13 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.worker import runtime
-from hivemind_memory.worker.projector import behind, sweep
+from hivemind_memory.worker import logs, runtime
+from hivemind_memory.worker.cli.demo import run_demo
+from hivemind_memory.worker.cli.output import print_result, redis_message
+from hivemind_memory.worker.loop import run_worker
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
-
-
-def redis_message(exc: redis.RedisError) -> str:
-    """A Redis error for people: the server's words, without the pipelined command bytes."""
-    text = str(exc)
-    _, sep, tail = text.partition(" caused error: ")
-    return f"{type(exc).__name__}: {tail if sep else text}"
 
 
 def _runtime(s: Settings) -> runtime.Runtime:
@@ -77,38 +76,6 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     print(f"ingest: appended {rep.appended} event(s) to {len(rep.namespaces)} namespace(s)"
           + (f", rejected {rep.rejected}" if rep.rejected else ""), file=sys.stderr)
     return 1 if rep.rejected else 0
-
-
-SWEEP_INTERVAL_S = 60
-"""A long-running worker re-sweeps for namespaces left behind after this long idle."""
-
-
-def run_worker(rt: runtime.Runtime, burst: bool) -> int:
-    """Sweep for namespaces left behind, then work; in burst mode loop until all projected.
-
-    A long-running worker returns to sweep whenever it has been idle for ``SWEEP_INTERVAL_S``
-    (a job that failed for good leaves its namespace behind until someone sweeps), and exits
-    on SIGINT/SIGTERM (RQ's warm shutdown: the current job finishes first).
-    """
-    queues = [rt.query_queue, rt.project_queue]
-    rounds_without_progress = 0
-    while True:
-        sweep(rt.store, rt.project_queue)
-        w = SimpleWorker(queues, connection=rt.rq, serializer=JSONSerializer)
-        w.work(burst=burst, with_scheduler=False, logging_level="WARNING",
-               max_idle_time=None if burst else SWEEP_INTERVAL_S)
-        if not burst:
-            if w._stop_requested or getattr(w, "_shutdown_requested_date", None) is not None:
-                return 0
-            continue
-        late = behind(rt.store)
-        if not late:
-            log.info("burst_done")
-            return 0
-        rounds_without_progress += 1
-        if rounds_without_progress > 5:
-            log.error("burst_stuck", namespaces=late)
-            return 1
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
@@ -157,8 +124,6 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         print(f"replay --verify: {len(live)} live note(s), {len(rb.projection.notes)} rebuilt, "
               f"{len(diffs)} difference(s)")
         return 1 if diffs else 0
-    import time
-
     held = acquire_lease(r, args.ns, s.lock_lease_ms, time.monotonic() + 2 * s.lock_lease_ms / 1000)
     if held is None:
         print(f"hivemind: namespace {args.ns} is busy (projection lease held)", file=sys.stderr)
@@ -193,9 +158,6 @@ def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_curves(args: argparse.Namespace) -> int:
-    import hivemind_memory.projections.curves as curves
-    from hivemind_memory.projections.config import load_config
-
     cfg = load_config(args.config or Settings.from_env().config_path)
     if args.out:
         try:
@@ -209,51 +171,14 @@ def cmd_curves(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    import importlib
-
-    mod: Any = importlib.import_module(f"worker.bench_{args.what}")
-    return int(mod.main(args.rest))
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    from hivemind_memory.worker import logs
-    from hivemind_memory.worker.cli.demo import run_demo
-
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config)
 
 
-def _client(s: Settings) -> Any:
-    from hivemind_memory.api_stub.client import Client
-
+def _client(s: Settings) -> Client:
     r = connect(s.redis_url)
     return Client(r, settings=s)
-
-
-def print_result(body: bytes, as_json: bool, out: Any = None) -> int:
-    """Print a result (JSON, or a readable listing); 1 if it is an error object."""
-    out = out or sys.stdout
-    obj = msgspec.json.decode(body)
-    if as_json:
-        out.write(body.decode() + "\n")
-        return 1 if "error" in obj else 0
-    if "error" in obj:
-        out.write(f"error [{obj['error']['code']}] {obj['error']['message']}\n"
-                  f"query_id {obj['query_id']}\n")
-        return 1
-    out.write(f"query {obj['query_id']}  ns={obj['ns']}  as_of={obj['as_of']}\n")
-    for i, n in enumerate(obj["notes"], start=1):
-        first = (n["text"].splitlines() or [""])[0][:72]
-        out.write(f"{i:>3}. {n['note_id']:<20} {n['tier']:<9} score={n['score']:.4f} "
-                  f"tokens={n['tokens']:<6} {first}\n")
-    out.write(f"used {obj['used']} / {obj['budget']} tokens, {len(obj['notes'])} note(s), "
-              f"method {obj['method']}\n")
-    for c in obj.get("candidates") or []:
-        out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
-                  f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
-                  f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d\n")
-    return 0
 
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:
@@ -273,10 +198,7 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     except OSError as exc:
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    from hivemind_memory.api_stub.protocol.messages import parse_request
-    from hivemind_memory.events.errors import QueryError
-
-    reqs: list[Any] = []
+    reqs: list[QueryRequest | QueryError] = []
     with fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -285,8 +207,7 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
                 obj = msgspec.json.decode(line)
                 if not isinstance(obj, dict):
                     raise QueryError("invalid_request", "a query must be a JSON object")
-                parse_request(obj)
-                reqs.append(obj)
+                reqs.append(parse_request(obj))
             except msgspec.DecodeError as exc:
                 reqs.append(QueryError("invalid_request", f"line {lineno}: malformed JSON: {exc}"))
             except QueryError as exc:
@@ -295,8 +216,6 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     failed = 0
     bar = None
     if sys.stderr.isatty():
-        from tqdm import tqdm
-
         bar = tqdm(total=len(ids), unit="q", desc="batch", file=sys.stderr)
     for body in c.batch_results(ids, args.timeout):
         sys.stdout.write(body.decode() + "\n")

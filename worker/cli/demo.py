@@ -8,7 +8,16 @@ import sys
 import tempfile
 from typing import Any
 
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.state import tier_of
+from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.ingest import ingest
+from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.cli.output import print_result
+from hivemind_memory.worker.loop import run_worker
 
 DEMO_NS = "demo"
 AS_OF = "2026-06-01T12:00:00Z"
@@ -52,9 +61,6 @@ def sample_events() -> list[dict[str, Any]]:
 
 def run_demo(config_path: str | None) -> int:
     """Ingest the sample into ``memory://``, project it with a burst worker, show the result."""
-    from hivemind_memory.projections.store.connection import connect
-    from hivemind_memory.worker import runtime
-    from hivemind_memory.worker.cli import commands
 
     s = Settings.from_env({}, redis_url="memory://demo", config_path=config_path)
     rt = runtime.build(s, connect(s.redis_url))
@@ -64,18 +70,14 @@ def run_demo(config_path: str | None) -> int:
         for e in sample_events():
             fh.write(json.dumps(e) + "\n")
     try:
-        from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
-        from hivemind_memory.projections.store.ingest import ingest
 
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
                      on_chunk=lambda nss: schedule_namespaces(rt.store, rt.project_queue, nss))
     finally:
         os.unlink(path)
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")
-    code = commands.run_worker(rt, burst=True)
+    code = run_worker(rt, burst=True)
     print("== projected notes (hivemind notes --ns demo)")
-    from hivemind_memory.projections.state import tier_of
-    from hivemind_memory.projections.store.readmodel import read_dead, read_notes
 
     for nid, n in sorted(read_notes(rt.store, DEMO_NS).items()):
         flag = " (forgotten)" if n.forgotten else ""
@@ -85,8 +87,6 @@ def run_demo(config_path: str | None) -> int:
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):
         print(f"  {d.entry}: {d.reason}")
-    from hivemind_memory.api_stub.client import Client
-    from hivemind_memory.worker.cli.commands import print_result
 
     client = Client(rt.store, settings=s)
     asks = [
@@ -96,7 +96,7 @@ def run_demo(config_path: str | None) -> int:
     ]
     ids = [client.submit_query(DEMO_NS, text, budget, agent=agent, as_of=AS_OF, explain=ex)
            for agent, text, budget, ex in asks]
-    code = max(code, commands.run_worker(rt, burst=True))
+    code = max(code, run_worker(rt, burst=True))
     for (agent, text, budget, _), qid in zip(asks, ids, strict=True):
         print(f"== hivemind query {text!r} --ns {DEMO_NS} --budget {budget} --agent {agent} "
               f"--as-of {AS_OF}")

@@ -4,6 +4,7 @@ status (0 ok, 1 rejected/failed/different, 2 usage or connection error)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -16,6 +17,8 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.worker import logs
+from hivemind_memory.worker.cli import commands
+from hivemind_memory.worker.cli.output import redis_message
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -25,9 +28,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _ns_arg(value: str) -> str:
-    import re
-
-    if not re.match(NS_PATTERN, value):
+    if not re.fullmatch(NS_PATTERN, value):
         raise argparse.ArgumentTypeError(f"namespace {value!r} must match {NS_PATTERN}")
     return value
 
@@ -100,9 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
     p.add_argument("--config", help="ranking config TOML")
 
-    p = sub.add_parser("bench", help="benchmarks that print figures")
-    p.add_argument("what", choices=["core", "ranking", "query"])
-    p.add_argument("rest", nargs=argparse.REMAINDER)
     return ap
 
 
@@ -118,8 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
-        from hivemind_memory.worker.cli.commands import redis_message
-
         print(f"hivemind: Redis error: {redis_message(exc)}", file=sys.stderr)
         return 2
     except HivemindError as exc:
@@ -135,10 +131,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from hivemind_memory.worker.cli import commands
-
     handler: Any = getattr(commands, f"cmd_{args.cmd}")
-    if args.cmd in ("demo", "curves", "bench"):
+    if args.cmd in ("demo", "curves"):
         return int(handler(args))
     return int(handler(args, _settings(args)))
 

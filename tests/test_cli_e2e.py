@@ -107,6 +107,14 @@ def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
         (5, "longterm", "private", "scratch", 42)
     assert bb["forgotten"] is True
     assert run(server, "replay", "--ns", "t", "--verify").returncode == 0
+    # another ranking config is not drift: the read model holds facts, tiers come from the
+    # config of whoever lists the notes
+    cfg = tmp_path / "ten.toml"
+    cfg.write_text("longterm_uses = 10\n")
+    assert run(server, "replay", "--ns", "t", "--verify", "--config", str(cfg)).returncode == 0
+    rows10 = [json.loads(x) for x in run(server, "notes", "--ns", "t", "--json", "--config",
+                                         str(cfg)).stdout.splitlines()]
+    assert (rows10[0]["uses"], rows10[0]["tier"]) == (5, "scratch")
     import redis
 
     redis.Redis.from_url(server).hdel("hm:{t}:notes", "a")

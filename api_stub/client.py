@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -60,7 +61,7 @@ class Client:
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",
-                     as_of: Any = None, explain: bool = False,
+                     as_of: str | datetime | None = None, explain: bool = False,
                      embedding: Sequence[float] | None = None,
                      config: Mapping[str, Any] | None = None) -> str:
         """Submit one query; returns its id. It will see every event appended before now."""

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import redis
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
@@ -39,7 +39,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     proj = Projection()
     pos = ZERO
     events = dups = 0
-    batch: list[tuple[str, Any, bytes]] = []
+    batch: list[tuple[str, Event | Undecodable, bytes]] = []
 
     def flush() -> None:
         nonlocal dups

@@ -34,3 +34,7 @@ class CatchUpTimeout(HivemindError):
 
 class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
+
+
+class JobRefused(HivemindError):
+    """A queued job names a function outside the allowlist (or a callback): never run."""

@@ -38,8 +38,11 @@ JOB_FAILURE_TTL = 86_400
 
 
 def queue(conn: Store, name: str, settings: Settings) -> Queue:
-    """An RQ queue on ``conn`` with the JSON serializer (never pickle)."""
-    return Queue(name, connection=conn, serializer=JSONSerializer,
+    """An RQ queue on ``conn`` with the JSON serializer (never pickle) and ``SafeJob`` (the
+    allowlist of job functions)."""
+    from hivemind_memory.api_stub.protocol.safejob import SafeJob  # it imports this module
+
+    return Queue(name, connection=conn, serializer=JSONSerializer, job_class=SafeJob,
                  default_timeout=settings.job_timeout_s)
 
 

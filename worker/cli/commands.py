@@ -9,10 +9,8 @@ from typing import Any
 import msgspec
 import redis
 import structlog
-from rq import SimpleWorker
 
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
-from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
@@ -28,6 +26,7 @@ from hivemind_memory.projections.store.rebuild import (
 )
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.projector import acquire_lease, behind, sweep
+from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -93,7 +92,7 @@ def run_worker(rt: runtime.Runtime, burst: bool) -> int:
     rounds_without_progress = 0
     while True:
         sweep(rt.store, rt.project_queue)
-        w = SimpleWorker(queues, connection=rt.rq, serializer=JSONSerializer)
+        w = HivemindWorker(queues, connection=rt.rq)
         w.work(burst=burst, with_scheduler=False, logging_level="WARNING",
                max_idle_time=None if burst else SWEEP_INTERVAL_S)
         if not burst:

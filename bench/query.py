@@ -569,9 +569,10 @@ def _per_size(ap: argparse.ArgumentParser, flag: str, given: list[int] | None,
 def _main(args: argparse.Namespace, opts: Options) -> int:
     started = time.perf_counter()
     if args.redis_url is not None:
+        from hivemind_memory.projections.store.connection import connect, redact
+
         prefix = f"bq-{uuid.uuid4().hex[:8]}"
-        print(f"redis {args.redis_url} (namespaces {prefix}-*)")
-        from hivemind_memory.projections.store.connection import connect
+        print(f"redis {redact(args.redis_url)} (namespaces {prefix}-*)")
 
         try:
             run(args.redis_url, opts, prefix)

@@ -21,6 +21,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.connection import BLOCK_SLICE_S
 from hivemind_memory.projections.store.log import FIELD, read_after
 from hivemind_memory.projections.store.scripts import script
 
@@ -193,8 +194,9 @@ def changes_tail(r: Any, ns: str) -> bytes:
 
 
 def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
-    """Block until a batch is committed after changes-entry ``after`` (or the timeout)."""
-    ms = max(1, int(timeout_s * 1000))
+    """Block until a batch is committed after changes-entry ``after`` (or the timeout, at most
+    ``BLOCK_SLICE_S``: callers loop until their own deadline)."""
+    ms = max(1, int(min(timeout_s, BLOCK_SLICE_S) * 1000))
     got = r.xread({keys.changes(ns): after}, count=1, block=ms)
     if got:
         return bytes(got[0][1][-1][0])

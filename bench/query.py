@@ -15,7 +15,8 @@ asserts timings.
 4. Batch throughput: ``Client.submit_batch`` + ``batch_results`` with the default
    ``query_chunk``; then a smaller set with ``query_chunk=1`` (one RQ job per query) and the
    same set again with the default chunk.
-5. Baseline: no-op jobs (``worker.jobs.noop``) on the query queue, drained by the same worker.
+5. Baseline: no-op jobs (a query job carrying no queries: the worker runs only allowlisted
+   functions) on the query queue, drained by the same worker.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port in a temp dir and
 stopped at the end. With ``--redis-url`` the bench writes only namespaces with a fresh random
@@ -398,7 +399,9 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str,
 def noop_baseline(rt: Any, n: int, proc: subprocess.Popen[bytes]) -> float:
     """Enqueue ``n`` no-op jobs at once on the query queue; the worker's drain rate (jobs/s)."""
     q: Queue = rt.query_queue
-    datas = [Queue.prepare_data("hivemind_memory.worker.jobs.noop", result_ttl=60, failure_ttl=600,
+    from hivemind_memory.api_stub.protocol.jobs import QUERY_JOB
+
+    datas = [Queue.prepare_data(QUERY_JOB, args=([],), result_ttl=60, failure_ttl=600,
                                 description="bench noop") for _ in range(n)]
     t0 = time.perf_counter()
     jobs = q.enqueue_many(datas)

@@ -27,6 +27,3 @@ def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
         engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings)
     return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])
 
-
-def noop() -> None:
-    """Does nothing: the RQ per-job baseline of ``hivemind bench query``."""

@@ -49,17 +49,30 @@ def checkpoint(r: Any, ns: str) -> Position:
     return parse_pos(r.get(keys.checkpoint(ns)))
 
 
-def decode_entry(fields: dict[bytes, bytes]) -> tuple[Event | Undecodable, bytes]:
-    """A stream entry's event, or why this version cannot read it."""
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "backslashreplace")
+
+
+def decode_entry(fields: dict[bytes, bytes], ns: str) -> tuple[Event | Undecodable, bytes]:
+    """A stream entry of namespace ``ns`` as its event, or why it cannot apply. Never raises:
+    whatever a rogue writer put on the stream (no ``d`` field, non-UTF-8 field names, bytes
+    that are not msgpack, an invalid event, an ``at`` out of range in UTC, an event of
+    another namespace) becomes an ``Undecodable`` with a reason, i.e. a dead letter."""
     raw = fields.get(FIELD)
     if raw is None:
-        return Undecodable(msgspec.json.encode({k.decode(): v.decode("latin-1")
-                                                for k, v in fields.items()}),
+        shown = {_text(k): _text(v) for k, v in fields.items()}
+        return Undecodable(msgspec.json.encode(shown),
                            "undecodable: entry has no 'd' field"), b""
     try:
-        return decode_event(raw), raw
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        ev = decode_event(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
         return Undecodable(raw, f"undecodable: {exc}"), raw
+    except Exception as exc:  # anything else these bytes provoke must not stall the namespace
+        return Undecodable(raw, f"undecodable: {type(exc).__name__}: {exc}"), raw
+    if ev.ns != ns:
+        return Undecodable(raw, f"wrong_namespace: an event of namespace {ev.ns!r} on the "
+                                f"stream of {ns!r}"), raw
+    return ev, raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +101,7 @@ def prepare_batch(r: Any, ns: str,
     note_ids: set[str] = set()
     event_ids: set[str] = set()
     for eid, fields in entries:
-        ev, raw = decode_entry(fields)
+        ev, raw = decode_entry(fields, ns)
         decoded.append((eid.decode(), ev, raw))
         if not isinstance(ev, Undecodable):
             note_ids.add(ev.note_id)
@@ -152,12 +165,19 @@ def read_notes(r: Any, ns: str) -> dict[str, NoteState]:
 
 
 def read_dead(r: Any, ns: str, count: int = 1000) -> list[dict[str, str]]:
-    """The namespace's dead letters, oldest first (the raw payload left out)."""
+    """The namespace's first ``count`` dead letters, oldest first (the raw payload left out;
+    ``dead_total`` says how many there are)."""
     out = []
     for eid, f in r.xrange(keys.dead(ns), count=count):
-        out.append({"id": eid.decode(), "entry": f[b"entry"].decode(),
-                    "reason": f[b"reason"].decode()})
+        out.append({"id": eid.decode(), "entry": _text(f.get(b"entry", b"")),
+                    "reason": _text(f.get(b"reason", b"")),
+                    "at_ms": _text(f.get(b"at_ms", b""))})
     return out
+
+
+def dead_total(r: Any, ns: str) -> int:
+    """How many dead letters the namespace has."""
+    return int(r.xlen(keys.dead(ns)))
 
 
 @dataclass(slots=True)
@@ -203,6 +223,18 @@ def wait_for_change(r: Any, ns: str, after: bytes, timeout_s: float) -> bytes:
     return after
 
 
-__all__ = ["ZERO", "BatchInfo", "Prepared", "checkpoint", "commit", "format_pos",
-           "prepare_batch", "project_batch", "read_dead", "read_notes", "try_lease",
-           "wait_for_change"]
+__all__ = [
+    "ZERO",
+    "BatchInfo",
+    "Prepared",
+    "checkpoint",
+    "commit",
+    "dead_total",
+    "format_pos",
+    "prepare_batch",
+    "project_batch",
+    "read_dead",
+    "read_notes",
+    "try_lease",
+    "wait_for_change",
+]

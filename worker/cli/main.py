@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -16,6 +16,7 @@ import redis
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.events.times import to_utc
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import commands
 from hivemind_memory.worker.cli.output import redis_message
@@ -33,6 +34,16 @@ def _ns_arg(value: str) -> str:
     return value
 
 
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return n
+
+
 def _time_arg(value: str) -> datetime:
     try:
         t = msgspec.json.decode(msgspec.json.encode(value), type=datetime)
@@ -40,7 +51,10 @@ def _time_arg(value: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{value!r} has no timezone (e.g. 2026-05-01T12:00:00Z)")
-    return t.astimezone(UTC)
+    try:
+        return to_utc(t, "--as-of")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,8 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare live and rebuilt; exit 1 if they differ (writes nothing)")
     _common(p)
 
-    p = sub.add_parser("dead", help="the dead letters of a namespace")
+    p = sub.add_parser("dead", help="the dead letters of a namespace, with the total")
     p.add_argument("--ns", required=True, type=_ns_arg)
+    p.add_argument("--limit", type=_positive, default=1000,
+                   help="show at most N, oldest first (default 1000); the total is always said")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line (id, entry, reason, at_ms); summary on stderr")
     _common(p)
 
     p = sub.add_parser("curves", help="recency multiplier per tier vs 5%% a day")

@@ -34,3 +34,11 @@ class CatchUpTimeout(HivemindError):
 
 class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
+
+
+class AccessDenied(HivemindError):
+    """The token is missing or unknown (401), or may not do this here or as this agent (403)."""
+
+
+class TooLarge(HivemindError):
+    """A request body or batch is over the server's documented cap (413)."""

@@ -216,7 +216,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from hivemind_memory.worker.cli.demo import run_demo
 
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config)
+    return run_demo(args.config, args.store)
 
 
 def _client(s: Settings) -> Any:

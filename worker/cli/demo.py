@@ -50,13 +50,18 @@ def sample_events() -> list[dict[str, Any]]:
     return ev
 
 
-def run_demo(config_path: str | None) -> int:
-    """Ingest the sample into ``memory://``, project it with a burst worker, show the result."""
+def run_demo(config_path: str | None, store_url: str = "memory://") -> int:
+    """Ingest the sample into the embedded store, project it with a burst worker in this
+    process, show the result. ``memory://PATH`` keeps the log on disk (a second run replays
+    it; the repeated events are applied once)."""
     from hivemind_memory.projections.store.connection import connect
     from hivemind_memory.worker import runtime
     from hivemind_memory.worker.cli import commands
 
-    s = Settings.from_env({}, redis_url="memory://demo", config_path=config_path)
+    if not store_url.startswith("memory://"):
+        print("hivemind demo: --store must be memory:// or memory://PATH", file=sys.stderr)
+        return 2
+    s = Settings.from_env({}, redis_url=store_url, config_path=config_path)
     rt = runtime.build(s, connect(s.redis_url))
     runtime.install(rt)
     fd, path = tempfile.mkstemp(suffix=".jsonl")

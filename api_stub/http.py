@@ -162,7 +162,7 @@ class Api:
         g = self.grant(request)
         if not g.may(ns, right):
             raise ApiError(403, "forbidden",
-                           f"this token may not {right} in namespace {ns!r}")
+                           f"this token lacks the {right} right in namespace {ns!r}")
         return ns, g
 
     async def body(self, request: Request) -> Any:

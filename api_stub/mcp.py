@@ -139,7 +139,7 @@ def token_resolver(tokens: TokenTable | None, make: Callable[[str, str], Memory]
         if not re.match(NS_PATTERN, ns):
             raise AccessDenied(f"namespace {ns!r} must match {NS_PATTERN}")
         if not g.may(ns, right):
-            raise AccessDenied(f"this token may not {right} in namespace {ns!r}")
+            raise AccessDenied(f"this token lacks the {right} right in namespace {ns!r}")
         agent = g.agent or headers.get(AGENT_HEADER, "")
         if not agent:
             raise AccessDenied(f"no agent: send the {AGENT_HEADER} header")

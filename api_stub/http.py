@@ -29,7 +29,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hivemind_memory.api_stub.client import Client
@@ -125,6 +125,8 @@ class ServerOptions:
     """Called after an append or a query submission (wakes an in-process worker)."""
     workers_alive: Callable[[], int] | None = None
     """How many workers serve the queues (default: RQ's registered workers)."""
+    caught_up: Callable[[], bool] = field(default=lambda: True)
+    """False while the read model is still being rebuilt after a start (readyz: 503)."""
     mcp_app: ASGIApp | None = None
     """The MCP streamable-HTTP app to mount at ``/mcp`` (token-checked here first)."""
     mcp_lifespan: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
@@ -201,7 +203,12 @@ class Api:
             raise ApiError(422, "invalid_request",
                            f"{where}.ns is {claimed!r} but the path names namespace {ns!r}")
 
-    def query_request(self, ns: str, g: Grant, obj: Any, where: str) -> dict[str, Any]:
+    def query_request(self, ns: str, g: Grant, obj: Any, where: str
+                      ) -> dict[str, Any] | QueryError:
+        """The request to submit, or (in a batch) the ``QueryError`` that takes its place.
+
+        Who and where (agent, namespace) are checked for the whole request; a batch item that
+        is otherwise invalid gets its error object in place, as in ``hivemind batch``."""
         if not isinstance(obj, dict):
             raise ApiError(422, "invalid_request", f"{where} must be a JSON object")
         self.same_ns(ns, obj.get("ns"), where)
@@ -209,7 +216,10 @@ class Api:
         try:
             parse_request(req)
         except QueryError as exc:
-            raise ApiError(422, exc.code, f"{where}: {exc.message}") from exc
+            err = QueryError(exc.code, f"{where}: {exc.message}")
+            if where == "query":
+                raise ApiError(422, err.code, err.message) from exc
+            return err
         return req
 
     async def run(self, fn: Callable[[], Any]) -> Any:
@@ -242,7 +252,7 @@ class Api:
             self.opts.on_write()
         return _respond(Appended(len(evs)))
 
-    async def _answer(self, reqs: list[dict[str, Any]]) -> list[bytes]:
+    async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
             ids = self.client.submit_batch(reqs)
             self.opts.on_write()
@@ -252,8 +262,8 @@ class Api:
 
     async def query(self, request: Request) -> Response:
         ns, g = self.authorize(request, "query")
-        req = self.query_request(ns, g, await self.body(request), "query")
-        [body] = await self._answer([req])
+        [body] = await self._answer([self.query_request(ns, g, await self.body(request),
+                                                        "query")])
         obj = msgspec.json.decode(body)
         if "error" in obj:
             code = obj["error"]["code"]
@@ -339,6 +349,8 @@ class Api:
                 n = len(Worker.all(connection=self.client.rq))
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
+            if not self.opts.caught_up():
+                return Health(False, "rebuilding the read model from the log")
             return Health(True, f"{n} worker(s)")
 
         h = await self.run(check)
@@ -413,7 +425,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route("/docs", _wrap(api.docs), methods=["GET"]),
     ]
     if opts.mcp_app is not None:
-        routes.append(Mount("/mcp", app=_McpGate(opts.mcp_app, opts.tokens)))
+        routes.append(Route("/mcp", endpoint=_McpGate(opts.mcp_app, opts.tokens)))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

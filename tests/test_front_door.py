@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,9 +272,15 @@ def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Pa
 
     srv = start_serve(args, tmp_path, free_port())
     try:
-        # the same as-of query gives the same bytes (the worker rebuilt the notes first)
+        # the same as-of query gives the same bytes (it waits for t1 to be rebuilt)
         assert _raw(srv.base, "/v1/ns/t1/query", q) == raw_first
-        assert call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1] == notes1
+        # ready once the worker has rebuilt every namespace from the replayed log
+        deadline = time.monotonic() + 60
+        while call(srv.base, "GET", "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, call(srv.base, "GET", "/readyz")
+            time.sleep(0.05)  # waiting for another process's worker thread
+        notes2 = call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1]
+        assert notes2 == notes1, (notes1, notes2)
         assert len(call(srv.base, "GET", "/v1/ns/t2/notes", token=OPS)[1]) == 3
         audit2 = call(srv.base, "GET", "/v1/ns/t1/audit?limit=1000", token=OPS)[1]
         # every entry still there with the same id, then the one of the answer just given

@@ -23,7 +23,7 @@ from rq.timeouts import TimerDeathPenalty
 
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.projector import sweep
+from hivemind_memory.worker.projector import behind, sweep
 
 log = structlog.get_logger("hivemind.inprocess")
 
@@ -49,11 +49,16 @@ class InProcessWorker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hivemind-worker", daemon=True)
         self.bursts = 0
+        self.caught_up = threading.Event()
+        """Set once every namespace behind at start (all of them, after a restart of a
+        ``memory://PATH`` store) has been projected."""
 
     def start(self) -> InProcessWorker:
         runtime.install(self.rt)
-        sweep(self.rt.store, self.rt.project_queue)
+        if not sweep(self.rt.store, self.rt.project_queue):
+            self.caught_up.set()
         self._thread.start()
+        self.kick()
         return self
 
     def kick(self) -> None:
@@ -83,5 +88,7 @@ class InProcessWorker:
                     w = _ThreadWorker(queues, connection=self.rt.rq, serializer=JSONSerializer)
                     w.work(burst=True, with_scheduler=False, logging_level="WARNING")
                     self.bursts += 1
+                if not self.caught_up.is_set() and not behind(self.rt.store):
+                    self.caught_up.set()
             except Exception:  # keep serving: the next kick retries; the job keeps its retries
                 log.exception("inprocess_worker_error")

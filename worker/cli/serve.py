@@ -62,6 +62,7 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
         w = worker
         opts.on_write = w.kick
         opts.workers_alive = lambda: int(w.alive())
+        opts.caught_up = w.caught_up.is_set
     on_write = opts.on_write
 
     def make(ns: str, agent: str) -> Memory:
@@ -113,6 +114,16 @@ def cmd_mcp(args: argparse.Namespace, s: Settings) -> int:
     return 0
 
 
+def _agent_arg(value: str) -> str:
+    import re
+
+    from hivemind_memory.events.schema import ID_PATTERN
+
+    if not re.match(ID_PATTERN, value):
+        raise argparse.ArgumentTypeError(f"agent {value!r} must match {ID_PATTERN}")
+    return value
+
+
 def add_parsers(sub: Any, common: Any, ns_arg: Any) -> None:
     """The ``serve`` and ``mcp`` subcommands."""
     p = sub.add_parser("serve", help="HTTP JSON API with per-agent tokens (and MCP at /mcp)")
@@ -124,6 +135,7 @@ def add_parsers(sub: Any, common: Any, ns_arg: Any) -> None:
 
     p = sub.add_parser("mcp", help="MCP server over stdio (remember, recall, used, forget)")
     p.add_argument("--ns", required=True, type=ns_arg)
-    p.add_argument("--agent", required=True, help="the agent every tool call acts as")
+    p.add_argument("--agent", required=True, type=_agent_arg,
+                   help="the agent every tool call acts as")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a recall")
     common(p)

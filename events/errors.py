@@ -47,3 +47,11 @@ class AppendFailed(StoreError):
         super().__init__(message)
         self.appended = appended
         self.ids = ids
+
+
+class AccessDenied(HivemindError):
+    """The token is missing or unknown (401), or may not do this here or as this agent (403)."""
+
+
+class TooLarge(HivemindError):
+    """A request body or batch is over the server's documented cap (413)."""

@@ -22,13 +22,18 @@ MAX_TOKENS = 1_000_000
 """Largest explicit token count of one note."""
 MAX_EMBEDDING_DIM = 4096
 """Largest embedding length."""
+MAX_EMBEDDING_ABS = 1e150
+"""Largest magnitude of one embedding component: the squares and dot products of 4096 of them
+stay finite (found by fuzzing the HTTP API: 1e200 overflowed the cosine to NaN)."""
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 Ns = Annotated[str, msgspec.Meta(pattern=NS_PATTERN)]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
-Embedding = Annotated[list[float], msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
+EmbeddingComponent = Annotated[float, msgspec.Meta(ge=-MAX_EMBEDDING_ABS, le=MAX_EMBEDDING_ABS)]
+Embedding = Annotated[list[EmbeddingComponent],
+                      msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
 Scope = Literal["shared", "private"]
 Kind = Literal["note", "scratch"]
 

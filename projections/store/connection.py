@@ -31,6 +31,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
+from hivemind_memory.projections.store.embedded import Embedded
 from hivemind_memory.projections.store.types import Store
 
 SOCKET_CONNECT_TIMEOUT_S = 5.0
@@ -48,7 +49,7 @@ BACKOFF_CAP_S = 2.0
 HEALTH_CHECK_INTERVAL_S = 15
 """A connection idle this long is PINGed before it is used again."""
 
-_EMBEDDED: dict[str, Any] = {}
+_EMBEDDED: dict[str, Embedded] = {}
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/]*@)")
 
 
@@ -76,13 +77,12 @@ def client_options() -> dict[str, Any]:
 
 
 def connect(url: str) -> Store:
-    """A Redis client for ``url``; ``memory://`` is the embedded store (one per process)."""
+    """A Redis client for ``url``; ``memory://`` is the embedded store (one per process and
+    URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``)."""
     if url.startswith("memory://"):
-        import fakeredis
-
         if url not in _EMBEDDED:
-            _EMBEDDED[url] = fakeredis.FakeServer()
-        return fakeredis.FakeRedis(server=_EMBEDDED[url])
+            _EMBEDDED[url] = Embedded(url)
+        return _EMBEDDED[url].client()
     try:
         r = redis.Redis.from_url(url, **client_options())
         r.ping()
@@ -104,3 +104,11 @@ def _scrub(text: str, url: str) -> str:
     for secret in sorted(secrets - {""}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def close_embedded(url: str) -> None:
+    """Forget the embedded store of ``url`` (its file is closed and unlocked; a later
+    ``connect`` replays it again). For tests and orderly shutdown."""
+    emb = _EMBEDDED.pop(url, None)
+    if emb is not None:
+        emb.close()

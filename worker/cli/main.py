@@ -18,13 +18,15 @@ from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.events.times import to_utc
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import commands
+from hivemind_memory.worker.cli import commands, serve
 from hivemind_memory.worker.cli.output import redis_message
+from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
-                   "redis://localhost:6379/0; memory:// = embedded, this process only)")
+                   "redis://localhost:6379/0; memory:// = embedded, this process only; "
+                   "memory://PATH = embedded, kept in the directory PATH)")
     p.add_argument("--config", help="ranking config TOML (default: $HIVEMIND_CONFIG)")
 
 
@@ -64,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
+    p.add_argument("--store", default="memory://",
+                   help="embedded store URL: memory:// (default) or memory://PATH (kept on disk)")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
@@ -119,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
     p.add_argument("--config", help="ranking config TOML")
 
+    serve_parsers(sub, _common, _ns_arg)
     return ap
 
 
@@ -149,7 +154,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    handler: Any = getattr(commands, f"cmd_{args.cmd}")
+    mod: Any = serve if args.cmd in ("serve", "mcp") else commands
+    handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves"):
         return int(handler(args))
     return int(handler(args, _settings(args)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -31,10 +32,11 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.worker import logs, runtime
+from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.demo import run_demo
-from hivemind_memory.worker.cli.output import print_result, redis_message
+from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.status import read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -79,7 +81,22 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
-    return run_worker(_runtime(s), args.burst)
+    rt = _runtime(s)
+    if args.metrics_port is not None:
+        metrics.watch_store(rt.store, rt.rq)
+        metrics.serve_metrics(args.metrics_port, args.metrics_host)
+        log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
+    return run_worker(rt, args.burst)
+
+
+def cmd_status(args: argparse.Namespace, s: Settings) -> int:
+    r = connect(s.redis_url)
+    st = read_status(r, r, datetime.now(UTC))
+    if args.json:
+        sys.stdout.write(_json.encode(st).decode() + "\n")
+        return 0
+    print_status(st)
+    return 0
 
 
 def cmd_notes(args: argparse.Namespace, s: Settings) -> int:

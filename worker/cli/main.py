@@ -63,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="RQ worker: projections and query jobs")
     p.add_argument("--burst", action="store_true",
                    help="drain all pending work, then exit 0 once every stream is projected")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on this port (/metrics)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
+    _common(p)
+
+    p = sub.add_parser("status", help="namespaces (log, checkpoint, lag, dead letters, last "
+                       "query) and live workers")
+    p.add_argument("--json", action="store_true", help="one JSON object")
     _common(p)
 
     p = sub.add_parser("query", help="ask for the best notes that fit a token budget")

@@ -8,6 +8,8 @@ from typing import IO
 import msgspec
 import redis
 
+from hivemind_memory.worker.status import Status
+
 
 def redis_message(exc: redis.RedisError) -> str:
     """A Redis error for people: the server's words, without the pipelined command bytes."""
@@ -39,3 +41,24 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
                   f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d\n")
     return 0
+
+
+def print_status(st: Status, out: IO[str] | None = None) -> None:
+    """``hivemind status`` for people: a namespace table, then the live workers."""
+    out = out or sys.stdout
+    w = out.write
+    w(f"{'namespace':<20} {'events':>9} {'lag':>8} {'lag_s':>8} {'dead':>5} {'queries':>8}  "
+      "checkpoint / last query\n")
+    for n in st.namespaces:
+        last = (f"{n.last_query.served_at:%Y-%m-%dT%H:%M:%SZ} {n.last_query.query_id}"
+                if n.last_query else "no query yet")
+        w(f"{n.ns:<20} {n.stream_length:>9} {n.lag_entries:>8} {n.lag_seconds:>8.1f} "
+          f"{n.dead_letters:>5} {n.queries_served:>8}  {n.checkpoint}\n"
+          f"{'':<20} {'':>43}  {last}\n")
+    if not st.namespaces:
+        w("no namespace has seen an event yet\n")
+    w(f"{len(st.workers)} live worker(s)\n")
+    for wk in st.workers:
+        beat = f"{wk.last_heartbeat:%H:%M:%SZ}" if wk.last_heartbeat else "-"
+        w(f"  {wk.name:<40} {wk.state:<9} jobs ok {wk.successful_jobs} failed "
+          f"{wk.failed_jobs}  heartbeat {beat}  {','.join(wk.queues)}\n")

@@ -86,7 +86,7 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
         metrics.watch_store(rt.store, rt.rq)
         metrics.serve_metrics(args.metrics_port, args.metrics_host)
         log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
-    return run_worker(rt, args.burst)
+    return run_worker(rt, args.burst, idle_s=args.sweep_every)
 
 
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:

@@ -4,6 +4,7 @@ status (0 ok, 1 rejected/failed/different, 2 usage or connection error)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import commands
 from hivemind_memory.worker.cli.output import redis_message
+from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="RQ worker: projections and query jobs")
     p.add_argument("--burst", action="store_true",
                    help="drain all pending work, then exit 0 once every stream is projected")
+    p.add_argument("--sweep-every", type=int, default=SWEEP_INTERVAL_S, metavar="S",
+                   help="when idle this long, schedule namespaces left behind (default "
+                   f"{SWEEP_INTERVAL_S} s)")
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on this port (/metrics)")
     p.add_argument("--metrics-host", default="127.0.0.1",
@@ -117,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
     args = build_parser().parse_args(argv)
-    logs.configure(json=True)
+    logs.configure()  # JSON lines unless stderr is a terminal
     try:
         return int(_dispatch(args))
     except (StoreError, ConfigError) as exc:
@@ -133,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -30,12 +30,21 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
                   f"query_id {obj['query_id']}\n")
         return 1
     out.write(f"query {obj['query_id']}  ns={obj['ns']}  as_of={obj['as_of']}\n")
-    for i, n in enumerate(obj["notes"], start=1):
-        first = (n["text"].splitlines() or [""])[0][:72]
-        out.write(f"{i:>3}. {n['note_id']:<20} {n['tier']:<9} score={n['score']:.4f} "
-                  f"tokens={n['tokens']:<6} {first}\n")
+    notes = obj["notes"]
+    if notes:
+        # listed in context order (the order handed to the model); rank is by score
+        by_score = sorted(range(len(notes)), key=lambda i: (-notes[i]["score"],
+                                                             notes[i]["note_id"]))
+        rank = {i: r for r, i in enumerate(by_score, start=1)}
+        out.write("ctx rank note_id              tier      score  tokens  text\n")
+        for i, n in enumerate(notes):
+            first = (n["text"].splitlines() or [""])[0][:40]
+            out.write(f"{i + 1:>3} {rank[i]:>4} {n['note_id']:<20} {n['tier']:<9} "
+                      f"{n['score']:.4f} {n['tokens']:>6}  {first}\n")
     out.write(f"used {obj['used']} / {obj['budget']} tokens, {len(obj['notes'])} note(s), "
               f"method {obj['method']}\n")
+    if obj["notes"]:
+        out.write("(ctx: position in the context handed to the model; rank: by score)\n")
     for c in obj.get("candidates") or []:
         out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "

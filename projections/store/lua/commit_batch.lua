@@ -9,6 +9,7 @@
 -- KEYS[4] dead        stream: dead letters (entry, reason, raw)
 -- KEYS[5] changes     stream: one entry per batch (pos, touched note ids)
 -- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
+-- KEYS[7] projected   string: how many stream entries the checkpoint covers (lag = XLEN - it)
 -- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
@@ -16,6 +17,7 @@
 -- ARGV[5] n_notes, then n_notes pairs: note_id, blob
 -- then    n_seen,  then n_seen event_ids
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
+-- then    the number of stream entries in the batch (added to KEYS[7])
 -- Returns 1 when applied, 0 when the checkpoint had moved (nothing written).
 -- Both must match: a replay may write back the very checkpoint string a stale batch read,
 -- but never without bumping the generation.
@@ -42,6 +44,7 @@ for _ = 1, n do
              'at_ms', ARGV[3])
   i = i + 3
 end
+redis.call('INCRBY', KEYS[7], ARGV[i])
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
            'notes', table.concat(touched, ' '))

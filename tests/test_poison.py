@@ -34,6 +34,7 @@ from hivemind_memory.events.errors import EventError
 from hivemind_memory.events.schema import NoteCreated, NoteUsed
 from hivemind_memory.projections.reduce import Undecodable
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.log import FIELD, append, tail
 from hivemind_memory.projections.store.readmodel import (
     checkpoint,
@@ -352,3 +353,28 @@ def test_fuzz_ingest_lines_give_an_event_in_utc_or_an_event_error(line: str | by
     from hivemind_memory.events.codec import decode_event
 
     assert decode_event(encode_event(got)) == got
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(st.one_of(_line, st.builds(lambda i: json.dumps(created(f"ok{i}")),
+                                                 st.integers(0, 50))), max_size=15))
+def test_fuzz_ingest_files_append_every_good_line_and_count_every_bad_one(
+        tmp_path_factory: pytest.TempPathFactory, lines: list[str | bytes]) -> None:
+    data = b"".join((x if isinstance(x, bytes) else x.encode("utf-8", "surrogatepass"))
+                    + b"\n" for x in lines)
+    path = tmp_path_factory.mktemp("fuzz") / "e.jsonl"
+    path.write_bytes(data)
+    nonblank = [x for x in data.split(b"\n") if x.strip()]
+    good = 0
+    for x in nonblank:
+        try:
+            parse_json_event(x)
+            good += 1
+        except EventError:
+            pass
+    r = fakeredis.FakeRedis()
+    errors: list[str] = []
+    rep = ingest(r, str(path), skip_invalid=True, on_error=errors.append)
+    assert rep.appended == good and rep.rejected == len(nonblank) - good == len(errors)
+    assert sum(r.xlen(keys.stream(ns)) for ns in rep.namespaces) == good
+    assert all(e.startswith("line ") for e in errors)

@@ -121,3 +121,13 @@ def test_memory_over_redis(redis_server: object, tmp_path: Path) -> None:
         worker.wait(timeout=30)
         c.flushall()
         c.close()
+
+
+def test_two_embedded_stores_in_one_process_keep_to_themselves(tmp_path: Path) -> None:
+    """Each in-process worker runs its jobs with its own store (a per-thread runtime)."""
+    with Memory(f"memory://{tmp_path / 'one'}", ns="n", agent="a") as one, \
+            Memory(f"memory://{tmp_path / 'two'}", ns="n", agent="a") as two:
+        one.remember("apples are red", note_id="apple")
+        two.remember("apples are green here", note_id="green-apple")
+        assert one.recall("apples", budget=100).note_ids == ["apple"]
+        assert two.recall("apples", budget=100).note_ids == ["green-apple"]

@@ -8,6 +8,17 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write, not at configure time (a test harness that
+    ran the CLI in process swaps it and closes the old one; server threads log later)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", json: bool = True) -> None:
     """Configure structlog (call once, from the CLI entry point)."""
     processors: list[structlog.typing.Processor] = [
@@ -21,7 +32,7 @@ def configure(level: str = "info", json: bool = True) -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # RQ logs through the standard library: keep its chatter at warning level.

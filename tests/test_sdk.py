@@ -131,3 +131,33 @@ def test_two_embedded_stores_in_one_process_keep_to_themselves(tmp_path: Path) -
         two.remember("apples are green here", note_id="green-apple")
         assert one.recall("apples", budget=100).note_ids == ["apple"]
         assert two.recall("apples", budget=100).note_ids == ["green-apple"]
+
+
+def test_async_memory_does_not_block_the_loop(live: Live) -> None:
+    import asyncio
+
+    from hivemind_memory.api_stub.sdk import AsyncMemory
+
+    async def main() -> None:
+        mem = AsyncMemory(live.base, ns="team-a", token=ALICE)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        nids = await asyncio.gather(*(mem.remember(f"async note {i} about kites")
+                                      for i in range(5)))
+        got = await mem.recall("kites", budget=1000)
+        assert sorted(got.note_ids) == sorted(nids)
+        assert await mem.used(nids[0]) == 1
+        await mem.forget(nids[1])
+        assert nids[1] not in (await mem.recall("kites", budget=1000)).note_ids
+        t.cancel()
+        await mem.close()
+        assert ticks > 0  # the loop ran while the calls were in flight
+
+    asyncio.run(main())

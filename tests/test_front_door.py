@@ -264,7 +264,12 @@ def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Pa
         st, first = call(srv.base, "POST", "/v1/ns/t1/query", q, token=OPS)
         assert st == 200 and first["notes"]
         raw_first = _raw(srv.base, "/v1/ns/t1/query", q)
+        # an as-of query folds the log itself; a live one waits for the projection (read
+        # your writes), after which the notes view is complete
+        assert call(srv.base, "POST", "/v1/ns/t1/query", {"text": "redis", "budget": 9},
+                    token=OPS)[0] == 200
         notes1 = call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1]
+        assert len(notes1) == 12
         audit1 = call(srv.base, "GET", "/v1/ns/t1/audit?limit=1000", token=OPS)[1]
         assert audit1 and audit1[0]["event"]["query_id"] == first["query_id"]
     finally:

@@ -118,7 +118,7 @@ class _StoreTransport(_Transport):
     """Straight to the store with the Python client (plus a worker thread for memory://)."""
 
     def __init__(self, url: str, timeout: float, client: Any = None,
-                 on_write: Callable[[], None] | None = None) -> None:
+                 on_write: Callable[[], None] | None = None, settings: Any = None) -> None:
         self.timeout = timeout
         self._worker: Any = None
         self.on_write = on_write
@@ -127,7 +127,7 @@ class _StoreTransport(_Transport):
             from hivemind_memory.api_stub.protocol.settings import Settings
             from hivemind_memory.projections.store.connection import connect
 
-            s = Settings.from_env(redis_url=url)
+            s = settings if settings is not None else Settings.from_env(redis_url=url)
             client = Client(connect(url), settings=s)
             if url.startswith("memory://"):
                 from hivemind_memory.worker import runtime
@@ -218,7 +218,9 @@ class Memory:
     """remember / recall / used / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, settings: Any = None) -> None:
+        """``settings`` (a store URL only): the ``Settings`` to use, e.g. with a ranking
+        config for the in-process worker (default: from the environment and ``url``)."""
         self.ns = ns
         self.agent = agent
         self.timeout = timeout
@@ -228,7 +230,7 @@ class Memory:
         else:
             if not agent:
                 raise AccessDenied("Memory over a store URL needs agent= (who is writing)")
-            self._t = _StoreTransport(url, timeout)
+            self._t = _StoreTransport(url, timeout, settings=settings)
 
     @classmethod
     def over_client(cls, client: Any, *, ns: str, agent: str, timeout: float = 30.0,

@@ -161,3 +161,17 @@ def test_async_memory_does_not_block_the_loop(live: Live) -> None:
         assert ticks > 0  # the loop ran while the calls were in flight
 
     asyncio.run(main())
+
+
+def test_memory_on_a_store_uses_the_given_settings(tmp_path: Path) -> None:
+    """The in-process worker ranks with the settings' config (``hivemind mcp --config``)."""
+    from hivemind_memory.api_stub.protocol.settings import Settings
+
+    cfg = tmp_path / "strict.toml"
+    cfg.write_text("min_relevance = 0.99\n")
+    for config, expect in ((None, ["kites"]), (str(cfg), [])):
+        url = f"memory://{tmp_path / ('strict' if config else 'plain')}"
+        s = Settings.from_env({}, redis_url=url, config_path=config)
+        with Memory(url, ns="n", agent="a", settings=s) as mem:
+            mem.remember("kites and a lot of other words that dilute the match", note_id="kites")
+            assert mem.recall("kites weather", budget=100).note_ids == expect

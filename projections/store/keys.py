@@ -74,10 +74,21 @@ def audit(ns: str) -> str:
     return f"{_ns(ns)}:audit"
 
 
+def configs(ns: str) -> str:
+    """Config history: hash digest -> canonical JSON of every ranking config a query ran
+    under (written once per digest; the digest is the hash of exactly those bytes)."""
+    return f"{_ns(ns)}:configs"
+
+
+def query_embeddings(ns: str) -> str:
+    """Hash digest -> JSON list of floats: the embeddings served queries carried."""
+    return f"{_ns(ns)}:qembeddings"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), generation(ns), notes(ns), seen(ns), dead(ns),
-            changes(ns), lock(ns), scheduled(ns), audit(ns)]
+            changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns), query_embeddings(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

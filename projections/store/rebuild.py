@@ -80,8 +80,15 @@ def diff_notes(live: dict[str, NoteState], rebuilt: dict[str, NoteState]) -> lis
     out = []
     for nid in sorted(set(live) | set(rebuilt)):
         a, b = live.get(nid), rebuilt.get(nid)
-        if a != b:
-            out.append(f"{nid}: live={a!r} rebuilt={b!r}")
+        if a == b:
+            continue
+        if a is None or b is None:
+            out.append(f"{nid}: {'only in the rebuilt state' if a is None else 'only live'} "
+                       "(a projection key was changed, or the log was)")
+            continue
+        fields = [f"{f} live={getattr(a, f)!r} rebuilt={getattr(b, f)!r}"
+                  for f in NoteState.__struct_fields__ if getattr(a, f) != getattr(b, f)]
+        out.append(f"{nid}: " + "; ".join(fields))
     return out
 
 

@@ -32,7 +32,7 @@ from hivemind_memory.projections.store.rebuild import (
     write_back,
 )
 from hivemind_memory.worker import logs, runtime
-from hivemind_memory.worker.cli.demo import run_demo
+from hivemind_memory.worker.cli.demo import run_demo, sample_events
 from hivemind_memory.worker.cli.output import print_result, redis_message
 from hivemind_memory.worker.loop import run_worker
 
@@ -172,6 +172,10 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.print_events:
+        for e in sample_events():
+            sys.stdout.write(_json.encode(e).decode() + "\n")
+        return 0
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config)
 

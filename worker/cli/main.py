@@ -17,7 +17,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import commands
+from hivemind_memory.worker.cli import audit_commands, commands
 from hivemind_memory.worker.cli.output import redis_message
 
 
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
+    p.add_argument("--print-events", action="store_true",
+                   help="only print the demo's events as JSON Lines (for ingest elsewhere)")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
@@ -101,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
     p.add_argument("--config", help="ranking config TOML")
 
+    audit_commands.add_parsers(sub, _common, _ns_arg, _time_arg)
     return ap
 
 
@@ -131,7 +134,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    handler: Any = getattr(commands, f"cmd_{args.cmd}")
+    handler: Any = getattr(commands, f"cmd_{args.cmd}", None) or \
+        getattr(audit_commands, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves"):
         return int(handler(args))
     return int(handler(args, _settings(args)))

@@ -12,6 +12,7 @@ ranking path (``engine.run_rank`` / ``engine.to_result``) and compares the bytes
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,14 +30,15 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.events.positions import ZERO, Position, parse_pos
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
-from hivemind_memory.projections.reduce import Projection
+from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import audit as audit_store
 from hivemind_memory.projections.store.log import read_after
 from hivemind_memory.projections.store.readmodel import decode_entry, read_notes
-from hivemind_memory.projections.store.rebuild import fold_log
+from hivemind_memory.projections.store.rebuild import fold_entries
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.engine import run_rank, to_result
 
@@ -143,13 +145,18 @@ class ConfigHistory:
 class States:
     """The ranking state each served query saw, rebuilt from the log.
 
-    Live states are folded incrementally (queries are visited in log order, so the log is
-    read once, and the index is updated note by note as the worker's live index is); as-of
-    states are folds of a prefix filtered by ``at``, the last few kept.
+    The log is read once, up to the newest position asked for, and its decoded entries are
+    kept for the run (memory grows with the log read, which is the price of not folding it
+    again for every as-of query). Live states are folded incrementally (queries are visited
+    in log order, and the index is updated note by note as the worker's live index is);
+    as-of states are folds of a prefix filtered by ``at`` (``rebuild.fold_entries``, the
+    worker's own rule), the last few kept.
     """
 
     def __init__(self, r: Store, ns: str, chunk: int = 5000) -> None:
         self.r, self.ns, self.chunk = r, ns, chunk
+        self.entries: list[tuple[str, Event | Undecodable, bytes]] = []
+        self.positions: list[Position] = []
         self._reset()
         self._as_of: dict[tuple[Position, datetime], tuple[NamespaceIndex,
                                                            dict[str, NoteState]]] = {}
@@ -157,23 +164,32 @@ class States:
     def _reset(self) -> None:
         self.proj = Projection()
         self.pos = ZERO
+        self.fed = 0
         self.idx = build_index(self.ns, {})
+
+    def _read(self, pos: Position) -> int:
+        """Read the log up to ``pos``; the number of entries at or before it."""
+        while not self.positions or self.positions[-1] < pos:
+            after = self.positions[-1] if self.positions else ZERO
+            got = read_after(self.r, self.ns, after, self.chunk)
+            if not got:
+                break
+            for eid, fields in got:
+                ev, raw = decode_entry(fields)
+                self.entries.append((eid.decode(), ev, raw))
+                self.positions.append(parse_pos(eid))
+        return bisect.bisect_right(self.positions, pos)
 
     def live(self, pos: Position) -> tuple[NamespaceIndex, dict[str, NoteState]]:
         """Index and notes of every log entry up to ``pos``."""
         if pos < self.pos:
             self._reset()
-        while self.pos < pos:
-            entries = read_after(self.r, self.ns, self.pos, self.chunk, until=pos)
-            if not entries:
-                break
-            batch = []
-            for eid, fields in entries:
-                ev, raw = decode_entry(fields)
-                batch.append((eid.decode(), ev, raw))
-            res = self.proj.feed(batch)
-            self.idx.update(res.notes.values(), parse_pos(entries[-1].id), ZERO)
-            self.pos = parse_pos(entries[-1].id)
+        n = self._read(pos)
+        for i in range(self.fed, n, self.chunk):
+            res = self.proj.feed(self.entries[i:min(i + self.chunk, n)])
+            self.idx.update(res.notes.values(), self.positions[min(i + self.chunk, n) - 1],
+                            ZERO)
+        self.fed = max(self.fed, n)
         self.pos = max(self.pos, pos)
         return self.idx, self.proj.notes
 
@@ -183,7 +199,8 @@ class States:
         key = (pos, as_of)
         hit = self._as_of.get(key)
         if hit is None:
-            rb = fold_log(self.r, self.ns, until=pos, as_of=as_of, chunk=self.chunk)
+            n = self._read(pos)
+            rb = fold_entries(self.entries[:n], as_of=as_of, chunk=self.chunk)
             hit = (build_index(self.ns, rb.projection.notes), rb.projection.notes)
             if len(self._as_of) >= 4:
                 self._as_of.pop(next(iter(self._as_of)))

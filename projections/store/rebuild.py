@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +12,7 @@ import redis
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
@@ -36,6 +37,15 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
     ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
+    entries = ((eid.decode(), *decode_entry(fields))
+               for eid, fields in iter_all(r, ns, until=until, chunk=chunk))
+    return fold_entries(entries, as_of=as_of, chunk=chunk, on_chunk=on_chunk)
+
+
+def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
+                 as_of: datetime | None = None, chunk: int = 5000,
+                 on_chunk: Callable[[], None] | None = None) -> Rebuilt:
+    """Fold decoded log entries ``(entry_id, event, raw)`` in order (see ``fold_log``)."""
     proj = Projection()
     pos = ZERO
     events = dups = 0
@@ -47,9 +57,8 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
             dups += proj.feed(batch).duplicates
             batch.clear()
 
-    for eid, fields in iter_all(r, ns, until=until, chunk=chunk):
+    for eid, ev, raw in entries:
         pos = parse_pos(eid)
-        ev, raw = decode_entry(fields)
         events += 1
         if as_of is not None and not isinstance(ev, Undecodable) and ev.at > as_of:
             # Not visible at as_of, but its event_id is taken: a later duplicate of it (even
@@ -57,7 +66,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
             flush()
             proj.seen.add(ev.event_id)
             continue
-        batch.append((eid.decode(), ev, raw))
+        batch.append((eid, ev, raw))
         if len(batch) >= chunk:
             flush()
             if on_chunk is not None:

@@ -275,3 +275,61 @@ def test_config_history_entry_hashes_to_its_key() -> None:
     for d, raw in hist.items():
         assert msgspec.json.decode(raw, type=RankingConfig).digest() == d.decode()
     assert DEFAULT.digest().encode() in hist
+
+
+@pytest.mark.parametrize("tries", [None, 0])
+def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
+        monkeypatch: pytest.MonkeyPatch, tries: int | None) -> None:
+    """A batch committed between the index reading the changes and the notes leaves a note
+    newer than the index's checkpoint; the engine refreshes again, so the recorded position
+    is the state the query really saw and the reproduction is identical (``tries=0``: the
+    engine without that second refresh records a position its answer does not match)."""
+    from hivemind_memory.api_stub.protocol.messages import Envelope
+    from hivemind_memory.projections.store import index_loader
+    from hivemind_memory.projections.store.log import tail
+    from hivemind_memory.projections.store.readmodel import read_notes
+    from hivemind_memory.worker import engine as engine_mod
+    from hivemind_memory.worker.engine import QueryEngine
+    from hivemind_memory.worker.projector import ensure_projected
+
+    if tries is not None:
+        monkeypatch.setattr(engine_mod, "REFRESH_TRIES", tries)
+    w = World()
+    eng = QueryEngine(w.r, DEFAULT, w.settings)
+
+    def serve_direct() -> None:
+        w.client.submit_batch([{"ns": "t", "text": "redis stream", "budget": 3}])
+        for job in w.client._qq.jobs:
+            eng.serve([msgspec.convert(e, Envelope) for e in job.args[0]])
+            job.delete()
+
+    # same text and length: the newer note wins until the older one is used 5 times
+    w.client.append([created("old", text="redis stream", at=T0, tokens=3),
+                     created("new", text="redis stream", at=T0 + timedelta(days=300),
+                             tokens=3)])
+    serve_direct()
+    w.client.append([used("old", f"u{i}") for i in range(5)])
+    ensure_projected(w.r, "t", tail(w.r, "t"), w.settings)
+    real = index_loader.refresh_index
+    calls: list[int] = []
+
+    def racy(r: Any, idx: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # as if HMGET saw the new commit and XRANGE did not
+            idx.put(read_notes(r, "t")["old"])
+            return
+        real(r, idx)
+
+    monkeypatch.setattr(engine_mod, "refresh_index", racy)
+    serve_direct()
+    first, second = all_served(w.r, "t")
+    assert [n for n, _ in first.event.chosen] == ["new"]
+    assert [n for n, _ in second.event.chosen] == ["old"]  # what the agent was shown
+    reps = list(Auditor(w.r, "t", DEFAULT).reproduce([first, second]))
+    if tries is None:
+        assert len(calls) == 2 and parse_pos(second.event.seen) == tail(w.r, "t")
+        assert [r.identical for r in reps] == [True, True]
+    else:
+        assert len(calls) == 1 and parse_pos(second.event.seen) < tail(w.r, "t")
+        assert [r.identical for r in reps] == [True, False]
+        assert "notes out: old" in reps[1].differences

@@ -148,6 +148,15 @@ def test_tampered_config_history_is_a_readable_difference(
     assert "config changed" in out and "score of" in out
 
 
+def test_a_missing_query_embedding_is_a_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    w = World()
+    _history(w)
+    [emb] = [x.event.embedding_digest for x in all_served(w.r, "t") if x.event.embedding_digest]
+    w.r.hset(keys.query_embeddings("t"), emb, "[0.5, 0.26]")
+    code, out, _ = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all")
+    assert code == 1 and f"query embedding {emb} is missing or altered" in out
+
+
 def test_rewritten_log_and_forgotten_since_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     w = World()
     _history(w)
@@ -233,9 +242,11 @@ def test_show_notes_text_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(rows_) == 5 and all(r["queries"] == 4 for r in rows_)
     by = {r["config"]: r for r in rows_}
     assert by["short.half_life_days=13.5134 short.floor=0"]["value"] < rows_[0]["value"]
+    assert sum(rows_[0]["served_configs"].values()) == 4 and len(rows_[0]["served_configs"]) == 2
     code, out, _ = w.cli(capsys, "sweep", "--ns", "t", "--set", "short.floor=0.35",
                          "--queries", "1")
     assert code == 0 and "1/1" not in out and "0/1" in out
+    assert "served under config " + DEFAULT.digest() + " (1 query)" in out
     code, _, err = w.cli(capsys, "sweep", "--ns", "t", "--set", "short.flor=1")
     assert code == 2 and "flor" in err
 

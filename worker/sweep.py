@@ -89,6 +89,8 @@ class SweepRow:
     value: float = 0.0
     used: int = 0
     overrides: dict[str, Any] = field(default_factory=dict)
+    served_configs: dict[str, int] = field(default_factory=dict)
+    """On the ``as served`` row: each serving config's digest and how many queries it served."""
 
 
 def sweep(auditor: Auditor, served: Sequence[Served], combos: Sequence[dict[str, Any]],
@@ -105,6 +107,7 @@ def sweep(auditor: Auditor, served: Sequence[Served], combos: Sequence[dict[str,
         base.queries += 1
         base.value += sum(score for _, score in s.chosen)
         base.used += s.used
+        base.served_configs[s.config_digest] = base.served_configs.get(s.config_digest, 0) + 1
         for row, combo in zip(rows, combos, strict=True):
             res, _ = auditor.rerun(s, req, apply(cfg, combo))
             now = [n.note_id for n in res.notes]
@@ -125,6 +128,12 @@ def table(rows: Sequence[SweepRow]) -> str:
     cells = [head] + [[r.config, f"{r.changed}/{r.queries}", str(r.notes_in), str(r.notes_out),
                        f"{r.value:.4f}", str(r.used)] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-                     for row in cells)
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in cells]
+    served = next((r.served_configs for r in rows if r.served_configs), {})
+    if served:
+        lines.append("served under config " + ", ".join(
+            f"{d} ({n} quer{'y' if n == 1 else 'ies'})" for d, n in sorted(served.items()))
+            + " (hivemind export --with-audit shows them)")
+    return "\n".join(lines)

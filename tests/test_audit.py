@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,17 @@ def test_export_import_roundtrip_and_ingestable_export(
     arch = tmp_path / "a.jsonl"
     code, _, err = w.cli(capsys, "export", "--ns", "t", "--with-audit", "-o", str(arch))
     assert code == 0 and "4 served" in err
+    # --until: the log appended by then (a prefix), and the queries served by then
+    served = all_served(w.r, "t")
+    cut = parse_pos(served[1].audit_id).ms
+    before_back = [e for e, f in w.r.xrange(keys.stream("t")) if parse_pos(e).ms <= cut]
+    part = tmp_path / "part.jsonl"
+    until = iso(datetime.fromtimestamp(cut / 1000, UTC))
+    code, _, err = w.cli(capsys, "export", "--ns", "t", "--with-audit", "--until", until,
+                         "-o", str(part))
+    lines = [json.loads(ln) for ln in part.read_text().splitlines()]
+    assert code == 0 and "2 served" in err
+    assert sum(ln["type"].startswith("note.") for ln in lines) == len(before_back)
     plain = tmp_path / "p.jsonl"
     code, _, _ = w.cli(capsys, "export", "--ns", "t", "-o", str(plain))
     w2 = World()

@@ -67,7 +67,7 @@ def _log(r: Store, ns: str, until_ms: int | None) -> Iterator[tuple[Position, Ev
             pos = parse_pos(eid)
             if until_ms is not None and pos.ms > until_ms:
                 return
-            ev, _ = decode_entry(fields)
+            ev, _ = decode_entry(fields, ns)
             yield pos, None if isinstance(ev, Undecodable) else ev
 
 

@@ -175,7 +175,7 @@ class States:
             if not got:
                 break
             for eid, fields in got:
-                ev, raw = decode_entry(fields)
+                ev, raw = decode_entry(fields, self.ns)
                 self.entries.append((eid.decode(), ev, raw))
                 self.positions.append(parse_pos(eid))
         return bisect.bisect_right(self.positions, pos)
@@ -376,7 +376,7 @@ def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
         if not entries:
             break
         for eid, fields in entries:
-            ev, _ = decode_entry(fields)
+            ev, _ = decode_entry(fields, ns)
             if getattr(ev, "note_id", None) == note_id:
                 events.append((eid.decode(), msgspec.to_builtins(ev)))
         pos = parse_pos(entries[-1].id)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import redis
 
@@ -37,7 +36,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
     ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
-    entries = ((eid.decode(), *decode_entry(fields))
+    entries = ((eid.decode(), *decode_entry(fields, ns))
                for eid, fields in iter_all(r, ns, until=until, chunk=chunk))
     return fold_entries(entries, as_of=as_of, chunk=chunk, on_chunk=on_chunk)
 
@@ -49,7 +48,7 @@ def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
     proj = Projection()
     pos = ZERO
     events = dups = 0
-    batch: list[tuple[str, Any, bytes]] = []
+    batch: list[tuple[str, Event | Undecodable, bytes]] = []
 
     def flush() -> None:
         nonlocal dups
@@ -105,7 +104,8 @@ class LeaseLost(StoreError):
     """The projection lease was lost (expired and taken) while rebuilding."""
 
 
-def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) -> bool:
+def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
+               now_ms: int = 0) -> bool:
     """Replace the live read model with ``rebuilt`` in one MULTI/EXEC.
 
     Guarded with WATCH: only while ``token`` still holds the projection lease (when given),
@@ -113,6 +113,9 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) ->
     rebuilt position, nothing is written and False is returned (fold further and retry).
     The generation is bumped, so any batch folded before this write can no longer commit, and
     the changes stream gets a ``reset`` entry so in-memory indexes reload in full.
+    Dead letters are kept: those the live projector recorded (entries up to its checkpoint)
+    stay, and those the rebuild found past that checkpoint are added (``at_ms`` = ``now_ms``),
+    so each dead entry of the log is recorded exactly once whoever folded it.
     """
     with r.pipeline(transaction=True) as p:
         try:
@@ -121,14 +124,23 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) ->
             if token is not None and (as_bytes(holder).decode() if holder else "") != token:
                 raise LeaseLost(f"namespace {ns!r}: projection lease lost during replay")
             cp = p.get(keys.checkpoint(ns))
-            if parse_pos(as_bytes(cp) if cp else None) > rebuilt.position:
+            live_cp = parse_pos(as_bytes(cp) if cp else None)
+            if live_cp > rebuilt.position:
                 return False
             p.multi()
             _write(p, ns, rebuilt)
+            _add_dead_letters(p, ns, rebuilt, live_cp, now_ms)
             p.execute()
             return True
         except redis.WatchError:
             return False
+
+
+def _add_dead_letters(p: Pipe, ns: str, rebuilt: Rebuilt, after: Position, now_ms: int) -> None:
+    for d in rebuilt.projection.dead:
+        if parse_pos(d.entry_id) > after:
+            p.xadd(keys.dead(ns), {"entry": d.entry_id, "reason": d.reason, "raw": d.raw,
+                                   "at_ms": str(now_ms)})
 
 
 def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:

@@ -16,14 +16,14 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import QueryError
+from hivemind_memory.events.errors import AppendFailed, QueryError
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
-from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -63,6 +63,11 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
                progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
     except OSError as exc:  # missing, a directory, not readable
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except AppendFailed as exc:
+        print(f"hivemind: appended {rep.appended} event(s), then the store failed: {exc}; "
+              "re-running the whole file is safe (repeated event_ids are applied once)",
+              file=sys.stderr)
         return 2
     except redis.RedisError as exc:
         print(f"hivemind: Redis error after appending {rep.appended} event(s): "
@@ -136,7 +141,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         for _attempt in range(5):
             rb = fold_log(r, args.ns, on_chunk=renew)
             renew()
-            if write_back(r, args.ns, rb, held.token):
+            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
                 break
         else:
             print(f"hivemind: namespace {args.ns} kept moving; replay wrote nothing",
@@ -152,8 +157,17 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    for d in read_dead(r, args.ns):
-        sys.stdout.write(_json.encode(d).decode() + "\n")
+    total = dead_total(r, args.ns)
+    shown = read_dead(r, args.ns, count=args.limit)
+    for d in shown:
+        if args.json:
+            sys.stdout.write(_json.encode(d).decode() + "\n")
+        else:
+            sys.stdout.write(f"{d.entry:<18} {d.reason}\n")
+    more = total - len(shown)
+    summary = (f"dead: {len(shown)} of {total} dead letter(s) of {args.ns}"
+               + (f" (truncated: {more} more; use --limit {total})" if more > 0 else ""))
+    print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -177,7 +191,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             sys.stdout.write(_json.encode(e).decode() + "\n")
         return 0
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config)
+    return run_demo(args.config, args.store)
 
 
 def _client(s: Settings) -> Client:

@@ -81,6 +81,10 @@ def _history(w: World) -> list[str]:
     return ids
 
 
+def _filed(w: World, key: str, digest: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    return [(e, f) for e, f in w.r.xrange(key) if f[b"digest"] == digest.encode()]
+
+
 def test_every_served_query_reproduces_and_lists(capsys: pytest.CaptureFixture[str]) -> None:
     w = World()
     ids = _history(w)
@@ -131,15 +135,17 @@ def test_tampered_config_history_is_a_readable_difference(
     w = World()
     _history(w)
     digest = all_served(w.r, "t")[2].event.config_digest
-    raw = json.loads(w.r.hget(keys.configs("t"), digest))  # type: ignore[arg-type]
-    raw["short"]["floor"] = 0.9
-    w.r.hset(keys.configs("t"), digest, json.dumps(raw))
+    [(eid, fields)] = _filed(w, keys.configs("t"), digest)
+    raw = json.loads(fields[b"value"])
+    raw["short"]["floor"] = 0.9  # rewrite the entry in place: delete it, file the altered one
+    w.r.xdel(keys.configs("t"), eid)
+    w.r.xadd(keys.configs("t"), {"digest": digest, "value": json.dumps(raw)})
     code, out, err = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all")
     assert code == 1
     assert f"config history entry {digest} was altered" in out
     assert "DIFFERENT" in out and "not from intact inputs" in out and "1 different" in err
     # a missing config: re-run under the current one (here another), said so
-    w.r.hdel(keys.configs("t"), digest)
+    w.r.xdel(keys.configs("t"), *(e for e, _ in _filed(w, keys.configs("t"), digest)))
     cfg = tmp_path / "now.toml"
     cfg.write_text("[short]\nhalf_life_days = 5\n")
     code, out, _ = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all",
@@ -152,7 +158,9 @@ def test_a_missing_query_embedding_is_a_cause(capsys: pytest.CaptureFixture[str]
     w = World()
     _history(w)
     [emb] = [x.event.embedding_digest for x in all_served(w.r, "t") if x.event.embedding_digest]
-    w.r.hset(keys.query_embeddings("t"), emb, "[0.5, 0.26]")
+    [(eid, _)] = _filed(w, keys.query_embeddings("t"), emb)
+    w.r.xdel(keys.query_embeddings("t"), eid)
+    w.r.xadd(keys.query_embeddings("t"), {"digest": emb, "value": "[0.5,0.26]"})
     code, out, _ = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all")
     assert code == 1 and f"query embedding {emb} is missing or altered" in out
 
@@ -293,10 +301,13 @@ def test_export_import_roundtrip_and_ingestable_export(
 def test_config_history_entry_hashes_to_its_key() -> None:
     w = World()
     _history(w)
-    hist = w.r.hgetall(keys.configs("t"))
-    for d, raw in hist.items():
-        assert msgspec.json.decode(raw, type=RankingConfig).digest() == d.decode()
-    assert DEFAULT.digest().encode() in hist
+    hist = [(f[b"digest"].decode(), f[b"value"]) for _, f in w.r.xrange(keys.configs("t"))]
+    for d, raw in hist:
+        assert msgspec.json.decode(raw, type=RankingConfig).digest() == d
+    # each config once (the worker files a digest once), the worker's own among them
+    assert len(hist) == len({d for d, _ in hist}) == 2
+    assert DEFAULT.digest() in {d for d, _ in hist}
+    assert w.r.xlen(keys.query_embeddings("t")) == 1
 
 
 @pytest.mark.parametrize("tries", [None, 0])
@@ -355,3 +366,23 @@ def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
         assert len(calls) == 1 and parse_pos(second.event.seen) < tail(w.r, "t")
         assert [r.identical for r in reps] == [True, False]
         assert "notes out: old" in reps[1].differences
+
+
+def test_persistent_embedded_store_keeps_what_reproduction_needs(tmp_path: Path) -> None:
+    """``memory://PATH`` persists stream appends only: the audit, the config history and the
+    query embeddings are streams, so a served query reproduces in a later process."""
+    import os
+    import subprocess
+
+    from tests.support import HIVEMIND
+
+    url = f"memory://{tmp_path / 'store'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+    demo = subprocess.run([*HIVEMIND, "demo", "--store", url], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    rep = subprocess.run([*HIVEMIND, "audit", "reproduce", "--ns", "demo", "--all",
+                          "--redis-url", url], capture_output=True, text=True, env=env,
+                         timeout=120, check=False)
+    assert rep.returncode == 0, rep.stdout + rep.stderr[-2000:]
+    assert "3 identical, 0 different" in rep.stderr

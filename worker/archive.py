@@ -88,11 +88,11 @@ def export(r: Store, ns: str, out: IO[bytes], *, until: datetime | None = None,
         rep.events += 1
     if not with_audit:
         return rep
-    for digest, raw in sorted(audit_store.read_configs(r, ns).items()):
+    for digest, raw in dict.fromkeys(audit_store.read_configs(r, ns)):
         out.write(encode({"type": "ranking.config", "digest": digest,
                           "config": msgspec.json.decode(raw)}) + b"\n")
         rep.configs += 1
-    for digest, raw in sorted(audit_store.read_embeddings(r, ns).items()):
+    for digest, raw in dict.fromkeys(audit_store.read_embeddings(r, ns)):
         out.write(encode({"type": "query.embedding", "digest": digest,
                           "embedding": msgspec.json.decode(raw)}) + b"\n")
     for x in all_served(r, ns):
@@ -224,7 +224,8 @@ def import_archive(r: Store, path: str, *, on_chunk: Callable[[set[str]], None] 
                                              QueryServed)))
     target = sorted(got.nss) or [ns_of(str(d["query_id"])) for _, d in got.served[:1]]
     if target and (got.served or got.configs or got.embeddings):
-        audit_store.restore(r, target[0], got.configs, got.embeddings, events)
+        audit_store.restore(r, target[0], list(got.configs.items()),
+                            list(got.embeddings.items()), events)
         rep.namespaces.add(target[0])
     rep.served, rep.configs, rep.embeddings = len(events), len(got.configs), len(got.embeddings)
     return rep

@@ -115,11 +115,10 @@ def list_served(r: Store, ns: str, *, agent: str | None = None, since: datetime 
 class ConfigHistory:
     """The namespace's config history, checked: an entry must hash to its digest."""
 
-    def __init__(self, raw: Mapping[str, bytes]) -> None:
-        self.raw = dict(raw)
+    def __init__(self, filed: Sequence[tuple[str, bytes]]) -> None:
         self._ok: dict[str, RankingConfig] = {}
         self.problems: dict[str, str] = {}
-        for d, data in sorted(self.raw.items()):
+        for d, data in filed:  # every entry filed under a digest must hash to it
             try:
                 cfg = msgspec.json.decode(data, type=RankingConfig)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -129,7 +128,7 @@ class ConfigHistory:
                 self.problems[d] = (f"config history entry {d} was altered: its content "
                                     f"hashes to {cfg.digest()}")
                 continue
-            self._ok[d] = cfg
+            self._ok.setdefault(d, cfg)
 
     @classmethod
     def load(cls, r: Store, ns: str) -> ConfigHistory:
@@ -247,7 +246,11 @@ class Auditor:
         self.fallback = fallback
         """The config a query is re-run under when its own is missing from the history."""
         self.history = ConfigHistory.load(r, ns)
-        self.embeddings = audit_store.read_embeddings(r, ns)
+        self.embeddings: dict[str, bytes | None] = {}
+        """Filed embeddings by digest (None: an entry under it does not hash to it)."""
+        for d, raw in audit_store.read_embeddings(r, ns):
+            ok = digest_bytes(raw)[:32] == d and self.embeddings.get(d, raw) is not None
+            self.embeddings[d] = raw if ok else None
         self.states = States(r, ns)
         self._current: dict[str, NoteState] | None = None
 
@@ -263,7 +266,7 @@ class Auditor:
         emb: list[float] | None = None
         if s.embedding_digest:
             raw = self.embeddings.get(s.embedding_digest)
-            if raw is None or digest_bytes(raw)[:32] != s.embedding_digest:
+            if raw is None:
                 causes.append(f"query embedding {s.embedding_digest} is missing or altered")
             else:
                 emb = msgspec.json.decode(raw, type=list[float])

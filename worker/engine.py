@@ -77,6 +77,8 @@ class QueryEngine:
         self.settings = settings
         self.live: dict[str, NamespaceIndex] = {}
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
+        self.recorded: dict[str, tuple[set[str], set[str]]] = {}
+        """Per namespace: config and embedding digests already filed (read once)."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -181,6 +183,14 @@ class QueryEngine:
             log.exception("query_failed", query_id=q.env.query_id)
             q.fail("internal", f"{type(exc).__name__}: {exc}")
 
+    def _recorded(self, ns: str) -> tuple[set[str], set[str]]:
+        """The namespace's filed config and embedding digests (read on first use; two
+        workers may both file a new one, which readers take as one)."""
+        got = self.recorded.get(ns)
+        if got is None:
+            got = self.recorded[ns] = audit.recorded(self.r, ns)
+        return got
+
     def _publish(self, todo: list[Pending]) -> None:
         """Every result, done marker and audit event: one MULTI per namespace (one slot)."""
         ttl = self.settings.result_ttl_seconds
@@ -192,6 +202,7 @@ class QueryEngine:
         for ns, group in sorted(by_ns.items()):
             p = self.r.pipeline(transaction=True)
             configs: dict[str, RankingConfig] = {}
+            embeddings: dict[str, list[float]] = {}
             for q in group:
                 assert q.body is not None
                 results.stage_result(p, ns, q.env.query_id, q.body, ttl)
@@ -202,13 +213,22 @@ class QueryEngine:
                 emb = ""
                 if q.req.embedding is not None:
                     emb = embedding_digest(q.req.embedding)
-                    audit.stage_embedding(p, ns, emb, encode(q.req.embedding))
+                    embeddings[emb] = q.req.embedding
                 results.stage_audit(p, ns, encode(served(
                     q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
                     base_digest=base, embedding=emb, served_at=served_at)))
-            for digest, cfg in sorted(configs.items()):
-                audit.stage_config(p, ns, digest, encode(cfg))
+            if configs:
+                have_cfg, have_emb = self._recorded(ns)
+                new_cfg = {d: c for d, c in sorted(configs.items()) if d not in have_cfg}
+                new_emb = {d: e for d, e in sorted(embeddings.items()) if d not in have_emb}
+                for digest, cfg in new_cfg.items():
+                    audit.stage_config(p, ns, digest, encode(cfg))
+                for digest, vec in new_emb.items():
+                    audit.stage_embedding(p, ns, digest, encode(vec))
             p.execute()
+            if configs:  # filed only once the MULTI went through
+                have_cfg.update(new_cfg)
+                have_emb.update(new_emb)
         for q in todo:
             log.info("query_served", query_id=q.env.query_id, ok=q.result is not None,
                      notes=len(q.result.notes) if q.result else 0,

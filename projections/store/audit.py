@@ -4,7 +4,7 @@ the wire protocol (above this layer), the decoding in ``worker.audit``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 
 from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.projections.store import keys
@@ -13,40 +13,62 @@ from hivemind_memory.projections.store.types import (
     Pipe,
     Store,
     StreamEntry,
-    as_bytes,
     stream_entries,
 )
 
+DIGEST_FIELD = b"digest"
+"""Field of a config-history or embedding entry: the digest it is filed under."""
+VALUE_FIELD = b"value"
+"""Field of a config-history or embedding entry: the JSON bytes."""
+
 
 def stage_config(p: Pipe, ns: str, digest: str, canonical: bytes) -> None:
-    """Queue on ``p`` the write of one config to the history (a digest is written once)."""
-    p.hsetnx(keys.configs(ns), digest, canonical)
+    """Queue on ``p`` the append of one config to the history (callers append a digest once:
+    ``recorded`` says which are there)."""
+    p.xadd(keys.configs(ns), {DIGEST_FIELD: digest, VALUE_FIELD: canonical})
 
 
 def stage_embedding(p: Pipe, ns: str, digest: str, data: bytes) -> None:
-    """Queue on ``p`` the write of a query's embedding (JSON) under its digest, once."""
-    p.hsetnx(keys.query_embeddings(ns), digest, data)
+    """Queue on ``p`` the append of a query's embedding (JSON) under its digest."""
+    p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: digest, VALUE_FIELD: data})
 
 
-def read_configs(r: Store, ns: str) -> dict[str, bytes]:
-    """The whole config history: digest -> canonical JSON."""
-    return {as_bytes(k).decode(): as_bytes(v) for k, v in r.hgetall(keys.configs(ns)).items()}
+def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    start = "-"
+    while True:
+        got = stream_entries(r.xrange(key, min=start, max="+", count=1000))
+        if not got:
+            return out
+        out += [(e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"),
+                 e.fields.get(VALUE_FIELD, b"")) for e in got]
+        start = "(" + got[-1].id.decode()
 
 
-def read_embeddings(r: Store, ns: str) -> dict[str, bytes]:
-    """Every stored query embedding: digest -> JSON list."""
-    return {as_bytes(k).decode(): as_bytes(v)
-            for k, v in r.hgetall(keys.query_embeddings(ns)).items()}
+def read_configs(r: Store, ns: str) -> list[tuple[str, bytes]]:
+    """The config history in order: (digest, canonical JSON), repeats included (two workers
+    may both file a new config)."""
+    return _filed(r, keys.configs(ns))
 
 
-def restore(r: Store, ns: str, configs: Mapping[str, bytes], embeddings: Mapping[str, bytes],
-            events: list[bytes]) -> None:
+def read_embeddings(r: Store, ns: str) -> list[tuple[str, bytes]]:
+    """Every filed query embedding in order: (digest, JSON list)."""
+    return _filed(r, keys.query_embeddings(ns))
+
+
+def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:
+    """The digests already in the config history and among the filed embeddings."""
+    return {d for d, _ in read_configs(r, ns)}, {d for d, _ in read_embeddings(r, ns)}
+
+
+def restore(r: Store, ns: str, configs: Sequence[tuple[str, bytes]],
+            embeddings: Sequence[tuple[str, bytes]], events: list[bytes]) -> None:
     """Write an archive's config history, embeddings and audit events (in order), in one
     MULTI (``hivemind import``)."""
     p = r.pipeline(transaction=True)
-    for d, c in sorted(configs.items()):
+    for d, c in configs:
         stage_config(p, ns, d, c)
-    for d, e in sorted(embeddings.items()):
+    for d, e in embeddings:
         stage_embedding(p, ns, d, e)
     for ev in events:
         p.xadd(keys.audit(ns), {AUDIT_FIELD: ev})

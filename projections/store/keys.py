@@ -75,13 +75,15 @@ def audit(ns: str) -> str:
 
 
 def configs(ns: str) -> str:
-    """Config history: hash digest -> canonical JSON of every ranking config a query ran
-    under (written once per digest; the digest is the hash of exactly those bytes)."""
+    """Config history: a stream, one entry (fields ``digest``, ``value`` = canonical JSON)
+    per ranking config a query first ran under; the digest hashes exactly those bytes. A
+    stream, not a hash, so every store keeps it (``memory://PATH`` persists stream appends)."""
     return f"{_ns(ns)}:configs"
 
 
 def query_embeddings(ns: str) -> str:
-    """Hash digest -> JSON list of floats: the embeddings served queries carried."""
+    """Stream of the embeddings served queries carried (``digest``, ``value`` = JSON list),
+    one entry per new digest."""
     return f"{_ns(ns)}:qembeddings"
 
 

@@ -37,8 +37,9 @@ def _no_log_config(monkeypatch: pytest.MonkeyPatch) -> None:
 class World:
     """A namespace on a private embedded store, served by an in-process burst worker."""
 
-    def __init__(self, cfg_path: str | None = None) -> None:
-        self.url = f"memory://audit-{uuid.uuid4().hex[:8]}"
+    def __init__(self, where: Path, cfg_path: str | None = None) -> None:
+        # memory://PATH: a store of its own (plain memory:// is one per process)
+        self.url = f"memory://{where / ('store-' + uuid.uuid4().hex[:8])}"
         self.r = connect(self.url)
         self.settings = Settings(redis_url=self.url, config_path=cfg_path)
         self.client = Client(self.r, settings=self.settings)
@@ -85,8 +86,9 @@ def _filed(w: World, key: str, digest: str) -> list[tuple[bytes, dict[bytes, byt
     return [(e, f) for e, f in w.r.xrange(key) if f[b"digest"] == digest.encode()]
 
 
-def test_every_served_query_reproduces_and_lists(capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+def test_every_served_query_reproduces_and_lists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
     ids = _history(w)
     code, out, err = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all")
     assert code == 0, out + err
@@ -111,10 +113,10 @@ def test_every_served_query_reproduces_and_lists(capsys: pytest.CaptureFixture[s
     assert [ln.split()[1] for ln in out.splitlines() if ln.startswith("20")] == ids[:1:-1]
 
 
-def test_live_query_does_not_see_a_back_dated_note_ingested_later() -> None:
+def test_live_query_does_not_see_a_back_dated_note_ingested_later(tmp_path: Path) -> None:
     """The reason reproduction folds up to a position: an ``--as-of`` fold of today's log at
     the served time lets the back-dated note in, and would not reproduce the answer."""
-    w = World()
+    w = World(tmp_path)
     _history(w)
     first = all_served(w.r, "t")[0]
     assert first.live and "back" not in [n for n, _ in first.event.chosen]
@@ -132,7 +134,7 @@ def test_live_query_does_not_see_a_back_dated_note_ingested_later() -> None:
 
 def test_tampered_config_history_is_a_readable_difference(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+    w = World(tmp_path)
     _history(w)
     digest = all_served(w.r, "t")[2].event.config_digest
     [(eid, fields)] = _filed(w, keys.configs("t"), digest)
@@ -154,8 +156,9 @@ def test_tampered_config_history_is_a_readable_difference(
     assert "config changed" in out and "score of" in out
 
 
-def test_a_missing_query_embedding_is_a_cause(capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+def test_a_missing_query_embedding_is_a_cause(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
     _history(w)
     [emb] = [x.event.embedding_digest for x in all_served(w.r, "t") if x.event.embedding_digest]
     [(eid, _)] = _filed(w, keys.query_embeddings("t"), emb)
@@ -165,8 +168,9 @@ def test_a_missing_query_embedding_is_a_cause(capsys: pytest.CaptureFixture[str]
     assert code == 1 and f"query embedding {emb} is missing or altered" in out
 
 
-def test_rewritten_log_and_forgotten_since_are_named(capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+def test_rewritten_log_and_forgotten_since_are_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
     _history(w)
     entries = w.r.xrange(keys.stream("t"))
     [(eid, _)] = [(e, f) for e, f in entries if b"c-new" in f[b"d"]]
@@ -186,10 +190,11 @@ def test_rewritten_log_and_forgotten_since_are_named(capsys: pytest.CaptureFixtu
     assert code == 1 and "new: only live" in err
 
 
-def test_tampered_projection_key_fails_replay_verify(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tampered_projection_key_fails_replay_verify(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from hivemind_memory.projections.state import pack_note, unpack_note
 
-    w = World()
+    w = World(tmp_path)
     _history(w)
     n = unpack_note(w.r.hget(keys.notes("t"), "old"))  # type: ignore[arg-type]
     w.r.hset(keys.notes("t"), "old", pack_note(msgspec.structs.replace(n, uses=1)))
@@ -199,7 +204,7 @@ def test_tampered_projection_key_fails_replay_verify(capsys: pytest.CaptureFixtu
 
 def test_config_change_between_queries_still_reproduces(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+    w = World(tmp_path)
     w.client.append([created("a", at=T0 - timedelta(days=200), text="redis stream a"),
                      created("b", at=T0 - timedelta(days=5), text="redis stream b " * 4)])
     cfg = tmp_path / "c.toml"
@@ -213,8 +218,8 @@ def test_config_change_between_queries_still_reproduces(
 
 
 def test_legacy_audit_events_are_skipped_by_all_and_fail_by_id(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
     _history(w)
     old = QueryServed(query_id="t.legacy", agent="", text="x", as_of=T0, budget=5,
                       position="1-0", config_digest="abc", method="exact", chosen=[])
@@ -227,8 +232,9 @@ def test_legacy_audit_events_are_skipped_by_all_and_fail_by_id(
     assert code == 1 and "not in the audit" in err
 
 
-def test_show_notes_text_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+def test_show_notes_text_and_sweep(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
     ids = _history(w)
     code, out, _ = w.cli(capsys, "show", "--ns", "t", "old")
     assert code == 0 and "redis aof persistence old note" in out
@@ -261,7 +267,7 @@ def test_show_notes_text_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_export_import_roundtrip_and_ingestable_export(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    w = World()
+    w = World(tmp_path)
     _history(w)
     arch = tmp_path / "a.jsonl"
     code, _, err = w.cli(capsys, "export", "--ns", "t", "--with-audit", "-o", str(arch))
@@ -279,10 +285,10 @@ def test_export_import_roundtrip_and_ingestable_export(
     assert sum(ln["type"].startswith("note.") for ln in lines) == len(before_back)
     plain = tmp_path / "p.jsonl"
     code, _, _ = w.cli(capsys, "export", "--ns", "t", "-o", str(plain))
-    w2 = World()
+    w2 = World(tmp_path)
     code, _, err = w2.cli(capsys, "ingest", str(plain), "--no-schedule")
     assert code == 0 and f"appended {len(plain.read_text().splitlines())}" in err
-    w3 = World()
+    w3 = World(tmp_path)
     code, _, err = w3.cli(capsys, "import", str(arch))
     assert code == 0, err
     rt = runtime.build(w3.settings, w3.r)
@@ -294,12 +300,12 @@ def test_export_import_roundtrip_and_ingestable_export(
     assert code == 1 and "empty namespace" in err
     bad = tmp_path / "b.jsonl"
     bad.write_text(arch.read_text() + '{"type":"query.whatever"}\n')
-    code, _, err = World().cli(capsys, "import", str(bad))
+    code, _, err = World(tmp_path).cli(capsys, "import", str(bad))
     assert code == 1 and "unknown line type" in err
 
 
-def test_config_history_entry_hashes_to_its_key() -> None:
-    w = World()
+def test_config_history_entry_hashes_to_its_key(tmp_path: Path) -> None:
+    w = World(tmp_path)
     _history(w)
     hist = [(f[b"digest"].decode(), f[b"value"]) for _, f in w.r.xrange(keys.configs("t"))]
     for d, raw in hist:
@@ -312,7 +318,7 @@ def test_config_history_entry_hashes_to_its_key() -> None:
 
 @pytest.mark.parametrize("tries", [None, 0])
 def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
-        monkeypatch: pytest.MonkeyPatch, tries: int | None) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tries: int | None) -> None:
     """A batch committed between the index reading the changes and the notes leaves a note
     newer than the index's checkpoint; the engine refreshes again, so the recorded position
     is the state the query really saw and the reproduction is identical (``tries=0``: the
@@ -327,7 +333,7 @@ def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
 
     if tries is not None:
         monkeypatch.setattr(engine_mod, "REFRESH_TRIES", tries)
-    w = World()
+    w = World(tmp_path)
     eng = QueryEngine(w.r, DEFAULT, w.settings)
 
     def serve_direct() -> None:

@@ -43,6 +43,9 @@ from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.engine import run_rank, to_result
 
 _served = msgspec.json.Decoder(QueryServed).decode
+SINCE_SLACK_MS = 300_000
+"""``audit list --since`` stops scanning at entries appended this long before ``since``
+(workers' clocks and the server's may differ a little; entries are in append order)."""
 LEGACY = "served before audit replay recorded its inputs (no log position, config or now)"
 """Cause given for audit events written by versions that did not record what replay needs."""
 
@@ -102,6 +105,8 @@ def list_served(r: Store, ns: str, *, agent: str | None = None, since: datetime 
             if agent is not None and s.event.agent != agent:
                 continue
             if since is not None and t < since:
+                if parse_pos(cursor).ms < since.timestamp() * 1000 - SINCE_SLACK_MS:
+                    return out, None  # appended long before ``since``: so is the rest
                 continue
             if until is not None and t > until:
                 continue

@@ -1,9 +1,14 @@
 """Choose items that maximise total value within a token budget (0/1 knapsack).
 
-* Exact: dynamic programming over cost (numpy, one row of choices per item) while
-  ``eligible items x min(budget, their total cost) <= exact_max_cells``. Counting cells against
-  ``min(budget, total cost)`` rather than the raw budget only ever makes more instances exact
-  (when everything fits, the answer is trivially exact).
+* Exact, in two steps: first a Martello–Toth style reduction fixes every item that the LP
+  (Dantzig) bound proves in or out of *every* optimal packing, measured against a known
+  packing (density greedy or the best single item; if the core is still too large, the
+  greedy+swap result below, which is at least as good); then a dynamic programme over cost
+  (numpy, one row of choices per item) solves the items left open (the *core*) while
+  ``core items x min(room, their total cost) <= exact_max_cells``. Because fixed items belong
+  to every optimum and the DP breaks ties the same way on any subset (strict improvement
+  keeps earlier items in canonical order), the reduction returns exactly the packing the
+  full table would. ``exact_max_cells = 0`` turns exact packing off.
 * Otherwise ``greedy+swap``: value-per-token greedy, the best single item if that beats it,
   then a local search that applies the best improving move (add one item; swap one chosen item
   for one unchosen item; swap one chosen item for two unchosen items from a core of the most
@@ -20,7 +25,7 @@ key, which makes the result independent of the input order. Items with cost > bu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import msgspec
@@ -110,29 +115,6 @@ def _density_key(it: Item) -> tuple[float, float, str]:
     return (-density, -it.value, it.key)
 
 
-def _exact(items: list[Item], values: IntArray, budget: int) -> list[int]:
-    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
-    n = len(items)
-    best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
-    take = np.zeros((n, budget + 1), dtype=np.bool_)
-    for i, it in enumerate(items):
-        w, v = it.cost, values[i]
-        if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
-            take[i, :] = True
-            continue
-        cand = best[: budget + 1 - w] + v
-        better = cand > best[w:]
-        take[i, w:] = better
-        best[w:] = np.where(better, cand, best[w:])
-    chosen: list[int] = []
-    c = budget
-    for i in range(n - 1, -1, -1):
-        if take[i, c]:
-            chosen.append(i)
-            c -= items[i].cost
-    return chosen
-
-
 def _greedy(items: list[Item], by_density: list[int], budget: int) -> list[int]:
     chosen: list[int] = []
     room = budget
@@ -172,8 +154,8 @@ Move = tuple[int, list[int], list[int]]
 """A local-search move: (scaled gain, items to remove, items to add)."""
 
 
-def _improve(
-    items: list[Item], values: IntArray, by_density: list[int], budget: int, start: list[int]
+def _improve_arrays(
+    costs: IntArray, values: IntArray, by_density: IntArray, budget: int, start: list[int]
 ) -> list[int]:
     """Best-improvement local search from ``start``; terminates (integer value strictly rises).
 
@@ -181,8 +163,7 @@ def _improve(
     unchosen from a core (the ``SWAP_PAIR_CORE`` most valuable and most value-dense unchosen
     items). On equal gains the earlier kind of move wins.
     """
-    n = len(items)
-    costs = np.array([it.cost for it in items], dtype=np.int64)
+    n = len(costs)
     in_set = np.zeros(n, dtype=np.bool_)
     in_set[start] = True
     by_value = np.arange(n)  # items are already in value-desc order
@@ -221,6 +202,207 @@ def _improve(
     return [int(i) for i in np.flatnonzero(in_set)]
 
 
+
+def _canonical_order(keys: Sequence[str], values: FloatArray) -> IntArray:
+    """Indices in canonical order: value descending, then key (code point order). Only runs
+    of equal values are sorted by key in Python, so distinct values cost one numpy argsort."""
+    order = np.argsort(-values, kind="stable")
+    sv = values[order]
+    tied = np.flatnonzero(sv[1:] == sv[:-1])
+    if len(tied) == 0:
+        return order
+    out = order.copy()
+    # runs of equal values: [start, end) in sorted positions
+    starts = tied[np.concatenate(([True], np.diff(tied) > 1))]
+    ends = np.concatenate((tied[:-1][np.diff(tied) > 1], tied[-1:])) + 2
+    for a, z in zip(starts.tolist(), ends.tolist(), strict=True):
+        run = order[a:z].tolist()
+        run.sort(key=keys.__getitem__)
+        out[a:z] = run
+    return out
+
+
+def _dp(costs: IntArray, values: IntArray, budget: int) -> list[int]:
+    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
+    n = len(costs)
+    best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
+    take = np.zeros((n, budget + 1), dtype=np.bool_)
+    for i in range(n):
+        w, v = int(costs[i]), values[i]
+        if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
+            take[i, :] = True
+            continue
+        cand = best[: budget + 1 - w] + v
+        better = cand > best[w:]
+        take[i, w:] = better
+        best[w:] = np.where(better, cand, best[w:])
+    chosen: list[int] = []
+    c = budget
+    for i in range(n - 1, -1, -1):
+        if take[i, c]:
+            chosen.append(i)
+            c -= int(costs[i])
+    return chosen
+
+
+class _Reduction(msgspec.Struct, frozen=True):
+    """Items every optimal packing takes (``fixed_in``) and those left open (``core``)."""
+
+    fixed_in: IntArray
+    core: IntArray
+
+
+def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+            lower: int) -> _Reduction:
+    """Martello–Toth style variable fixing from the Dantzig (LP) bound and a lower bound.
+
+    For an item of the greedy prefix (the items that fit whole in density order), the LP bound
+    of the instance *without* it; for any other item, its value plus the LP bound of the rest
+    with its cost taken out of the budget. A bound below ``lower`` (the value of a known
+    packing) proves that every optimal packing takes (resp. leaves) the item. Bounds are
+    computed in float64 from integer prefix sums and compared with a safety margin, so an item
+    is fixed only when the proof holds with room to spare: fixing fewer keeps exactness.
+    """
+    c = costs[by_density]
+    v = values[by_density]
+    n = len(c)
+    pc = np.concatenate(([0], np.cumsum(c)))  # pc[k]: cost of the first k items
+    pv = np.concatenate(([0], np.cumsum(v)))
+    b = int(np.searchsorted(pc, budget, side="right")) - 1  # items fitting whole: 0..b-1
+    vf = v.astype(np.float64)
+    cf = c.astype(np.float64)
+
+    def lp_rest(m: IntArray, room: IntArray) -> FloatArray:
+        """Fraction of the break item at position m filling ``room`` (0 past the end)."""
+        inside = m < n
+        mm = np.minimum(m, n - 1)
+        safe = np.where(cf[mm] > 0, cf[mm], 1.0)
+        return np.where(inside, vf[mm] * room / safe, 0.0)
+
+    pre = np.arange(n) < b
+    # in the prefix: drop the item; the prefix runs on over its freed room
+    m0 = np.searchsorted(pc, budget + c, side="right") - 1
+    room0 = budget - (pc[m0] - c)
+    u0 = (pv[m0] - v).astype(np.float64) + lp_rest(m0, room0)
+    # outside it: take the item; the rest fills budget - its cost (the break comes before it)
+    m1 = np.searchsorted(pc, budget - c, side="right") - 1
+    room1 = budget - c - pc[m1]
+    u1 = (v + pv[m1]).astype(np.float64) + lp_rest(m1, room1)
+    bound = np.where(pre, u0, u1)
+    margin = 1e-12 * float(pv[-1]) + 16.0
+    proved = bound + margin < float(lower)
+    fixed_in = by_density[pre & proved]
+    open_ = ~proved
+    return _Reduction(fixed_in=np.sort(fixed_in), core=np.sort(by_density[open_]))
+
+
+def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[int]:
+    """Density greedy that skips what does not fit: the prefix that fits whole (one cumsum),
+    then the first item that still fits, again and again (the room is small by then)."""
+    c = costs[by_density]
+    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    chosen: list[int] = [int(i) for i in by_density[:b]]
+    room = budget - int(c[:b].sum())
+    rest = np.arange(b, len(c))
+    while room > 0 and len(rest):
+        fits = rest[c[rest] <= room]
+        if not len(fits):
+            break
+        chosen.append(int(by_density[fits[0]]))
+        room -= int(c[fits[0]])
+        rest = fits[1:]
+    return chosen
+
+
+def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+                   lower: int, cap: int) -> list[int] | None:
+    """An optimal packing via reduction then a DP over the core, or None if the core's table
+    exceeds ``cap`` cells."""
+    red = _reduce(costs, values, by_density, budget, lower)
+    room = budget - int(costs[red.fixed_in].sum())
+    if room < 0:  # cannot happen when the lower bound is a real packing; stay safe
+        return None
+    core = red.core
+    core = core[costs[core] <= room]
+    width = min(room, int(costs[core].sum()))
+    if len(core) * width > cap:
+        return None
+    picked = _dp(costs[core], values[core], width) if len(core) else []
+    return [*red.fixed_in.tolist(), *core[picked].tolist()]
+
+
+def pack_arrays(keys: Sequence[str], costs: IntArray, values: FloatArray, budget: int,
+                exact_max_cells: int) -> PackResult:
+    """``pack`` over parallel arrays (keys unique, costs >= 0, values finite; not checked)."""
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+    sub_keys = [keys[i] for i in ok.tolist()]
+    order = _canonical_order(sub_keys, values[ok])
+    ckeys = [sub_keys[i] for i in order.tolist()]
+    floats = values[ok][order]
+    ccosts = costs[ok][order].astype(np.int64)
+    return _pack_canonical(ckeys, ccosts, floats, budget, exact_max_cells)
+
+
+def _pack_canonical(keys: list[str], costs: IntArray, floats: FloatArray, budget: int,
+                    cap: int) -> PackResult:
+    n = len(keys)
+    values = _scaled(floats)
+    total_cost = int(costs.sum())
+    width = min(budget, total_cost)
+    method: Method = "exact"
+    idx: list[int] | None = None
+    by_density: IntArray | None = None
+    if n * width == 0:  # nothing to choose, or nothing fits: the empty table is exact
+        idx = _dp(costs, values, width)
+    else:
+        # value per token, descending; ties keep the canonical order (value desc, then key),
+        # exactly the order of _density_key; a free item is infinitely dense
+        density = np.divide(floats, costs, out=np.full(n, np.inf), where=costs > 0)
+        by_density = np.argsort(-density, kind="stable")
+        greedy = _greedy_arrays(costs, by_density, budget)
+        if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
+            greedy = [0]
+        if cap > 0:
+            idx = _solve_reduced(costs, values, by_density, budget,
+                                 int(values[greedy].sum()), cap)
+        if idx is None:
+            improved = _improve_arrays(costs, values, by_density, budget, greedy)
+            if cap > 0:  # a better lower bound may shrink the core enough
+                idx = _solve_reduced(costs, values, by_density, budget,
+                                     int(values[improved].sum()), cap)
+            if idx is None:
+                method = "greedy+swap"
+                idx = improved
+    idx.sort()
+    total_value = math.fsum(floats[idx].tolist())
+    bound = total_value
+    if method == "greedy+swap":
+        assert by_density is not None
+        bound = max(total_value, _lp_bound_arrays(costs, floats, by_density, budget))
+    return PackResult(
+        chosen=tuple(keys[i] for i in idx),
+        method=method,
+        total_value=total_value,
+        total_cost=int(costs[idx].sum()),
+        upper_bound=bound,
+    )
+
+
+def _lp_bound_arrays(costs: IntArray, floats: FloatArray, by_density: IntArray,
+                     budget: int) -> float:
+    """``_lp_bound`` over arrays: the same additions in the same order."""
+    c = costs[by_density]
+    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    bound = 0.0
+    for v in floats[by_density[:b]].tolist():
+        bound += v
+    if b < len(c):
+        bound += float(floats[by_density[b]]) * (budget - int(c[:b].sum())) / int(c[b])
+    return bound
+
+
 def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult:
     """The packing of ``items`` with the largest total value and total cost <= ``budget``."""
     if budget < 0:
@@ -228,32 +410,4 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     cands = _canonical(items, budget)
     floats = np.array([it.value for it in cands], dtype=np.float64)
     costs = np.array([it.cost for it in cands], dtype=np.int64)
-    values = _scaled(floats)
-    width = min(budget, sum(it.cost for it in cands))
-    method: Method
-    if len(cands) * width <= exact_max_cells:
-        method = "exact"
-        idx = _exact(cands, values, width)
-    else:
-        method = "greedy+swap"
-        # value per token, descending; ties keep the canonical order (value desc, then key),
-        # exactly the order of _density_key; a free item is infinitely dense
-        density = np.divide(floats, costs, out=np.full(len(cands), np.inf), where=costs > 0)
-        by_density = np.argsort(-density, kind="stable").tolist()
-        idx = _greedy(cands, by_density, budget)
-        if values[0] > values[idx].sum():  # the most valuable item alone (it fits) is better
-            idx = [0]
-        idx = _improve(cands, values, by_density, budget, idx)
-    idx.sort()
-    chosen = [cands[i] for i in idx]
-    total_value = math.fsum(it.value for it in chosen)
-    bound = total_value
-    if method == "greedy+swap":
-        bound = max(total_value, _lp_bound([cands[i] for i in by_density], budget))
-    return PackResult(
-        chosen=tuple(it.key for it in chosen),
-        method=method,
-        total_value=total_value,
-        total_cost=sum(it.cost for it in chosen),
-        upper_bound=bound,
-    )
+    return _pack_canonical([it.key for it in cands], costs, floats, budget, exact_max_cells)

@@ -280,7 +280,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     pos = format_pos(tail(rt.store, ns))
     engine.answer([Envelope(f"{ns}.warm", pos, reqs[0])])  # the first pays any lazy setup
     print(f"in-worker {ns}: index full load {load_s * 1000:,.0f} ms "
-          f"({len(idx.shared) + sum(len(p) for p in idx.private.values()):,} indexed notes)")
+          f"({idx.indexed():,} indexed notes)")
     rank_s: list[float] = []
     answer_s: list[float] = []
     stats: dict[str, Any] = {"cands": [], "methods": {}}

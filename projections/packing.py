@@ -25,7 +25,7 @@ key, which makes the result independent of the input order. Items with cost > bu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import msgspec
@@ -203,9 +203,10 @@ def _improve_arrays(
 
 
 
-def _canonical_order(keys: Sequence[str], values: FloatArray) -> IntArray:
+def _canonical_order(key: Callable[[int], str], values: FloatArray) -> IntArray:
     """Indices in canonical order: value descending, then key (code point order). Only runs
-    of equal values are sorted by key in Python, so distinct values cost one numpy argsort."""
+    of equal values are sorted by key (``key(i)`` of index i), so distinct values cost one
+    numpy argsort and no key is read."""
     order = np.argsort(-values, kind="stable")
     sv = values[order]
     tied = np.flatnonzero(sv[1:] == sv[:-1])
@@ -217,7 +218,7 @@ def _canonical_order(keys: Sequence[str], values: FloatArray) -> IntArray:
     ends = np.concatenate((tied[:-1][np.diff(tied) > 1], tied[-1:])) + 2
     for a, z in zip(starts.tolist(), ends.tolist(), strict=True):
         run = order[a:z].tolist()
-        run.sort(key=keys.__getitem__)
+        run.sort(key=key)
         out[a:z] = run
     return out
 
@@ -331,23 +332,21 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     return [*red.fixed_in.tolist(), *core[picked].tolist()]
 
 
-def pack_arrays(keys: Sequence[str], costs: IntArray, values: FloatArray, budget: int,
+def pack_arrays(key: Callable[[int], str], costs: IntArray, values: FloatArray, budget: int,
                 exact_max_cells: int) -> PackResult:
-    """``pack`` over parallel arrays (keys unique, costs >= 0, values finite; not checked)."""
+    """``pack`` over parallel arrays; ``key(i)`` is item i's key (keys unique, costs >= 0,
+    values finite; not checked). Keys are read only to break ties and to name the chosen."""
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     ok = np.flatnonzero((costs <= budget) & (values > 0.0))
-    sub_keys = [keys[i] for i in ok.tolist()]
-    order = _canonical_order(sub_keys, values[ok])
-    ckeys = [sub_keys[i] for i in order.tolist()]
-    floats = values[ok][order]
-    ccosts = costs[ok][order].astype(np.int64)
-    return _pack_canonical(ckeys, ccosts, floats, budget, exact_max_cells)
+    canon = ok[_canonical_order(lambda i: key(int(ok[i])), values[ok])]
+    return _pack_canonical(lambda j: key(int(canon[j])), costs[canon].astype(np.int64),
+                           values[canon], budget, exact_max_cells)
 
 
-def _pack_canonical(keys: list[str], costs: IntArray, floats: FloatArray, budget: int,
+def _pack_canonical(key_of: Callable[[int], str], costs: IntArray, floats: FloatArray, budget: int,
                     cap: int) -> PackResult:
-    n = len(keys)
+    n = len(costs)
     values = _scaled(floats)
     total_cost = int(costs.sum())
     width = min(budget, total_cost)
@@ -382,7 +381,7 @@ def _pack_canonical(keys: list[str], costs: IntArray, floats: FloatArray, budget
         assert by_density is not None
         bound = max(total_value, _lp_bound_arrays(costs, floats, by_density, budget))
     return PackResult(
-        chosen=tuple(keys[i] for i in idx),
+        chosen=tuple(key_of(i) for i in idx),
         method=method,
         total_value=total_value,
         total_cost=int(costs[idx].sum()),
@@ -410,4 +409,4 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     cands = _canonical(items, budget)
     floats = np.array([it.value for it in cands], dtype=np.float64)
     costs = np.array([it.cost for it in cands], dtype=np.int64)
-    return _pack_canonical([it.key for it in cands], costs, floats, budget, exact_max_cells)
+    return _pack_canonical(lambda i: cands[i].key, costs, floats, budget, exact_max_cells)

@@ -87,7 +87,9 @@ def _canonical(items: Iterable[Item], budget: int) -> list[Item]:
 
 def _scaled(values: FloatArray) -> IntArray:
     """Values as integers, ``rint(value * scale)`` (round half to even, like ``round``)."""
-    total = math.fsum(values.tolist())
+    rough = float(values.sum())  # when far from the limit, the exact sum needs no computing
+    total = rough if rough * (1 + 1e-6) < MAX_SCALED_TOTAL / VALUE_SCALE else math.fsum(
+        values.tolist())
     scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if len(values) else VALUE_SCALE
     return np.rint(values * scale).astype(np.int64)
 
@@ -203,23 +205,26 @@ def _improve_arrays(
 
 
 
-def _canonical_order(key: Callable[[int], str], values: FloatArray) -> IntArray:
-    """Indices in canonical order: value descending, then key (code point order). Only runs
-    of equal values are sorted by key (``key(i)`` of index i), so distinct values cost one
-    numpy argsort and no key is read."""
+Keys = Callable[[IntArray], list[str]]
+"""The keys of some items, given their indices (read only where needed)."""
+
+
+def _canonical_order(keys: Keys, values: FloatArray) -> IntArray:
+    """Indices in canonical order: value descending, then key (code point order). Keys are
+    read only for runs of equal values, so distinct values cost one numpy argsort."""
     order = np.argsort(-values, kind="stable")
     sv = values[order]
-    tied = np.flatnonzero(sv[1:] == sv[:-1])
-    if len(tied) == 0:
+    tie = sv[1:] == sv[:-1]
+    if not tie.any():
         return order
+    in_run = np.zeros(len(order), np.bool_)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    pos = np.flatnonzero(in_run)  # sorted positions inside a run of equal values
+    run_id = np.cumsum(np.concatenate(([True], ~tie)))[pos]  # same id within a run
+    ks = np.array(keys(order[pos]), dtype=np.str_)
     out = order.copy()
-    # runs of equal values: [start, end) in sorted positions
-    starts = tied[np.concatenate(([True], np.diff(tied) > 1))]
-    ends = np.concatenate((tied[:-1][np.diff(tied) > 1], tied[-1:])) + 2
-    for a, z in zip(starts.tolist(), ends.tolist(), strict=True):
-        run = order[a:z].tolist()
-        run.sort(key=key)
-        out[a:z] = run
+    out[pos] = order[pos][np.lexsort((ks, run_id))]
     return out
 
 
@@ -280,21 +285,33 @@ def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int
         safe = np.where(cf[mm] > 0, cf[mm], 1.0)
         return np.where(inside, vf[mm] * room / safe, 0.0)
 
+    margin = 1e-9 * float(pv[-1]) + 16.0
+    low = float(lower)
+    # Dembo-Hammer first (O(n), no search): the Lagrangian bound
+    # L(r) = r * budget + sum(max(0, v_i - r * c_i)) holds for any r >= 0; with x_j forced
+    # to 0 it loses max(0, g_j), forced to 1 it becomes L - max(0, g_j) + g_j, g_j = v_j - r c_j.
+    r = vf[b] / cf[b] if b < n else 0.0
+    g = vf - r * cf
+    lag = r * budget + float(np.maximum(g, 0.0).sum())
+    pos_g = np.maximum(g, 0.0)
+    fix_in = lag - pos_g + margin < low
+    fix_out = lag - pos_g + g + margin < low
+    # Martello-Toth (tighter, one binary search each) for the items still open
     pre = np.arange(n) < b
-    # in the prefix: drop the item; the prefix runs on over its freed room
-    m0 = np.searchsorted(pc, budget + c, side="right") - 1
-    room0 = budget - (pc[m0] - c)
-    u0 = (pv[m0] - v).astype(np.float64) + lp_rest(m0, room0)
-    # outside it: take the item; the rest fills budget - its cost (the break comes before it)
-    m1 = np.searchsorted(pc, budget - c, side="right") - 1
-    room1 = budget - c - pc[m1]
-    u1 = (v + pv[m1]).astype(np.float64) + lp_rest(m1, room1)
-    bound = np.where(pre, u0, u1)
-    margin = 1e-12 * float(pv[-1]) + 16.0
-    proved = bound + margin < float(lower)
-    fixed_in = by_density[pre & proved]
-    open_ = ~proved
-    return _Reduction(fixed_in=np.sort(fixed_in), core=np.sort(by_density[open_]))
+    rest = np.flatnonzero(~(fix_in | fix_out))
+    rp, rc, rv = rest[pre[rest]], c[rest[~pre[rest]]], v[rest[~pre[rest]]]
+    if len(rp):  # in the prefix: drop the item; the prefix runs on over its freed room
+        cp, vp = c[rp], v[rp]
+        m0 = np.searchsorted(pc, budget + cp, side="right") - 1
+        u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
+        fix_in[rp] |= u0 + margin < low
+    ro = rest[~pre[rest]]
+    if len(ro):  # outside it: take the item; the rest fills budget - its cost
+        m1 = np.searchsorted(pc, budget - rc, side="right") - 1
+        u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
+        fix_out[ro] |= u1 + margin < low
+    return _Reduction(fixed_in=np.sort(by_density[fix_in]),
+                      core=np.sort(by_density[~(fix_in | fix_out)]))
 
 
 def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[int]:
@@ -316,14 +333,16 @@ def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[i
 
 
 def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
-                   lower: int, cap: int) -> list[int] | None:
+                   lower: int, cap: int,
+                   canonical: Callable[[IntArray], IntArray] = np.sort) -> list[int] | None:
     """An optimal packing via reduction then a DP over the core, or None if the core's table
-    exceeds ``cap`` cells."""
+    exceeds ``cap`` cells. ``canonical`` puts a set of indices in canonical order (for items
+    already in canonical order, ``np.sort``); the DP runs over the core in that order."""
     red = _reduce(costs, values, by_density, budget, lower)
     room = budget - int(costs[red.fixed_in].sum())
     if room < 0:  # cannot happen when the lower bound is a real packing; stay safe
         return None
-    core = red.core
+    core = canonical(red.core)
     core = core[costs[core] <= room]
     width = min(room, int(costs[core].sum()))
     if len(core) * width > cap:
@@ -332,19 +351,50 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     return [*red.fixed_in.tolist(), *core[picked].tolist()]
 
 
-def pack_arrays(key: Callable[[int], str], costs: IntArray, values: FloatArray, budget: int,
+def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 exact_max_cells: int) -> PackResult:
-    """``pack`` over parallel arrays; ``key(i)`` is item i's key (keys unique, costs >= 0,
-    values finite; not checked). Keys are read only to break ties and to name the chosen."""
+    """``pack`` over parallel arrays; ``keys(idx)`` lists the keys of items ``idx`` (keys
+    unique, costs >= 0, values finite; not checked). Keys are read only to break ties and
+    to name the chosen.
+
+    The reduction needs no canonical order (the LP bound does not depend on how density ties
+    are ordered, and any packing is a lower bound), so only the core and the chosen items are
+    put in canonical order; the result is the one ``pack`` returns. When the core is too large
+    it falls back to ``pack``'s path over every item in canonical order.
+    """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     ok = np.flatnonzero((costs <= budget) & (values > 0.0))
-    canon = ok[_canonical_order(lambda i: key(int(ok[i])), values[ok])]
-    return _pack_canonical(lambda j: key(int(canon[j])), costs[canon].astype(np.int64),
+    c = costs[ok].astype(np.int64)
+    f = values[ok]
+    n = len(ok)
+    if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
+        scaled = _scaled(f)
+        density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
+        by_density = np.argsort(-density)
+        greedy = _greedy_arrays(c, by_density, budget)
+        lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+
+        def canonical(sub: IntArray) -> IntArray:
+            return sub[_canonical_order(lambda i: keys(ok[sub[i]]), f[sub])]
+
+        found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
+                               canonical)
+        if found is not None:
+            idx = canonical(np.array(found, np.int64))
+            return PackResult(
+                chosen=tuple(keys(ok[idx])),
+                method="exact",
+                total_value=math.fsum(f[idx].tolist()),
+                total_cost=int(c[idx].sum()),
+                upper_bound=math.fsum(f[idx].tolist()),
+            )
+    canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
+    return _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
                            values[canon], budget, exact_max_cells)
 
 
-def _pack_canonical(key_of: Callable[[int], str], costs: IntArray, floats: FloatArray, budget: int,
+def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int,
                     cap: int) -> PackResult:
     n = len(costs)
     values = _scaled(floats)
@@ -381,7 +431,7 @@ def _pack_canonical(key_of: Callable[[int], str], costs: IntArray, floats: Float
         assert by_density is not None
         bound = max(total_value, _lp_bound_arrays(costs, floats, by_density, budget))
     return PackResult(
-        chosen=tuple(key_of(i) for i in idx),
+        chosen=tuple(keys(np.array(idx, np.int64))),
         method=method,
         total_value=total_value,
         total_cost=int(costs[idx].sum()),
@@ -409,4 +459,5 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     cands = _canonical(items, budget)
     floats = np.array([it.value for it in cands], dtype=np.float64)
     costs = np.array([it.cost for it in cands], dtype=np.int64)
-    return _pack_canonical(lambda i: cands[i].key, costs, floats, budget, exact_max_cells)
+    return _pack_canonical(lambda idx: [cands[i].key for i in idx.tolist()], costs, floats,
+                           budget, exact_max_cells)

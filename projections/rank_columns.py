@@ -54,29 +54,27 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     score = rel * rec
     ids = cols.ids
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
-    packed = pack_arrays(lambda j: ids[int(s[j])], costs, score, budget, cfg.exact_max_cells)
+    packed = pack_arrays(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
+                         cfg.exact_max_cells)
     chosen = set(packed.chosen)
     notes = idx.notes
-    tl, rl, ral, sl, al, cl = (tier.tolist(), rel.tolist(), rec.tolist(), score.tolist(),
-                               age.tolist(), costs.tolist())
-
-    def scored(j: int, key: str, is_chosen: bool) -> ScoredNote:
-        n = notes[key]
-        return ScoredNote(
-            note_id=key, text=n.text, tokens=n.tokens, cost=cl[j],
-            score=round(sl[j], DECIMALS), relevance=round(rl[j], DECIMALS),
-            recency=round(ral[j], DECIMALS), tier=_TIERS[tl[j]], uses=n.uses,
-            age_days=round(al[j], DECIMALS), created_at=n.created_at, chosen=is_chosen)
-
-    candidates: list[ScoredNote] = []
     if explain:
-        every = [scored(j, ids[i], ids[i] in chosen) for j, i in enumerate(s.tolist())]
-        picked = [c for c in every if c.chosen]
-        candidates = by_score(every)
-    else:
+        at = np.arange(len(s))
+    else:  # only the packed notes become structs
         at = np.flatnonzero(np.isin(s, [cols.slot[k] for k in packed.chosen]))
-        picked = [scored(j, ids[i], True) for j, i in zip(at.tolist(), s[at].tolist(),
-                                                          strict=True)]
+    rows = zip(s[at].tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
+               score[at].tolist(), age[at].tolist(), costs[at].tolist(), strict=True)
+    every: list[ScoredNote] = []
+    for slot, t, r, rc, sc, a, cost in rows:
+        key = ids[slot]
+        n = notes[key]
+        every.append(ScoredNote(
+            note_id=key, text=n.text, tokens=n.tokens, cost=cost,
+            score=round(sc, DECIMALS), relevance=round(r, DECIMALS),
+            recency=round(rc, DECIMALS), tier=_TIERS[t], uses=n.uses,
+            age_days=round(a, DECIMALS), created_at=n.created_at, chosen=key in chosen))
+    picked = [c for c in every if c.chosen]
+    candidates = by_score(every) if explain else []
     return RankResult(
         used=packed.total_cost,
         method=packed.method,

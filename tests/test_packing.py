@@ -368,3 +368,18 @@ def test_reduced_exact_equals_full_table_on_medium_instances(seed: int, n: int,
     if reduced.method == "exact":
         assert reduced.total_value == pytest.approx(full.total_value, rel=1e-12, abs=1e-9)
     assert reduced.total_value <= full.total_value + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=items_strategy(30, 120), budget=st.integers(0, 600),
+       cap=st.sampled_from([0, 1, 30, 300, 10**9]))
+def test_pack_arrays_equals_pack(items: list[Item], budget: int, cap: int) -> None:
+    import numpy as np
+
+    from hivemind_memory.projections.packing import pack_arrays
+
+    keys = [it.key for it in items]
+    got = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
+                      np.array([it.cost for it in items], np.int64),
+                      np.array([it.value for it in items], np.float64), budget, cap)
+    assert got == pack(items, budget, cap)

@@ -18,7 +18,9 @@ so the relevance is bit-identical (a differential test checks it).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +40,14 @@ COMPACT_MIN_DELTA = 4_096
 """Delta postings below this are never compacted (cheap to read as they are)."""
 COMPACT_FRACTION = 0.125
 """Compact once the delta holds more postings than this fraction of the base."""
+
+
+class _Intern(dict[str, int]):
+    """Term -> id, a new term getting the next id on first lookup."""
+
+    def __missing__(self, term: str) -> int:
+        t = self[term] = len(self)
+        return t
 
 
 def micros(t: datetime) -> int:
@@ -64,8 +74,8 @@ class Columns:
         self.live = np.zeros(cap, np.bool_)
         # CSR base: postings of term t are base_slot[base_ptr[t]:base_ptr[t + 1]]
         self.base_ptr = np.zeros(1, np.int64)
-        self.base_slot = np.zeros(0, np.int64)
-        self.base_tf = np.zeros(0, np.float64)
+        self.base_slot = np.zeros(0, np.int32)
+        self.base_tf = np.zeros(0, np.int32)
         self.delta: dict[int, tuple[list[int], list[int]]] = {}
         self.delta_size = 0
         # BM25 corpus statistics of live notes: shared, and private per owner id
@@ -152,6 +162,75 @@ class Columns:
             self._count(s, 1 if alive else -1)
             self.live[s] = alive
 
+    @classmethod
+    def bulk(cls, notes: Iterable[NoteState]) -> Columns:
+        """A table of ``notes`` (in the given order) built in one pass: per-field lists turned
+        into arrays at the end and the postings sorted into CSR at once (what ``put`` note by
+        note then ``compact`` would give, much faster)."""
+        self = cls()
+        ids, agents, terms = self.ids, self.agents, _Intern()
+        owner: list[int] = []
+        private: list[bool] = []
+        scratch: list[bool] = []
+        tokens: list[int] = []
+        created: list[int] = []
+        uses: list[int] = []
+        live: list[bool] = []
+        doc_len: list[int] = []
+        p_term: list[int] = []
+        p_slot: list[int] = []
+        p_tf: list[int] = []
+        for s, note in enumerate(notes):
+            ids.append(note.note_id)
+            owner.append(agents.setdefault(note.agent, len(agents)))
+            private.append(note.scope == "private")
+            scratch.append(note.kind == "scratch")
+            tokens.append(note.tokens)
+            created.append(micros(note.created_at))
+            uses.append(note.uses)
+            live.append(not note.forgotten)
+            if note.forgotten:
+                doc_len.append(0)
+                continue
+            counts = Counter(tokenize(note.text))
+            p_term.extend(map(terms.__getitem__, counts))
+            p_tf.extend(counts.values())
+            p_slot.extend(repeat(s, len(counts)))
+            doc_len.append(sum(counts.values()))
+        self.slot = {k: i for i, k in enumerate(ids)}
+        if len(self.slot) != len(ids):
+            raise ValueError("duplicate note ids in a bulk load")
+        self.terms = dict(terms)
+        n = len(ids)
+        self._grow(n)
+        for name, values in (("doc_len", doc_len), ("tokens", tokens), ("created_us", created),
+                             ("uses", uses), ("scratch", scratch), ("private", private),
+                             ("owner", owner), ("live", live)):
+            getattr(self, name)[:n] = values
+        term_arr = np.array(p_term, np.int64)
+        order = np.argsort(term_arr, kind="stable")
+        self.base_slot = np.array(p_slot, np.int32)[order]
+        self.base_tf = np.array(p_tf, np.int32)[order]
+        ptr = np.zeros(len(self.terms) + 1, np.int64)
+        np.cumsum(np.bincount(term_arr, minlength=len(self.terms)), out=ptr[1:])
+        self.base_ptr = ptr
+        self._recount()
+        return self
+
+    def _recount(self) -> None:
+        """Corpus statistics from the arrays (after a bulk load or a snapshot)."""
+        n = len(self.ids)
+        live, priv, dl, own = self.live[:n], self.private[:n], self.doc_len[:n], self.owner[:n]
+        shared = live & ~priv
+        self.shared_n = int(shared.sum())
+        self.shared_len = int(dl[shared].sum())
+        mine = live & priv
+        counts = np.bincount(own[mine], minlength=len(self.agents))
+        lens = np.bincount(own[mine], weights=dl[mine], minlength=len(self.agents))
+        self.private_n = {o: int(counts[o]) for o in np.flatnonzero(counts).tolist()}
+        self.private_len = {o: int(lens[o]) for o in np.flatnonzero(counts).tolist()}
+        self._vis.clear()
+
     def compact(self, force: bool = False) -> bool:
         """Merge the delta postings into the CSR base, dropping postings of dead slots; only
         when the delta is large (or ``force``). Returns whether it ran."""
@@ -169,8 +248,8 @@ class Columns:
             d_slots.extend(run_slots)
             d_tfs.extend(run_tfs)
         terms = np.concatenate((base_terms, np.array(d_terms, np.int64)))
-        slots = np.concatenate((self.base_slot, np.array(d_slots, np.int64)))
-        tfs = np.concatenate((self.base_tf, np.array(d_tfs, np.float64)))
+        slots = np.concatenate((self.base_slot, np.array(d_slots, np.int32)))
+        tfs = np.concatenate((self.base_tf, np.array(d_tfs, np.int32)))
         keep = self.live[slots]
         terms, slots, tfs = terms[keep], slots[keep], tfs[keep]
         order = np.argsort(terms, kind="stable")
@@ -204,12 +283,12 @@ class Columns:
             a, z = int(self.base_ptr[t]), int(self.base_ptr[t + 1])
             bs, bt = self.base_slot[a:z], self.base_tf[a:z]
         else:
-            bs, bt = np.zeros(0, np.int64), np.zeros(0, np.float64)
+            bs, bt = np.zeros(0, np.int32), np.zeros(0, np.int32)
         run = self.delta.get(t)
-        if run is None:
-            return bs, bt
-        return (np.concatenate((bs, np.array(run[0], np.int64))),
-                np.concatenate((bt, np.array(run[1], np.float64))))
+        if run is not None:
+            bs = np.concatenate((bs, np.array(run[0], np.int32)))
+            bt = np.concatenate((bt, np.array(run[1], np.int32)))
+        return bs.astype(np.int64), bt.astype(np.float64)  # int -> float64 is exact
 
     def bm25(self, query: str, cfg: RankingConfig, agent: str) -> tuple[IntArray, FloatArray]:
         """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with

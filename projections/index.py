@@ -28,6 +28,7 @@ class NamespaceIndex:
     changes_seen: Position | None = None
     """Id of the last changes entry folded in (None: never loaded)."""
     full_loads: int = 0
+    snapshot_loads: int = 0
     incremental_notes: int = 0
     _vectors: dict[int, tuple[IntArray, Any, Any]] = field(default_factory=dict)
     """Per embedding dimension: slots, their embeddings as one matrix, and their norms."""
@@ -45,13 +46,11 @@ class NamespaceIndex:
     def reset(self, notes: Iterable[NoteState], checkpoint: Position,
               changes_seen: Position) -> None:
         """Replace everything with ``notes`` (a full load, in note id order)."""
-        self.notes = {}
-        self.cols = Columns()
+        ordered = sorted(notes, key=lambda n: n.note_id)
+        self.notes = {n.note_id: n for n in ordered}
+        self.cols = Columns.bulk(ordered)
         self._vectors = {}
-        self._dirty_dims = set()
-        for note in sorted(notes, key=lambda n: n.note_id):
-            self.put(note)
-        self.cols.compact(force=True)
+        self._dirty_dims = {len(n.embedding) for n in ordered if n.embedding is not None}
         self.checkpoint = checkpoint
         self.changes_seen = changes_seen
         self.full_loads += 1
@@ -126,8 +125,5 @@ class NamespaceIndex:
 def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:
     """An index over a given note set (``--as-of`` queries fold their own)."""
     idx = NamespaceIndex(ns)
-    for k in sorted(notes):
-        idx.put(notes[k])
-    idx.cols.compact(force=True)
-    idx.changes_seen = ZERO
+    idx.reset(notes.values(), ZERO, ZERO)
     return idx

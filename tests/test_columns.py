@@ -138,3 +138,30 @@ def test_rank_index_equals_rank(notes: list[NoteState], q: list[str], agent: str
     want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=NOW, budget=budget,
                 cfg=cfg, explain=explain)
     assert got == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(NOTE, max_size=30))
+def test_bulk_load_equals_puts_then_compaction(notes: list[NoteState]) -> None:
+    from hivemind_memory.projections.columns import Columns
+
+    by_id = {n.note_id: n for n in notes}
+    ordered = [by_id[k] for k in sorted(by_id)]
+    one = Columns()
+    for n in ordered:
+        one.put(n)
+    one.compact(force=True)
+    bulk = Columns.bulk(ordered)
+    assert bulk.ids == one.ids and bulk.terms.keys() == one.terms.keys()
+    n = len(one)
+    for name in ("doc_len", "tokens", "created_us", "uses", "scratch", "private", "owner",
+                 "live"):
+        assert (getattr(bulk, name)[:n] == getattr(one, name)[:n]).all(), name
+    for term in one.terms:
+        (sa, ta), (sb, tb) = one.postings(term), bulk.postings(term)
+        assert sorted(zip(sa.tolist(), ta.tolist(), strict=True)) == sorted(
+            zip(sb.tolist(), tb.tolist(), strict=True))
+    assert (bulk.shared_n, bulk.shared_len) == (one.shared_n, one.shared_len)
+    assert {k: v for k, v in one.private_n.items() if v} == bulk.private_n
+    assert {k: v for k, v in one.private_len.items() if one.private_n.get(k)} == \
+        bulk.private_len

@@ -40,6 +40,18 @@ def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None) -> list[
     return [x.decode() if isinstance(x, bytes) else str(x) for x in res[: len(events)]]
 
 
+def append_encoded(r: Store, events: Sequence[tuple[str, bytes]]) -> None:
+    """``append`` of events already encoded (``(ns, encode_event(ev))`` pairs), one pipeline."""
+    p = r.pipeline(transaction=False)
+    nss: set[str] = set()
+    for ns, blob in events:
+        p.xadd(keys.stream(ns), {FIELD: blob})
+        nss.add(ns)
+    if nss:
+        p.sadd(keys.NAMESPACES, *sorted(nss))
+    p.execute()
+
+
 def tail(r: Store, ns: str) -> Position:
     """Position of the newest entry of the namespace's stream ((0, 0) if none)."""
     got = stream_entries(r.xrevrange(keys.stream(ns), count=1))

@@ -25,6 +25,7 @@ from itertools import repeat
 import numpy as np
 import numpy.typing as npt
 
+from hivemind_memory.projections.analyzer import analyze, english_term
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
@@ -84,6 +85,11 @@ class Columns:
         self.private_n: dict[int, int] = {}
         self.private_len: dict[int, int] = {}
         self._vis: dict[str, BoolArray] = {}
+        self._writes = 0
+        """Counts ``put`` calls (cache key of the english lengths)."""
+        self._stems_of: list[str | None] = []
+        self._stem_terms: dict[str, list[int]] = {}
+        self._english_len: tuple[tuple[int, int], IntArray] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -135,6 +141,7 @@ class Columns:
         owner stay; a slot that died (forgotten) never comes back: a note live again (or one
         whose scope or owner changed) gets a new slot, so a slot has one set of postings."""
         self._vis.clear()
+        self._writes += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
         owner = self.agents.setdefault(note.agent, len(self.agents))
@@ -279,6 +286,10 @@ class Columns:
         t = self.terms.get(term)
         if t is None:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return self.postings_of(t)
+
+    def postings_of(self, t: int) -> tuple[IntArray, FloatArray]:
+        """Slots and term frequencies of term id ``t`` (dead slots included)."""
         if t + 1 < len(self.base_ptr):
             a, z = int(self.base_ptr[t]), int(self.base_ptr[t + 1])
             bs, bt = self.base_slot[a:z], self.base_tf[a:z]
@@ -290,33 +301,73 @@ class Columns:
             bt = np.concatenate((bt, np.array(run[1], np.int32)))
         return bs.astype(np.int64), bt.astype(np.float64)  # int -> float64 is exact
 
+    def _english(self) -> tuple[dict[str, list[int]], IntArray]:
+        """Stem -> ids of the plain terms with that stem, and each slot's length in english
+        terms (its tokens less its stop words); cached until the table changes."""
+        known = len(self._stems_of)
+        if known < len(self.terms):
+            for term in list(self.terms)[known:]:
+                stem = english_term(term)
+                self._stems_of.append(stem)
+                if stem is not None:
+                    self._stem_terms.setdefault(stem, []).append(self.terms[term])
+        key = (len(self.ids), self._writes)
+        if self._english_len is None or self._english_len[0] != key:
+            n = len(self.ids)
+            stop = [t for t, st in enumerate(self._stems_of) if st is None]
+            got = [self.postings_of(t) for t in stop]
+            slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
+            tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
+            minus = np.bincount(slots, weights=tfs, minlength=n).astype(np.int64)
+            self._english_len = (key, self.doc_len[:n] - minus)
+        return self._stem_terms, self._english_len[1]
+
     def bm25(self, query: str, cfg: RankingConfig, agent: str) -> tuple[IntArray, FloatArray]:
         """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with
-        ``query``: (slots, relevance), slots ascending. ``scores_over``'s arithmetic."""
+        ``query``: (slots, relevance), slots ascending. ``scores_over``'s arithmetic.
+
+        Under the ``english`` analyzer a term is a stem: its postings are the merged postings
+        of the plain terms with that stem (tf summed), a note's length counts its non-stop
+        tokens, and the statistics are those of the visible corpus as analysed."""
         o = self.agents.get(agent, -1) if agent else -1
-        total_len = self.shared_len + self.private_len.get(o, 0)
+        vis = self.visible(agent)
+        n_docs = self.shared_n + self.private_n.get(o, 0)
+        runs: list[tuple[IntArray, FloatArray]] = []
+        if cfg.analyzer == "plain":
+            total_len = self.shared_len + self.private_len.get(o, 0)
+            dl = self.doc_len
+            for term in dict.fromkeys(tokenize(query)):
+                slots, tfs = self.postings(term)
+                keep = vis[slots]
+                runs.append((slots[keep], tfs[keep]))
+        else:
+            stem_terms, dl = self._english()
+            total_len = int(dl[vis].sum())
+            for stem in dict.fromkeys(analyze(tokenize(query), cfg.analyzer)):
+                got = [self.postings_of(t) for t in stem_terms.get(stem, [])]
+                slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
+                tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
+                keep = vis[slots]
+                slots, tfs = slots[keep], tfs[keep]
+                if len(got) > 1:  # a note holding several forms of the stem: one tf
+                    merged, inv = np.unique(slots, return_inverse=True)
+                    tfs = np.bincount(inv, weights=tfs, minlength=len(merged)).astype(np.float64)
+                    slots = merged.astype(np.int64)
+                runs.append((slots, tfs))
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
         if total_len == 0:
             return empty
-        n_docs = self.shared_n + self.private_n.get(o, 0)
         k1, b = cfg.bm25_k1, cfg.bm25_b
         base = k1 * (1.0 - b)
         slope = k1 * b * n_docs / total_len
-        vis = self.visible(agent)
-        runs: list[tuple[float, IntArray, FloatArray]] = []
-        for term in dict.fromkeys(tokenize(query)):
-            slots, tfs = self.postings(term)
-            keep = vis[slots]
-            slots, tfs = slots[keep], tfs[keep]
-            runs.append((idf(n_docs, len(slots)), slots, tfs))
+        weights = [idf(n_docs, len(slots)) for slots, _ in runs]
         max_score = 0.0
-        for w, _, _ in runs:
+        for w in weights:
             max_score += w
         n = len(self.ids)
         acc = np.zeros(n, np.float64)
         hit = np.zeros(n, np.bool_)
-        dl = self.doc_len
-        for w, slots, tfs in runs:
+        for w, (slots, tfs) in zip(weights, runs, strict=True):
             if len(slots):
                 acc[slots] += w * (tfs / (tfs + base + slope * dl[slots]))
                 hit[slots] = True

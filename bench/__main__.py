@@ -18,7 +18,8 @@ def all_(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench all")
     ap.add_argument("--events", type=int, default=1_000_000,
                     help="events of the ingest/projection/replay run (default 1,000,000)")
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--sizes", default="10000,1000,100000",
+                    help="notes per namespace; the end-to-end and batch steps use the first")
     ap.add_argument("--quick", action="store_true",
                     help="scaled down: 20,000 events, sizes 500,2000, few queries")
     args = ap.parse_args(argv)

@@ -314,7 +314,9 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
 
 def index_rss_mib(redis_url: str, ns: str) -> float:
     """Peak RSS of a fresh process that connects, builds the runtime and loads ``ns``'s index
-    the way a worker's first query does (snapshot, then catch-up), then answers one query."""
+    the way a worker's first query does (snapshot, then catch-up), then answers one query.
+    Read from ``VmHWM`` (``ru_maxrss`` survives fork and exec: a child would report the
+    bench's own peak)."""
     code = (
         "import resource, sys\n"
         "from hivemind_memory.api_stub.protocol.settings import Settings\n"
@@ -326,7 +328,9 @@ def index_rss_mib(redis_url: str, ns: str) -> float:
         "rt = runtime.build(s, connect(s.redis_url))\n"
         "idx = NamespaceIndex(sys.argv[2]); refresh_index(rt.store, idx)\n"
         "idx.relevance('w1 w2', None, rt.cfg)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+        "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+        "print(int(hwm[0].split()[1]) / 1024 if hwm else "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     out = subprocess.run([sys.executable, "-c", code, redis_url, ns], check=True,
                          capture_output=True, text=True, env=env)

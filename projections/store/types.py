@@ -39,11 +39,17 @@ class StreamEntry(NamedTuple):
 def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
     """An XRANGE / XREVRANGE reply as ``StreamEntry`` values (entries without fields, which
     a deleted entry can leave, get an empty dict)."""
-    out: list[StreamEntry] = []
-    for entry_id, fields in reply or ():
-        out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v)
-                                                   for k, v in (fields or {}).items()}))
-    return out
+    if not reply:
+        return []
+    # A connection either decodes every reply or none: checking the first entry's id, field
+    # names and values proves bytes for all (the projection reads 2,000 entries per batch,
+    # and a check per field was a tenth of its time).
+    first_id, first_fields = reply[0]
+    as_bytes(first_id)
+    for k, v in (first_fields or {}).items():
+        as_bytes(k)
+        as_bytes(v)
+    return [StreamEntry(entry_id, fields or {}) for entry_id, fields in reply]
 
 
 def xread_entries(reply: object) -> list[StreamEntry]:

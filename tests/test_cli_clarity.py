@@ -155,3 +155,15 @@ def test_progress_bars_only_on_a_terminal_and_only_for_big_work(monkeypatch: Any
 def test_replay_in_a_pipe_prints_no_progress_bar(tmp_path: Path) -> None:
     r = run("replay", "--ns", "x", "--verify", "--redis-url", "memory://")
     assert r.returncode == 0 and "\r" not in r.stderr and "it/s" not in r.stderr
+
+
+def test_a_busy_metrics_port_is_a_clear_usage_error() -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run("worker", "--burst", "--metrics-port", str(port), "--redis-url", "memory://")
+    assert r.returncode == 2
+    assert f"hivemind: cannot serve metrics on 127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr

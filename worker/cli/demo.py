@@ -217,7 +217,8 @@ def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None
         w("  " + textwrap.shorten(f"dead letter: {d.reason}", WIDTH - 2, placeholder=" ...")
           + "\n")
     w("\nEach query below is answered twice from the same candidates (same relevance):\n"
-      "left, hivemind: recency by tier (half-life 180 d, a floor; used 5x: no decay)\n"
+      f"left, hivemind: recency by tier (half-life {rt.cfg.short.half_life_days:g} d, a floor; "
+      f"used {rt.cfg.longterm_uses}x: no decay)\n"
       "and the best set that fits the budget. Right, the seed: 5% a day for every note,\n"
       "sorted by score and filled top-down. value = sum of hivemind scores.\n"
       "ctx = position in the context handed to the model (strongest at both ends),\n"

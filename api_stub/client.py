@@ -31,7 +31,7 @@ from hivemind_memory.events.errors import QueryError, QueryTimeout
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.log import append, register_namespaces
 from hivemind_memory.projections.store.types import Store
 
 
@@ -48,16 +48,17 @@ class Client:
 
     # -- events ------------------------------------------------------------------------------
     def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
-        """Validate and append events; schedule their namespaces' projection. Returns ids."""
+        """Validate exactly as ``hivemind ingest`` does (structs too: a struct built by hand
+        skips msgspec's checks, so it is encoded and parsed again), then append; schedule the
+        namespaces' projection. Returns the stream ids. Nothing is appended if any is bad."""
         evs: list[Event] = []
         for i, e in enumerate(events, start=1):
             if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
-                evs.append(e)
-            else:
-                evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        ids = append(self.store, evs)
+                e = msgspec.to_builtins(e)
+            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
+        register_namespaces(self.store, {e.ns for e in evs})
         jobs.schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
-        return ids
+        return append(self.store, evs)
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

@@ -12,16 +12,17 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
-from rq import SimpleWorker
+from rq import Queue
 
-from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.projector import behind, sweep
+from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.worker")
 
@@ -45,13 +46,14 @@ def worker_name() -> str:
     return f"hivemind-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class HivemindWorker(SimpleWorker):
-    """RQ's in-process worker that re-sweeps when idle (never quits for being idle) and
-    counts its jobs and the signal that stopped it."""
+class LoopWorker(HivemindWorker):
+    """hivemind's RQ worker that re-sweeps when idle (never quits for being idle, so it keeps
+    one name and one registration) and counts its jobs and the signal that stopped it."""
 
-    def __init__(self, *args: Any, on_idle: Any = None, idle_s: int = SWEEP_INTERVAL_S,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, queues: list[Queue], connection: Any, name: str,
+                 on_idle: Callable[[], object] | None = None,
+                 idle_s: int = SWEEP_INTERVAL_S) -> None:
+        super().__init__(queues, connection=connection, name=name)
         self.on_idle = on_idle
         self.idle_s = idle_s
         self.jobs_done = 0
@@ -97,9 +99,9 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
         if not first:
             sweep(rt.store, rt.project_queue)
         first = False
-        w = HivemindWorker(queues, connection=rt.rq, serializer=JSONSerializer, name=name,
-                           on_idle=None if burst else lambda: sweep(rt.store, rt.project_queue),
-                           idle_s=idle_s)
+        w = LoopWorker(queues, connection=rt.rq, name=name,
+                       on_idle=None if burst else lambda: sweep(rt.store, rt.project_queue),
+                       idle_s=idle_s)
         try:
             w.work(burst=burst, with_scheduler=False, logging_level="WARNING")
         finally:

@@ -16,6 +16,7 @@ import structlog
 from tqdm import tqdm
 
 from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.events.times import to_utc
 
 TIME_HELP = "RFC 3339 time with a timezone (2026-05-01T12:00:00Z), or a date (= 00:00Z that day)"
 """The help text of every time argument."""
@@ -45,7 +46,7 @@ def parse_time(value: str) -> datetime:
         raise ValueError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
     if t.tzinfo is None:
         raise ValueError(f"{value!r} has no timezone (e.g. {value}Z for UTC)")
-    return t.astimezone(UTC)
+    return to_utc(t, "time")
 
 
 def time_arg(value: str) -> datetime:

@@ -18,7 +18,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import QueryError
+from hivemind_memory.events.errors import AppendFailed, QueryError
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
@@ -27,7 +27,7 @@ from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -69,6 +69,9 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
                progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
     except OSError as exc:  # missing, a directory, not readable
         return fail(f"cannot read {args.file}: {exc.strerror or exc}")
+    except AppendFailed as exc:
+        return fail(f"appended {rep.appended} event(s), then the store failed: {exc}; "
+                    "re-running the whole file is safe (repeated event_ids are applied once)")
     except redis.RedisError as exc:
         return fail(f"Redis error after appending {rep.appended} event(s): "
                     f"{redis_message(exc)}; re-running the whole file is safe (repeated "
@@ -183,7 +186,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
                     renew()
                 rb = fold_log(r, args.ns, on_chunk=each_chunk)
             renew()
-            if write_back(r, args.ns, rb, held.token):
+            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
                 break
         else:
             return fail(f"namespace {args.ns} kept moving; replay wrote nothing")
@@ -198,8 +201,17 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    for d in read_dead(r, args.ns):
-        sys.stdout.write(_json.encode(d).decode() + "\n")
+    total = dead_total(r, args.ns)
+    shown = read_dead(r, args.ns, count=args.limit)
+    for d in shown:
+        if args.json:
+            sys.stdout.write(_json.encode(d).decode() + "\n")
+        else:
+            sys.stdout.write(f"{d.entry:<18} {d.reason}\n")
+    more = total - len(shown)
+    summary = (f"dead: {len(shown)} of {total} dead letter(s) of {args.ns}"
+               + (f" (truncated: {more} more; use --limit {total})" if more > 0 else ""))
+    print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -218,7 +230,7 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config, as_json=args.json)
+    return run_demo(args.config, args.store, as_json=args.json)
 
 
 def _client(s: Settings) -> Client:

@@ -14,12 +14,13 @@ import socket
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import structlog
-from rq import Queue
+from rq.queue import Queue
 
+from hivemind_memory.projections.store.connection import redact
 from hivemind_memory.projections.store.log import namespaces
+from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.projector import behind, sweep
 from hivemind_memory.worker.rqworker import HivemindWorker
@@ -30,30 +31,19 @@ SWEEP_INTERVAL_S = 60
 """A long-running worker re-sweeps for namespaces left behind after this long idle."""
 
 
-def redact(url: str) -> str:
-    """A store URL fit for a log line: the password replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    user = parts.username or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def worker_name() -> str:
     """``hivemind-<host>-<pid>-<random>``: unique per process, stable for its life."""
     return f"hivemind-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class LoopWorker(HivemindWorker):
-    """hivemind's RQ worker that re-sweeps when idle (never quits for being idle, so it keeps
-    one name and one registration) and counts its jobs and the signal that stopped it."""
+    """hivemind's RQ worker (allowlist, heartbeats) that re-sweeps when idle (never quits for
+    being idle) and counts its jobs and the signal that stopped it."""
 
-    def __init__(self, queues: list[Queue], connection: Any, name: str,
+    def __init__(self, queues: list[Queue], connection: Store, *, name: str,
                  on_idle: Callable[[], object] | None = None,
                  idle_s: int = SWEEP_INTERVAL_S) -> None:
-        super().__init__(queues, connection=connection, name=name)
+        super().__init__(queues, connection, name=name)
         self.on_idle = on_idle
         self.idle_s = idle_s
         self.jobs_done = 0
@@ -99,7 +89,7 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
         if not first:
             sweep(rt.store, rt.project_queue)
         first = False
-        w = LoopWorker(queues, connection=rt.rq, name=name,
+        w = LoopWorker(queues, rt.rq, name=name,
                        on_idle=None if burst else lambda: sweep(rt.store, rt.project_queue),
                        idle_s=idle_s)
         try:

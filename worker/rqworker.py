@@ -48,7 +48,7 @@ class HivemindWorker(SimpleWorker):
     heartbeats kept alive while a job runs, and frequent registry cleanup."""
 
     def __init__(self, queues: list[Queue], connection: Any, name: str | None = None) -> None:
-        super().__init__(queues, connection=connection, name=name, serializer=JSONSerializer,
+        super().__init__(queues, connection=connection, serializer=JSONSerializer, name=name,
                          job_class=SafeJob, maintenance_interval=MAINTENANCE_S,
                          worker_ttl=DEQUEUE_BLOCK_S + 15,
                          job_monitoring_interval=int(HEARTBEAT_EVERY_S))

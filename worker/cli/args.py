@@ -46,7 +46,7 @@ def parse_time(value: str) -> datetime:
         raise ValueError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
     if t.tzinfo is None:
         raise ValueError(f"{value!r} has no timezone (e.g. {value}Z for UTC)")
-    return to_utc(t, "time")
+    return to_utc(t, repr(value))  # range-checked: an offset must not overflow the year
 
 
 def time_arg(value: str) -> datetime:

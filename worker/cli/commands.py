@@ -230,7 +230,7 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config, args.store, as_json=args.json)
+    return run_demo(args.config, as_json=args.json, store_url=args.store)
 
 
 def _client(s: Settings) -> Client:

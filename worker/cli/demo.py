@@ -155,15 +155,15 @@ def _side_json(notes: Sequence[ScoredNote], used: int) -> dict[str, Any]:
             "used": used, "value": round(value(notes), 6)}
 
 
-def run_demo(config_path: str | None, store_url: str = "memory://", as_json: bool = False,
-             out: IO[str] | None = None) -> int:
+def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None = None,
+             store_url: str = "memory://demo") -> int:
     """Ingest the sample into the embedded store, project it with a burst worker, run the
     queries and print each beside the naive baseline (text in 80 columns, or one JSON object).
-    ``memory://PATH`` keeps the log on disk (a second run appends the sample again; the
-    repeated events are applied once)."""
+    ``memory://PATH`` keeps the log on disk (a second run replays it; the repeated events are
+    applied once)."""
     out = out or sys.stdout
     if not store_url.startswith("memory://"):
-        print("hivemind: demo --store must be memory:// or memory://PATH", file=sys.stderr)
+        print("hivemind demo: --store must be memory:// or memory://PATH", file=sys.stderr)
         return 2
     s = Settings.from_env({}, redis_url=store_url, config_path=config_path)
     rt = runtime.build(s, connect(s.redis_url))

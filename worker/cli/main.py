@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
-    p.add_argument("--json", action="store_true", help="one JSON object instead of the text")
     p.add_argument("--store", default="memory://",
                    help="embedded store URL: memory:// (default) or memory://PATH (kept on disk)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the text")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")

@@ -16,8 +16,8 @@ import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.tokens import TokenTable, load_tokens
+from hivemind_memory.projections.store.connection import redact
 from hivemind_memory.worker.cli.args import fail
-from hivemind_memory.worker.loop import redact
 
 log = structlog.get_logger("hivemind.serve")
 

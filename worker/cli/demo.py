@@ -156,7 +156,7 @@ def _side_json(notes: Sequence[ScoredNote], used: int) -> dict[str, Any]:
 
 
 def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None = None,
-             store_url: str = "memory://demo") -> int:
+             store_url: str = "memory://") -> int:
     """Ingest the sample into the embedded store, project it with a burst worker, run the
     queries and print each beside the naive baseline (text in 80 columns, or one JSON object).
     ``memory://PATH`` keeps the log on disk (a second run replays it; the repeated events are

@@ -87,8 +87,7 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
     import uvicorn
 
     if args.max_body is not None and args.max_body < 1:
-        print("hivemind: --max-body must be at least 1 byte", file=sys.stderr)
-        return 2
+        return fail("--max-body must be at least 1 byte")
     tokens = load_tokens(args.tokens) if args.tokens else None
     if tokens is None:
         if not is_loopback(args.host):

@@ -176,3 +176,13 @@ def test_a_worker_that_cannot_reach_redis_says_so_in_one_json_line() -> None:
     lines = [json.loads(ln) for ln in r.stderr.splitlines()]
     assert [x["event"] for x in lines] == ["command_failed"]
     assert lines[0]["message"].startswith("cannot connect to redis://127.0.0.1:")
+
+
+def test_export_and_sweep_warn_on_an_unknown_namespace_and_answer_empty() -> None:
+    r = run("export", "--ns", "nobody", "--redis-url", "memory://")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "namespace 'nobody' has never seen an event" in r.stderr
+    assert "\r" not in r.stderr  # no progress bar in a pipe
+    r = run("sweep", "--ns", "nobody", "--set", "bm25_k1=1.2", "--json",
+            "--redis-url", "memory://")
+    assert r.returncode == 0 and "namespace 'nobody' has never seen an event" in r.stderr

@@ -57,6 +57,7 @@ from hivemind_memory.projections.store.lease import changes_tail, wait_for_chang
 from hivemind_memory.projections.store.log import tail
 from hivemind_memory.projections.store.readmodel import checkpoint, read_notes
 from hivemind_memory.projections.store.results import AUDIT_FIELD
+from hivemind_memory.worker import metrics
 
 log = structlog.get_logger("hivemind.http")
 
@@ -360,6 +361,11 @@ class Api:
     async def healthz(self, request: Request) -> Response:
         return _respond(Health(True))
 
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        body = await self.run(metrics.render)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
     async def readyz(self, request: Request) -> Response:
         def check() -> Health:
             try:
@@ -436,6 +442,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     """The ASGI application of ``hivemind serve``."""
     opts = opts or ServerOptions()
     api = Api(client, opts)
+    metrics.watch_store(client.store, client.rq)
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
@@ -445,6 +452,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
         Route("/healthz", _wrap(api.healthz), methods=["GET"]),
+        Route("/metrics", _wrap(api.metrics), methods=["GET"]),
         Route("/readyz", _wrap(api.readyz), methods=["GET"]),
         Route("/openapi.json", _wrap(api.openapi), methods=["GET"]),
         Route("/docs", _wrap(api.docs), methods=["GET"]),

@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from hivemind_memory.worker.cli.args import parse_time, progress, time_arg
 from hivemind_memory.worker.cli.main import build_parser
 from hivemind_memory.worker.cli.output import print_result
 from tests.factories import created, jsonl
-from tests.support import HIVEMIND, RedisProc
+from tests.support import HIVEMIND, RedisProc, free_port
 
 TIME_DESTS = {"as_of", "since", "until"}
 
@@ -155,3 +156,33 @@ def test_progress_bars_only_on_a_terminal_and_only_for_big_work(monkeypatch: Any
 def test_replay_in_a_pipe_prints_no_progress_bar(tmp_path: Path) -> None:
     r = run("replay", "--ns", "x", "--verify", "--redis-url", "memory://")
     assert r.returncode == 0 and "\r" not in r.stderr and "it/s" not in r.stderr
+
+
+def test_a_busy_metrics_port_is_a_clear_usage_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run("worker", "--burst", "--metrics-port", str(port), "--redis-url", "memory://")
+    assert r.returncode == 2
+    [line] = [json.loads(ln) for ln in r.stderr.splitlines()]  # a worker's stderr is its log
+    assert line["event"] == "command_failed" and line["exit_status"] == 2
+    assert line["message"].startswith(f"cannot serve metrics on 127.0.0.1:{port}: ")
+
+
+def test_a_worker_that_cannot_reach_redis_says_so_in_one_json_line() -> None:
+    r = run("worker", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert r.returncode == 2
+    lines = [json.loads(ln) for ln in r.stderr.splitlines()]
+    assert [x["event"] for x in lines] == ["command_failed"]
+    assert lines[0]["message"].startswith("cannot connect to redis://127.0.0.1:")
+
+
+def test_export_and_sweep_warn_on_an_unknown_namespace_and_answer_empty() -> None:
+    r = run("export", "--ns", "nobody", "--redis-url", "memory://")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "namespace 'nobody' has never seen an event" in r.stderr
+    assert "\r" not in r.stderr  # no progress bar in a pipe
+    r = run("sweep", "--ns", "nobody", "--set", "bm25_k1=1.2", "--json",
+            "--redis-url", "memory://")
+    assert r.returncode == 0 and "namespace 'nobody' has never seen an event" in r.stderr

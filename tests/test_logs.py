@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +27,8 @@ from hivemind_memory.worker import logs
 from hivemind_memory.worker.loop import redact
 from hivemind_memory.worker.status import namespace_status
 from tests.factories import created, jsonl
-from tests.support import HIVEMIND, RedisProc
+from tests.frontdoor_support import start_serve
+from tests.support import HIVEMIND, RedisProc, free_port
 
 
 @pytest.fixture
@@ -140,3 +143,30 @@ def test_worker_json_lines_start_stop_and_one_name_across_idle_sweeps(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_serve_writes_only_json_lines(tmp_path: Path) -> None:
+    srv = start_serve(["--redis-url", "memory://data"], tmp_path, free_port())
+    try:
+        for path in ("/healthz", "/metrics", "/no-such-page"):
+            try:
+                with urllib.request.urlopen(srv.base + path, timeout=10) as resp:
+                    resp.read()
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 404 and path == "/no-such-page"
+    finally:
+        srv.stop()
+    lines = [ln for ln in srv.stderr.read_text().splitlines() if ln.strip()]
+    objs = [json.loads(ln) for ln in lines]  # every line is JSON
+    events = [o["event"] for o in objs]
+    assert "serve_started" in events and "serve_without_tokens" in events
+    started = objs[events.index("serve_started")]
+    assert started["url"].startswith("http://127.0.0.1:") and started["metrics"] == "/metrics"
+
+
+def test_serve_refusal_is_a_log_line_too(tmp_path: Path) -> None:
+    r = subprocess.run([*HIVEMIND, "serve", "--host", "0.0.0.0", "--redis-url", "memory://"],
+                       capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert r.returncode == 2
+    [line] = [json.loads(ln) for ln in r.stderr.splitlines()]
+    assert line["event"] == "command_failed" and "without --tokens" in line["message"]

@@ -30,6 +30,7 @@ from hivemind_memory.worker import metrics, runtime
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.status import namespace_status, read_status
 from tests.factories import created, ev, jsonl, used
+from tests.frontdoor_support import ALICE, call, start_live
 from tests.support import HIVEMIND, RedisProc, free_port
 
 BIG = os.environ.get("HIVEMIND_BIG_BACKLOG") == "1"
@@ -175,3 +176,26 @@ def test_status_and_metrics_show_lag_falling_to_zero_while_a_worker_catches_up(
         w.terminate()
         w.wait(timeout=30)
         client.close()
+
+
+def test_serve_exposes_the_metrics_at_slash_metrics(tmp_path: Path) -> None:
+    srv = start_live(f"memory://{tmp_path / 'store'}")
+    try:
+        ev1 = {"type": "note.created", "event_id": "c1", "note_id": "n1",
+               "at": "2026-05-01T09:00:00Z", "text": "redis aof"}
+        status, _ = call(srv.base, "POST", "/v1/ns/team-a/events", [ev1], token=ALICE)
+        assert status in (200, 201, 202)
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(srv.base + "/metrics", timeout=10) as resp:
+                assert resp.headers["Content-Type"].startswith("text/plain")
+                got = samples(resp.read().decode())
+            key = ("hivemind_projection_lag_entries", (("ns", "team-a"),))
+            if got.get(key) == 0:
+                break
+            assert time.monotonic() < deadline, got
+            time.sleep(0.05)  # the in-process worker projects in the background
+        assert got[("hivemind_events_appended_total", (("ns", "team-a"),))] == 1
+        assert got[("hivemind_events_projected_total", (("ns", "team-a"),))] == 1
+    finally:
+        srv.stop()

@@ -72,7 +72,8 @@ def _log(r: Store, ns: str, until_ms: int | None) -> Iterator[tuple[Position, Ev
 
 
 def export(r: Store, ns: str, out: IO[bytes], *, until: datetime | None = None,
-           with_audit: bool = False) -> ExportReport:
+           with_audit: bool = False,
+           on_entry: Callable[[], object] | None = None) -> ExportReport:
     """Write the namespace's log (entries appended up to ``until``: a prefix of the log) and,
     with ``with_audit``, its config history, query embeddings and the audit entries written
     up to ``until``."""
@@ -80,6 +81,8 @@ def export(r: Store, ns: str, out: IO[bytes], *, until: datetime | None = None,
     rep = ExportReport()
     positions: list[Position] = []
     for pos, ev in _log(r, ns, until_ms):
+        if on_entry is not None:
+            on_entry()  # a progress tick per log entry
         if ev is None:
             rep.skipped += 1
             continue

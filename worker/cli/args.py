@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime
 from typing import IO, Any, NoReturn
 
 import msgspec
+import structlog
 from tqdm import tqdm
 
 from hivemind_memory.events.schema import NS_PATTERN
@@ -63,9 +64,23 @@ def ns_arg(value: str) -> str:
     return value
 
 
+_as_log_lines = False
+
+
+def errors_as_log_lines(on: bool) -> None:
+    """For long-running commands (worker, serve) whose stderr is a log: ``fail`` writes a
+    log line (JSON in production) instead of the ``hivemind: ...`` line."""
+    global _as_log_lines
+    _as_log_lines = on
+
+
 def fail(message: str, code: int = 2, err: IO[str] | None = None) -> int:
     """Print an error in the CLI's style and return the exit status to use."""
-    print(f"hivemind: {message}", file=err or sys.stderr)
+    if _as_log_lines and err is None:
+        structlog.get_logger("hivemind.cli").error("command_failed", message=message,
+                                                   exit_status=code)
+    else:
+        print(f"hivemind: {message}", file=err or sys.stderr)
     return code
 
 

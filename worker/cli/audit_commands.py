@@ -14,7 +14,9 @@ from tqdm import tqdm
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import load_config
+from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import archive, runtime
 from hivemind_memory.worker import sweep as sweeping
 from hivemind_memory.worker.audit import (
@@ -25,6 +27,7 @@ from hivemind_memory.worker.audit import (
     list_served,
     note_history,
 )
+from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 
 _json = msgspec.json.Encoder()
 
@@ -144,6 +147,7 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
         print("hivemind: give QUERY_ID(s) or --all (not both)", file=sys.stderr)
         return 2
     r = connect(s.redis_url)
+    warn_unknown_namespaces([args.ns], namespaces(r))
     served = all_served(r, args.ns)
     missing: list[str] = []
     if not args.all:
@@ -171,13 +175,19 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    if args.out:
-        with open(args.out, "wb") as fh:
-            rep = archive.export(r, args.ns, fh, until=args.until, with_audit=args.with_audit)
-    else:
-        rep = archive.export(r, args.ns, sys.stdout.buffer, until=args.until,
-                             with_audit=args.with_audit)
-        sys.stdout.buffer.flush()
+    warn_unknown_namespaces([args.ns], namespaces(r))
+    bar = progress(int(r.xlen(keys.stream(args.ns))), "export")
+    try:
+        if args.out:
+            with open(args.out, "wb") as fh:
+                rep = archive.export(r, args.ns, fh, until=args.until,
+                                     with_audit=args.with_audit, on_entry=bar.update)
+        else:
+            rep = archive.export(r, args.ns, sys.stdout.buffer, until=args.until,
+                                 with_audit=args.with_audit, on_entry=bar.update)
+            sys.stdout.buffer.flush()
+    finally:
+        bar.close()
     print(f"export: {rep.events} event(s)"
           + (f", {rep.served} served quer(ies), {rep.configs} config(s)"
              if args.with_audit else "")
@@ -214,6 +224,7 @@ def cmd_import(args: argparse.Namespace, s: Settings) -> int:
 def cmd_sweep(args: argparse.Namespace, s: Settings) -> int:
     combos = sweeping.combinations(args.sets)
     r = connect(s.redis_url)
+    warn_unknown_namespaces([args.ns], namespaces(r))
     served = all_served(r, args.ns)
     if args.queries is not None:
         served = served[-args.queries:] if args.queries > 0 else []

@@ -90,7 +90,11 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
     rt = _runtime(s)
     if args.metrics_port is not None:
         metrics.watch_store(rt.store, rt.rq)
-        metrics.serve_metrics(args.metrics_port, args.metrics_host)
+        try:
+            metrics.serve_metrics(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            return fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
+                        f"{exc.strerror or exc}")
         log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
     return run_worker(rt, args.burst, idle_s=args.sweep_every)
 

@@ -156,7 +156,7 @@ def _side_json(notes: Sequence[ScoredNote], used: int) -> dict[str, Any]:
 
 
 def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None = None,
-             store_url: str = "memory://demo") -> int:
+             store_url: str = "memory://") -> int:
     """Ingest the sample into the embedded store, project it with a burst worker, run the
     queries and print each beside the naive baseline (text in 80 columns, or one JSON object).
     ``memory://PATH`` keeps the log on disk (a second run replays it; the repeated events are
@@ -223,7 +223,8 @@ def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None
         w("  " + textwrap.shorten(f"dead letter: {d.reason}", WIDTH - 2, placeholder=" ...")
           + "\n")
     w("\nEach query below is answered twice from the same candidates (same relevance):\n"
-      "left, hivemind: recency by tier (half-life 180 d, a floor; used 5x: no decay)\n"
+      f"left, hivemind: recency by tier (half-life {rt.cfg.short.half_life_days:g} d, a floor; "
+      f"used {rt.cfg.longterm_uses}x: no decay)\n"
       "and the best set that fits the budget. Right, the seed: 5% a day for every note,\n"
       "sorted by score and filled top-down. value = sum of hivemind scores.\n"
       "ctx = position in the context handed to the model (strongest at both ends),\n"

@@ -205,6 +205,7 @@ def _background(log: _Log, rnd: random.Random, count: int) -> None:
             extra["kind"] = "scratch"
             sentences = [rnd.choice(_SCRATCH).format(**fill)]
             created = AS_OF - timedelta(days=rnd.uniform(0, 60))
+            nid = f"scratch-{i:03d}"
         log.created(nid, agent, created, ". ".join(sentences).capitalize() + ".", **extra)
         # Uses: most notes are used rarely; a few are used a lot (older ones had more chance)
         u = rnd.random()

@@ -10,12 +10,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import audit_commands, commands, serve
-from hivemind_memory.worker.cli.args import TIME_HELP, Parser, fail, ns_arg, time_arg
+from hivemind_memory.worker.cli.args import (
+    TIME_HELP,
+    Parser,
+    errors_as_log_lines,
+    fail,
+    ns_arg,
+    time_arg,
+)
 from hivemind_memory.worker.cli.output import redis_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
@@ -27,6 +35,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "memory://PATH = embedded, kept in the directory PATH)")
     p.add_argument("--config", help="ranking config TOML (default: $HIVEMIND_CONFIG)")
 
+
+SERVICES = frozenset({"worker", "serve", "mcp"})
+"""Long-running commands whose stderr is a log: their errors are log lines too."""
 
 _ns_arg = ns_arg
 _time_arg = time_arg
@@ -131,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
     args = build_parser().parse_args(argv)
     logs.configure()  # JSON lines unless stderr is a terminal
+    service = args.cmd in SERVICES
+    errors_as_log_lines(service)
     try:
         return int(_dispatch(args))
     except (StoreError, ConfigError) as exc:
@@ -146,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception:
+        if not service:
+            raise
+        # a service's stderr is its log: even a crash is one log line (JSON in production)
+        structlog.get_logger("hivemind.cli").exception("command_crashed", command=args.cmd)
+        return 1
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import sys
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.tokens import TokenTable, load_tokens
+from hivemind_memory.projections.store.connection import redact
+from hivemind_memory.worker.cli.args import fail
+
+log = structlog.get_logger("hivemind.serve")
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -82,24 +87,23 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
     import uvicorn
 
     if args.max_body is not None and args.max_body < 1:
-        print("hivemind: --max-body must be at least 1 byte", file=sys.stderr)
-        return 2
+        return fail("--max-body must be at least 1 byte")
     tokens = load_tokens(args.tokens) if args.tokens else None
     if tokens is None:
         if not is_loopback(args.host):
-            print(f"hivemind: refusing to serve on {args.host} without --tokens "
-                  "(anyone could read and write every namespace); bind 127.0.0.1 or give "
-                  "a tokens file", file=sys.stderr)
-            return 2
-        print(f"hivemind serve: no --tokens: loopback only ({args.host}), no authentication; "
-              "the agent is whatever a request names", file=sys.stderr)
+            return fail(f"refusing to serve on {args.host} without --tokens (anyone could read "
+                        "and write every namespace); bind 127.0.0.1 or give a tokens file")
+        log.warning("serve_without_tokens", host=args.host,
+                    note="loopback only, no authentication; the agent is whatever a request "
+                    "names")
     served = build(s, tokens, args.host, args.max_body)
     where = "in-process worker" if served.worker is not None else "run `hivemind worker` too"
-    print(f"hivemind serve: http://{args.host}:{args.port} (store {s.redis_url}, {where}; "
-          f"MCP at /mcp, docs at /docs)", file=sys.stderr)
+    # stderr is the log: JSON lines in production, uvicorn's lines through the same handler
+    log.info("serve_started", url=f"http://{args.host}:{args.port}", store=redact(s.redis_url),
+             workers=where, mcp="/mcp", docs="/docs", metrics="/metrics")
     try:
         uvicorn.run(served.app, host=args.host, port=args.port, log_level="warning",
-                    access_log=False)
+                    access_log=False, log_config=None)
     finally:
         served.close()
     return 0

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import AppendFailed, EventError
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.store.log import append, append_encoded
+from hivemind_memory.projections.store.log import append_encoded
 from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
@@ -57,27 +57,35 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 
+def _append_chunk(r: Store, chunk: list[tuple[str, bytes]], report: IngestReport,
+                  on_chunk: Callable[[set[str]], None] | None) -> None:
+    """Append one chunk of encoded events, counting exactly what landed. Its namespaces are
+    scheduled before the first entry can land and again after (a job that ran in between
+    found nothing)."""
+    if not chunk:
+        return
+    nss = {ns for ns, _ in chunk}
+    if on_chunk is not None:
+        on_chunk(nss)
+    try:
+        append_encoded(r, chunk)
+    except AppendFailed as exc:
+        report.appended += exc.appended
+        if exc.appended:
+            report.namespaces |= nss
+        raise
+    report.appended += len(chunk)
+    report.namespaces |= nss
+    if on_chunk is not None:
+        on_chunk(nss)
+
+
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
                  bar: Any, on_chunk: Callable[[set[str]], None] | None) -> None:
     chunk: list[Event] = []
 
     def flush() -> None:
-        if not chunk:
-            return
-        nss = {e.ns for e in chunk}
-        if on_chunk is not None:
-            on_chunk(nss)  # scheduled before its first entry can land
-        try:
-            append(r, chunk)
-        except AppendFailed as exc:
-            report.appended += exc.appended
-            if exc.appended:
-                report.namespaces |= nss
-            raise
-        report.appended += len(chunk)
-        report.namespaces |= nss
-        if on_chunk is not None:
-            on_chunk(nss)  # again: a job that ran before the entries landed found nothing
+        _append_chunk(r, [(e.ns, encode_event(e)) for e in chunk], report, on_chunk)
         chunk.clear()
 
     for _lineno, item, nbytes in iter_events(fh):
@@ -123,22 +131,7 @@ def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
     chunk: list[tuple[str, bytes]] = []
 
     def flush() -> None:
-        if not chunk:
-            return
-        nss = {ns for ns, _ in chunk}
-        if on_chunk is not None:
-            on_chunk(nss)  # scheduled before its first entry can land
-        try:
-            append_encoded(r, chunk)
-        except AppendFailed as exc:
-            report.appended += exc.appended
-            if exc.appended:
-                report.namespaces |= nss
-            raise
-        report.appended += len(chunk)
-        report.namespaces |= nss
-        if on_chunk is not None:
-            on_chunk(nss)  # again: a job that ran before the entries landed found nothing
+        _append_chunk(r, chunk, report, on_chunk)
         chunk.clear()
 
     while head := spool.read(_FRAME.size):

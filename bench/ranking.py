@@ -16,9 +16,9 @@ from functools import partial
 from typing import TypeVar
 
 from hivemind_memory.projections.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.index import build_index
 from hivemind_memory.projections.packing import Item, pack
-from hivemind_memory.projections.rank import rank
-from hivemind_memory.projections.relevance import LexicalIndex
+from hivemind_memory.projections.rank_columns import rank_index
 from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -92,10 +92,10 @@ def bench_packing(
 def bench_scoring(
     rng: random.Random, repeats: int, sizes: Sequence[int], cfg: RankingConfig
 ) -> None:
-    """Index synthetic notes, then time ``scores`` and ``rank`` for a few queries."""
+    """Index synthetic notes, then time the relevance and ranking of a few queries."""
     print(
-        f"scoring: LexicalIndex.scores + rank, budget 8,000 (median of {repeats}); "
-        "'explain' builds every candidate, 'lean' only the packed notes"
+        f"scoring: NamespaceIndex.relevance_slots + rank_index (the worker's path), budget 8,000 "
+        f"(median of {repeats}); 'explain' builds every candidate, 'lean' only the packed notes"
     )
     print(
         f"{'notes':>8} {'query':>18} {'matches':>8} {'scores ms':>10} {'explain ms':>10} "
@@ -103,15 +103,15 @@ def bench_scoring(
     )
     for n in sizes:
         notes = synthetic_notes(rng, n)
-        ix = LexicalIndex()
         t0 = time.perf_counter()
-        for note in notes:
-            ix.add(note.note_id, note.text)
+        ix = build_index("bench", {note.note_id: note for note in notes})
         build = time.perf_counter() - t0
         print(f"{n:>8,} index build {build:.2f} s ({build / n * 1e6:.1f} µs/note)")
         for q in QUERIES:
-            s_secs, rel = timed(partial(ix.scores, q, cfg), repeats)
-            run = partial(rank, notes, rel, agent="alice", now=NOW, budget=8_000, cfg=cfg)
+            s_secs, (slots, rel) = timed(partial(ix.relevance_slots, q, None, cfg, "alice"),
+                                         repeats)
+            run = partial(rank_index, ix, slots, rel, agent="alice", now=NOW, budget=8_000,
+                          cfg=cfg)
             r_secs, res = timed(run, repeats)
             l_secs, _ = timed(partial(run, explain=False), repeats)
             print(

@@ -7,7 +7,7 @@ base (one run of ``(slot, tf)`` per term id) plus a delta of postings appended s
 compaction; a query reads both and masks out dead and invisible slots. ``compact`` merges the
 delta into the base (dropping dead postings) once it is large.
 
-BM25 is ``projections.relevance.scores_over``'s arithmetic, element for element: the same
+BM25 is ``tests.reference.scores_over``'s arithmetic, element for element: the same
 corpus statistics (the notes the asking agent may see: shared ones plus its own private ones,
 counted incrementally), the same IDF, each note's sum over the query's distinct terms in
 query order, each term ``w * (tf / ((tf + base) + slope * dl))``, divided by the same
@@ -324,7 +324,7 @@ class Columns:
 
     def bm25(self, query: str, cfg: RankingConfig, agent: str) -> tuple[IntArray, FloatArray]:
         """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with
-        ``query``: (slots, relevance), slots ascending. ``scores_over``'s arithmetic.
+        ``query``: (slots, relevance), slots ascending (``tests.reference.scores_over``).
 
         Under the ``english`` analyzer a term is a stem: its postings are the merged postings
         of the plain terms with that stem (tf summed), a note's length counts its non-stop

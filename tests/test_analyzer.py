@@ -14,9 +14,10 @@ from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.analyzer import analyze
 from hivemind_memory.projections.config import DEFAULT, RankingConfig, config_from_toml
 from hivemind_memory.projections.index import NamespaceIndex, build_index
-from hivemind_memory.projections.relevance import LexicalIndex, scores_over, tokenize
+from hivemind_memory.projections.relevance import tokenize
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
+from tests.reference import LexicalIndex, scores_over
 
 ENGLISH = RankingConfig(analyzer="english")
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from hivemind_memory.events.schema import Scope
 from hivemind_memory.projections.config import DEFAULT, RankingConfig
 from hivemind_memory.projections.index import build_index
-from hivemind_memory.projections.relevance import LexicalIndex, idf, scores_over, tokenize
+from hivemind_memory.projections.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
 from tests import reference
+from tests.reference import LexicalIndex, scores_over
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

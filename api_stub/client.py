@@ -31,16 +31,16 @@ from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from hivemind_memory.projections.store import keys, results
 from hivemind_memory.projections.store.log import append
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 
 class Client:
     """Talks to the store (streams, results) and to RQ (jobs)."""
 
-    def __init__(self, store: Store, rq: Store | None = None,
+    def __init__(self, store: Store, rq: QueueConn | None = None,
                  settings: Settings | None = None) -> None:
         self.store = store
-        self.rq = rq if rq is not None else store
+        self.rq = jobs.queue_connection(store, rq)
         self.settings = settings or Settings()
         self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
         self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import redis
 from rq import Queue, Retry
 
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 PROJECT_QUEUE = "hivemind-project"
 """RQ queue of projection jobs."""
@@ -37,7 +39,18 @@ JOB_FAILURE_TTL = 86_400
 """Seconds RQ keeps a failed job in its failed registry."""
 
 
-def queue(conn: Store, name: str, settings: Settings) -> Queue:
+def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:
+    """The connection RQ uses: ``rq``, or the store itself when that is one plain Redis (RQ
+    cannot run on a cluster)."""
+    if rq is not None:
+        return rq
+    if isinstance(store, redis.Redis):
+        return store
+    raise ConfigError("the store is a Redis Cluster: RQ needs a plain Redis of its own "
+                      "(--rq-url / HIVEMIND_RQ_URL)")
+
+
+def queue(conn: QueueConn, name: str, settings: Settings) -> Queue:
     """An RQ queue on ``conn`` with the JSON serializer (never pickle)."""
     return Queue(name, connection=conn, serializer=JSONSerializer,
                  default_timeout=settings.job_timeout_s)

@@ -2,7 +2,8 @@
 
 redis-py's own classes carry precise types for the synchronous commands we call (its
 ``SyncClientProtocol`` overloads), so ``mypy --strict`` checks every call at the boundary.
-The embedded store (fakeredis) subclasses ``redis.Redis``.
+The embedded store (fakeredis) subclasses ``redis.Redis``; a Redis Cluster is redis-py's
+``RedisCluster`` (every multi-key call of the storage layer stays in one namespace's slot).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from typing import Any, NamedTuple, TypeAlias
 
 import redis
 import redis.client
+import redis.cluster
 
 from hivemind_memory.events.errors import StoreError
 
-Store: TypeAlias = redis.Redis
-"""A connection to the data store (streams, read model, results)."""
-Pipe: TypeAlias = redis.client.Pipeline
+Store: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+"""A connection to the data store (streams, read model, results): one Redis or a cluster."""
+Pipe: TypeAlias = redis.client.Pipeline | redis.cluster.ClusterPipeline
 """A pipeline (MULTI or not) that write helpers stage commands on."""
+QueueConn: TypeAlias = redis.Redis
+"""A connection to RQ's Redis: always a plain Redis (RQ's keys cross slots)."""
 
 
 def as_bytes(value: object) -> bytes:

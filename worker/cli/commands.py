@@ -20,7 +20,7 @@ from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
-from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.readmodel import read_dead, read_notes
@@ -40,8 +40,13 @@ log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
 
 
+def _queue_conn(s: Settings) -> redis.Redis | None:
+    """RQ's own connection when it is not the store (``--rq-url``)."""
+    return connect_queue(s.rq_url) if s.rq_url is not None else None
+
+
 def _runtime(s: Settings) -> runtime.Runtime:
-    rt = runtime.build(s, connect(s.redis_url))
+    rt = runtime.build(s, connect(s.redis_url), _queue_conn(s))
     runtime.install(rt)
     return rt
 
@@ -177,8 +182,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _client(s: Settings) -> Client:
-    r = connect(s.redis_url)
-    return Client(r, settings=s)
+    return Client(connect(s.redis_url), _queue_conn(s), settings=s)
 
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:

@@ -97,3 +97,18 @@ def wait_replicas(r: redis.Redis | RedisCluster, nss: Iterable[str], replicas: i
                 for node in targets.values()]
         return min(acks) if acks else replicas
     return int(r.wait(replicas, timeout_ms))
+
+
+def require_replicas(r: redis.Redis | RedisCluster, nss: Iterable[str], replicas: int,
+                     timeout_ms: int) -> None:
+    """``wait_replicas``, raising ``StoreError`` when fewer replicas acknowledged in time: the
+    appends are in, but a failover of their master could still lose them (re-running the
+    same events is safe: a repeated event_id is applied once)."""
+    if replicas <= 0:
+        return
+    nss = sorted(set(nss))
+    got = wait_replicas(r, nss, replicas, timeout_ms)
+    if got < replicas:
+        raise StoreError(f"only {got} of {replicas} replica(s) acknowledged the append to "
+                         f"{', '.join(nss)} within {timeout_ms} ms; a failover could lose it "
+                         "(re-run it: repeated event_ids are applied once)")

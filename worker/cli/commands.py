@@ -20,6 +20,7 @@ from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
+from hivemind_memory.projections.store.cluster import require_replicas
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
@@ -56,6 +57,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     q = rt.project_queue
 
     def on_chunk(nss: set[str]) -> None:
+        require_replicas(rt.store, nss, s.wait_replicas, s.wait_timeout_ms)
         if not args.no_schedule:
             schedule_namespaces(rt.store, q, nss)
 
@@ -63,7 +65,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
         print(f"rejected: {msg}", file=sys.stderr)
 
     rep = IngestReport()
-    try:
+    try:  # a StoreError from require_replicas is reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
                progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
     except OSError as exc:  # missing, a directory, not readable

@@ -99,6 +99,7 @@ class ClusterProc:
     node_timeout_ms: int = 1000
     nodes: list[RedisProc] | None = None
     procs: dict[int, subprocess.Popen[bytes]] | None = None
+    bus: dict[int, int] | None = None
 
     @property
     def ports(self) -> list[int]:
@@ -122,13 +123,14 @@ class ClusterProc:
 
     def start(self) -> None:
         n = self.masters * (1 + self.replicas)
-        self.nodes, self.procs = [], {}
+        self.nodes, self.procs, self.bus = [], {}, {}
         for i in range(n):
             d = self.dir / f"node{i}"
             d.mkdir(parents=True, exist_ok=True)
             node = RedisProc(free_port(), d, appendonly=False)
             self.nodes.append(node)
-            self.procs[node.port] = self._spawn(node, free_port())
+            self.bus[node.port] = free_port()
+            self.procs[node.port] = self._spawn(node, self.bus[node.port])
         for node in self.nodes:
             _wait_ping(node.port, self.procs[node.port])
         cli = shutil.which("redis-cli")
@@ -173,6 +175,23 @@ class ClusterProc:
                 c.close()
         return True
 
+    def failed_over(self, port: int) -> bool:
+        """Whether every live node reports ``cluster_state:ok`` and serves no slot from
+        ``port`` any more (a replica took its slots over)."""
+        if not self._all_ok(0):
+            return False
+        for live in self.live_ports():
+            c = redis.Redis(port=live)
+            try:
+                shards = c.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                return False
+            finally:
+                c.close()
+            if any(int(master[1]) == port for _lo, _hi, master, *_ in shards):
+                return False
+        return True
+
     def live_ports(self) -> list[int]:
         return [p for p, pr in (self.procs or {}).items() if pr.poll() is None]
 
@@ -201,6 +220,14 @@ class ClusterProc:
         assert self.procs is not None
         self.procs[port].kill()
         self.procs[port].wait(timeout=10)
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (empty: no persistence); its nodes.conf makes it rejoin,
+        as a replica of whoever took over its slots."""
+        assert self.procs is not None and self.bus is not None and self.nodes is not None
+        node = next(n for n in self.nodes if n.port == port)
+        self.procs[port] = self._spawn(node, self.bus[port])
+        _wait_ping(port, self.procs[port])
 
     def stop(self) -> None:
         for pr in (self.procs or {}).values():

@@ -1,12 +1,14 @@
-"""``python -m bench core|ranking|query [...]``: benchmarks that print figures (never shipped)."""
+"""``python -m bench core|ranking|query|scale [...]``: benchmarks that print figures (never
+shipped)."""
 
 from __future__ import annotations
 
 import sys
 
-from bench import core, query, ranking
+from bench import core, query, ranking, scale
 
-COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main}
+COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main,
+            "scale": scale.main}
 
 
 def main(argv: list[str]) -> int:

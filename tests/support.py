@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,3 +335,14 @@ class SlotRecorder:
         from redis.crc import key_slot
 
         return [(name, {key_slot(k) for k in ks}) for name, ks in self.calls if ks]
+
+
+def wait_until(cond: Callable[[], object], what: str, timeout_s: float = 60) -> None:
+    """Until ``cond()`` is true, or fail naming ``what`` after ``timeout_s``: for conditions
+    that other processes make true (servers gossiping, worker subprocesses), which give us
+    nothing to block on."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # polling an external process's progress

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rq import Worker
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
@@ -34,7 +35,14 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import behind, run_projection
 from tests.factories import T0, created, ev, forgotten, iso, jsonl, used
-from tests.support import HIVEMIND, ClusterProc, RedisProc, SlotRecorder, rq_for
+from tests.support import (
+    HIVEMIND,
+    ClusterProc,
+    RedisProc,
+    SlotRecorder,
+    rq_for,
+    wait_until,
+)
 
 # --- URLs and settings (no server needed) ---------------------------------------------------
 
@@ -216,15 +224,23 @@ def test_worker_processes_share_namespaces_and_never_collide(
            "HIVEMIND_BATCH_SIZE": "5", "HIVEMIND_MAX_BATCHES_PER_JOB": "2"}
     nss = [f"w{i:02d}" for i in range(24)]
     f = tmp_path / "ev.jsonl"
-    f.write_text(jsonl(_log(nss)))
-    got = _run(env, "ingest", str(f))
-    assert got.returncode == 0, got.stderr
-    procs = [subprocess.Popen([*HIVEMIND, "worker", "--burst"], env={**os.environ, **env},
+    f.write_text(jsonl(_log(nss) + [used(f"n{i % 4}", f"more{i}", ns=ns)
+                                    for ns in nss for i in range(30)]))
+    procs = [subprocess.Popen([*HIVEMIND, "worker"], env={**os.environ, **env},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(3)]
+    try:
+        rq = rq_for(cluster_store)
+        wait_until(lambda: len(Worker.all(connection=rq)) == 3, "3 idle workers")
+        got = _run(env, "ingest", str(f))  # schedules one projection job per namespace
+        assert got.returncode == 0, got.stderr
+        wait_until(lambda: not behind(cluster_store), "every namespace projected")
+    finally:
+        for p in procs:
+            p.terminate()  # RQ's warm shutdown: a running job finishes first
     logs = []
     for p in procs:
-        _, err = p.communicate(timeout=180)
+        _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err[-2000:]
         logs.append([json.loads(x) for x in err.splitlines() if x.startswith("{")])
     batches = [[e for e in lg if e.get("event") == "projection_batch"] for lg in logs]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from hivemind_memory.projections.store.readmodel import (
     read_notes,
 )
 from tests.factories import ev, used
-from tests.support import HIVEMIND, ClusterProc, RedisProc, need_cluster_tools
+from tests.support import HIVEMIND, ClusterProc, RedisProc, need_cluster_tools, wait_until
 from tests.test_cluster import _log
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.redis_cluster, pytest.mark.slow]
@@ -50,17 +49,9 @@ def ha_cluster(tmp_path: Path) -> Iterator[ClusterProc]:
     cp.stop()
 
 
-def _until(cond: Any, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # waiting on external processes (gossip, a worker subprocess)
-
-
 def _events() -> list[dict[str, Any]]:
     out = _log(NSS)
-    out += [used(f"n{i % 4}", f"extra{i}", ns=ns) for ns in NSS for i in range(40)]
+    out += [used(f"n{i % 4}", f"extra{i}", ns=ns) for ns in NSS for i in range(100)]
     return out
 
 
@@ -99,9 +90,9 @@ def test_master_killed_during_ingest_and_projection(
                 if victim not in ha_cluster.live_ports():
                     # restarting an empty master before its replica took over would wipe
                     # the replica too (Redis's documented hazard without persistence)
-                    _until(lambda: ha_cluster.failed_over(victim), "failover (ingest kill)")
+                    wait_until(lambda: ha_cluster.failed_over(victim), "failover (ingest kill)")
                     ha_cluster.restart(victim)  # back as a replica: WAIT 1 can succeed again
-                    _until(lambda: ha_cluster._all_ok(1), "the old master to rejoin")
+                    wait_until(lambda: ha_cluster._all_ok(1), "the old master to rejoin")
                 assert retries < 50
         acknowledged |= {d["event_id"] + "@" + d["ns"] for d in chunk}
     assert victim in ha_cluster.live_ports()
@@ -117,13 +108,13 @@ def test_master_killed_during_ingest_and_projection(
     w = subprocess.Popen([*HIVEMIND, "worker", "--burst"], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     late = NSS[-1]
-    _until(lambda: any(checkpoint(rc, ns) > (0, 0) for ns in NSS), "projection to start")
+    wait_until(lambda: any(checkpoint(rc, ns) > (0, 0) for ns in NSS), "projection to start")
     second = ha_cluster.master_of(keys.stream(late))
     behind_at_kill = [ns for ns in NSS if checkpoint(rc, ns) < tail(rc, ns)]
     ha_cluster.kill(second)  # mid-projection
     assert behind_at_kill  # the kill really hit the projection
     w.communicate(timeout=300)  # it may fail or finish: the next worker must finish the job
-    _until(lambda: ha_cluster.failed_over(second), "failover (projection kill)")
+    wait_until(lambda: ha_cluster.failed_over(second), "failover (projection kill)")
     again = subprocess.run([*HIVEMIND, "worker", "--burst"], env=env, capture_output=True,
                            text=True, timeout=300, check=False)
     assert again.returncode == 0, again.stderr[-3000:]

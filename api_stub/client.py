@@ -30,8 +30,7 @@ from hivemind_memory.events.errors import QueryError, QueryTimeout
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.cluster import require_replicas
-from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.cluster import append_replicated
 from hivemind_memory.projections.store.types import QueueConn, Store
 
 
@@ -55,9 +54,8 @@ class Client:
                 evs.append(e)
             else:
                 evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        ids = append(self.store, evs)
-        require_replicas(self.store, {e.ns for e in evs}, self.settings.wait_replicas,
-                         self.settings.wait_timeout_ms)
+        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
+                                self.settings.wait_timeout_ms)
         jobs.schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
         return ids
 

@@ -18,9 +18,13 @@ from rq import Worker
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import ConfigError
+from hivemind_memory.events.errors import ConfigError, StoreError
 from hivemind_memory.projections.store import keys, readmodel
-from hivemind_memory.projections.store.cluster import namespace_slot, parse_cluster_url
+from hivemind_memory.projections.store.cluster import (
+    append_replicated,
+    namespace_slot,
+    parse_cluster_url,
+)
 from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.lease import try_lease
 from hivemind_memory.projections.store.log import append, namespaces, tail
@@ -302,3 +306,39 @@ def test_cli_gives_the_same_bytes_on_the_cluster_as_on_one_redis(
     no_rq = _run({"HIVEMIND_REDIS_URL": redis_cluster.url, "HIVEMIND_RQ_URL": ""}, "query", "x",
                  "--ns", "t", "--budget", "5")
     assert no_rq.returncode == 2 and "HIVEMIND_RQ_URL" in no_rq.stderr
+
+
+# --- appends that wait for replicas (WAIT) ---------------------------------------------------
+
+
+@pytest.mark.redis_server
+def test_append_replicated_returns_once_a_replica_has_the_events(redis_factory: Any) -> None:
+    primary, replica = redis_factory(appendonly=False), redis_factory(appendonly=False)
+    r, rr = primary.client(), replica.client()
+    rr.replicaof("127.0.0.1", primary.port)
+    wait_until(lambda: rr.info("replication").get("master_link_status") == "up", "the link")
+    evs = [ev(d) for d in _log(["a", "b"])]
+    ids = append_replicated(r, evs, 1, 5000)
+    for ns in ("a", "b"):  # the ids are the entries, in order
+        assert [i for i, e in zip(ids, evs, strict=True) if e.ns == ns] == \
+            [x.decode() for x, _ in r.xrange(keys.stream(ns))]
+    # acknowledged by the replica: it holds every entry now, without waiting any further
+    assert rr.xlen(keys.stream("a")) + rr.xlen(keys.stream("b")) == len(evs)
+    assert rr.smembers(keys.NAMESPACES) == {b"a", b"b"}
+    with pytest.raises(StoreError, match="only 1 of 2 replica"):
+        append_replicated(r, evs[:1], 2, 50)
+    assert r.xlen(keys.stream("a")) == len([e for e in evs if e.ns == "a"]) + 1  # still in
+    assert append_replicated(r, [], 2, 50) == []
+
+
+@pytest.mark.redis_cluster
+@pytest.mark.redis_server
+def test_append_replicated_on_a_cluster_without_replicas_fails_clearly(
+        cluster_store: Any) -> None:
+    evs = [ev(d) for d in _log([f"r{i}" for i in range(12)])]
+    ids = append_replicated(cluster_store, evs, 0, 50)  # 0: a plain append
+    assert len(ids) == len(evs)
+    with pytest.raises(StoreError, match="only 0 of 1 replica"):
+        append_replicated(cluster_store, evs, 1, 50)
+    for ns in {e.ns for e in evs}:  # the XADDs are in either way (a re-run is deduplicated)
+        assert cluster_store.xlen(keys.stream(ns)) >= sum(e.ns == ns for e in evs)

@@ -15,7 +15,8 @@ client can start while one of them is down.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -23,7 +24,10 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from hivemind_memory.events.errors import ConfigError, StoreError
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.types import Store, as_bytes
 
 SCHEMES = ("redis+cluster://", "rediss+cluster://")
 """URL schemes that name a Redis Cluster (the second one with TLS)."""
@@ -78,36 +82,57 @@ def namespace_slot(ns: str) -> int:
     return int(key_slot(keys.stream(ns).encode()))
 
 
-def wait_replicas(r: redis.Redis | RedisCluster, nss: Iterable[str], replicas: int,
-                  timeout_ms: int) -> int:
-    """Block until the writes this process made to the masters of ``nss`` (and the registry)
-    reached ``replicas`` replicas each, or ``timeout_ms``; returns the fewest acknowledgements
-    seen (Redis ``WAIT``, per master that holds one of the namespaces).
+def append_replicated(r: Store, events: Sequence[Event], replicas: int,
+                      timeout_ms: int) -> list[str]:
+    """``log.append``, returning only once ``replicas`` replicas of every master written to
+    acknowledged the events (Redis ``WAIT``); ``StoreError`` if fewer did in ``timeout_ms``:
+    the events are in, but a failover of their master before it replicates could lose them
+    (re-running the same events is safe: a repeated event_id is applied once).
 
-    WAIT counts the writes of the connection it runs on: this relies on redis-py handing a
-    single-threaded caller the connection its last pipeline used (its pools are LIFO).
+    WAIT counts the writes of the connection it runs on, so each master gets one pipeline on
+    one connection: its XADDs (and the registry's SADD if it holds the registry), then WAIT.
+    ``replicas`` 0 is a plain ``append``. Returns the entry ids in order.
     """
-    if isinstance(r, RedisCluster):
-        rc: Any = r  # node lookup and targeted commands are untyped in redis-py
-        targets = {}
-        for key in [keys.NAMESPACES, *(keys.stream(ns) for ns in nss)]:
-            node = rc.get_node_from_key(key)
-            targets[node.name] = node
-        acks = [int(rc.execute_command("WAIT", replicas, timeout_ms, target_nodes=node))
-                for node in targets.values()]
-        return min(acks) if acks else replicas
-    return int(r.wait(replicas, timeout_ms))
+    if replicas <= 0 or not events:
+        return append(r, events)
+    nss = sorted({e.ns for e in events})
+    if isinstance(r, redis.Redis):
+        p = r.pipeline(transaction=False)
+        append(r, events, pipe=p)
+        p.wait(replicas, timeout_ms)
+        res = p.execute()
+        _check_acks(int(res[-1]), replicas, nss, timeout_ms)
+        return [as_bytes(x).decode() for x in res[:len(events)]]
+    rc: Any = r  # node lookup is untyped in redis-py
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for i, ev in enumerate(events):
+        node = rc.get_node_from_key(keys.stream(ev.ns))
+        by_node.setdefault(node.name, (node, []))[1].append(i)
+    registry = rc.get_node_from_key(keys.NAMESPACES)
+    by_node.setdefault(registry.name, (registry, []))
+    ids = [""] * len(events)
+    try:
+        for name, (node, idxs) in by_node.items():
+            client: redis.Redis = node.redis_connection
+            p = client.pipeline(transaction=False)
+            append(client, [events[i] for i in idxs], pipe=p, register=False)
+            if name == registry.name:
+                p.sadd(keys.NAMESPACES, *nss)
+            p.wait(replicas, timeout_ms)
+            res = p.execute()
+            for i, x in zip(idxs, res, strict=False):
+                ids[i] = as_bytes(x).decode()
+            _check_acks(int(res[-1]), replicas, nss, timeout_ms)
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+        # a failover or a moved slot: learn the new map for the caller's next attempt (if
+        # the cluster is still electing, a later attempt learns it)
+        with contextlib.suppress(Exception):
+            rc.nodes_manager.initialize()
+        raise
+    return ids
 
 
-def require_replicas(r: redis.Redis | RedisCluster, nss: Iterable[str], replicas: int,
-                     timeout_ms: int) -> None:
-    """``wait_replicas``, raising ``StoreError`` when fewer replicas acknowledged in time: the
-    appends are in, but a failover of their master could still lose them (re-running the
-    same events is safe: a repeated event_id is applied once)."""
-    if replicas <= 0:
-        return
-    nss = sorted(set(nss))
-    got = wait_replicas(r, nss, replicas, timeout_ms)
+def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:
     if got < replicas:
         raise StoreError(f"only {got} of {replicas} replica(s) acknowledged the append to "
                          f"{', '.join(nss)} within {timeout_ms} ms; a failover could lose it "

@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -25,6 +25,8 @@ from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
 """Events per pipelined append."""
+Appender = Callable[[Store, Sequence[Event]], object]
+"""How a chunk is appended (``log.append`` unless the caller waits for replicas)."""
 
 
 @dataclass
@@ -56,12 +58,13 @@ def _progress(total: int | None, enabled: bool) -> Any:
 
 
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
-                 bar: Any, on_chunk: Callable[[set[str]], None] | None) -> None:
+                 bar: Any, on_chunk: Callable[[set[str]], None] | None,
+                 appender: Appender) -> None:
     chunk: list[Event] = []
 
     def flush() -> None:
         if chunk:
-            append(r, chunk)
+            appender(r, chunk)
             report.appended += len(chunk)
             nss = {e.ns for e in chunk}
             report.namespaces |= nss
@@ -87,17 +90,19 @@ def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callab
 def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
            on_chunk: Callable[[set[str]], None] | None = None,
-           report: IngestReport | None = None) -> IngestReport:
+           report: IngestReport | None = None,
+           appender: Appender = append) -> IngestReport:
     """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
 
-    Pass ``report`` to see how far an ingest got when the store fails midway.
+    Pass ``report`` to see how far an ingest got when the store fails midway, and
+    ``appender`` to append otherwise (e.g. waiting for replicas).
     """
     report = report if report is not None else IngestReport()
     spooled: str | None = None
     try:
         if source == "-":
             if skip_invalid:
-                _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk)
+                _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender)
                 return report
             fd, spooled = tempfile.mkstemp(prefix="hivemind-ingest-", suffix=".jsonl")
             with os.fdopen(fd, "wb") as out:
@@ -123,7 +128,7 @@ def ingest(r: Store, source: str, *, skip_invalid: bool = False,
                 return report
         with open(path, "rb") as fh:
             bar = _progress(size, progress)
-            _append_pass(r, fh, report, on_error, bar, on_chunk)
+            _append_pass(r, fh, report, on_error, bar, on_chunk, appender)
             if bar is not None:
                 bar.close()
         return report

@@ -20,8 +20,10 @@ FIELD = b"d"
 """The single field of a stream entry: the msgpack-encoded event."""
 
 
-def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None) -> list[str]:
-    """XADD each event to its namespace's stream and register the namespace.
+def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None,
+           register: bool = True) -> list[str]:
+    """XADD each event to its namespace's stream and register the namespace (unless
+    ``register`` is False: the caller registers them, e.g. on another cluster node).
 
     Uses one pipeline for the whole sequence (pass ``pipe`` to join a caller's pipeline, in
     which case the ids are not returned). Returns the entry ids in order.
@@ -32,7 +34,7 @@ def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None) -> list[
     for ev in events:
         p.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
         nss.add(ev.ns)
-    if nss:
+    if nss and register:
         p.sadd(keys.NAMESPACES, *sorted(nss))
     if not own:
         return []

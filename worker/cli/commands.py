@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -17,10 +18,11 @@ from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import QueryError
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
-from hivemind_memory.projections.store.cluster import require_replicas
+from hivemind_memory.projections.store.cluster import append_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
@@ -32,6 +34,7 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
+from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import logs, runtime
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.output import print_result, redis_message
@@ -57,17 +60,20 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     q = rt.project_queue
 
     def on_chunk(nss: set[str]) -> None:
-        require_replicas(rt.store, nss, s.wait_replicas, s.wait_timeout_ms)
         if not args.no_schedule:
             schedule_namespaces(rt.store, q, nss)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
+    def appender(r: Store, events: Sequence[Event]) -> list[str]:
+        return append_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
+
     rep = IngestReport()
-    try:  # a StoreError from require_replicas is reported by main (exit 2)
+    try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
-               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
+               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep,
+               appender=appender)
     except OSError as exc:  # missing, a directory, not readable
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -31,6 +32,8 @@ from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from hivemind_memory.projections.store import keys, results
 from hivemind_memory.projections.store.cluster import append_replicated
+from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.log import register_namespaces
 from hivemind_memory.projections.store.types import QueueConn, Store
 
 
@@ -45,23 +48,31 @@ class Client:
         self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
         self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)
 
+    @classmethod
+    def connect(cls, settings: Settings) -> Client:
+        """A client connected as ``settings`` say: the store (one Redis, a cluster or the
+        embedded store) and, when ``rq_url`` is set, RQ's own plain Redis."""
+        rq = connect_queue(settings.rq_url) if settings.rq_url is not None else None
+        return cls(connect(settings.redis_url), rq, settings=settings)
+
     # -- events ------------------------------------------------------------------------------
     def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
-        """Validate and append events; schedule their namespaces' projection. Returns ids."""
+        """Validate exactly as ``hivemind ingest`` does (structs too: a struct built by hand
+        skips msgspec's checks, so it is encoded and parsed again), then append; schedule the
+        namespaces' projection. Returns the stream ids. Nothing is appended if any is bad."""
         evs: list[Event] = []
         for i, e in enumerate(events, start=1):
             if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
-                evs.append(e)
-            else:
-                evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
-                                self.settings.wait_timeout_ms)
+                e = msgspec.to_builtins(e)
+            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
+        register_namespaces(self.store, {e.ns for e in evs})
         jobs.schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
-        return ids
+        return append_replicated(self.store, evs, self.settings.wait_replicas,
+                                 self.settings.wait_timeout_ms)
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",
-                     as_of: Any = None, explain: bool = False,
+                     as_of: str | datetime | None = None, explain: bool = False,
                      embedding: Sequence[float] | None = None,
                      config: Mapping[str, Any] | None = None) -> str:
         """Submit one query; returns its id. It will see every event appended before now."""

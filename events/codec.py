@@ -8,6 +8,7 @@ import msgspec
 
 from hivemind_memory.events.errors import EventError
 from hivemind_memory.events.schema import Event
+from hivemind_memory.events.times import to_utc
 
 _json_decode = msgspec.json.Decoder(Event).decode
 _pack = msgspec.msgpack.Encoder().encode
@@ -15,9 +16,10 @@ _unpack = msgspec.msgpack.Decoder(Event).decode
 
 
 def _to_utc(ev: Event) -> Event:
-    if ev.at.utcoffset() == UTC.utcoffset(None) and ev.at.tzinfo is UTC:
+    """``ev`` with ``at`` in UTC; ``ValueError`` if that is out of range (checked first)."""
+    if ev.at.tzinfo is UTC:
         return ev
-    return msgspec.structs.replace(ev, at=ev.at.astimezone(UTC))
+    return msgspec.structs.replace(ev, at=to_utc(ev.at, "at"))
 
 
 def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
@@ -28,11 +30,15 @@ def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
     """
     where = f"line {lineno}: " if lineno is not None else ""
     try:
-        return _to_utc(_json_decode(line))
+        ev = _json_decode(line)
     except msgspec.ValidationError as exc:
         raise EventError(f"{where}invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise EventError(f"{where}malformed JSON: {exc}") from exc
+    try:
+        return _to_utc(ev)
+    except ValueError as exc:
+        raise EventError(f"{where}invalid event: {exc} - at `$.at`") from None
 
 
 def encode_event(ev: Event) -> bytes:
@@ -41,8 +47,9 @@ def encode_event(ev: Event) -> bytes:
 
 
 def decode_event(data: bytes) -> Event:
-    """Inverse of ``encode_event``; raises msgspec errors for entries this version can't read."""
-    return _unpack(data)
+    """Inverse of ``encode_event`` (``at`` in UTC); raises msgspec errors for entries this
+    version can't read and ``ValueError`` for an ``at`` out of range in UTC."""
+    return _to_utc(_unpack(data))
 
 
 def event_to_json(ev: Event) -> bytes:

@@ -34,3 +34,24 @@ class CatchUpTimeout(HivemindError):
 
 class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
+
+
+class JobRefused(HivemindError):
+    """A queued job names a function outside the allowlist (or a callback): never run."""
+
+
+class AppendFailed(StoreError):
+    """An append failed part-way; ``appended`` events (``ids``) did reach the log."""
+
+    def __init__(self, message: str, appended: int, ids: list[str]) -> None:
+        super().__init__(message)
+        self.appended = appended
+        self.ids = ids
+
+
+class AccessDenied(HivemindError):
+    """The token is missing or unknown (401), or may not do this here or as this agent (403)."""
+
+
+class TooLarge(HivemindError):
+    """A request body or batch is over the server's documented cap (413)."""

@@ -11,23 +11,29 @@ from typing import Annotated, Literal
 
 import msgspec
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
-"""event_id, note_id and agent."""
-NS_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-"""Namespace names (also safe inside Redis key hash tags)."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z"
+"""event_id, note_id and agent. Anchored with ``\\Z``, not ``$``: ``$`` also matches before a
+final newline, so ``"u9\n"`` would pass as a second, different-looking id."""
+NS_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}\Z"
+r"""Namespace names (also safe inside Redis key hash tags); ``\Z`` as above."""
 MAX_TEXT_BYTES = 64 * 1024
 """Largest note text, in UTF-8 bytes."""
 MAX_TOKENS = 1_000_000
 """Largest explicit token count of one note."""
 MAX_EMBEDDING_DIM = 4096
 """Largest embedding length."""
+MAX_EMBEDDING_ABS = 1e150
+"""Largest magnitude of one embedding component: the squares and dot products of 4096 of them
+stay finite (found by fuzzing the HTTP API: 1e200 overflowed the cosine to NaN)."""
 
 Id = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
 Ns = Annotated[str, msgspec.Meta(pattern=NS_PATTERN)]
 UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True)]
 Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
-Embedding = Annotated[list[float], msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
+EmbeddingComponent = Annotated[float, msgspec.Meta(ge=-MAX_EMBEDDING_ABS, le=MAX_EMBEDDING_ABS)]
+Embedding = Annotated[list[EmbeddingComponent],
+                      msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
 Scope = Literal["shared", "private"]
 Kind = Literal["note", "scratch"]
 

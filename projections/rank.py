@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from typing import NamedTuple
 
 import msgspec
 
@@ -68,12 +69,19 @@ def visible(note: NoteState, agent: str) -> bool:
     return note.scope != "private" or note.agent == agent
 
 
-_Raw = tuple[NoteState, float, float, float, Tier, float]
-"""A candidate before rounding: note, relevance, recency, score, tier, age in days."""
+class Candidate(NamedTuple):
+    """A candidate before rounding: its note and every signal, unrounded."""
+
+    note: NoteState
+    relevance: float
+    recency: float
+    score: float
+    tier: Tier
+    age_days: float
 
 
-def _scored(raw: _Raw, cost: int, chosen: bool) -> ScoredNote:
-    n, rel, rec, score, tier, age = raw
+def _scored(c: Candidate, cost: int, chosen: bool) -> ScoredNote:
+    n, rel, rec, score, tier, age = c
     return ScoredNote(
         note_id=n.note_id,
         text=n.text,
@@ -111,7 +119,7 @@ def rank(
     overhead = cfg.per_note_overhead_tokens
     min_rel = cfg.min_relevance
     get = relevance.get
-    raw: list[_Raw] = []
+    raw: list[Candidate] = []
     for note in notes:
         rel = get(note.note_id, 0.0)
         if rel <= PRINTS_AS_ZERO or rel < min_rel or not visible(note, agent):
@@ -119,16 +127,18 @@ def rank(
         tier = tier_of(note.uses, note.kind, cfg)
         age = age_days(note.created_at, now)
         rec = recency(tier, age, cfg)
-        raw.append((note, rel, rec, rel * rec, tier, age))
+        raw.append(Candidate(note, rel, rec, rel * rec, tier, age))
     packed = pack(
-        (Item(r[0].note_id, r[0].tokens + overhead, r[3]) for r in raw), budget, cfg.exact_max_cells
+        (Item(c.note.note_id, c.note.tokens + overhead, c.score) for c in raw), budget,
+        cfg.exact_max_cells,
     )
     chosen = set(packed.chosen)
-    picked = [_scored(r, r[0].tokens + overhead, True) for r in raw if r[0].note_id in chosen]
+    picked = [_scored(c, c.note.tokens + overhead, True) for c in raw
+              if c.note.note_id in chosen]
     candidates: list[ScoredNote] = []
     if explain:
         candidates = by_score(
-            _scored(r, r[0].tokens + overhead, r[0].note_id in chosen) for r in raw
+            _scored(c, c.note.tokens + overhead, c.note.note_id in chosen) for c in raw
         )
     return RankResult(
         used=packed.total_cost,

@@ -6,6 +6,9 @@ The helpers behind them live in ``tests/support.py``; every fixture that install
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,6 @@ from typing import Any
 import fakeredis
 import pytest
 
-from hivemind_memory.worker import runtime
 from tests.support import (
     RQ_OF,
     ClusterProc,
@@ -24,9 +26,35 @@ from tests.support import (
 )
 
 
+def _product_from_this_tree() -> None:
+    """Under mutmut (``MUTANT_UNDER_TEST`` set) the tests run inside ``mutants/``, next to
+    mutated copies of the product folders: import ``hivemind_memory.*`` from those, not through
+    the editable install's mapping to the original folders (see tests/MUTATION.md)."""
+    tree = Path.cwd()
+    if not os.environ.get("MUTANT_UNDER_TEST") or not (tree / "projections").is_dir():
+        return
+    for top in ("events", "projections", "api_stub", "worker"):
+        for init in sorted((tree / top).rglob("__init__.py"), key=lambda f: len(f.parts)):
+            rel = init.parent.relative_to(tree)
+            name = "hivemind_memory." + ".".join(rel.parts)
+            spec = importlib.util.spec_from_file_location(
+                name, init, submodule_search_locations=[str(init.parent)])
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _product_from_this_tree()  # before any test module imports the product
+
+
+
 @pytest.fixture(autouse=True)
 def _restore_runtime() -> Iterator[None]:
     """A test that installs a worker runtime does not leak it into the next test."""
+    from hivemind_memory.worker import runtime  # imported late: see pytest_configure
+
     saved = runtime.installed()
     yield
     runtime.install(saved)

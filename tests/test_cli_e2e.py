@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,14 @@ def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
         (5, "longterm", "private", "scratch", 42)
     assert bb["forgotten"] is True
     assert run(server, "replay", "--ns", "t", "--verify").returncode == 0
+    # another ranking config is not drift: the read model holds facts, tiers come from the
+    # config of whoever lists the notes
+    cfg = tmp_path / "ten.toml"
+    cfg.write_text("longterm_uses = 10\n")
+    assert run(server, "replay", "--ns", "t", "--verify", "--config", str(cfg)).returncode == 0
+    rows10 = [json.loads(x) for x in run(server, "notes", "--ns", "t", "--json", "--config",
+                                         str(cfg)).stdout.splitlines()]
+    assert (rows10[0]["uses"], rows10[0]["tier"]) == (5, "scratch")
     import redis
 
     redis.Redis.from_url(server).hdel("hm:{t}:notes", "a")
@@ -156,5 +165,26 @@ def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
     f.write_text(jsonl([created(f"n{i}", text="x" * 500) for i in range(20_000)]))
     r = run(rp.url, "ingest", str(f))
     assert r.returncode == 2, r.stderr[-500:]
-    assert "Redis error after appending" in r.stderr and "maxmemory" in r.stderr
+    assert "then the store failed" in r.stderr and "maxmemory" in r.stderr
     assert "Traceback" not in r.stderr and "XADD" not in r.stderr
+    # issue 8: the count said is the exact count in the log (it was under-reported)
+    said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
+    db = rp.client()
+    assert said == db.xlen("hm:{t}:events") > 0
+    # a NEW namespace hitting maxmemory mid-append: exact count, and if anything landed the
+    # namespace is registered and scheduled, so a worker projects it
+    g = tmp_path / "fresh.jsonl"
+    g.write_text(jsonl([created(f"m{i}", ns="fresh", text="y" * 500) for i in range(3000)]))
+    db.config_set("maxmemory", str(int(db.info("memory")["used_memory"]) + 150_000))
+    r = run(rp.url, "ingest", str(g))
+    assert r.returncode == 2, r.stderr[-500:]
+    said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
+    assert said == db.xlen("hm:{fresh}:events") > 0, r.stderr
+    assert db.sismember("hm:namespaces", "fresh")
+    assert db.exists("hm:{fresh}:scheduled")
+    db.config_set("maxmemory", "0")
+    w = run(rp.url, "worker", "--burst")
+    assert w.returncode == 0, w.stderr[-2000:]
+    for ns in ("t", "fresh"):
+        assert db.get(f"hm:{{{ns}}}:checkpoint") == db.xrevrange(
+            f"hm:{{{ns}}}:events", count=1)[0][0]

@@ -98,7 +98,7 @@ def test_master_killed_during_ingest_and_projection(
     assert victim in ha_cluster.live_ports()
     logged = {ev_.event_id + "@" + ev_.ns
               for ns in NSS for _, f in iter_all(rc, ns)
-              for ev_ in [decode_entry(f)[0]] if hasattr(ev_, "event_id")}
+              for ev_ in [decode_entry(f, ns)[0]] if hasattr(ev_, "event_id")}
     assert acknowledged <= logged  # no acknowledged (WAIT 1) append was lost
     assert retries >= 1  # the kill really hit the ingest
 

@@ -326,3 +326,36 @@ def test_density_ties_keep_the_canonical_order_among_many_items() -> None:
     assert res.chosen == tuple(f"B{i:03d}" for i in range(100)) + tuple(
         f"A{i:03d}" for i in range(50)
     )
+
+
+def test_best_single_item_step_wins_where_the_swaps_cannot_reach() -> None:
+    # Ten dense items (6 tokens, 0.05) and eight thin fillers (5 tokens, 0.002) fill the budget
+    # exactly: greedy takes all 18 for 0.516. "big" (100 tokens, 0.6) is worth more than all of
+    # them together but less dense, so greedy never takes it, and it can only enter by removing
+    # all 18 items: no add, 1-for-1 or 1-for-2 move of the local search reaches it. Only the
+    # best-single-item step (big alone beats greedy) finds the optimum.
+    import numpy as np
+
+    from hivemind_memory.projections.packing import (
+        _canonical,
+        _density_key,
+        _greedy,
+        _improve,
+        _scaled,
+    )
+
+    items = [Item(f"d{i}", 6, 0.05) for i in range(10)] + [Item(f"f{i}", 5, 0.002)
+                                                          for i in range(8)]
+    items.append(Item("big", 100, 0.6))
+    assert plain_greedy(items, 100) == pytest.approx(0.516)
+    # greedy followed by the swaps alone stays at greedy's 18 items
+    cands = _canonical(items, 100)
+    values = _scaled(np.array([it.value for it in cands]))
+    order = sorted(range(len(cands)), key=lambda i: _density_key(cands[i]))
+    swapped = _improve(cands, values, order, 100, _greedy(cands, order, 100))
+    assert sorted(cands[i].key for i in swapped) == sorted(it.key for it in items[:-1])
+    res = pack(items, 100, GREEDY)
+    assert res.method == "greedy+swap"
+    assert res.chosen == ("big",)
+    assert res.total_value == pytest.approx(0.6) and res.total_cost == 100
+    assert pack(items, 100, EXACT).chosen == ("big",)  # and it is the optimum

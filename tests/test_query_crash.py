@@ -65,3 +65,43 @@ def test_worker_killed_mid_query_times_out_then_job_is_retried(redis_server: Red
     res = c.result(qid, timeout=5)
     assert [n["note_id"] for n in res["notes"]] == ["n1"]
     r.flushall()
+
+
+def test_killed_query_job_is_retried_within_the_documented_bound(
+        redis_server: RedisProc) -> None:
+    """Regression (issue 8): a SIGKILLed worker's query job sat ~625 s in RQ's wip registry
+    (heartbeat TTL = job timeout + 60, registry cleanup every 10 min) before a retry. Now a
+    live worker requeues it within ``RETRY_BOUND_S`` of the kill."""
+    from hivemind_memory.worker.rqworker import RETRY_BOUND_S
+
+    r = redis_server.client()
+    r.flushall()
+    s = Settings(redis_url=redis_server.url)
+    c = Client(r, settings=s)
+    c.append([created("n1", text="alpha beta")])
+    r.set(keys.lock("t"), "someone-else", px=120_000)  # the job will wait inside catch-up
+    qid = c.submit_query("t", "alpha", 100)
+    env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url,
+           "HIVEMIND_CATCH_UP_TIMEOUT": "60"}
+    started = StartedJobRegistry(jobs.QUERY_QUEUE, connection=r)
+    first = subprocess.Popen([*HIVEMIND, "worker"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        _wait(lambda: started.count == 1, "the query job to start")
+        first.kill()
+        first.wait(timeout=10)
+        killed = time.monotonic()
+        r.delete(keys.lock("t"))
+        second = subprocess.Popen([*HIVEMIND, "worker"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        res = c.result(qid, timeout=RETRY_BOUND_S + 15)
+        took = time.monotonic() - killed
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert [n["note_id"] for n in res["notes"]] == ["n1"]
+    assert took <= RETRY_BOUND_S + 5, f"retried after {took:.1f}s"
+    r.flushall()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import structlog
-from rq import SimpleWorker
 
-from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.projector import behind, sweep
+from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.worker")
 
@@ -26,7 +25,7 @@ def run_worker(rt: runtime.Runtime, burst: bool) -> int:
     rounds_without_progress = 0
     while True:
         sweep(rt.store, rt.project_queue)
-        w = SimpleWorker(queues, connection=rt.rq, serializer=JSONSerializer)
+        w = HivemindWorker(queues, connection=rt.rq)
         w.work(burst=burst, with_scheduler=False, logging_level="WARNING",
                max_idle_time=None if burst else SWEEP_INTERVAL_S)
         if not burst:

@@ -3,6 +3,15 @@ scheduling of a namespace's projection after an append.
 
 Job functions are named by string, never imported here, so the client does not import the
 worker; ``JOB_FUNCTIONS`` is the complete list of functions a hivemind queue may name.
+
+The allowlist is enforced by ``SafeJob``, the job class of every hivemind queue and worker:
+RQ resolves a job's function by importing whatever ``func_name`` the job names, and its
+success/failure/stopped callbacks the same way, so whoever can write to RQ's Redis could make
+a worker import and call anything. ``SafeJob`` checks the names against ``JOB_FUNCTIONS``
+before anything is imported: a job naming another function, a bound instance or any callback,
+or whose payload is not hivemind's JSON (a pickle, say), raises ``JobRefused`` from ``func``
+(the worker logs ``job_refused`` and RQ moves the job to the failed registry) and is never
+retried.
 """
 
 from __future__ import annotations
@@ -12,10 +21,12 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry
+from rq.exceptions import DeserializationError
+from rq.job import Job
 
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import ConfigError
+from hivemind_memory.events.errors import ConfigError, JobRefused
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import QueueConn, Store
 
@@ -50,9 +61,60 @@ def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:
                       "(--rq-url / HIVEMIND_RQ_URL)")
 
 
+def _shown(name: object) -> str:
+    """A refused name for logs: repr, bounded (it comes from whoever wrote the job)."""
+    text = repr(name)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+class SafeJob(Job):
+    """An RQ job that only ever runs a function of ``JOB_FUNCTIONS``."""
+
+    def refusal(self) -> str | None:
+        """Why this job must not run (None: it names an allowed function and nothing else)."""
+        try:
+            name = self.func_name
+            instance = self.instance
+        except DeserializationError:
+            return "payload is not a hivemind JSON job"
+        if not isinstance(name, str) or name not in JOB_FUNCTIONS:
+            return f"function {_shown(name)} is not an allowed job function"
+        if instance is not None:
+            return "jobs may not name an instance"
+        for kind in ("success", "failure", "stopped"):
+            cb = getattr(self, f"_{kind}_callback_name", None)
+            if cb is not None:
+                return f"{kind} callback {_shown(cb)} is not allowed"
+        return None
+
+    @property
+    def func(self) -> Any:
+        why = self.refusal()
+        if why is not None:
+            raise JobRefused(f"job {self.id}: {why}; refused without running")
+        return super().func
+
+    @property
+    def should_retry(self) -> bool:
+        return self.refusal() is None and bool(super().should_retry)
+
+    @property
+    def success_callback(self) -> Any:
+        return None  # hivemind jobs have no callbacks; a named one is refused above
+
+    @property
+    def failure_callback(self) -> Any:
+        return None
+
+    @property
+    def stopped_callback(self) -> Any:
+        return None
+
+
 def queue(conn: QueueConn, name: str, settings: Settings) -> Queue:
-    """An RQ queue on ``conn`` with the JSON serializer (never pickle)."""
-    return Queue(name, connection=conn, serializer=JSONSerializer,
+    """An RQ queue on ``conn`` with the JSON serializer (never pickle) and ``SafeJob`` (the
+    allowlist of job functions)."""
+    return Queue(name, connection=conn, serializer=JSONSerializer, job_class=SafeJob,
                  default_timeout=settings.job_timeout_s)
 
 

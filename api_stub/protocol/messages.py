@@ -16,12 +16,13 @@ import msgspec
 
 from hivemind_memory.events.errors import ConfigError, QueryError
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
+from hivemind_memory.events.times import to_utc
 from hivemind_memory.projections.config import RankingConfig, with_overrides
 from hivemind_memory.projections.rank import NoteSignals
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
-AGENT_PATTERN = "^$|" + ID_PATTERN
+AGENT_PATTERN = r"^\Z|" + ID_PATTERN
 """A query's agent: an id, or empty (anonymous: sees no private notes)."""
 
 
@@ -118,7 +119,10 @@ def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
     except msgspec.DecodeError as exc:
         raise QueryError("invalid_request", f"malformed query JSON: {exc}") from exc
     if req.as_of is not None and req.as_of.tzinfo is not UTC:
-        req = msgspec.structs.replace(req, as_of=req.as_of.astimezone(UTC))
+        try:
+            req = msgspec.structs.replace(req, as_of=to_utc(req.as_of, "as_of"))
+        except ValueError as exc:
+            raise QueryError("invalid_request", f"invalid query: {exc} - at `$.as_of`") from None
     effective_config(RankingConfig(), req.config)  # unknown keys / bad values: fail early
     return req
 

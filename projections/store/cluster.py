@@ -23,10 +23,11 @@ from urllib.parse import unquote
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from hivemind_memory.events.errors import ConfigError, StoreError
+from hivemind_memory.events.codec import encode_event
+from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.log import FIELD, append
 from hivemind_memory.projections.store.types import Store, as_bytes
 
 SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -64,14 +65,19 @@ def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     return nodes, opts
 
 
-def connect_cluster(url: str) -> RedisCluster:
-    """A cluster client for ``url`` that has already discovered the slot map."""
+def connect_cluster(url: str, options: dict[str, Any] | None = None,
+                    shown: str | None = None) -> RedisCluster:
+    """A cluster client for ``url`` that has already discovered the slot map. ``options``
+    are the connection settings every hivemind client gets (``connection.client_options``:
+    timeouts, retries with backoff, health checks); ``shown`` is the URL as errors may print
+    it (without its password)."""
     nodes, opts = parse_cluster_url(url)
     try:
-        rc = RedisCluster(startup_nodes=nodes, **opts)  # type: ignore[arg-type]
+        rc = RedisCluster(startup_nodes=nodes, **{**(options or {}), **opts})
         rc.ping()
     except (redis.RedisError, ValueError) as exc:
-        raise StoreError(f"cannot connect to the cluster {url}: {exc}") from exc
+        raise StoreError(f"cannot connect to the cluster {shown or url}: "
+                         f"{type(exc).__name__}") from None
     return rc
 
 
@@ -90,46 +96,70 @@ def append_replicated(r: Store, events: Sequence[Event], replicas: int,
     (re-running the same events is safe: a repeated event_id is applied once).
 
     WAIT counts the writes of the connection it runs on, so each master gets one pipeline on
-    one connection: its XADDs (and the registry's SADD if it holds the registry), then WAIT.
-    ``replicas`` 0 is a plain ``append``. Returns the entry ids in order.
+    one connection: the registry's SADD first if it holds the registry (registered before any
+    entry can land, as ``log.append`` does), then its XADDs, then WAIT. Masters are written
+    one after the other, the registry's first. A failure raises ``AppendFailed`` with the
+    entries known to have landed. ``replicas`` 0 is a plain ``append``. Returns the entry
+    ids in order.
     """
     if replicas <= 0 or not events:
         return append(r, events)
     nss = sorted({e.ns for e in events})
-    if isinstance(r, redis.Redis):
-        p = r.pipeline(transaction=False)
-        append(r, events, pipe=p)
+    ids: list[str] = [""] * len(events)
+    landed = 0
+    acks: list[int] = []
+    for client, idxs, register in _by_master(r, events):
+        p = client.pipeline(transaction=False)
+        if register:
+            p.sadd(keys.NAMESPACES, *nss)
+        for i in idxs:
+            p.xadd(keys.stream(events[i].ns), {FIELD: encode_event(events[i])})
         p.wait(replicas, timeout_ms)
-        res = p.execute()
-        _check_acks(int(res[-1]), replicas, nss, timeout_ms)
-        return [as_bytes(x).decode() for x in res[:len(events)]]
+        try:
+            res = p.execute(raise_on_error=False)
+        except redis.RedisError as exc:  # the connection died: this master's share unknown
+            _relearn(r)
+            raise AppendFailed(f"append failed after {landed} of {len(events)} event(s); more "
+                               f"may have landed: {type(exc).__name__}: {exc}", landed,
+                               [x for x in ids if x]) from exc
+        replies = res[1:] if register else res
+        for i, x in zip(idxs, replies, strict=False):
+            if not isinstance(x, Exception):
+                ids[i] = as_bytes(x).decode()
+                landed += 1
+        errors = [x for x in res if isinstance(x, Exception)]
+        if errors:
+            _relearn(r)
+            raise AppendFailed(f"{landed} of {len(events)} event(s) appended, then "
+                               f"{type(errors[0]).__name__}: {errors[0]}", landed,
+                               [x for x in ids if x])
+        acks.append(int(res[-1]))
+    _check_acks(min(acks), replicas, nss, timeout_ms)
+    return ids
+
+
+def _by_master(r: Store, events: Sequence[Event]) -> list[tuple[redis.Redis, list[int], bool]]:
+    """Per master: a plain client for it, the indexes of the events it holds, and whether it
+    holds the registry (that one first)."""
+    if isinstance(r, redis.Redis):
+        return [(r, list(range(len(events))), True)]
     rc: Any = r  # node lookup is untyped in redis-py
-    by_node: dict[str, tuple[Any, list[int]]] = {}
+    registry = rc.get_node_from_key(keys.NAMESPACES)
+    groups: dict[str, tuple[redis.Redis, list[int], bool]] = {
+        registry.name: (registry.redis_connection, [], True)}
     for i, ev in enumerate(events):
         node = rc.get_node_from_key(keys.stream(ev.ns))
-        by_node.setdefault(node.name, (node, []))[1].append(i)
-    registry = rc.get_node_from_key(keys.NAMESPACES)
-    by_node.setdefault(registry.name, (registry, []))
-    ids = [""] * len(events)
-    try:
-        for name, (node, idxs) in by_node.items():
-            client: redis.Redis = node.redis_connection
-            p = client.pipeline(transaction=False)
-            append(client, [events[i] for i in idxs], pipe=p, register=False)
-            if name == registry.name:
-                p.sadd(keys.NAMESPACES, *nss)
-            p.wait(replicas, timeout_ms)
-            res = p.execute()
-            for i, x in zip(idxs, res, strict=False):
-                ids[i] = as_bytes(x).decode()
-            _check_acks(int(res[-1]), replicas, nss, timeout_ms)
-    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
-        # a failover or a moved slot: learn the new map for the caller's next attempt (if
-        # the cluster is still electing, a later attempt learns it)
+        groups.setdefault(node.name, (node.redis_connection, [], False))[1].append(i)
+    return list(groups.values())
+
+
+def _relearn(r: Store) -> None:
+    """After a failed write to a cluster (a failover, a moved slot): learn the slot map again
+    for the caller's next attempt (if the cluster is still electing, a later attempt does)."""
+    if isinstance(r, RedisCluster):
+        rc: Any = r
         with contextlib.suppress(Exception):
             rc.nodes_manager.initialize()
-        raise
-    return ids
 
 
 def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:

@@ -1,34 +1,99 @@
-"""Connections are made here, when asked, never at import time."""
+"""Connections are made here, when asked, never at import time, with settings chosen on
+purpose (redis-py's defaults are not: a 5 s socket timeout that kills long blocking reads,
+and retries that silently stretch a timed-out wait to a minute).
+
+* ``SOCKET_CONNECT_TIMEOUT_S``: a server that does not answer the TCP/TLS handshake fails fast.
+* ``SOCKET_TIMEOUT_S``: the longest any single command may take before the client gives up
+  on the connection. hivemind's own blocking reads (BLPOP on a query's done list, XREAD BLOCK
+  on a changes stream) never block longer than ``BLOCK_SLICE_S``, far below it, and loop
+  until their own deadline, so a wait honours its caller's timeout whatever the socket
+  timeout; RQ's worker raises it above its own dequeue block when needed.
+* ``RETRIES`` with exponential backoff and jitter (``BACKOFF_BASE_S`` .. ``BACKOFF_CAP_S``):
+  a command that meets a dropped connection or a timeout is retried on a fresh connection, so
+  a Redis restart costs a few hundred milliseconds, not an error. Retried writes are safe
+  here: an event appended twice is applied once (event_id), a batch commit is a
+  compare-and-set, a result write is idempotent.
+* ``HEALTH_CHECK_INTERVAL_S``: a connection idle that long is PINGed before reuse, so a
+  connection the server (or a proxy) dropped is replaced instead of failing a command.
+
+``redis://``, ``rediss://`` (TLS) and ACL URLs (``redis://user:password@host:port/db``) are
+passed to redis-py as they are; a URL is never printed with its password (``redact``).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import unquote
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store.cluster import connect_cluster, is_cluster_url
+from hivemind_memory.projections.store.embedded import Embedded
 from hivemind_memory.projections.store.types import QueueConn, Store
 
-_EMBEDDED: dict[str, Any] = {}
+SOCKET_CONNECT_TIMEOUT_S = 5.0
+"""TCP (and TLS) connect timeout."""
+SOCKET_TIMEOUT_S = 10.0
+"""Longest single command; blocking reads are sliced far below it (``BLOCK_SLICE_S``)."""
+BLOCK_SLICE_S = 1.0
+"""Longest single blocking read hivemind issues; callers loop until their own deadline."""
+RETRIES = 3
+"""Retries of a command that met a connection error or a timeout."""
+BACKOFF_BASE_S = 0.1
+"""First retry delay (then doubled, with jitter)."""
+BACKOFF_CAP_S = 2.0
+"""Largest retry delay."""
+HEALTH_CHECK_INTERVAL_S = 15
+"""A connection idle this long is PINGed before it is used again."""
+
+_EMBEDDED: dict[str, Embedded] = {}
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/]*@)")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (``redis://user:***@host``), for logs and errors."""
+    m = _USERINFO.match(url)
+    if m is None:
+        return url
+    user, sep, _password = m.group("userinfo")[:-1].partition(":")
+    shown = f"{user}:***@" if sep else "***@"  # no colon: redis-py may read it as a password
+    return m.group("scheme") + shown + url[m.end():]
+
+
+def client_options() -> dict[str, Any]:
+    """The keyword arguments every hivemind Redis client is built with (see the docstring)."""
+    return {
+        "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT_S,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_keepalive": True,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S),
+                       RETRIES),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
 
 
 def connect(url: str) -> Store:
-    """A Redis client for ``url``; ``memory://`` is the embedded store (one per process),
-    ``redis+cluster://`` / ``rediss+cluster://`` a Redis Cluster (``cluster``)."""
+    """A Redis client for ``url``; ``memory://`` is the embedded store (one per process and
+    URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``);
+    ``redis+cluster://`` / ``rediss+cluster://`` a Redis Cluster (see ``store.cluster``)."""
     if is_cluster_url(url):
-        return connect_cluster(url)
+        return connect_cluster(url, client_options(), redact(url))
     if url.startswith("memory://"):
-        import fakeredis
-
         if url not in _EMBEDDED:
-            _EMBEDDED[url] = fakeredis.FakeServer()
-        return fakeredis.FakeRedis(server=_EMBEDDED[url])
+            _EMBEDDED[url] = Embedded(url)
+        return _EMBEDDED[url].client()
     try:
-        r = redis.Redis.from_url(url)
+        r = redis.Redis.from_url(url, **client_options())
         r.ping()
-    except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
-        raise StoreError(f"cannot connect to {url}: {exc}") from exc
+    except (redis.RedisError, ValueError) as exc:
+        # the exception text may quote the URL (a password with it): say only what failed
+        raise StoreError(f"cannot connect to {redact(url)}: {type(exc).__name__}: "
+                         f"{_scrub(str(exc), url)}") from None
     return r
 
 
@@ -36,5 +101,26 @@ def connect_queue(url: str) -> QueueConn:
     """A client for RQ's queues: ``connect(url)``, which must be one plain Redis."""
     r = connect(url)
     if not isinstance(r, redis.Redis):
-        raise StoreError(f"{url} is a Redis Cluster: RQ needs a plain Redis")
+        raise StoreError(f"{redact(url)} is a Redis Cluster: RQ needs a plain Redis")
     return r
+
+
+def _scrub(text: str, url: str) -> str:
+    """An error text with any credential of ``url`` replaced by ``***``."""
+    m = _USERINFO.match(url)
+    if m is None:
+        return text
+    user, sep, password = m.group("userinfo")[:-1].partition(":")
+    secrets = {password, unquote(password)} if sep else {user, unquote(user)}
+    text = text.replace(url, redact(url))
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def close_embedded(url: str) -> None:
+    """Forget the embedded store of ``url`` (its file is closed and unlocked; a later
+    ``connect`` replays it again). For tests and orderly shutdown."""
+    emb = _EMBEDDED.pop(url, None)
+    if emb is not None:
+        emb.close()

@@ -18,7 +18,7 @@ from typing import IO, Any
 from tqdm import tqdm
 
 from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.events.errors import EventError
+from hivemind_memory.events.errors import AppendFailed, EventError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.projections.store.types import Store
@@ -63,14 +63,23 @@ def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callab
     chunk: list[Event] = []
 
     def flush() -> None:
-        if chunk:
+        if not chunk:
+            return
+        nss = {e.ns for e in chunk}
+        if on_chunk is not None:
+            on_chunk(nss)  # scheduled before its first entry can land
+        try:
             appender(r, chunk)
-            report.appended += len(chunk)
-            nss = {e.ns for e in chunk}
-            report.namespaces |= nss
-            if on_chunk is not None:
-                on_chunk(nss)
-            chunk.clear()
+        except AppendFailed as exc:
+            report.appended += exc.appended
+            if exc.appended:
+                report.namespaces |= nss
+            raise
+        report.appended += len(chunk)
+        report.namespaces |= nss
+        if on_chunk is not None:
+            on_chunk(nss)  # again: a job that ran before the entries landed found nothing
+        chunk.clear()
 
     for _lineno, item, nbytes in iter_events(fh):
         if bar is not None:
@@ -94,8 +103,10 @@ def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            appender: Appender = append) -> IngestReport:
     """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
 
-    Pass ``report`` to see how far an ingest got when the store fails midway, and
-    ``appender`` to append otherwise (e.g. waiting for replicas).
+    Pass ``report`` to see how far an ingest got when the store fails midway: on
+    ``AppendFailed`` its ``appended`` is the exact number of events in the log.
+    ``on_chunk`` gets each chunk's namespaces before its append and again after it.
+    ``appender`` appends a chunk (``log.append`` unless the caller waits for replicas).
     """
     report = report if report is not None else IngestReport()
     spooled: str | None = None

@@ -12,8 +12,8 @@ from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, stream_entries, xread_entries
 
 WAIT_SLICE_S = 0.1
-"""Longest single blocking read while waiting for another projector (well under any socket
-timeout, so a wait never dies of one)."""
+"""Longest single blocking read while waiting for another projector (well under the socket
+timeout, so a wait never dies of one; callers loop until their own deadline)."""
 
 
 @dataclass(slots=True)
@@ -66,6 +66,6 @@ def changes_tail(r: Store, ns: str) -> bytes:
 def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
     """Block until a batch is committed after changes-entry ``after`` (or the timeout);
     returns the newest changes-entry id seen."""
-    ms = max(1, int(timeout_s * 1000))
+    ms = max(1, int(min(timeout_s, WAIT_SLICE_S) * 1000))
     seen = xread_entries(r.xread({keys.changes(ns): after}, count=1, block=ms))
     return seen[-1].id if seen else after

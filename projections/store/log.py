@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import redis
+
 from hivemind_memory.events.codec import encode_event
+from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
@@ -20,26 +23,55 @@ FIELD = b"d"
 """The single field of a stream entry: the msgpack-encoded event."""
 
 
-def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None,
-           register: bool = True) -> list[str]:
-    """XADD each event to its namespace's stream and register the namespace (unless
-    ``register`` is False: the caller registers them, e.g. on another cluster node).
+def register_namespaces(r: Store, nss: Iterable[str]) -> None:
+    """Add namespaces to the registry (before their first append can land, so a sweep always
+    finds a namespace that has entries)."""
+    names = sorted(set(nss))
+    if names:
+        r.sadd(keys.NAMESPACES, *names)
 
-    Uses one pipeline for the whole sequence (pass ``pipe`` to join a caller's pipeline, in
-    which case the ids are not returned). Returns the entry ids in order.
+
+def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None) -> list[str]:
+    """Register the events' namespaces, then XADD each event to its namespace's stream.
+
+    One pipeline for the XADDs (pass ``pipe`` to join a caller's pipeline: the registration
+    is queued first on it and no ids are returned). Returns the entry ids in order. When
+    some XADDs fail (maxmemory, a dropped connection), raises ``AppendFailed`` with the exact
+    number that reached the log and their ids: re-appending the whole sequence is safe
+    (a repeated event_id is applied once).
     """
-    own = pipe is None
-    p = r.pipeline(transaction=False) if pipe is None else pipe
-    nss: set[str] = set()
+    nss = sorted({ev.ns for ev in events})
+    if pipe is not None:
+        if nss:
+            pipe.sadd(keys.NAMESPACES, *nss)
+        for ev in events:
+            pipe.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
+        return []
+    if not events:
+        return []
+    register_namespaces(r, nss)
+    p = r.pipeline(transaction=False)
     for ev in events:
         p.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
-        nss.add(ev.ns)
-    if nss and register:
-        p.sadd(keys.NAMESPACES, *sorted(nss))
-    if not own:
-        return []
-    res = p.execute()
-    return [x.decode() if isinstance(x, bytes) else str(x) for x in res[: len(events)]]
+    try:
+        res = p.execute(raise_on_error=False)
+    except redis.RedisError as exc:  # the connection died: we cannot know which landed
+        raise AppendFailed(f"append failed, an unknown number of {len(events)} event(s) may "
+                           f"have landed: {type(exc).__name__}: {exc}", 0, []) from exc
+    ids = [x.decode() if isinstance(x, bytes) else str(x) for x in res
+           if not isinstance(x, Exception)]
+    errors = [x for x in res if isinstance(x, Exception)]
+    if errors:
+        first = errors[0]
+        raise AppendFailed(f"{len(ids)} of {len(events)} event(s) appended, then "
+                           f"{type(first).__name__}: {_server_words(first)}", len(ids), ids)
+    return ids
+
+
+def _server_words(exc: Exception) -> str:
+    text = str(exc)
+    _, sep, tail = text.partition(" caused error: ")
+    return tail if sep else text
 
 
 def tail(r: Store, ns: str) -> Position:

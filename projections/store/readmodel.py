@@ -50,17 +50,30 @@ def checkpoint(r: Store, ns: str) -> Position:
     return parse_pos(None if raw is None else as_bytes(raw))
 
 
-def decode_entry(fields: dict[bytes, bytes]) -> tuple[Event | Undecodable, bytes]:
-    """A stream entry's event, or why this version cannot read it."""
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "backslashreplace")
+
+
+def decode_entry(fields: dict[bytes, bytes], ns: str) -> tuple[Event | Undecodable, bytes]:
+    """A stream entry of namespace ``ns`` as its event, or why it cannot apply. Never raises:
+    whatever a rogue writer put on the stream (no ``d`` field, non-UTF-8 field names, bytes
+    that are not msgpack, an invalid event, an ``at`` out of range in UTC, an event of
+    another namespace) becomes an ``Undecodable`` with a reason, i.e. a dead letter."""
     raw = fields.get(FIELD)
     if raw is None:
-        return Undecodable(msgspec.json.encode({k.decode(): v.decode("latin-1")
-                                                for k, v in fields.items()}),
+        shown = {_text(k): _text(v) for k, v in fields.items()}
+        return Undecodable(msgspec.json.encode(shown),
                            "undecodable: entry has no 'd' field"), b""
     try:
-        return decode_event(raw), raw
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        ev = decode_event(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
         return Undecodable(raw, f"undecodable: {exc}"), raw
+    except Exception as exc:  # anything else these bytes provoke must not stall the namespace
+        return Undecodable(raw, f"undecodable: {type(exc).__name__}: {exc}"), raw
+    if ev.ns != ns:
+        return Undecodable(raw, f"wrong_namespace: an event of namespace {ev.ns!r} on the "
+                                f"stream of {ns!r}"), raw
+    return ev, raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +102,7 @@ def prepare_batch(r: Store, ns: str,
     note_ids: set[str] = set()
     event_ids: set[str] = set()
     for eid, fields in entries:
-        ev, raw = decode_entry(fields)
+        ev, raw = decode_entry(fields, ns)
         decoded.append((eid.decode(), ev, raw))
         if not isinstance(ev, Undecodable):
             note_ids.add(ev.note_id)
@@ -179,19 +192,26 @@ def read_notes(r: Store, ns: str) -> dict[str, NoteState]:
 
 class DeadLetterRow(msgspec.Struct, frozen=True):
     """One dead letter as listed: its id in the dead-letter stream, the event's stream entry
-    id and the reason (the raw payload left out)."""
+    id, the reason and when it was recorded (ms; the raw payload left out)."""
 
     id: str
     entry: str
     reason: str
+    at_ms: str
 
 
 def read_dead(r: Store, ns: str, count: int = 1000) -> list[DeadLetterRow]:
-    """The namespace's dead letters, oldest first."""
-    return [DeadLetterRow(e.id.decode(), e.fields.get(b"entry", b"").decode(),
-                          e.fields.get(b"reason", b"").decode("utf-8", "replace"))
+    """The namespace's first ``count`` dead letters, oldest first (``dead_total`` says how many
+    there are)."""
+    return [DeadLetterRow(_text(e.id), _text(e.fields.get(b"entry", b"")),
+                          _text(e.fields.get(b"reason", b"")), _text(e.fields.get(b"at_ms", b"")))
             for e in stream_entries(r.xrange(keys.dead(ns), count=count))]
 
 
-__all__ = ["BatchInfo", "DeadLetterRow", "Prepared", "checkpoint", "commit", "lagging",
-           "prepare_batch", "project_batch", "read_dead", "read_notes"]
+def dead_total(r: Store, ns: str) -> int:
+    """How many dead letters the namespace has."""
+    return int(r.xlen(keys.dead(ns)))
+
+
+__all__ = ["BatchInfo", "DeadLetterRow", "Prepared", "checkpoint", "commit", "dead_total",
+           "lagging", "prepare_batch", "project_batch", "read_dead", "read_notes"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import redis
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
@@ -39,7 +39,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     proj = Projection()
     pos = ZERO
     events = dups = 0
-    batch: list[tuple[str, Any, bytes]] = []
+    batch: list[tuple[str, Event | Undecodable, bytes]] = []
 
     def flush() -> None:
         nonlocal dups
@@ -49,7 +49,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
 
     for eid, fields in iter_all(r, ns, until=until, chunk=chunk):
         pos = parse_pos(eid)
-        ev, raw = decode_entry(fields)
+        ev, raw = decode_entry(fields, ns)
         events += 1
         if as_of is not None and not isinstance(ev, Undecodable) and ev.at > as_of:
             # Not visible at as_of, but its event_id is taken: a later duplicate of it (even
@@ -89,7 +89,8 @@ class LeaseLost(StoreError):
     """The projection lease was lost (expired and taken) while rebuilding."""
 
 
-def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) -> bool:
+def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
+               now_ms: int = 0) -> bool:
     """Replace the live read model with ``rebuilt`` in one MULTI/EXEC.
 
     Guarded with WATCH: only while ``token`` still holds the projection lease (when given),
@@ -97,6 +98,9 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) ->
     rebuilt position, nothing is written and False is returned (fold further and retry).
     The generation is bumped, so any batch folded before this write can no longer commit, and
     the changes stream gets a ``reset`` entry so in-memory indexes reload in full.
+    Dead letters are kept: those the live projector recorded (entries up to its checkpoint)
+    stay, and those the rebuild found past that checkpoint are added (``at_ms`` = ``now_ms``),
+    so each dead entry of the log is recorded exactly once whoever folded it.
     """
     with r.pipeline(transaction=True) as p:
         try:
@@ -105,14 +109,23 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None) ->
             if token is not None and (as_bytes(holder).decode() if holder else "") != token:
                 raise LeaseLost(f"namespace {ns!r}: projection lease lost during replay")
             cp = p.get(keys.checkpoint(ns))
-            if parse_pos(as_bytes(cp) if cp else None) > rebuilt.position:
+            live_cp = parse_pos(as_bytes(cp) if cp else None)
+            if live_cp > rebuilt.position:
                 return False
             p.multi()
             _write(p, ns, rebuilt)
+            _add_dead_letters(p, ns, rebuilt, live_cp, now_ms)
             p.execute()
             return True
         except redis.WatchError:
             return False
+
+
+def _add_dead_letters(p: Pipe, ns: str, rebuilt: Rebuilt, after: Position, now_ms: int) -> None:
+    for d in rebuilt.projection.dead:
+        if parse_pos(d.entry_id) > after:
+            p.xadd(keys.dead(ns), {"entry": d.entry_id, "reason": d.reason, "raw": d.raw,
+                                   "at_ms": str(now_ms)})
 
 
 def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:

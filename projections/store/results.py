@@ -4,6 +4,7 @@ audit stream. All keys of one namespace (one hash slot), so one MULTI can carry 
 from __future__ import annotations
 
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.connection import BLOCK_SLICE_S
 from hivemind_memory.projections.store.types import Pipe, Store
 
 INVALID_NS = "_invalid"
@@ -38,9 +39,10 @@ def result_exists(r: Store, ns: str, query_id: str) -> bool:
 
 
 def wait_done(r: Store, ns: str, query_id: str, timeout_s: float) -> bool:
-    """Block up to ``timeout_s`` on the query's done list; True when it was pushed. Leaves the
-    marker in place for other waiters."""
-    popped = r.blpop([keys.done(ns, query_id)], timeout=max(timeout_s, 0.01))
+    """Block up to ``timeout_s`` (at most ``BLOCK_SLICE_S``, whatever the socket timeout) on
+    the query's done list; True when it was pushed. Leaves the marker in place for other
+    waiters. Callers loop until their own deadline."""
+    popped = r.blpop([keys.done(ns, query_id)], timeout=min(max(timeout_s, 0.01), BLOCK_SLICE_S))
     if popped is None:
         return False
     r.lpush(keys.done(ns, query_id), b"1")  # wake other waiters too

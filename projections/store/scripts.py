@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
-from typing import Any
+
+from redis.commands.core import Script
 
 from hivemind_memory.projections.store.types import Store
 
@@ -19,10 +20,10 @@ def source(name: str) -> str:
     return (files(_PACKAGE) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def script(r: Store, name: str) -> Any:
+def script(r: Store, name: str) -> Script:
     """The registered script object for client ``r`` (EVALSHA with EVAL fallback)."""
     cache_attr = "_hivemind_scripts"
-    reg: dict[str, Any] | None = getattr(r, cache_attr, None)
+    reg: dict[str, Script] | None = getattr(r, cache_attr, None)
     if reg is None:
         reg = {}
         setattr(r, cache_attr, reg)

@@ -17,7 +17,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import QueryError
+from hivemind_memory.events.errors import AppendFailed, QueryError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
@@ -26,7 +26,7 @@ from hivemind_memory.projections.store.cluster import append_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
-from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -76,6 +76,11 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
                appender=appender)
     except OSError as exc:  # missing, a directory, not readable
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except AppendFailed as exc:
+        print(f"hivemind: appended {rep.appended} event(s), then the store failed: {exc}; "
+              "re-running the whole file is safe (repeated event_ids are applied once)",
+              file=sys.stderr)
         return 2
     except redis.RedisError as exc:
         print(f"hivemind: Redis error after appending {rep.appended} event(s): "
@@ -149,7 +154,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         for _attempt in range(5):
             rb = fold_log(r, args.ns, on_chunk=renew)
             renew()
-            if write_back(r, args.ns, rb, held.token):
+            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
                 break
         else:
             print(f"hivemind: namespace {args.ns} kept moving; replay wrote nothing",
@@ -165,8 +170,17 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    for d in read_dead(r, args.ns):
-        sys.stdout.write(_json.encode(d).decode() + "\n")
+    total = dead_total(r, args.ns)
+    shown = read_dead(r, args.ns, count=args.limit)
+    for d in shown:
+        if args.json:
+            sys.stdout.write(_json.encode(d).decode() + "\n")
+        else:
+            sys.stdout.write(f"{d.entry:<18} {d.reason}\n")
+    more = total - len(shown)
+    summary = (f"dead: {len(shown)} of {total} dead letter(s) of {args.ns}"
+               + (f" (truncated: {more} more; use --limit {total})" if more > 0 else ""))
+    print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -186,11 +200,11 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config)
+    return run_demo(args.config, args.store)
 
 
 def _client(s: Settings) -> Client:
-    return Client(connect(s.redis_url), _queue_conn(s), settings=s)
+    return Client.connect(s)
 
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:

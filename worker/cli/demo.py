@@ -59,10 +59,15 @@ def sample_events() -> list[dict[str, Any]]:
     return ev
 
 
-def run_demo(config_path: str | None) -> int:
-    """Ingest the sample into ``memory://``, project it with a burst worker, show the result."""
+def run_demo(config_path: str | None, store_url: str = "memory://") -> int:
+    """Ingest the sample into the embedded store, project it with a burst worker in this
+    process, show the result. ``memory://PATH`` keeps the log on disk (a second run replays
+    it; the repeated events are applied once)."""
 
-    s = Settings.from_env({}, redis_url="memory://demo", config_path=config_path)
+    if not store_url.startswith("memory://"):
+        print("hivemind demo: --store must be memory:// or memory://PATH", file=sys.stderr)
+        return 2
+    s = Settings.from_env({}, redis_url=store_url, config_path=config_path)
     rt = runtime.build(s, connect(s.redis_url))
     runtime.install(rt)
     fd, path = tempfile.mkstemp(suffix=".jsonl")
@@ -70,7 +75,6 @@ def run_demo(config_path: str | None) -> int:
         for e in sample_events():
             fh.write(json.dumps(e) + "\n")
     try:
-
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
                      on_chunk=lambda nss: schedule_namespaces(rt.store, rt.project_queue, nss))
     finally:
@@ -78,7 +82,6 @@ def run_demo(config_path: str | None) -> int:
     print(f"== ingested {rep.appended} events into namespace '{DEMO_NS}' (embedded store)")
     code = run_worker(rt, burst=True)
     print("== projected notes (hivemind notes --ns demo)")
-
     for nid, n in sorted(read_notes(rt.store, DEMO_NS).items()):
         flag = " (forgotten)" if n.forgotten else ""
         tier = tier_of(n.uses, n.kind, rt.cfg)
@@ -87,7 +90,6 @@ def run_demo(config_path: str | None) -> int:
     print("== dead letters")
     for d in read_dead(rt.store, DEMO_NS):
         print(f"  {d.entry}: {d.reason}")
-
     client = Client(rt.store, settings=s)
     asks = [
         ("bob", "redis persistence aof projector crash", 400, False),

@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -16,14 +16,17 @@ import redis
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.events.times import to_utc
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import commands
+from hivemind_memory.worker.cli import commands, serve
 from hivemind_memory.worker.cli.output import redis_message
+from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
                    "redis://localhost:6379/0; memory:// = embedded, this process only; "
+                   "memory://PATH = embedded, kept in the directory PATH; "
                    "redis+cluster://host:port[,host:port...] = a Redis Cluster)")
     p.add_argument("--rq-url", help="RQ's queues: a plain Redis (default: $HIVEMIND_RQ_URL, "
                    "else the store URL; required when the store is a redis+cluster:// URL)")
@@ -36,6 +39,16 @@ def _ns_arg(value: str) -> str:
     return value
 
 
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return n
+
+
 def _time_arg(value: str) -> datetime:
     try:
         t = msgspec.json.decode(msgspec.json.encode(value), type=datetime)
@@ -43,7 +56,10 @@ def _time_arg(value: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{value!r} has no timezone (e.g. 2026-05-01T12:00:00Z)")
-    return t.astimezone(UTC)
+    try:
+        return to_utc(t, "--as-of")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
+    p.add_argument("--store", default="memory://",
+                   help="embedded store URL: memory:// (default) or memory://PATH (kept on disk)")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
@@ -96,14 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare live and rebuilt; exit 1 if they differ (writes nothing)")
     _common(p)
 
-    p = sub.add_parser("dead", help="the dead letters of a namespace")
+    p = sub.add_parser("dead", help="the dead letters of a namespace, with the total")
     p.add_argument("--ns", required=True, type=_ns_arg)
+    p.add_argument("--limit", type=_positive, default=1000,
+                   help="show at most N, oldest first (default 1000); the total is always said")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line (id, entry, reason, at_ms); summary on stderr")
     _common(p)
 
     p = sub.add_parser("curves", help="recency multiplier per tier vs 5%% a day")
     p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
     p.add_argument("--config", help="ranking config TOML")
 
+    serve_parsers(sub, _common, _ns_arg)
     return ap
 
 
@@ -135,7 +158,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    handler: Any = getattr(commands, f"cmd_{args.cmd}")
+    mod: Any = serve if args.cmd in ("serve", "mcp") else commands
+    handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves"):
         return int(handler(args))
     return int(handler(args, _settings(args)))

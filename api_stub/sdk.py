@@ -1,0 +1,322 @@
+"""``Memory``: the SDK agents use. One class over a store URL or over ``hivemind serve``.
+
+::
+
+    from hivemind_memory.api_stub.sdk import Memory
+
+    mem = Memory("http://127.0.0.1:8080", ns="team-a", token="...")   # or redis://, memory://
+    nid = mem.remember("Deploys happen on Tuesdays after 14:00 UTC")
+    got = mem.recall("when do we deploy?", budget=500)
+    prompt = f"Context:\\n{got.context}\\n\\nQuestion: ..."
+    mem.used(*got.note_ids)
+
+It fills ``event_id`` (time-ordered, unique), ``at`` (now, UTC), ``ns`` and ``agent``, and
+raises typed errors (``EventError``, ``QueryError``, ``QueryTimeout``, ``AccessDenied``,
+``TooLarge``, ``StoreError``; all ``HivemindError``). Over a store URL the agent is the one
+given here (the store trusts its callers); over HTTP it is the token's, and ``agent=`` may be
+left out. Over ``memory://`` a worker runs in this process. Synchronous.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from hivemind_memory.events.errors import (
+    AccessDenied,
+    EventError,
+    HivemindError,
+    QueryError,
+    QueryTimeout,
+    StoreError,
+    TooLarge,
+)
+
+_seq = itertools.count()
+_seq_lock = threading.Lock()
+
+
+def new_id(prefix: str) -> str:
+    """A unique id that sorts by creation time: ``<prefix>-<µs hex><seq hex><random hex>``."""
+    with _seq_lock:
+        n = next(_seq) & 0xFFFF
+    return f"{prefix}-{time.time_ns() // 1000:014x}{n:04x}{os.urandom(5).hex()}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class RecalledNote:
+    """One note of a recall, in context order."""
+
+    note_id: str
+    text: str
+    score: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What ``recall`` found: ``context`` is ready to paste into a prompt."""
+
+    context: str
+    notes: list[RecalledNote]
+    used_tokens: int
+    budget: int
+    query_id: str
+    result: dict[str, Any] = field(repr=False)
+    """The full result object (the contract's query result)."""
+
+    @property
+    def note_ids(self) -> list[str]:
+        return [n.note_id for n in self.notes]
+
+    def __str__(self) -> str:
+        return self.context
+
+
+def recall_from_result(res: Mapping[str, Any]) -> Recall:
+    """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
+    if "error" in res:
+        raise QueryError(res["error"]["code"], res["error"]["message"])
+    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"])
+             for n in res["notes"]]
+    return Recall(context="\n\n".join(n.text for n in notes), notes=notes,
+                  used_tokens=res["used"], budget=res["budget"], query_id=res["query_id"],
+                  result=dict(res))
+
+
+class _Transport:
+    """How a Memory reaches hivemind."""
+
+    def append(self, events: list[dict[str, Any]]) -> int:
+        raise NotImplementedError
+
+    def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the transport holds (nothing by default)."""
+
+
+class _StoreTransport(_Transport):
+    """Straight to the store with the Python client (plus a worker thread for memory://)."""
+
+    def __init__(self, url: str, timeout: float, client: Any = None,
+                 on_write: Callable[[], None] | None = None) -> None:
+        self.timeout = timeout
+        self._worker: Any = None
+        self.on_write = on_write
+        if client is None:
+            from hivemind_memory.api_stub.client import Client
+            from hivemind_memory.api_stub.protocol.settings import Settings
+
+            s = Settings.from_env(redis_url=url)
+            client = Client.connect(s)
+            if url.startswith("memory://"):
+                from hivemind_memory.worker import runtime
+                from hivemind_memory.worker.inprocess import InProcessWorker
+
+                self._worker = InProcessWorker(runtime.build(s, client.store)).start()
+                self.on_write = self._worker.kick
+        self.client = client
+
+    def append(self, events: list[dict[str, Any]]) -> int:
+        from hivemind_memory.events.codec import parse_json_event
+
+        evs = [parse_json_event(msgspec.json.encode(e), lineno=i)
+               for i, e in enumerate(events, start=1)]
+        self.client.append(evs)
+        if self.on_write is not None:
+            self.on_write()
+        return len(evs)
+
+    def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ids = self.client.submit_batch(reqs)
+        if self.on_write is not None:
+            self.on_write()
+        out: list[dict[str, Any]] = []
+        for body in self.client.batch_results(ids, self.timeout):
+            out.append(msgspec.json.decode(body))
+        return out
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+
+
+class _HttpTransport(_Transport):
+    """JSON over HTTP to ``hivemind serve`` (standard library only)."""
+
+    def __init__(self, url: str, ns: str, token: str | None, timeout: float) -> None:
+        self.base = url.rstrip("/") + f"/v1/ns/{ns}"
+        self.token = token
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None,
+             kind: Literal["event", "query"] = "query") -> Any:
+        data = None if body is None else msgspec.json.encode(body)
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout + 5) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                err = json.loads(raw)["error"]
+                code, msg = str(err["code"]), str(err["message"])
+            except (ValueError, KeyError, TypeError):
+                code, msg = "http_error", raw.decode(errors="replace")[:500]
+            raise _http_error(exc.code, code, msg, kind) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise StoreError(f"cannot reach {self.base}: {exc}") from exc
+
+    def append(self, events: list[dict[str, Any]]) -> int:
+        return int(self.call("POST", "/events", events, kind="event")["appended"])
+
+    def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for r in reqs:
+            r.pop("ns", None)
+        out: list[dict[str, Any]] = self.call("POST", "/queries", reqs)
+        return out
+
+
+def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
+    if status in (401, 403):
+        return AccessDenied(f"{status} {code}: {message}")
+    if status == 413:
+        return TooLarge(message)
+    if status == 504:
+        return QueryTimeout(message)
+    if status == 422 and kind == "event":
+        return EventError(message)
+    if status in (400, 404, 422):
+        return QueryError(code, message)
+    return StoreError(f"{status} {code}: {message}")
+
+
+class Memory:
+    """remember / recall / used / forget, and the raw append / query / batch."""
+
+    def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.ns = ns
+        self.agent = agent
+        self.timeout = timeout
+        self._t: _Transport
+        if url.startswith(("http://", "https://")):
+            self._t = _HttpTransport(url, ns, token, timeout)
+        else:
+            if not agent:
+                raise AccessDenied("Memory over a store URL needs agent= (who is writing)")
+            self._t = _StoreTransport(url, timeout)
+
+    @classmethod
+    def over_client(cls, client: Any, *, ns: str, agent: str, timeout: float = 30.0,
+                    on_write: Callable[[], None] | None = None) -> Memory:
+        """A Memory over an open ``Client`` (the MCP server and ``serve`` use this)."""
+        m = cls.__new__(cls)
+        m.ns, m.agent, m.timeout = ns, agent, timeout
+        m._t = _StoreTransport("", timeout, client=client, on_write=on_write)
+        return m
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- raw ---------------------------------------------------------------------------------
+    def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
+        ev = dict(e)
+        ev.setdefault("event_id", new_id("ev"))
+        ev.setdefault("at", _now())
+        ev.setdefault("ns", self.ns)
+        if self.agent:
+            ev.setdefault("agent", self.agent)
+        return ev
+
+    def append(self, events: Sequence[Mapping[str, Any]]) -> int:
+        """Append events (``event_id``, ``at``, ``ns``, ``agent`` filled when absent)."""
+        return self._t.append([self._fill(e) for e in events])
+
+    def _request(self, text: str, budget: int, **kw: Any) -> dict[str, Any]:
+        req: dict[str, Any] = {"ns": self.ns, "text": text, "budget": budget}
+        if self.agent:
+            req["agent"] = self.agent
+        for k, v in kw.items():
+            if v is not None:
+                req[k] = v.isoformat() if isinstance(v, datetime) else v
+        return req
+
+    def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
+              explain: bool = False, embedding: Sequence[float] | None = None,
+              config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The contract's result object (an error object raises ``QueryError``)."""
+        [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
+                                          embedding=list(embedding) if embedding else None,
+                                          config=dict(config) if config else None)])
+        if "error" in res:
+            err = res["error"]
+            if err["code"] == "timeout":
+                raise QueryTimeout(err["message"])
+            raise QueryError(err["code"], err["message"])
+        return res
+
+    def batch(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Many queries at once; results (or error objects) in order."""
+        reqs = []
+        for r in requests:
+            d = dict(r)
+            d.setdefault("ns", self.ns)
+            if self.agent:
+                d.setdefault("agent", self.agent)
+            reqs.append(d)
+        return self._t.queries(reqs)
+
+    # -- for agents --------------------------------------------------------------------------
+    def remember(self, text: str, *, kind: Literal["note", "scratch"] = "note",
+                 scope: Literal["shared", "private"] = "shared", note_id: str | None = None,
+                 tokens: int | None = None, embedding: Sequence[float] | None = None) -> str:
+        """Store a note; returns its id (a new time-ordered one unless ``note_id`` is given)."""
+        nid = note_id or new_id("n")
+        ev: dict[str, Any] = {"type": "note.created", "note_id": nid, "text": text,
+                              "kind": kind, "scope": scope}
+        if tokens is not None:
+            ev["tokens"] = tokens
+        if embedding is not None:
+            ev["embedding"] = list(embedding)
+        self.append([ev])
+        return nid
+
+    def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
+               embedding: Sequence[float] | None = None) -> Recall:
+        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered."""
+        return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding))
+
+    def used(self, *note_ids: str) -> int:
+        """Say which notes the agent actually used (they earn permanence)."""
+        return self.append([{"type": "note.used", "note_id": n} for n in note_ids])
+
+    def forget(self, note_id: str) -> None:
+        """The note is gone from every future answer (it stays in the log)."""
+        self.append([{"type": "note.forgotten", "note_id": note_id}])

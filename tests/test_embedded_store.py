@@ -1,0 +1,143 @@
+"""``memory://PATH``: every source-stream append is in the file, fsynced per client write,
+replayed at start with the same ids; derived streams are not; a torn tail is cut; one
+process at a time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from hivemind_memory.events.errors import StoreError
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.connection import close_embedded, connect
+from hivemind_memory.projections.store.embedded import LOG_NAME, StreamLog, is_persistent
+
+
+def _url(tmp_path: Path) -> str:
+    return f"memory://{tmp_path / 'store'}"
+
+
+def test_plain_memory_is_not_persistent() -> None:
+    assert not is_persistent("memory://")
+    assert is_persistent("memory://./data") and is_persistent("memory:///var/lib/hm")
+
+
+def test_every_source_stream_append_survives_a_restart(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    r = connect(url)
+    try:
+        p = r.pipeline(transaction=True)  # MULTI/EXEC
+        p.xadd(keys.stream("a"), {b"d": b"\x00\xffbinary"})
+        p.xadd(keys.audit("a"), {b"d": b'{"q":1}'}, maxlen=1000, approximate=True)
+        p.xadd(keys.dead("a"), {b"entry": b"1-0", b"reason": b"x"})
+        p.xadd(keys.changes("a"), {b"pos": b"1-0"}, maxlen=10, approximate=True)
+        p.execute()
+        r.xadd(keys.stream("b"), {b"d": b"plain"})  # a single command
+        r.eval("return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])", 1,  # a Lua script
+               keys.stream("b"), b"from lua")
+        before = {k: r.xrange(k) for k in (keys.stream("a"), keys.audit("a"), keys.stream("b"))}
+        size = (tmp_path / "store" / LOG_NAME).stat().st_size
+        assert size > 0
+    finally:
+        close_embedded(url)
+
+    r2 = connect(url)
+    try:
+        for k, entries in before.items():
+            assert r2.xrange(k) == entries  # same ids, same fields
+        assert not r2.exists(keys.dead("a")) and not r2.exists(keys.changes("a"))
+        assert r2.smembers(keys.NAMESPACES) == {b"a", b"b"}
+        r2.xadd(keys.stream("a"), {b"d": b"after restart"})
+        assert (tmp_path / "store" / LOG_NAME).stat().st_size > size
+    finally:
+        close_embedded(url)
+
+
+def test_a_torn_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    r = connect(url)
+    r.xadd(keys.stream("a"), {b"d": b"one"})
+    r.xadd(keys.stream("a"), {b"d": b"two"})
+    close_embedded(url)
+    log_path = tmp_path / "store" / LOG_NAME
+    whole = log_path.read_bytes()
+    log_path.write_bytes(whole[:-3])  # a crash in the middle of the second record
+    with capture_logs() as logs:
+        r = connect(url)
+    try:
+        assert [f[b"d"] for _, f in r.xrange(keys.stream("a"))] == [b"one"]
+        assert any(e["event"] == "embedded_log_torn_tail" for e in logs)
+        r.xadd(keys.stream("a"), {b"d": b"three"})  # appends after the cut, not the garbage
+    finally:
+        close_embedded(url)
+    r = connect(url)
+    try:
+        assert [f[b"d"] for _, f in r.xrange(keys.stream("a"))] == [b"one", b"three"]
+    finally:
+        close_embedded(url)
+
+
+def test_a_corrupt_record_stops_replay_there(tmp_path: Path) -> None:
+    d = tmp_path / "store"
+    log = StreamLog(d)
+    log.stage(b"hm:{a}:events", b"1-0", [b"d", b"x"])
+    log.flush()
+    log.stage(b"hm:{a}:events", b"2-0", [b"d", b"y"])
+    log.flush()
+    log.close()
+    data = bytearray((d / LOG_NAME).read_bytes())
+    data[-1] ^= 0xFF  # flip a bit of the last record's payload: its CRC no longer matches
+    (d / LOG_NAME).write_bytes(bytes(data))
+    log = StreamLog(d)
+    try:
+        with capture_logs() as logs:
+            assert [r[1] for r in log.records()] == [b"1-0"]
+        assert [e["dropped_bytes"] for e in logs if e["event"] == "embedded_log_torn_tail"]
+    finally:
+        log.close()
+
+
+def test_one_process_at_a_time(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    connect(url)
+    try:
+        with pytest.raises(StoreError, match="in use"):
+            StreamLog(tmp_path / "store")
+        # another process is refused too
+        import subprocess
+        import sys
+
+        code = ("import sys; from hivemind_memory.projections.store.connection import connect\n"
+                "try:\n    connect(sys.argv[1])\nexcept Exception as e:\n"
+                "    print(type(e).__name__, e); sys.exit(3)\n")
+        got = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                             timeout=60, check=False, env={**os.environ})
+        assert got.returncode == 3 and "StoreError" in got.stdout
+    finally:
+        close_embedded(url)
+
+
+def test_demo_on_memory_path_twice(tmp_path: Path) -> None:
+    """``demo --store memory://PATH``: the second run replays the first run's log; its
+    events are applied once, so the answers are the same."""
+    import subprocess
+
+    from tests.support import HIVEMIND
+
+    outs = []
+    for _ in range(2):
+        got = subprocess.run([*HIVEMIND, "demo", "--store", "memory://demo-data"],
+                             capture_output=True, text=True, timeout=120, check=False,
+                             cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        outs.append(got.stdout)
+    def answers(out: str) -> list[str]:  # the query id names the log length: it grew
+        tail = out.split("== hivemind query", 1)[1]
+        return [line for line in tail.splitlines() if not line.startswith("query ")]
+
+    assert answers(outs[0]) == answers(outs[1])
+    assert outs[0].splitlines()[0] == outs[1].splitlines()[0]  # "ingested N events"
+    assert (tmp_path / "demo-data" / LOG_NAME).stat().st_size > 0

@@ -1,0 +1,94 @@
+"""The worker inside a server process (``serve`` and ``mcp`` on the embedded store).
+
+The embedded store lives in this process, so no other process can work its queues. A daemon
+thread drains them: it sweeps for namespaces left behind (after a restart of a
+``memory://PATH`` store every namespace is, so the read model is rebuilt from the log), then
+runs RQ ``SimpleWorker`` bursts whenever a queue has work. Writers ``kick()`` it after an
+append or a query submission; between kicks it looks at the queue lengths every
+``POLL_S`` (cheap: the store is in process). Chosen over "burst after each append in the
+request thread" so a request never does the worker's work, and over a blocking
+``SimpleWorker.work()`` because that one cannot be stopped promptly from another thread.
+
+RQ's default signal handling and job timeouts use signals, which only the main thread may
+install; this worker installs none and uses RQ's timer-based death penalty instead.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+from rq import SimpleWorker
+from rq.timeouts import TimerDeathPenalty
+
+from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.projector import behind, sweep
+
+log = structlog.get_logger("hivemind.inprocess")
+
+POLL_S = 0.05
+"""How often the idle thread looks at the queue lengths."""
+
+
+class _ThreadWorker(SimpleWorker):
+    """A SimpleWorker that can run outside the main thread."""
+
+    death_penalty_class = TimerDeathPenalty
+
+    def _install_signal_handlers(self) -> None:
+        """No signals: the owning thread stops us."""
+
+
+class InProcessWorker:
+    """Drains the project and query queues of ``rt`` in a daemon thread."""
+
+    def __init__(self, rt: runtime.Runtime) -> None:
+        self.rt = rt
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hivemind-worker", daemon=True)
+        self.bursts = 0
+        self.caught_up = threading.Event()
+        """Set once every namespace behind at start (all of them, after a restart of a
+        ``memory://PATH`` store) has been projected."""
+
+    def start(self) -> InProcessWorker:
+        runtime.install(self.rt)
+        if not sweep(self.rt.store, self.rt.project_queue):
+            self.caught_up.set()
+        self._thread.start()
+        self.kick()
+        return self
+
+    def kick(self) -> None:
+        """Work is waiting (called after an append or a query submission)."""
+        self._wake.set()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _pending(self) -> bool:
+        return bool(len(self.rt.query_queue) or len(self.rt.project_queue))
+
+    def _run(self) -> None:
+        queues = [self.rt.query_queue, self.rt.project_queue]
+        while not self._stop.is_set():
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                while self._pending() and not self._stop.is_set():
+                    w = _ThreadWorker(queues, connection=self.rt.rq, serializer=JSONSerializer)
+                    w.work(burst=True, with_scheduler=False, logging_level="WARNING")
+                    self.bursts += 1
+                if not self.caught_up.is_set() and not behind(self.rt.store):
+                    self.caught_up.set()
+            except Exception:  # keep serving: the next kick retries; the job keeps its retries
+                log.exception("inprocess_worker_error")

@@ -342,3 +342,51 @@ def test_append_replicated_on_a_cluster_without_replicas_fails_clearly(
         append_replicated(cluster_store, evs, 1, 50)
     for ns in {e.ns for e in evs}:  # the XADDs are in either way (a re-run is deduplicated)
         assert cluster_store.xlen(keys.stream(ns)) >= sum(e.ns == ns for e in evs)
+
+
+# --- serve, mcp and the SDK on a cluster ---------------------------------------------------------
+
+
+@pytest.mark.redis_cluster
+@pytest.mark.redis_server
+def test_serve_on_the_cluster_with_rq_apart(cluster_store: Any, redis_cluster: ClusterProc,
+                                            rq_redis: RedisProc, tmp_path: Path) -> None:
+    from tests.frontdoor_support import OPS, call, start_serve
+    from tests.support import free_port
+
+    (tmp_path / "tokens.toml").write_text(
+        f'[[token]]\nsecret = "{OPS}"\nns = ["*"]\nagent = "ops"\n'
+        'rights = ["write", "query", "admin"]\n')
+    env = {"HIVEMIND_REDIS_URL": redis_cluster.url, "HIVEMIND_RQ_URL": rq_redis.url}
+    worker = subprocess.Popen([*HIVEMIND, "worker"], env={**os.environ, **env},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = start_serve(["--redis-url", redis_cluster.url, "--rq-url", rq_redis.url,
+                       "--tokens", "tokens.toml"], tmp_path, free_port())
+    try:
+        events = [{"type": "note.created", "event_id": f"e{i}", "note_id": f"n{i}",
+                   "agent": "ops", "at": iso(T0), "text": f"redis cluster note {i}"}
+                  for i in range(5)]
+        for ns in ("s1", "s2", "s3"):
+            assert call(srv.base, "POST", f"/v1/ns/{ns}/events", events, token=OPS)[0] == 200
+        q = {"text": "redis cluster", "budget": 40, "as_of": iso(T0 + timedelta(days=1))}
+        st, body = call(srv.base, "POST", "/v1/ns/s2/query", q, token=OPS)
+        assert st == 200 and len(body["notes"]) >= 2, body
+        wait_until(lambda: len(call(srv.base, "GET", "/v1/ns/s3/notes", token=OPS)[1]) == 5,
+                   "the worker to project s3")
+    finally:
+        srv.stop()
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert read_notes(cluster_store, "s1").keys() == {f"n{i}" for i in range(5)}
+
+
+def test_every_command_takes_rq_url() -> None:
+    from hivemind_memory.worker.cli.main import _settings, build_parser
+
+    cl, rq = "redis+cluster://127.0.0.1:7000", "redis://127.0.0.1:6390/0"
+    argvs = [["ingest", "f.jsonl"], ["worker"], ["query", "x", "--ns", "t", "--budget", "5"],
+             ["batch", "q.jsonl"], ["notes", "--ns", "t"], ["replay", "--ns", "t"],
+             ["dead", "--ns", "t"], ["serve"], ["mcp", "--ns", "t", "--agent", "a"]]
+    for argv in argvs:
+        s = _settings(build_parser().parse_args([*argv, "--redis-url", cl, "--rq-url", rq]))
+        assert (s.redis_url, s.rq_url) == (cl, rq), argv

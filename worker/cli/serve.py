@@ -102,10 +102,15 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, s: Settings) -> int:
+    from hivemind_memory.api_stub.client import Client
     from hivemind_memory.api_stub.mcp import build_server, fixed_resolver
     from hivemind_memory.api_stub.sdk import Memory
 
-    mem = Memory(s.redis_url, ns=args.ns, agent=args.agent, timeout=args.timeout)
+    if s.redis_url.startswith("memory://"):  # the embedded store brings its own worker
+        mem = Memory(s.redis_url, ns=args.ns, agent=args.agent, timeout=args.timeout)
+    else:  # one Redis, or a cluster with RQ on --rq-url
+        mem = Memory.over_client(Client.connect(s), ns=args.ns, agent=args.agent,
+                                 timeout=args.timeout)
     try:
         build_server(fixed_resolver(mem)).run("stdio")
     finally:

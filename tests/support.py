@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -149,13 +150,13 @@ class ClusterProc:
         ``expect_replicas`` connected replicas."""
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._all_ok(expect_replicas):
+            if self.all_ok(expect_replicas):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("cluster did not reach cluster_state:ok in time")
             time.sleep(0.05)  # waiting for external processes to gossip
 
-    def _all_ok(self, expect_replicas: int) -> bool:
+    def all_ok(self, expect_replicas: int) -> bool:
         for port in self.live_ports():
             c = redis.Redis(port=port)
             try:
@@ -179,7 +180,7 @@ class ClusterProc:
     def failed_over(self, port: int) -> bool:
         """Whether every live node reports ``cluster_state:ok`` and serves no slot from
         ``port`` any more (a replica took its slots over)."""
-        if not self._all_ok(0):
+        if not self.all_ok(0):
             return False
         for live in self.live_ports():
             c = redis.Redis(port=live)
@@ -198,8 +199,6 @@ class ClusterProc:
 
     def master_of(self, key: str) -> int:
         """The port of the live master that serves ``key``'s slot now."""
-        from redis.crc import key_slot
-
         slot = key_slot(key.encode())
         for port in self.live_ports():
             c = redis.Redis(port=port)
@@ -332,8 +331,6 @@ class SlotRecorder:
         monkeypatch.setattr(ClusterPipeline, "watch", watch)
 
     def slots_per_call(self) -> list[tuple[str, set[int]]]:
-        from redis.crc import key_slot
-
         return [(name, {key_slot(k) for k in ks}) for name, ks in self.calls if ks]
 
 

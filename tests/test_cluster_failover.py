@@ -92,7 +92,7 @@ def test_master_killed_during_ingest_and_projection(
                     # the replica too (Redis's documented hazard without persistence)
                     wait_until(lambda: ha_cluster.failed_over(victim), "failover (ingest kill)")
                     ha_cluster.restart(victim)  # back as a replica: WAIT 1 can succeed again
-                    wait_until(lambda: ha_cluster._all_ok(1), "the old master to rejoin")
+                    wait_until(lambda: ha_cluster.all_ok(1), "the old master to rejoin")
                 assert retries < 50
         acknowledged |= {d["event_id"] + "@" + d["ns"] for d in chunk}
     assert victim in ha_cluster.live_ports()

@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 
 from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
@@ -83,8 +84,6 @@ def connect_cluster(url: str, options: dict[str, Any] | None = None,
 
 def namespace_slot(ns: str) -> int:
     """The cluster slot every key of namespace ``ns`` lives in (CLUSTER KEYSLOT)."""
-    from redis.crc import key_slot
-
     return int(key_slot(keys.stream(ns).encode()))
 
 

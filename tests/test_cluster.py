@@ -9,7 +9,7 @@ import os
 import subprocess
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from hivemind_memory.projections.store.rebuild import fold_log, live_snapshot, w
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import behind, run_projection
+from hivemind_memory.worker.status import read_status
 from tests.factories import T0, created, ev, forgotten, iso, jsonl, used
 from tests.support import (
     HIVEMIND,
@@ -130,6 +131,8 @@ def test_every_call_touches_one_slot_over_many_namespaces(
         cp, live = live_snapshot(r, ns)
         assert cp == tail(r, ns) and live == fold_log(r, ns).projection.notes
     assert namespaces(r) == nss
+    st = read_status(r, rq, datetime.now(UTC))  # `hivemind status`: one MULTI per namespace
+    assert [n.ns for n in st.namespaces] == nss and all(n.lag_entries == 0 for n in st.namespaces)
 
     per_call = rec.slots_per_call()
     crossing = [(name, slots) for name, slots in per_call if len(slots) != 1]
@@ -386,7 +389,7 @@ def test_every_command_takes_rq_url() -> None:
     cl, rq = "redis+cluster://127.0.0.1:7000", "redis://127.0.0.1:6390/0"
     argvs = [["ingest", "f.jsonl"], ["worker"], ["query", "x", "--ns", "t", "--budget", "5"],
              ["batch", "q.jsonl"], ["notes", "--ns", "t"], ["replay", "--ns", "t"],
-             ["dead", "--ns", "t"], ["serve"], ["mcp", "--ns", "t", "--agent", "a"]]
+             ["dead", "--ns", "t"], ["status"], ["serve"], ["mcp", "--ns", "t", "--agent", "a"]]
     for argv in argvs:
         s = _settings(build_parser().parse_args([*argv, "--redis-url", cl, "--rq-url", rq]))
         assert (s.redis_url, s.rq_url) == (cl, rq), argv

@@ -134,10 +134,6 @@ def test_demo_on_memory_path_twice(tmp_path: Path) -> None:
                              cwd=tmp_path)
         assert got.returncode == 0, got.stderr
         outs.append(got.stdout)
-    def answers(out: str) -> list[str]:  # the query id names the log length: it grew
-        tail = out.split("== hivemind query", 1)[1]
-        return [line for line in tail.splitlines() if not line.startswith("query ")]
-
-    assert answers(outs[0]) == answers(outs[1])
-    assert outs[0].splitlines()[0] == outs[1].splitlines()[0]  # "ingested N events"
+    assert "events" in outs[0].splitlines()[0]  # "hivemind demo: N events, ..."
+    assert outs[0] == outs[1]  # the same notes, dead letters and answers, byte for byte
     assert (tmp_path / "demo-data" / LOG_NAME).stat().st_size > 0

@@ -34,6 +34,7 @@ from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.index_loader import refresh_index
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker import metrics
 from hivemind_memory.worker.projector import ensure_projected
 
 log = structlog.get_logger("hivemind.query")
@@ -131,7 +132,10 @@ class QueryEngine:
                 idx = self.live.get(q.ns)
                 if idx is None:
                     idx = self.live[q.ns] = NamespaceIndex(q.ns)
+                full, part = idx.full_loads, idx.incremental_notes
                 refresh_index(self.r, idx)
+                if idx.full_loads != full or idx.incremental_notes != part:
+                    metrics.observe_index_load(q.ns, full=idx.full_loads != full)
                 out[q.ns] = idx
         return out
 
@@ -181,9 +185,11 @@ class QueryEngine:
                                                              q.digest)))
             p.execute()
         for q in todo:
+            seconds = time.perf_counter() - q.started
+            metrics.observe_query(q.ns, q.result is not None, seconds)
             log.info("query_served", query_id=q.env.query_id, ok=q.result is not None,
                      notes=len(q.result.notes) if q.result else 0,
-                     duration_ms=round((time.perf_counter() - q.started) * 1000, 2))
+                     duration_ms=round(seconds * 1000, 2))
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,

@@ -1,29 +1,76 @@
-"""structlog, configured once in the entry point: JSON lines on stderr, snake_case events."""
+"""structlog, configured once in the entry point, for our logs and, through its standard
+library integration, for RQ's, redis-py's and Python's warnings: one format for every line.
+
+JSON lines (one object per line, tracebacks inside the object) when stderr is not a terminal;
+readable, coloured lines when it is. snake_case event names with key/value pairs.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import IO
 
 import structlog
 
+QUIET_LOGGERS = ("rq", "redis")
+"""Third-party loggers kept at warning level unless the level asked for is debug."""
 
-def configure(level: str = "info", json: bool = True) -> None:
-    """Configure structlog (call once, from the CLI entry point)."""
-    processors: list[structlog.typing.Processor] = [
+_handler: logging.Handler | None = None
+"""The root handler installed by ``configure`` (replaced by the next call)."""
+
+
+def _shared() -> list[structlog.typing.Processor]:
+    """Processors for our events and for records from the standard library alike."""
+    return [
         structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+
+
+def configure(level: str = "info", json: bool | None = None,
+              stream: IO[str] | None = None) -> None:
+    """Configure structlog and the root logger (call once, from the CLI entry point).
+
+    ``json=None`` picks JSON unless ``stream`` (default stderr) is a terminal.
+    """
+    out = stream if stream is not None else sys.stderr
+    as_json = not out.isatty() if json is None else json
+    lvl = logging.getLevelName(level.upper())
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
-    )
+        structlog.processors.JSONRenderer() if as_json
+        else structlog.dev.ConsoleRenderer(colors=out.isatty()))
+    final: list[structlog.typing.Processor] = [
+        structlog.stdlib.ProcessorFormatter.remove_processors_meta]
+    if as_json:
+        final.append(structlog.processors.format_exc_info)  # a traceback is one JSON string
+    final.append(renderer)
     structlog.configure(
-        processors=[*processors, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        processors=[structlog.stdlib.filter_by_level, *_shared(),
+                    structlog.processors.StackInfoRenderer(),
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    # RQ logs through the standard library: keep its chatter at warning level.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    logging.getLogger("rq").setLevel(logging.WARNING)
+    global _handler
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_shared(), processors=final))
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)  # ours from an earlier call; others' handlers stay
+    _handler = handler
+    root.addHandler(handler)
+    root.setLevel(lvl)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(min(max(lvl, logging.WARNING), logging.CRITICAL)
+                                         if lvl > logging.DEBUG else lvl)
+    # RQ's own handlers, if an earlier configuration let it add them, would bypass ours
+    rq_worker = logging.getLogger("rq.worker")
+    for h in list(rq_worker.handlers):
+        rq_worker.removeHandler(h)
+    rq_worker.propagate = True
+    logging.captureWarnings(True)

@@ -41,6 +41,7 @@ from hivemind_memory.projections.store.readmodel import (
 )
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker import metrics
 
 log = structlog.get_logger("hivemind.schedule")
 
@@ -60,6 +61,7 @@ def sweep(r: Store, q: Queue) -> list[str]:
 
 
 def _log_batch(info: BatchInfo) -> None:
+    metrics.observe_batch(info)
     log.info("projection_batch", ns=info.ns, count=info.count, first=info.first,
              last=info.last, applied=info.applied, dead=info.dead,
              duplicates=info.duplicates, committed=info.committed,

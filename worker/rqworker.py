@@ -47,8 +47,8 @@ class HivemindWorker(SimpleWorker):
     """``SimpleWorker`` (works on the embedded store too) with ``SafeJob``, JSON, short
     heartbeats kept alive while a job runs, and frequent registry cleanup."""
 
-    def __init__(self, queues: list[Queue], connection: Any) -> None:
-        super().__init__(queues, connection=connection, serializer=JSONSerializer,
+    def __init__(self, queues: list[Queue], connection: Any, name: str | None = None) -> None:
+        super().__init__(queues, connection=connection, serializer=JSONSerializer, name=name,
                          job_class=SafeJob, maintenance_interval=MAINTENANCE_S,
                          worker_ttl=DEQUEUE_BLOCK_S + 15,
                          job_monitoring_interval=int(HEARTBEAT_EVERY_S))

@@ -34,6 +34,11 @@ def checkpoint(ns: str) -> str:
     return f"{_ns(ns)}:checkpoint"
 
 
+def projected(ns: str) -> str:
+    """How many stream entries the checkpoint covers (set with it): lag = XLEN - this."""
+    return f"{_ns(ns)}:projected"
+
+
 def generation(ns: str) -> str:
     """Bumped by every ``replay`` write-back; a batch folded before it can no longer commit."""
     return f"{_ns(ns)}:generation"
@@ -76,8 +81,8 @@ def audit(ns: str) -> str:
 
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
-    return [stream(ns), checkpoint(ns), generation(ns), notes(ns), seen(ns), dead(ns),
-            changes(ns), lock(ns), scheduled(ns), audit(ns)]
+    return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
+            dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

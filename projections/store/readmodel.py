@@ -139,9 +139,10 @@ def commit(r: Store, prep: Prepared, now_ms: int, token: str | None = None) -> b
     argv.append(len(res.dead))
     for d in res.dead:
         argv += [d.entry_id, d.reason, d.raw]
+    argv.append(prep.count)
     ok = script(r, "commit_batch")(
         keys=[keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
-              keys.changes(ns), keys.generation(ns), keys.lock(ns)],
+              keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns)],
         args=argv,
     )
     return bool(ok)

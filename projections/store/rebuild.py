@@ -141,5 +141,6 @@ def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:
         p.set(keys.checkpoint(ns), format_pos(rebuilt.position))
     else:
         p.delete(keys.checkpoint(ns))
+    p.set(keys.projected(ns), rebuilt.events)
     p.xadd(keys.changes(ns), {"pos": format_pos(rebuilt.position), "reset": "1", "notes": ""},
            maxlen=keys.CHANGES_MAXLEN, approximate=True)

@@ -42,11 +42,17 @@ class StreamEntry(NamedTuple):
 
 def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
     """An XRANGE / XREVRANGE reply as ``StreamEntry`` values (entries without fields, which
-    a deleted entry can leave, get an empty dict)."""
+    a deleted entry can leave, get an empty dict). Fields come as a dict, or as the raw flat
+    list ``[k1, v1, k2, v2, ...]`` that a cluster MULTI returns (redis-py's cluster
+    transactions do not parse stream replies)."""
     out: list[StreamEntry] = []
     for entry_id, fields in reply or ():
-        out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v)
-                                                   for k, v in (fields or {}).items()}))
+        if isinstance(fields, dict):
+            pairs = list(fields.items())
+        else:
+            flat = list(fields or ())
+            pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+        out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v) for k, v in pairs}))
     return out
 
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import redis
 import structlog
-from tqdm import tqdm
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
@@ -22,10 +23,12 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
+from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.cluster import append_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
+from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
@@ -35,10 +38,12 @@ from hivemind_memory.projections.store.rebuild import (
     write_back,
 )
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker import logs, runtime
+from hivemind_memory.worker import logs, metrics, runtime
+from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
-from hivemind_memory.worker.cli.output import print_result, redis_message
+from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.status import read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -75,18 +80,14 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
                progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep,
                appender=appender)
     except OSError as exc:  # missing, a directory, not readable
-        print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except AppendFailed as exc:
-        print(f"hivemind: appended {rep.appended} event(s), then the store failed: {exc}; "
-              "re-running the whole file is safe (repeated event_ids are applied once)",
-              file=sys.stderr)
-        return 2
+        return fail(f"appended {rep.appended} event(s), then the store failed: {exc}; "
+                    "re-running the whole file is safe (repeated event_ids are applied once)")
     except redis.RedisError as exc:
-        print(f"hivemind: Redis error after appending {rep.appended} event(s): "
-              f"{redis_message(exc)}; re-running the whole file is safe (repeated event_ids "
-              "are applied once)", file=sys.stderr)
-        return 2
+        return fail(f"Redis error after appending {rep.appended} event(s): "
+                    f"{redis_message(exc)}; re-running the whole file is safe (repeated "
+                    "event_ids are applied once)")
     if rep.rejected and not args.skip_invalid:
         print(f"ingest: {rep.rejected} bad line(s); nothing appended "
               "(fix them, or use --skip-invalid)", file=sys.stderr)
@@ -97,12 +98,28 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
-    return run_worker(_runtime(s), args.burst)
+    rt = _runtime(s)
+    if args.metrics_port is not None:
+        metrics.watch_store(rt.store, rt.rq)
+        metrics.serve_metrics(args.metrics_port, args.metrics_host)
+        log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
+    return run_worker(rt, args.burst, idle_s=args.sweep_every)
+
+
+def cmd_status(args: argparse.Namespace, s: Settings) -> int:
+    r = connect(s.redis_url)
+    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC))
+    if args.json:
+        sys.stdout.write(_json.encode(st).decode() + "\n")
+        return 0
+    print_status(st)
+    return 0
 
 
 def cmd_notes(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     cfg = load_config(s.config_path)
+    warn_unknown_namespaces([args.ns], namespaces(r))
     notes = read_notes(r, args.ns)
     out = sys.stdout
     for nid in sorted(notes):
@@ -120,22 +137,42 @@ def cmd_notes(args: argparse.Namespace, s: Settings) -> int:
     return 0
 
 
+FOLD_CHUNK = 5000
+"""Entries per chunk of ``fold_log`` (its default): one progress tick."""
+
+
+@contextmanager
+def _fold_bar(total: int) -> Iterator[Callable[[], None]]:
+    """A progress bar over a log fold (on a terminal only); yields the per-chunk tick."""
+    bar = progress(total, "replay")
+
+    def tick() -> None:
+        bar.update(FOLD_CHUNK)
+
+    try:
+        yield tick
+    finally:
+        bar.close()
+
+
 def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     rt = _runtime(s)
     r = rt.store
     if args.verify and args.as_of is not None:
-        print("hivemind: --verify compares the live state; it cannot be combined with --as-of",
-              file=sys.stderr)
-        return 2
+        return fail("--verify compares the live state; it cannot be combined with --as-of")
+    warn_unknown_namespaces([args.ns], namespaces(r))
+    total = int(r.xlen(keys.stream(args.ns)))
     if args.as_of is not None:
-        rb = fold_log(r, args.ns, as_of=args.as_of)
+        with _fold_bar(total) as tick:
+            rb = fold_log(r, args.ns, as_of=args.as_of, on_chunk=tick)
         for nid in sorted(rb.projection.notes):
             sys.stdout.write(
                 _json.encode(note_row(rb.projection.notes[nid], rt.cfg)).decode() + "\n")
         return 0
     if args.verify:
         cp, live = live_snapshot(r, args.ns)
-        rb = fold_log(r, args.ns, until=cp)
+        with _fold_bar(total) as tick:
+            rb = fold_log(r, args.ns, until=cp, on_chunk=tick)
         diffs = diff_notes(live, rb.projection.notes)
         for d in diffs:
             print(d, file=sys.stderr)
@@ -144,22 +181,23 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         return 1 if diffs else 0
     held = acquire_lease(r, args.ns, s.lock_lease_ms, time.monotonic() + 2 * s.lock_lease_ms / 1000)
     if held is None:
-        print(f"hivemind: namespace {args.ns} is busy (projection lease held)", file=sys.stderr)
-        return 2
+        return fail(f"namespace {args.ns} is busy (projection lease held)")
     def renew() -> None:
         if not held.renew():
             raise LeaseLost(f"namespace {args.ns!r}: projection lease lost during replay")
 
     try:
         for _attempt in range(5):
-            rb = fold_log(r, args.ns, on_chunk=renew)
+            with _fold_bar(total) as tick:
+                def each_chunk() -> None:
+                    tick()
+                    renew()
+                rb = fold_log(r, args.ns, on_chunk=each_chunk)
             renew()
             if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
                 break
         else:
-            print(f"hivemind: namespace {args.ns} kept moving; replay wrote nothing",
-                  file=sys.stderr)
-            return 2
+            return fail(f"namespace {args.ns} kept moving; replay wrote nothing")
     finally:
         held.release()
     print(f"replay: rebuilt {args.ns} from {rb.events} event(s): "
@@ -170,6 +208,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
+    warn_unknown_namespaces([args.ns], namespaces(r))
     total = dead_total(r, args.ns)
     shown = read_dead(r, args.ns, count=args.limit)
     for d in shown:
@@ -190,8 +229,7 @@ def cmd_curves(args: argparse.Namespace) -> int:
         try:
             curves.plot(cfg, args.out)
         except ImportError as exc:
-            print(f"hivemind: {exc}", file=sys.stderr)
-            return 2
+            return fail(str(exc))
         print(f"wrote {args.out}")
     else:
         print(curves.table(cfg))
@@ -200,7 +238,7 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
-    return run_demo(args.config, args.store)
+    return run_demo(args.config, as_json=args.json, store_url=args.store)
 
 
 def _client(s: Settings) -> Client:
@@ -209,6 +247,7 @@ def _client(s: Settings) -> Client:
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:
     c = _client(s)
+    warn_unknown_namespaces([args.ns], namespaces(c.store))
     req: dict[str, Any] = {"ns": args.ns, "text": args.text, "budget": args.budget,
                            "agent": args.agent, "explain": args.explain}
     if args.as_of is not None:
@@ -222,8 +261,7 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     try:
         fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
-        print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     reqs: list[QueryRequest | QueryError] = []
     with fh:
         for lineno, line in enumerate(fh, start=1):
@@ -238,18 +276,16 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
                 reqs.append(QueryError("invalid_request", f"line {lineno}: malformed JSON: {exc}"))
             except QueryError as exc:
                 reqs.append(QueryError(exc.code, f"line {lineno}: {exc.message}"))
+    warn_unknown_namespaces([q.ns for q in reqs if isinstance(q, QueryRequest)],
+                            namespaces(c.store))
     ids = c.submit_batch(reqs)
     failed = 0
-    bar = None
-    if sys.stderr.isatty():
-        bar = tqdm(total=len(ids), unit="q", desc="batch", file=sys.stderr)
+    bar = progress(len(ids), "batch", unit="q", minimum=100)
     for body in c.batch_results(ids, args.timeout):
         sys.stdout.write(body.decode() + "\n")
         failed += "error" in msgspec.json.decode(body)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
           file=sys.stderr)
     return 1 if failed else 0

@@ -4,23 +4,21 @@ status (0 ok, 1 rejected/failed/different, 2 usage or connection error)."""
 from __future__ import annotations
 
 import argparse
-import re
+import os
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-import msgspec
 import redis
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
-from hivemind_memory.events.schema import NS_PATTERN
-from hivemind_memory.events.times import to_utc
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import commands, serve
+from hivemind_memory.worker.cli.args import TIME_HELP, Parser, fail, ns_arg, time_arg
 from hivemind_memory.worker.cli.output import redis_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
+from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -33,10 +31,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="ranking config TOML (default: $HIVEMIND_CONFIG)")
 
 
-def _ns_arg(value: str) -> str:
-    if not re.fullmatch(NS_PATTERN, value):
-        raise argparse.ArgumentTypeError(f"namespace {value!r} must match {NS_PATTERN}")
-    return value
+_ns_arg = ns_arg
+_time_arg = time_arg
 
 
 def _positive(value: str) -> int:
@@ -49,28 +45,16 @@ def _positive(value: str) -> int:
     return n
 
 
-def _time_arg(value: str) -> datetime:
-    try:
-        t = msgspec.json.decode(msgspec.json.encode(value), type=datetime)
-    except msgspec.ValidationError as exc:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an RFC 3339 time: {exc}") from exc
-    if t.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{value!r} has no timezone (e.g. 2026-05-01T12:00:00Z)")
-    try:
-        return to_utc(t, "--as-of")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
-    ap = argparse.ArgumentParser(prog="hivemind", description=__doc__)
+    ap = Parser(prog="hivemind", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
     p.add_argument("--store", default="memory://",
                    help="embedded store URL: memory:// (default) or memory://PATH (kept on disk)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of the text")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
@@ -83,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="RQ worker: projections and query jobs")
     p.add_argument("--burst", action="store_true",
                    help="drain all pending work, then exit 0 once every stream is projected")
+    p.add_argument("--sweep-every", type=int, default=SWEEP_INTERVAL_S, metavar="S",
+                   help="when idle this long, schedule namespaces left behind (default "
+                   f"{SWEEP_INTERVAL_S} s)")
+    p.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on this port (/metrics)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
+    _common(p)
+
+    p = sub.add_parser("status", help="namespaces (log, checkpoint, lag, dead letters, last "
+                       "query) and live workers")
+    p.add_argument("--json", action="store_true", help="one JSON object")
     _common(p)
 
     p = sub.add_parser("query", help="ask for the best notes that fit a token budget")
@@ -90,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ns", required=True)
     p.add_argument("--budget", required=True, type=int)
     p.add_argument("--agent", default="", help="who asks (private notes only for their agent)")
-    p.add_argument("--as-of", help="RFC 3339 time: the state from events with at <= T, now = T")
+    p.add_argument("--as-of", type=time_arg,
+                   help=f"the state from events with at <= T, now = T; T: {TIME_HELP}")
     p.add_argument("--json", action="store_true", help="print the result object as JSON")
     p.add_argument("--explain", action="store_true", help="include every candidate")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (default 30)")
@@ -108,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="rebuild projections from the log")
     p.add_argument("--ns", required=True, type=_ns_arg)
-    p.add_argument("--as-of", type=_time_arg,
-                   help="print the state from events with at <= T (writes nothing)")
+    p.add_argument("--as-of", type=time_arg,
+                   help=f"print the state from events with at <= T (writes nothing); {TIME_HELP}")
     p.add_argument("--verify", action="store_true",
                    help="compare live and rebuilt; exit 1 if they differ (writes nothing)")
     _common(p)
@@ -133,22 +130,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
     args = build_parser().parse_args(argv)
-    logs.configure(json=True)
+    logs.configure()  # JSON lines unless stderr is a terminal
     try:
         return int(_dispatch(args))
     except (StoreError, ConfigError) as exc:
-        print(f"hivemind: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), 2)
     except redis.RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
-        print(f"hivemind: Redis error: {redis_message(exc)}", file=sys.stderr)
-        return 2
+        return fail(f"Redis error: {redis_message(exc)}", 2)
     except HivemindError as exc:
-        print(f"hivemind: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -8,6 +8,8 @@ from typing import IO
 import msgspec
 import redis
 
+from hivemind_memory.worker.status import Status
+
 
 def redis_message(exc: redis.RedisError) -> str:
     """A Redis error for people: the server's words, without the pipelined command bytes."""
@@ -28,14 +30,44 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
                   f"query_id {obj['query_id']}\n")
         return 1
     out.write(f"query {obj['query_id']}  ns={obj['ns']}  as_of={obj['as_of']}\n")
-    for i, n in enumerate(obj["notes"], start=1):
-        first = (n["text"].splitlines() or [""])[0][:72]
-        out.write(f"{i:>3}. {n['note_id']:<20} {n['tier']:<9} score={n['score']:.4f} "
-                  f"tokens={n['tokens']:<6} {first}\n")
+    notes = obj["notes"]
+    if notes:
+        # listed in context order (the order handed to the model); rank is by score
+        by_score = sorted(range(len(notes)), key=lambda i: (-notes[i]["score"],
+                                                             notes[i]["note_id"]))
+        rank = {i: r for r, i in enumerate(by_score, start=1)}
+        out.write("ctx rank note_id              tier      score  tokens  text\n")
+        for i, n in enumerate(notes):
+            first = (n["text"].splitlines() or [""])[0][:40]
+            out.write(f"{i + 1:>3} {rank[i]:>4} {n['note_id']:<20} {n['tier']:<9} "
+                      f"{n['score']:.4f} {n['tokens']:>6}  {first}\n")
     out.write(f"used {obj['used']} / {obj['budget']} tokens, {len(obj['notes'])} note(s), "
               f"method {obj['method']}\n")
+    if obj["notes"]:
+        out.write("(ctx: position in the context handed to the model; rank: by score)\n")
     for c in obj.get("candidates") or []:
         out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
                   f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d\n")
     return 0
+
+
+def print_status(st: Status, out: IO[str] | None = None) -> None:
+    """``hivemind status`` for people: a namespace table, then the live workers."""
+    out = out or sys.stdout
+    w = out.write
+    w(f"{'namespace':<20} {'events':>9} {'lag':>8} {'lag_s':>8} {'dead':>5} {'queries':>8}  "
+      "checkpoint / last query\n")
+    for n in st.namespaces:
+        last = (f"{n.last_query.served_at:%Y-%m-%dT%H:%M:%SZ} {n.last_query.query_id}"
+                if n.last_query else "no query yet")
+        w(f"{n.ns:<20} {n.stream_length:>9} {n.lag_entries:>8} {n.lag_seconds:>8.1f} "
+          f"{n.dead_letters:>5} {n.queries_served:>8}  {n.checkpoint}\n"
+          f"{'':<20} {'':>43}  {last}\n")
+    if not st.namespaces:
+        w("no namespace has seen an event yet\n")
+    w(f"{len(st.workers)} live worker(s)\n")
+    for wk in st.workers:
+        beat = f"{wk.last_heartbeat:%H:%M:%SZ}" if wk.last_heartbeat else "-"
+        w(f"  {wk.name:<40} {wk.state:<9} jobs ok {wk.successful_jobs} failed "
+          f"{wk.failed_jobs}  heartbeat {beat}  {','.join(wk.queues)}\n")

@@ -1,0 +1,167 @@
+"""What an operator asks first: how far behind is each namespace, what is dead-lettered, when
+was the last query served, which workers are alive. Read from Redis (so every process, the
+CLI's ``status`` and each worker's ``/metrics``, sees the same figures); writes nothing.
+
+Lag in entries is the stream's length minus the entries the checkpoint covers (``projected``,
+written atomically with the checkpoint); lag in seconds is the age of the oldest entry not yet
+projected (its stream id is its append time), 0 when caught up.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+from rq import Worker
+
+from hivemind_memory.api_stub.protocol.jobs import PROJECT_QUEUE, QUERY_QUEUE
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.log import namespaces, read_after
+from hivemind_memory.projections.store.results import AUDIT_FIELD
+from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
+
+LEGACY_COUNT_PAGE = 10_000
+"""Page size when counting the unprojected entries of a read model older than ``projected``."""
+
+
+class LastQuery(msgspec.Struct, frozen=True):
+    """The newest entry of a namespace's audit stream."""
+
+    query_id: str
+    agent: str
+    served_at: datetime
+    as_of: datetime
+
+
+class NamespaceStatus(msgspec.Struct, frozen=True):
+    """One namespace as ``hivemind status`` lists it."""
+
+    ns: str
+    stream_length: int
+    """Entries in the event log (it is never trimmed: every event ever appended)."""
+    checkpoint: str
+    """Last stream entry id folded into the read model ("0-0" when none)."""
+    projected: int
+    """Entries the checkpoint covers."""
+    lag_entries: int
+    lag_seconds: float
+    """Age of the oldest entry not yet projected, at the time of the reading (0 if none)."""
+    dead_letters: int
+    queries_served: int
+    """Entries of the audit stream (one per query served)."""
+    last_query: LastQuery | None
+
+
+class WorkerStatus(msgspec.Struct, frozen=True):
+    """A live RQ worker on the hivemind queues (from RQ's registry: it heartbeats)."""
+
+    name: str
+    state: str
+    queues: list[str]
+    hostname: str
+    pid: int
+    last_heartbeat: datetime | None
+    successful_jobs: int
+    failed_jobs: int
+
+
+class Status(msgspec.Struct, frozen=True):
+    """``hivemind status --json``."""
+
+    at: datetime
+    namespaces: list[NamespaceStatus]
+    workers: list[WorkerStatus]
+
+
+def _entry_ms(entry_id: bytes | str) -> int:
+    raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(raw.partition("-")[0])
+
+
+def _utc_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _count_after(r: Store, ns: str, after: Position) -> int:
+    """Entries after ``after``, counted page by page (read models written before the
+    ``projected`` counter existed)."""
+    n, pos = 0, after
+    while True:
+        got = read_after(r, ns, pos, LEGACY_COUNT_PAGE)
+        if not got:
+            return n
+        n += len(got)
+        pos = parse_pos(got[-1].id)
+
+
+def _last_query(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> LastQuery | None:
+    entries = stream_entries(raw)
+    if not entries:
+        return None
+    e = entries[-1]
+    try:
+        ev = msgspec.json.decode(e.fields.get(AUDIT_FIELD, b"{}"))
+        as_of = msgspec.convert(ev.get("as_of"), datetime)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return LastQuery(query_id=str(ev.get("query_id", "")), agent=str(ev.get("agent", "")),
+                     served_at=_utc_ms(_entry_ms(e.id)), as_of=as_of)
+
+
+def namespace_status(r: Store, ns: str, now: datetime) -> NamespaceStatus:
+    """The status of one namespace at ``now`` (one pipelined read, plus one range read when
+    it is behind)."""
+    p = r.pipeline(transaction=True)
+    p.xlen(keys.stream(ns))
+    p.get(keys.checkpoint(ns))
+    p.get(keys.projected(ns))
+    p.xlen(keys.dead(ns))
+    p.xlen(keys.audit(ns))
+    p.xrevrange(keys.audit(ns), count=1)
+    length, cp_raw, projected_raw, dead, served, audit = p.execute()
+    cp = parse_pos(None if cp_raw is None else as_bytes(cp_raw))
+    length = int(length)
+    if projected_raw is not None:
+        projected = int(projected_raw)
+        lag = max(0, length - projected)
+    elif cp == ZERO:
+        projected, lag = 0, length
+    else:
+        lag = _count_after(r, ns, cp)
+        projected = length - lag
+    lag_s = 0.0
+    if lag:
+        first = read_after(r, ns, cp, 1)
+        if first:
+            lag_s = max(0.0, (now - _utc_ms(_entry_ms(first[0].id))).total_seconds())
+    return NamespaceStatus(ns=ns, stream_length=length, checkpoint=format_pos(cp),
+                           projected=projected, lag_entries=lag, lag_seconds=round(lag_s, 3),
+                           dead_letters=int(dead), queries_served=int(served),
+                           last_query=_last_query(audit))
+
+
+def live_workers(rq: QueueConn) -> list[WorkerStatus]:
+    """RQ workers that serve a hivemind queue and are still registered (RQ drops a worker
+    whose heartbeat stops)."""
+    out = []
+    for w in Worker.all(connection=rq):
+        qs = w.queue_names()
+        if not {PROJECT_QUEUE, QUERY_QUEUE} & set(qs):
+            continue
+        out.append(WorkerStatus(
+            name=w.name, state=str(w.get_state()), queues=qs, hostname=str(w.hostname or ""),
+            pid=int(w.pid or 0),
+            last_heartbeat=(w.last_heartbeat.replace(tzinfo=UTC)
+                            if w.last_heartbeat is not None and w.last_heartbeat.tzinfo is None
+                            else w.last_heartbeat),
+            successful_jobs=int(w.successful_job_count or 0),
+            failed_jobs=int(w.failed_job_count or 0)))
+    return sorted(out, key=lambda w: w.name)
+
+
+def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None) -> Status:
+    """Every namespace (or ``only`` these) and every live worker."""
+    nss = namespaces(r) if only is None else only
+    return Status(at=now, namespaces=[namespace_status(r, ns, now) for ns in nss],
+                  workers=live_workers(rq))

@@ -65,10 +65,13 @@ class Client:
             if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
                 e = msgspec.to_builtins(e)
             evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        register_namespaces(self.store, {e.ns for e in evs})
-        jobs.schedule_namespaces(self.store, self._pq, {e.ns for e in evs})
-        return append_replicated(self.store, evs, self.settings.wait_replicas,
-                                 self.settings.wait_timeout_ms)
+        nss = {e.ns for e in evs}
+        register_namespaces(self.store, nss)  # before the first entry can land
+        jobs.schedule_namespaces(self.store, self._pq, nss)
+        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
+                                self.settings.wait_timeout_ms)  # AppendFailed: how many landed
+        jobs.schedule_namespaces(self.store, self._pq, nss)  # a job that ran early saw none
+        return ids
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

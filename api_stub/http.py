@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import html
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -52,7 +53,9 @@ from hivemind_memory.events.schema import (
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.readmodel import read_notes
+from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
+from hivemind_memory.projections.store.log import tail
+from hivemind_memory.projections.store.readmodel import checkpoint, read_notes
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 
 log = structlog.get_logger("hivemind.http")
@@ -161,10 +164,10 @@ class Api:
         return grant_of(self.opts.tokens, request.headers.get("authorization"))
 
     def authorize(self, request: Request, right: Right) -> tuple[str, Grant]:
+        g = self.grant(request)  # 401 before anything else is looked at
         ns = request.path_params["ns"]
         if not re.fullmatch(NS_PATTERN, ns):
             raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
-        g = self.grant(request)
         if not g.may(ns, right):
             raise ApiError(403, "forbidden",
                            f"this token lacks the {right} right in namespace {ns!r}")
@@ -319,9 +322,28 @@ class Api:
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
+    def wait_projected(self, ns: str) -> None:
+        """Block until the worker has projected every event appended before now (read your
+        writes for the notes view); 504 after ``query_timeout_s``. Waits, never projects."""
+        store = self.client.store
+        target = tail(store, ns)
+        deadline = time.monotonic() + self.opts.query_timeout_s
+        after = changes_tail(store, ns)
+        while checkpoint(store, ns) < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ApiError(504, "catch_up_timeout",
+                               f"namespace {ns!r} not projected in time (is a worker running?)")
+            after = wait_for_change(store, ns, after, min(remaining, 1.0))
+
     async def notes(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
-        notes = await self.run(lambda: read_notes(self.client.store, ns))
+
+        def read() -> dict[str, Any]:
+            self.wait_projected(ns)
+            return read_notes(self.client.store, ns)
+
+        notes = await self.run(read)
         return _respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
 
     async def audit(self, request: Request) -> Response:
@@ -504,7 +526,9 @@ def openapi_document() -> dict[str, Any]:
                          "schema": {"type": "string"}},
                         {"name": "wait", "in": "query", "required": False,
                          "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S}}])},
-            f"{p}/notes": {"get": op("The projected notes (admin)", {"200": ok(notes_ref)})},
+            f"{p}/notes": {"get": op(
+                "The projected notes, once every event appended before the request is "
+                "projected (admin)", {"200": ok(notes_ref)})},
             f"{p}/audit": {"get": op(
                 "The newest audit entries, oldest first (admin)", {"200": ok(audit_ref)},
                 params=[{"name": "limit", "in": "query", "required": False,

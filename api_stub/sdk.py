@@ -14,11 +14,13 @@ It fills ``event_id`` (time-ordered, unique), ``at`` (now, UTC), ``ns`` and ``ag
 raises typed errors (``EventError``, ``QueryError``, ``QueryTimeout``, ``AccessDenied``,
 ``TooLarge``, ``StoreError``; all ``HivemindError``). Over a store URL the agent is the one
 given here (the store trusts its callers); over HTTP it is the token's, and ``agent=`` may be
-left out. Over ``memory://`` a worker runs in this process. Synchronous.
+left out. Over ``memory://`` a worker runs in this process. Synchronous; ``AsyncMemory``
+wraps it for asyncio code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -116,16 +118,18 @@ class _StoreTransport(_Transport):
     """Straight to the store with the Python client (plus a worker thread for memory://)."""
 
     def __init__(self, url: str, timeout: float, client: Any = None,
-                 on_write: Callable[[], None] | None = None) -> None:
+                 on_write: Callable[[], None] | None = None, settings: Any = None) -> None:
         self.timeout = timeout
         self._worker: Any = None
         self.on_write = on_write
         if client is None:
+            from dataclasses import replace
+
             from hivemind_memory.api_stub.client import Client
             from hivemind_memory.api_stub.protocol.settings import Settings
 
-            s = Settings.from_env(redis_url=url)
-            client = Client.connect(s)
+            s = settings if settings is not None else Settings.from_env(redis_url=url)
+            client = Client.connect(replace(s, redis_url=url))  # with RQ apart if rq_url
             if url.startswith("memory://"):
                 from hivemind_memory.worker import runtime
                 from hivemind_memory.worker.inprocess import InProcessWorker
@@ -215,7 +219,9 @@ class Memory:
     """remember / recall / used / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, settings: Any = None) -> None:
+        """``settings`` (a store URL only): the ``Settings`` to use, e.g. with a ranking
+        config for the in-process worker (default: from the environment and ``url``)."""
         self.ns = ns
         self.agent = agent
         self.timeout = timeout
@@ -225,7 +231,7 @@ class Memory:
         else:
             if not agent:
                 raise AccessDenied("Memory over a store URL needs agent= (who is writing)")
-            self._t = _StoreTransport(url, timeout)
+            self._t = _StoreTransport(url, timeout, settings=settings)
 
     @classmethod
     def over_client(cls, client: Any, *, ns: str, agent: str, timeout: float = 30.0,
@@ -320,3 +326,36 @@ class Memory:
     def forget(self, note_id: str) -> None:
         """The note is gone from every future answer (it stays in the log)."""
         self.append([{"type": "note.forgotten", "note_id": note_id}])
+
+
+class AsyncMemory:
+    """``Memory`` for asyncio code: the same calls, awaitable. Each runs the synchronous call
+    in a worker thread (``asyncio.to_thread``), so an event loop is never blocked."""
+
+    def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.sync = Memory(url, ns=ns, agent=agent, token=token, timeout=timeout)
+
+    async def remember(self, text: str, **kw: Any) -> str:
+        return await asyncio.to_thread(self.sync.remember, text, **kw)
+
+    async def recall(self, query: str, budget: int = 1000, **kw: Any) -> Recall:
+        return await asyncio.to_thread(self.sync.recall, query, budget, **kw)
+
+    async def used(self, *note_ids: str) -> int:
+        return await asyncio.to_thread(self.sync.used, *note_ids)
+
+    async def forget(self, note_id: str) -> None:
+        await asyncio.to_thread(self.sync.forget, note_id)
+
+    async def append(self, events: Sequence[Mapping[str, Any]]) -> int:
+        return await asyncio.to_thread(self.sync.append, events)
+
+    async def query(self, text: str, budget: int, **kw: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.query, text, budget, **kw)
+
+    async def batch(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.sync.batch, requests)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z"
-"""event_id, note_id and agent. Anchored with ``\\Z``, not ``$``: ``$`` also matches before a
+r"""event_id, note_id and agent. Anchored with ``\Z``, not ``$``: ``$`` also matches before a
 final newline, so ``"u9\n"`` would pass as a second, different-looking id."""
 NS_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}\Z"
 r"""Namespace names (also safe inside Redis key hash tags); ``\Z`` as above."""

@@ -39,7 +39,7 @@ class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class NoteRow(msgspec.Struct, frozen=True):
-    """One line of ``hivemind notes --json`` (the contract's fields, no text)."""
+    """One line of ``hivemind notes --json`` (the contract's fields, then the note's text)."""
 
     note_id: str
     agent: str
@@ -51,6 +51,8 @@ class NoteRow(msgspec.Struct, frozen=True):
     last_used_at: datetime | None
     tier: str
     forgotten: bool
+    text: str = ""
+    """The note's text (an auditor reads what was shown without another lookup)."""
 
 
 def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
@@ -59,7 +61,7 @@ def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
         note_id=n.note_id, agent=n.agent, scope=n.scope, kind=n.kind, tokens=n.tokens,
         created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at,
         tier=tier_of(n.uses, n.kind, cfg),
-        forgotten=n.forgotten,
+        forgotten=n.forgotten, text=n.text,
     )
 
 

@@ -18,6 +18,7 @@ import uvicorn
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.tokens import TokenTable
+from hivemind_memory.projections.store.connection import close_embedded
 from hivemind_memory.worker.cli.serve import Served, build
 from tests.support import HIVEMIND, free_port
 
@@ -59,16 +60,20 @@ class Live:
     served: Served
     server: uvicorn.Server
     thread: threading.Thread
+    store_url: str
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
         self.served.close()
+        if self.store_url.startswith("memory://"):
+            close_embedded(self.store_url)  # closes and unlocks the log file
 
 
 def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
-               max_body: int | None = None) -> Live:
-    served = build(Settings.from_env({}, redis_url=store_url), tokens, max_body=max_body)
+               max_body: int | None = None, query_timeout_s: float = 30.0) -> Live:
+    served = build(Settings.from_env({}, redis_url=store_url), tokens, max_body=max_body,
+                   query_timeout_s=query_timeout_s)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(served.app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False))
@@ -79,7 +84,7 @@ def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)  # waiting for the server thread to bind its socket
-    return Live(f"http://127.0.0.1:{port}", served, server, thread)
+    return Live(f"http://127.0.0.1:{port}", served, server, thread, store_url)
 
 
 @dataclass

@@ -58,7 +58,7 @@ def test_waits_honour_their_timeout_whatever_the_socket_timeout(
     with pytest.raises(QueryTimeout, match=r"no result within 12s"):
         c.query("t", "alpha", 10, timeout=12)  # no worker is running
     took = time.monotonic() - t0
-    assert 11.5 <= took <= 14, took
+    assert 11.5 <= took <= 15, took  # its own deadline, not 5 s (socket) nor 59 s (retries)
     out, err = cli.communicate(timeout=30)
     assert cli.returncode == 1, err
     assert "error [timeout]" in out, out

@@ -10,11 +10,12 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from hivemind_memory.api_stub.http import MAX_EVENTS
 from tests.frontdoor_support import (
@@ -27,7 +28,7 @@ from tests.frontdoor_support import (
     start_live,
     start_serve,
 )
-from tests.support import IN_CI, free_port
+from tests.support import IN_CI, RedisProc, free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 AS_OF = "2026-06-01T00:00:00Z"
@@ -263,7 +264,12 @@ def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Pa
         st, first = call(srv.base, "POST", "/v1/ns/t1/query", q, token=OPS)
         assert st == 200 and first["notes"]
         raw_first = _raw(srv.base, "/v1/ns/t1/query", q)
+        # an as-of query folds the log itself; a live one waits for the projection (read
+        # your writes), after which the notes view is complete
+        assert call(srv.base, "POST", "/v1/ns/t1/query", {"text": "redis", "budget": 9},
+                    token=OPS)[0] == 200
         notes1 = call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1]
+        assert len(notes1) == 12
         audit1 = call(srv.base, "GET", "/v1/ns/t1/audit?limit=1000", token=OPS)[1]
         assert audit1 and audit1[0]["event"]["query_id"] == first["query_id"]
     finally:
@@ -298,3 +304,46 @@ def _raw(base: str, path: str, body: Any) -> bytes:
     with urllib.request.urlopen(req, timeout=60) as resp:
         data: bytes = resp.read()
         return data
+
+
+# -- on Redis: no worker, no store -------------------------------------------------------------
+@pytest.mark.redis_server
+def test_on_redis_without_worker_504_and_without_store_503(
+        redis_factory: Callable[..., RedisProc]) -> None:
+    rp = redis_factory(appendonly=False)
+    srv = start_live(rp.url, query_timeout_s=1.0)
+    try:
+        st, h = call(srv.base, "GET", "/readyz")
+        assert st == 503 and "no worker" in h["detail"]
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "text")],
+                    token=ALICE) == (200, {"appended": 1})
+        st, body = call(srv.base, "POST", "/v1/ns/team-a/query", {"text": "text", "budget": 9},
+                        token=ALICE)
+        assert st == 504 and body["error"]["code"] == "timeout"
+        rp.stop(sig_kill=True)
+        with capture_logs() as logs:
+            st, body = call(srv.base, "POST", "/v1/ns/team-a/events",
+                            [created("e2", "n2", "text")], token=ALICE)
+        assert st == 503 and body["error"]["code"] == "store_unavailable"
+        assert [e for e in logs if e["event"] == "store_error"]
+        st, h = call(srv.base, "GET", "/readyz")
+        assert st == 503 and "store unreachable" in h["detail"]
+    finally:
+        srv.stop()
+
+
+def test_open_mode_takes_the_agent_from_the_body(tmp_path: Path) -> None:
+    srv = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        st, body = call(srv.base, "POST", "/v1/ns/n/events", [created("e1", "n1", "x")])
+        assert st == 422 and "agent" in body["error"]["message"]
+        assert call(srv.base, "POST", "/v1/ns/n/events", [
+            created("e1", "mine", "private thing", agent="al", scope="private")])[0] == 200
+        st, res = call(srv.base, "POST", "/v1/ns/n/query",
+                       {"text": "private thing", "budget": 50, "agent": "al"})
+        assert st == 200 and [n["note_id"] for n in res["notes"]] == ["mine"]
+        st, res = call(srv.base, "POST", "/v1/ns/n/query", {"text": "private thing",
+                                                            "budget": 50})
+        assert st == 200 and res["notes"] == [] and res["agent"] == ""
+    finally:
+        srv.stop()

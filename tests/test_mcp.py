@@ -166,3 +166,27 @@ def test_mcp_command_needs_a_valid_agent(agent: str, tmp_path: Path) -> None:
                           "--redis-url", "memory://"], capture_output=True, text=True,
                          timeout=60, check=False, stdin=subprocess.DEVNULL, cwd=tmp_path)
     assert got.returncode == 2 and "agent" in got.stderr, (got.returncode, got.stderr)
+
+
+def test_http_without_tokens_takes_the_agent_from_a_header(tmp_path: Path) -> None:
+    """``serve`` without tokens (loopback, one trusted user): X-Hivemind-Agent names the
+    agent, X-Hivemind-Ns the namespace."""
+    live = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        async def main() -> None:
+            for headers, ok in (({"X-Hivemind-Ns": "team-a"}, False),
+                                ({"X-Hivemind-Ns": "team-a", "X-Hivemind-Agent": "al"}, True)):
+                http = create_mcp_http_client(headers=headers)
+                async with http, Client(streamable_http_client(live.base + "/mcp",
+                                                               http_client=http),
+                                        read_timeout_seconds=60) as client:
+                    res = await client.call_tool("remember", {"text": "open mode note"})
+                    assert res.is_error is not ok, _text(res)
+
+        _run(main)
+        from tests.frontdoor_support import call
+
+        st, rows = call(live.base, "GET", "/v1/ns/team-a/notes")
+        assert st == 200 and [r["agent"] for r in rows] == ["al"]
+    finally:
+        live.stop()

@@ -121,3 +121,57 @@ def test_memory_over_redis(redis_server: object, tmp_path: Path) -> None:
         worker.wait(timeout=30)
         c.flushall()
         c.close()
+
+
+def test_two_embedded_stores_in_one_process_keep_to_themselves(tmp_path: Path) -> None:
+    """Each in-process worker runs its jobs with its own store (a per-thread runtime)."""
+    with Memory(f"memory://{tmp_path / 'one'}", ns="n", agent="a") as one, \
+            Memory(f"memory://{tmp_path / 'two'}", ns="n", agent="a") as two:
+        one.remember("apples are red", note_id="apple")
+        two.remember("apples are green here", note_id="green-apple")
+        assert one.recall("apples", budget=100).note_ids == ["apple"]
+        assert two.recall("apples", budget=100).note_ids == ["green-apple"]
+
+
+def test_async_memory_does_not_block_the_loop(live: Live) -> None:
+    import asyncio
+
+    from hivemind_memory.api_stub.sdk import AsyncMemory
+
+    async def main() -> None:
+        mem = AsyncMemory(live.base, ns="team-a", token=ALICE)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        nids = await asyncio.gather(*(mem.remember(f"async note {i} about kites")
+                                      for i in range(5)))
+        got = await mem.recall("kites", budget=1000)
+        assert sorted(got.note_ids) == sorted(nids)
+        assert await mem.used(nids[0]) == 1
+        await mem.forget(nids[1])
+        assert nids[1] not in (await mem.recall("kites", budget=1000)).note_ids
+        t.cancel()
+        await mem.close()
+        assert ticks > 0  # the loop ran while the calls were in flight
+
+    asyncio.run(main())
+
+
+def test_memory_on_a_store_uses_the_given_settings(tmp_path: Path) -> None:
+    """The in-process worker ranks with the settings' config (``hivemind mcp --config``)."""
+    from hivemind_memory.api_stub.protocol.settings import Settings
+
+    cfg = tmp_path / "strict.toml"
+    cfg.write_text("min_relevance = 0.99\n")
+    for config, expect in ((None, ["kites"]), (str(cfg), [])):
+        url = f"memory://{tmp_path / ('strict' if config else 'plain')}"
+        s = Settings.from_env({}, redis_url=url, config_path=config)
+        with Memory(url, ns="n", agent="a", settings=s) as mem:
+            mem.remember("kites and a lot of other words that dilute the match", note_id="kites")
+            assert mem.recall("kites weather", budget=100).note_ids == expect

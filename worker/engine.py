@@ -17,7 +17,9 @@ from hivemind_memory.api_stub.protocol.messages import (
     QueryRequest,
     QueryResult,
     QueryServed,
+    digest_bytes,
     effective_config,
+    embedding_digest,
     encode,
     error_json,
     ns_of,
@@ -26,12 +28,12 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout, QueryError
-from hivemind_memory.events.positions import Position, parse_pos
+from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.rank import RankResult, rank
-from hivemind_memory.projections.store import results
-from hivemind_memory.projections.store.index_loader import refresh_index
+from hivemind_memory.projections.store import audit, results
+from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
@@ -40,6 +42,8 @@ from hivemind_memory.worker.projector import ensure_projected
 log = structlog.get_logger("hivemind.query")
 AS_OF_CACHE = 4
 """How many ``--as-of`` folds a worker keeps (keyed by namespace, position, time)."""
+REFRESH_TRIES = 5
+"""Extra index refreshes per batch while projection commits keep racing the refresh."""
 
 
 @dataclass(slots=True)
@@ -57,6 +61,8 @@ class Pending:
     """The answer, once known (a result or an error object)."""
     result: QueryResult | None = None
     started: float = 0.0
+    seen: str = ""
+    """Log position of the state it was ranked on (see ``QueryServed.seen``)."""
 
     def fail(self, code: str, message: str) -> None:
         """Answer with an error object (the phases after this skip the query)."""
@@ -72,6 +78,8 @@ class QueryEngine:
         self.settings = settings
         self.live: dict[str, NamespaceIndex] = {}
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
+        self.recorded: dict[str, tuple[set[str], set[str]]] = {}
+        """Per namespace: config and embedding digests already filed (read once)."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -134,6 +142,14 @@ class QueryEngine:
                     idx = self.live[q.ns] = NamespaceIndex(q.ns)
                 full, part = idx.full_loads, idx.incremental_notes
                 refresh_index(self.r, idx)
+                for _ in range(REFRESH_TRIES):
+                    # a batch committed between reading the changes and the notes leaves
+                    # some notes newer than the checkpoint: refresh until nothing moved, so
+                    # the index is exactly the log up to its checkpoint (audit replay)
+                    if idx.changes_seen is None or changes_last(self.r, q.ns) == \
+                            idx.changes_seen:
+                        break
+                    refresh_index(self.r, idx)
                 if idx.full_loads != full or idx.incremental_notes != part:
                     metrics.observe_index_load(q.ns, full=idx.full_loads != full)
                 out[q.ns] = idx
@@ -159,8 +175,10 @@ class QueryEngine:
         try:
             if q.req.as_of is None:
                 idx, at = live[q.ns], now
+                q.seen = format_pos(idx.checkpoint)
             else:
                 idx, at = self._as_of_index(q.req, q.env.position), q.req.as_of
+                q.seen = format_pos(parse_pos(q.env.position))
             q.result = to_result(q.env.query_id, q.req, at, run_rank(idx, q.req, q.cfg, at))
             q.body = encode(q.result)
         except QueryError as exc:
@@ -169,21 +187,52 @@ class QueryEngine:
             log.exception("query_failed", query_id=q.env.query_id)
             q.fail("internal", f"{type(exc).__name__}: {exc}")
 
+    def _recorded(self, ns: str) -> tuple[set[str], set[str]]:
+        """The namespace's filed config and embedding digests (read on first use; two
+        workers may both file a new one, which readers take as one)."""
+        got = self.recorded.get(ns)
+        if got is None:
+            got = self.recorded[ns] = audit.recorded(self.r, ns)
+        return got
+
     def _publish(self, todo: list[Pending]) -> None:
         """Every result, done marker and audit event: one MULTI per namespace (one slot)."""
         ttl = self.settings.result_ttl_seconds
         by_ns: dict[str, list[Pending]] = {}
         for q in todo:
             by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
+        served_at = utcnow()
+        base = self.cfg.digest()
         for ns, group in sorted(by_ns.items()):
             p = self.r.pipeline(transaction=True)
+            configs: dict[str, RankingConfig] = {}
+            embeddings: dict[str, list[float]] = {}
             for q in group:
                 assert q.body is not None
                 results.stage_result(p, ns, q.env.query_id, q.body, ttl)
-                if q.result is not None:
-                    results.stage_audit(p, ns, encode(served(q.result, q.env.position,
-                                                             q.digest)))
+                if q.result is None or q.req is None or q.cfg is None:
+                    continue
+                configs[q.digest] = q.cfg
+                configs[base] = self.cfg
+                emb = ""
+                if q.req.embedding is not None:
+                    emb = embedding_digest(q.req.embedding)
+                    embeddings[emb] = q.req.embedding
+                results.stage_audit(p, ns, encode(served(
+                    q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
+                    base_digest=base, embedding=emb, served_at=served_at)))
+            if configs:
+                have_cfg, have_emb = self._recorded(ns)
+                new_cfg = {d: c for d, c in sorted(configs.items()) if d not in have_cfg}
+                new_emb = {d: e for d, e in sorted(embeddings.items()) if d not in have_emb}
+                for digest, cfg in new_cfg.items():
+                    audit.stage_config(p, ns, digest, encode(cfg))
+                for digest, vec in new_emb.items():
+                    audit.stage_embedding(p, ns, digest, encode(vec))
             p.execute()
+            if configs:  # filed only once the MULTI went through
+                have_cfg.update(new_cfg)
+                have_emb.update(new_emb)
         for q in todo:
             seconds = time.perf_counter() - q.started
             metrics.observe_query(q.ns, q.result is not None, seconds)
@@ -209,8 +258,15 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
                        candidates=list(res.candidates) if req.explain else None)
 
 
-def served(res: QueryResult, position: str, config_digest: str) -> QueryServed:
-    """The audit event of a served query."""
+def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
+           body: bytes, seen: str, base_digest: str, embedding: str,
+           served_at: datetime) -> QueryServed:
+    """The audit event of a served query: what it was shown and all it takes to re-run it
+    (``worker.audit``)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,
-                       method=res.method, chosen=[(n.note_id, n.score) for n in res.notes])
+                       method=res.method, chosen=[(n.note_id, n.score) for n in res.notes],
+                       served_at=served_at, requested_as_of=req.as_of, seen=seen,
+                       base_digest=base_digest, overrides=req.config, explain=req.explain,
+                       embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
+                       result_digest=digest_bytes(body))

@@ -54,7 +54,6 @@ class InProcessWorker:
         ``memory://PATH`` store) has been projected."""
 
     def start(self) -> InProcessWorker:
-        runtime.install(self.rt)
         if not sweep(self.rt.store, self.rt.project_queue):
             self.caught_up.set()
         self._thread.start()
@@ -77,6 +76,7 @@ class InProcessWorker:
         return bool(len(self.rt.query_queue) or len(self.rt.project_queue))
 
     def _run(self) -> None:
+        runtime.install_for_thread(self.rt)
         queues = [self.rt.query_queue, self.rt.project_queue]
         while not self._stop.is_set():
             self._wake.wait(POLL_S)

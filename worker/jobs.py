@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
 from hivemind_memory.api_stub.protocol.messages import Envelope
+from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.engine import QueryEngine
 from hivemind_memory.worker.projector import run_projection
@@ -15,6 +17,8 @@ from hivemind_memory.worker.projector import run_projection
 
 def project_namespace(ns: str) -> dict[str, Any]:
     """Fold the namespace's pending events (a batch per step) into its read model."""
+    if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
+        raise ValueError(f"project_namespace: {ns!r} is not a namespace")  # a forged job
     rt = runtime.current()
     return run_projection(rt.store, rt.project_queue, ns, rt.settings)
 

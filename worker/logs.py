@@ -16,6 +16,17 @@ import structlog
 QUIET_LOGGERS = ("rq", "redis")
 """Third-party loggers kept at warning level unless the level asked for is debug."""
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write, not at configure time (a test harness that
+    ran the CLI in process swaps it and closes the old one; server threads log later)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 _handler: logging.Handler | None = None
 """The root handler installed by ``configure`` (replaced by the next call)."""
 
@@ -56,7 +67,8 @@ def configure(level: str = "info", json: bool | None = None,
         cache_logger_on_first_use=False,
     )
     global _handler
-    handler = logging.StreamHandler(out)
+    # stderr as it is at each write (see _Stderr); an explicit stream as given
+    handler = logging.StreamHandler(out if stream is not None else _Stderr())
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_shared(), processors=final))
     root = logging.getLogger()

@@ -6,6 +6,7 @@ lazily from the environment and the job's own connection.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,12 +54,19 @@ def build(settings: Settings, store: Store, rq_conn: QueueConn | None = None) ->
 
 
 _current: Runtime | None = None
+_thread = threading.local()
 
 
 def install(rt: Runtime | None) -> None:
     """Make ``rt`` the runtime of this process's jobs (None: uninstall)."""
     global _current
     _current = rt
+
+
+def install_for_thread(rt: Runtime | None) -> None:
+    """Make ``rt`` the runtime of the jobs this thread runs, whatever is installed for the
+    process (an in-process worker of one embedded store beside another)."""
+    _thread.rt = rt
 
 
 def installed() -> Runtime | None:
@@ -69,6 +77,9 @@ def installed() -> Runtime | None:
 def current() -> Runtime:
     """The installed runtime, or one built from the environment and the current job."""
     global _current
+    mine: Runtime | None = getattr(_thread, "rt", None)
+    if mine is not None:
+        return mine
     if _current is None:
         job = get_current_job()
         if job is None:

@@ -80,6 +80,26 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     config_digest: str
     method: str
     chosen: list[tuple[str, float]]
+    # Appended for audit replay (defaults: events written before it still decode).
+    served_at: datetime | None = None
+    """The wall clock when the worker published the answer."""
+    requested_as_of: datetime | None = None
+    """The request's ``as_of`` (None: a live query, ``as_of`` above is then the clock)."""
+    seen: str = ""
+    """Log position of the state it was ranked on: for a live query the worker index's
+    checkpoint (every entry up to it, whatever its ``at``), for an as-of query ``position``
+    (entries up to it with ``at <= as_of``). Empty in events written before audit replay."""
+    base_digest: str = ""
+    """Digest of the worker's own config (``config_digest`` adds the per-query overrides)."""
+    overrides: dict[str, Any] | None = None
+    """The request's per-query config overrides."""
+    explain: bool = False
+    embedding_digest: str = ""
+    """Digest of the query's embedding (stored in the namespace's embedding hash); empty: none."""
+    used: int = 0
+    upper_bound: float = 0.0
+    result_digest: str = ""
+    """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):
@@ -164,6 +184,16 @@ def ns_of(query_id: str) -> str:
     if not dot or not rest or not re.fullmatch(NS_PATTERN, ns):
         raise QueryError("invalid_request", f"malformed query id {query_id!r}")
     return ns
+
+
+def digest_bytes(data: bytes) -> str:
+    """The hex SHA-256 of some bytes (result and embedding digests)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def embedding_digest(embedding: list[float]) -> str:
+    """Digest of an embedding, over its canonical JSON (floats round-trip exactly)."""
+    return digest_bytes(encode(embedding))[:32]
 
 
 def utcnow() -> datetime:

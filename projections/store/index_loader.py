@@ -8,7 +8,7 @@ position) triggers a full reload.
 
 from __future__ import annotations
 
-from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
@@ -54,3 +54,10 @@ def refresh_index(r: Store, idx: NamespaceIndex) -> None:
     last = entries[-1]
     idx.update((unpack_note(as_bytes(b)) for b in blobs if b is not None),
                parse_pos(last.fields.get(b"pos")), parse_pos(last.id))
+
+
+def changes_last(r: Store, ns: str) -> Position:
+    """Id of the namespace's newest changes entry (``ZERO`` if none): an index whose
+    ``changes_seen`` equals it holds exactly the read model at its checkpoint."""
+    last = stream_entries(r.xrevrange(keys.changes(ns), count=1))
+    return parse_pos(last[0].id) if last else ZERO

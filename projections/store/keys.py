@@ -79,10 +79,24 @@ def audit(ns: str) -> str:
     return f"{_ns(ns)}:audit"
 
 
+def configs(ns: str) -> str:
+    """Config history: a stream, one entry (fields ``digest``, ``value`` = canonical JSON)
+    per ranking config a query first ran under; the digest hashes exactly those bytes. A
+    stream, not a hash, so every store keeps it (``memory://PATH`` persists stream appends)."""
+    return f"{_ns(ns)}:configs"
+
+
+def query_embeddings(ns: str) -> str:
+    """Stream of the embeddings served queries carried (``digest``, ``value`` = JSON list),
+    one entry per new digest."""
+    return f"{_ns(ns)}:qembeddings"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
-            dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns)]
+            dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
+            query_embeddings(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

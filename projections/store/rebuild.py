@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -36,6 +36,15 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
     ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
+    entries = ((eid.decode(), *decode_entry(fields, ns))
+               for eid, fields in iter_all(r, ns, until=until, chunk=chunk))
+    return fold_entries(entries, as_of=as_of, chunk=chunk, on_chunk=on_chunk)
+
+
+def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
+                 as_of: datetime | None = None, chunk: int = 5000,
+                 on_chunk: Callable[[], None] | None = None) -> Rebuilt:
+    """Fold decoded log entries ``(entry_id, event, raw)`` in order (see ``fold_log``)."""
     proj = Projection()
     pos = ZERO
     events = dups = 0
@@ -47,9 +56,8 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
             dups += proj.feed(batch).duplicates
             batch.clear()
 
-    for eid, fields in iter_all(r, ns, until=until, chunk=chunk):
+    for eid, ev, raw in entries:
         pos = parse_pos(eid)
-        ev, raw = decode_entry(fields, ns)
         events += 1
         if as_of is not None and not isinstance(ev, Undecodable) and ev.at > as_of:
             # Not visible at as_of, but its event_id is taken: a later duplicate of it (even
@@ -57,7 +65,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
             flush()
             proj.seen.add(ev.event_id)
             continue
-        batch.append((eid.decode(), ev, raw))
+        batch.append((eid, ev, raw))
         if len(batch) >= chunk:
             flush()
             if on_chunk is not None:
@@ -80,8 +88,15 @@ def diff_notes(live: dict[str, NoteState], rebuilt: dict[str, NoteState]) -> lis
     out = []
     for nid in sorted(set(live) | set(rebuilt)):
         a, b = live.get(nid), rebuilt.get(nid)
-        if a != b:
-            out.append(f"{nid}: live={a!r} rebuilt={b!r}")
+        if a == b:
+            continue
+        if a is None or b is None:
+            out.append(f"{nid}: {'only in the rebuilt state' if a is None else 'only live'} "
+                       "(a projection key was changed, or the log was)")
+            continue
+        fields = [f"{f} live={getattr(a, f)!r} rebuilt={getattr(b, f)!r}"
+                  for f in NoteState.__struct_fields__ if getattr(a, f) != getattr(b, f)]
+        out.append(f"{nid}: " + "; ".join(fields))
     return out
 
 

@@ -41,6 +41,7 @@ from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
+from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.status import read_status
@@ -237,6 +238,10 @@ def cmd_curves(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.print_events:
+        for e in sample_events():
+            sys.stdout.write(_json.encode(e).decode() + "\n")
+        return 0
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config, as_json=args.json, store_url=args.store)
 

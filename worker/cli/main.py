@@ -14,7 +14,7 @@ import redis
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import commands, serve
+from hivemind_memory.worker.cli import audit_commands, commands, serve
 from hivemind_memory.worker.cli.args import TIME_HELP, Parser, fail, ns_arg, time_arg
 from hivemind_memory.worker.cli.output import redis_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default="memory://",
                    help="embedded store URL: memory:// (default) or memory://PATH (kept on disk)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the text")
+    p.add_argument("--print-events", action="store_true",
+                   help="only print the demo's events as JSON Lines (for ingest elsewhere)")
 
     p = sub.add_parser("ingest", help="validate and append events (JSON Lines)")
     p.add_argument("file", nargs="?", default="-", help="a .jsonl file, or - for stdin")
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ranking config TOML")
 
     serve_parsers(sub, _common, _ns_arg)
+    audit_commands.add_parsers(sub, _common, _ns_arg, _time_arg)
     return ap
 
 
@@ -155,7 +158,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    mod: Any = serve if args.cmd in ("serve", "mcp") else commands
+    mod: Any = serve if args.cmd in ("serve", "mcp") else \
+        audit_commands if hasattr(audit_commands, f"cmd_{args.cmd}") else commands
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves"):
         return int(handler(args))

@@ -80,6 +80,9 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
 def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
     import uvicorn
 
+    if args.max_body is not None and args.max_body < 1:
+        print("hivemind: --max-body must be at least 1 byte", file=sys.stderr)
+        return 2
     tokens = load_tokens(args.tokens) if args.tokens else None
     if tokens is None:
         if not is_loopback(args.host):
@@ -102,15 +105,10 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, s: Settings) -> int:
-    from hivemind_memory.api_stub.client import Client
     from hivemind_memory.api_stub.mcp import build_server, fixed_resolver
     from hivemind_memory.api_stub.sdk import Memory
 
-    if s.redis_url.startswith("memory://"):  # the embedded store brings its own worker
-        mem = Memory(s.redis_url, ns=args.ns, agent=args.agent, timeout=args.timeout)
-    else:  # one Redis, or a cluster with RQ on --rq-url
-        mem = Memory.over_client(Client.connect(s), ns=args.ns, agent=args.agent,
-                                 timeout=args.timeout)
+    mem = Memory(s.redis_url, ns=args.ns, agent=args.agent, timeout=args.timeout, settings=s)
     try:
         build_server(fixed_resolver(mem)).run("stdio")
     finally:

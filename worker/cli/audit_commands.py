@@ -1,0 +1,267 @@
+"""CLI commands of the audit trail: ``audit list|reproduce``, ``export``, ``import``, ``sweep``,
+``show``. Thin: the work is in ``worker.audit``, ``worker.archive`` and ``worker.sweep``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from tqdm import tqdm
+
+from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.config import load_config
+from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.worker import archive, runtime
+from hivemind_memory.worker import sweep as sweeping
+from hivemind_memory.worker.audit import (
+    Auditor,
+    Reproduction,
+    Served,
+    all_served,
+    list_served,
+    note_history,
+)
+
+_json = msgspec.json.Encoder()
+
+
+def add_parsers(sub: Any, common: Callable[[argparse.ArgumentParser], None],
+                ns_arg: Callable[[str], str], time_arg: Callable[[str], Any]) -> None:
+    """Register the commands on the ``hivemind`` parser."""
+    p = sub.add_parser("audit", help="served queries: list them, reproduce them exactly")
+    asub = p.add_subparsers(dest="audit_cmd", required=True)
+    a = asub.add_parser("list", help="served queries, newest first, with what each was shown")
+    a.add_argument("--ns", required=True, type=ns_arg)
+    a.add_argument("--agent", help="only this agent's queries")
+    a.add_argument("--since", type=time_arg, help="served at or after T (RFC 3339)")
+    a.add_argument("--until", type=time_arg, help="served at or before T (RFC 3339)")
+    a.add_argument("--limit", type=int, default=20, help="page size (default 20)")
+    a.add_argument("--before", help="the next page: older than this audit id (printed at the end)")
+    a.add_argument("--json", action="store_true", help="one JSON object per line")
+    common(a)
+    a = asub.add_parser("reproduce", help="re-run served queries exactly as they ran")
+    a.add_argument("--ns", required=True, type=ns_arg)
+    a.add_argument("query_ids", nargs="*", metavar="QUERY_ID")
+    a.add_argument("--all", action="store_true", help="every served query of the namespace")
+    a.add_argument("--json", action="store_true", help="one JSON object per query")
+    common(a)
+
+    p = sub.add_parser("export", help="the namespace's log as JSON Lines (ingest accepts it)")
+    p.add_argument("--ns", required=True, type=ns_arg)
+    p.add_argument("--until", type=time_arg,
+                   help="only the log appended up to T (a prefix) and queries served by then")
+    p.add_argument("--with-audit", action="store_true",
+                   help="also the served queries, config history and query embeddings")
+    p.add_argument("--out", "-o", help="write here instead of stdout")
+    common(p)
+
+    p = sub.add_parser("import", help="restore an export (events, and audit lines if any)")
+    p.add_argument("file")
+    p.add_argument("--no-schedule", action="store_true",
+                   help="append only; do not enqueue projection jobs")
+    common(p)
+
+    p = sub.add_parser("sweep", help="replay served queries under other ranking constants")
+    p.add_argument("--ns", required=True, type=ns_arg)
+    p.add_argument("--set", dest="sets", action="append", required=True, metavar="KEY=V1,V2",
+                   help="a config key (dotted: short.floor) and the values to try; repeatable "
+                        "(every combination runs)")
+    p.add_argument("--queries", type=int, help="only the N most recent served queries")
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    common(p)
+
+    p = sub.add_parser("show", help="a note, its events in log order, the queries that got it")
+    p.add_argument("--ns", required=True, type=ns_arg)
+    p.add_argument("note_id")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    common(p)
+
+
+def cmd_audit(args: argparse.Namespace, s: Settings) -> int:
+    if args.audit_cmd == "list":
+        return _audit_list(args, s)
+    return _audit_reproduce(args, s)
+
+
+def _summary(x: Served) -> dict[str, Any]:
+    d: dict[str, Any] = msgspec.to_builtins(x.event)
+    return {"audit_id": x.audit_id, "live": x.live, **d}
+
+
+def _audit_list(args: argparse.Namespace, s: Settings) -> int:
+    if args.limit < 1:
+        print("hivemind: --limit must be >= 1", file=sys.stderr)
+        return 2
+    r = connect(s.redis_url)
+    page, nxt = list_served(r, args.ns, agent=args.agent, since=args.since, until=args.until,
+                            before=args.before, limit=args.limit)
+    out = sys.stdout
+    for x in page:
+        e = x.event
+        if args.json:
+            out.write(_json.encode(_summary(x)).decode() + "\n")
+            continue
+        mode = "live" if x.live else f"as-of {e.as_of.isoformat()}"
+        out.write(f"{x.served_at.isoformat()}  {e.query_id}  agent={e.agent or '-'}  {mode}  "
+                  f"budget={e.budget} used={e.used} config={e.config_digest}  {e.text!r}\n")
+        for i, (nid, score) in enumerate(e.chosen, start=1):
+            out.write(f"    {i:>3}. {nid:<24} score={score:.6f}\n")
+    if not args.json:
+        out.write(f"{len(page)} served quer{'y' if len(page) == 1 else 'ies'} in {args.ns}"
+                  + (f"; next page: --before {nxt}" if nxt else "") + "\n")
+    elif nxt:
+        print(f"next page: --before {nxt}", file=sys.stderr)
+    return 0
+
+
+def _print_reproduction(rep: Reproduction, as_json: bool) -> None:
+    e = rep.served.event
+    if as_json:
+        sys.stdout.write(_json.encode({
+            "query_id": e.query_id, "audit_id": rep.served.audit_id,
+            "identical": rep.identical, "legacy": rep.legacy,
+            "differences": rep.differences, "causes": rep.causes}).decode() + "\n")
+        return
+    mode = "live" if rep.served.live else "as-of"
+    if rep.identical:
+        sys.stdout.write(f"identical  {e.query_id}  ({mode}, {len(e.chosen)} note(s), "
+                         f"used {e.used})\n")
+        return
+    word = "skipped" if rep.legacy else "DIFFERENT"
+    sys.stdout.write(f"{word}  {e.query_id}  ({mode})\n")
+    for d in rep.differences:
+        sys.stdout.write(f"    difference: {d}\n")
+    for c in rep.causes:
+        sys.stdout.write(f"    cause: {c}\n")
+
+
+def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
+    if bool(args.query_ids) == bool(args.all):
+        print("hivemind: give QUERY_ID(s) or --all (not both)", file=sys.stderr)
+        return 2
+    r = connect(s.redis_url)
+    served = all_served(r, args.ns)
+    missing: list[str] = []
+    if not args.all:
+        wanted = set(args.query_ids)
+        found = {x.event.query_id for x in served}
+        missing = [q for q in args.query_ids if q not in found]
+        served = [x for x in served if x.event.query_id in wanted]
+    auditor = Auditor(r, args.ns, load_config(s.config_path))
+    same = differ = legacy = 0
+    for rep in auditor.reproduce(served):
+        if rep.legacy and args.all:
+            legacy += 1
+        elif rep.identical:
+            same += 1
+        else:
+            differ += 1
+        _print_reproduction(rep, args.json)
+    for q in missing:
+        print(f"hivemind: query {q} is not in the audit of {args.ns}", file=sys.stderr)
+    print(f"audit reproduce: {same} identical, {differ} different"
+          + (f", {legacy} legacy (served before audit replay, skipped)" if legacy else "")
+          + (f", {len(missing)} not found" if missing else ""), file=sys.stderr)
+    return 1 if differ or missing else 0
+
+
+def cmd_export(args: argparse.Namespace, s: Settings) -> int:
+    r = connect(s.redis_url)
+    if args.out:
+        with open(args.out, "wb") as fh:
+            rep = archive.export(r, args.ns, fh, until=args.until, with_audit=args.with_audit)
+    else:
+        rep = archive.export(r, args.ns, sys.stdout.buffer, until=args.until,
+                             with_audit=args.with_audit)
+        sys.stdout.buffer.flush()
+    print(f"export: {rep.events} event(s)"
+          + (f", {rep.served} served quer(ies), {rep.configs} config(s)"
+             if args.with_audit else "")
+          + (f"; {rep.skipped} undecodable log entr(ies) left out" if rep.skipped else ""),
+          file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, s: Settings) -> int:
+    rq = connect_queue(s.rq_url) if s.rq_url is not None else None  # apart for a cluster
+    rt = runtime.build(s, connect(s.redis_url), rq)
+    runtime.install(rt)
+
+    def on_chunk(nss: set[str]) -> None:
+        if not args.no_schedule:
+            schedule_namespaces(rt.store, rt.project_queue, nss)
+
+    def on_error(msg: str) -> None:
+        print(f"rejected: {msg}", file=sys.stderr)
+
+    try:
+        rep = archive.import_archive(rt.store, args.file, on_chunk=on_chunk, on_error=on_error)
+    except OSError as exc:
+        print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if rep is None:
+        print("import: nothing restored (fix the lines above)", file=sys.stderr)
+        return 1
+    print(f"import: {rep.events} event(s), {rep.served} served quer(ies), {rep.configs} "
+          f"config(s), {rep.embeddings} embedding(s) into {', '.join(sorted(rep.namespaces))}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, s: Settings) -> int:
+    combos = sweeping.combinations(args.sets)
+    r = connect(s.redis_url)
+    served = all_served(r, args.ns)
+    if args.queries is not None:
+        served = served[-args.queries:] if args.queries > 0 else []
+    auditor = Auditor(r, args.ns, load_config(s.config_path))
+    bar = None
+    if sys.stderr.isatty():
+        bar = tqdm(total=len(served), unit="q", desc="sweep", file=sys.stderr)
+    rows = sweeping.sweep(auditor, served, combos,
+                          on_query=(lambda: bar.update(1)) if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if args.json:
+        for row in rows:
+            sys.stdout.write(_json.encode(row).decode() + "\n")
+    else:
+        print(sweeping.table(rows))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, s: Settings) -> int:
+    r = connect(s.redis_url)
+    h = note_history(r, args.ns, args.note_id)
+    if h.note is None and not h.events:
+        print(f"hivemind: note {args.note_id} is not in namespace {args.ns}", file=sys.stderr)
+        return 1
+    if args.json:
+        sys.stdout.write(_json.encode({
+            "note": h.note, "events": [{"position": p, **e} for p, e in h.events],
+            "served": [{"query_id": x.event.query_id, "agent": x.event.agent,
+                        "served_at": x.served_at, "rank": i, "score": sc}
+                       for x, i, sc in h.served]}).decode() + "\n")
+        return 0
+    out = sys.stdout
+    n = h.note
+    if n is not None:
+        flag = " (forgotten)" if n.forgotten else ""
+        out.write(f"note {n.note_id}{flag}  agent={n.agent} {n.scope} {n.kind} "
+                  f"tokens={n.tokens} uses={n.uses} created {n.created_at.isoformat()}\n")
+        out.write("".join(f"    {line}\n" for line in n.text.splitlines() or [""]))
+    else:
+        out.write(f"note {args.note_id}: not projected (yet)\n")
+    out.write(f"events ({len(h.events)}, log order):\n")
+    for pos, e in h.events:
+        out.write(f"    {pos}  {e['type']:<14} {e['event_id']:<24} agent={e['agent']} "
+                  f"at={e['at']}\n")
+    out.write(f"served in {len(h.served)} quer(ies):\n")
+    for x, i, sc in h.served:
+        out.write(f"    {x.served_at.isoformat()}  {x.event.query_id}  "
+                  f"agent={x.event.agent or '-'}  rank {i}  score={sc:.6f}\n")
+    return 0

@@ -211,6 +211,71 @@ class Figures:
     worker_exit: int
     comparison: Comparison
     redeliveries: int
+    xadd_s: float = 0.0
+    """Baseline: the file's lines XADDed raw in pipelines of 1,000 (no parsing)."""
+    minimal_s: float = 0.0
+    """Baseline: XREADGROUP 2,000 at a time, decode each event, one HSET + XACK per batch."""
+    replay_s: float = 0.0
+    """``replay`` of every namespace: fold the log, write the read model back."""
+    rss_replay_mib: float = 0.0
+
+
+def xadd_baseline(r: Any, path: Path, prefix: str) -> float:
+    """Seconds to XADD every line of ``path`` as it is, pipelined by 1,000 (one stream)."""
+    key = f"{keys.PREFIX}:{{{prefix}-xadd}}:events"
+    t = time.perf_counter()
+    with open(path, "rb") as fh:
+        p = r.pipeline(transaction=False)
+        for n, line in enumerate(fh, start=1):
+            p.xadd(key, {b"d": line})
+            if n % 1000 == 0:
+                p.execute()
+        p.execute()
+    secs = time.perf_counter() - t
+    r.delete(key)
+    return secs
+
+
+def minimal_projection(r: Any, namespaces: list[str], prefix: str) -> float:
+    """Seconds for the smallest projector one could write: XREADGROUP a batch, decode every
+    event, write one HSET (event id -> note id) and XACK, until the streams are drained."""
+    from hivemind_memory.events.codec import decode_event
+
+    group = f"{prefix}-minimal"
+    out = {ns: f"{keys.PREFIX}:{{{ns}}}:minimal" for ns in namespaces}
+    for ns in namespaces:
+        r.xgroup_create(keys.stream(ns), group, id="0")
+    t = time.perf_counter()
+    for ns in namespaces:
+        while True:
+            got = r.xreadgroup(group, "c", {keys.stream(ns): ">"}, count=2000)
+            if not got or not got[0][1]:
+                break
+            entries = got[0][1]
+            mapping = {}
+            for _id, fields in entries:
+                ev = decode_event(fields[b"d"])
+                mapping[ev.event_id] = getattr(ev, "note_id", "")
+            p = r.pipeline(transaction=True)
+            p.hset(out[ns], mapping=mapping)
+            p.xack(keys.stream(ns), group, *[e[0] for e in entries])
+            p.execute()
+    secs = time.perf_counter() - t
+    for ns in namespaces:
+        r.xgroup_destroy(keys.stream(ns), group)
+        r.delete(out[ns])
+    return secs
+
+
+def replay_all(r: Any, namespaces: list[str]) -> float:
+    """Seconds to rebuild every namespace from its log and write it back (``replay``)."""
+    from hivemind_memory.projections.store.rebuild import fold_log, write_back
+
+    t = time.perf_counter()
+    for ns in namespaces:
+        if not write_back(r, ns, fold_log(r, ns)):
+            raise RuntimeError(f"replay of {ns} did not write back")
+    return time.perf_counter() - t
 
 
 def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
@@ -247,6 +312,10 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
             projs = pure_fold(path, rt.cfg)
             fold_s = time.perf_counter() - t
             cmp = compare(rt.store, namespaces, projs, exp, rt.cfg)
+            xadd_s = xadd_baseline(rt.store, path, prefix)
+            minimal_s = minimal_projection(rt.store, namespaces, prefix)
+            replay_s = replay_all(rt.store, namespaces)
+            rss_replay = peak_rss_mib()
         finally:
             runtime._current = previous
             if not keep:
@@ -256,7 +325,8 @@ def run(redis_url: str, n_events: int, n_namespaces: int = 3, seed: int = 7,
                    ingest_s=ingest_s, project_s=project_s, fold_s=fold_s,
                    rss_before_ingest_mib=rss0, rss_after_ingest_mib=rss1,
                    rss_end_mib=peak_rss_mib(), worker_exit=code, comparison=cmp,
-                   redeliveries=exp.redeliveries)
+                   redeliveries=exp.redeliveries, xadd_s=xadd_s, minimal_s=minimal_s,
+                   replay_s=replay_s, rss_replay_mib=rss_replay)
 
 
 def print_figures(f: Figures, batch_size: int) -> None:
@@ -268,9 +338,16 @@ def print_figures(f: Figures, batch_size: int) -> None:
           f"({f.redeliveries:,} redeliveries), file {f.file_mib:.1f} MiB, "
           f"generated in {f.generate_s:.2f} s")
     print(f"ingest            {f.ingest_s:.2f} s  {rate(f.ingest_s)}  "
-          "(validate pass + pipelined XADD pass + scheduling)")
+          "(one parse per line to a spool + pipelined XADD + scheduling)")
+    print(f"  baseline        {f.xadd_s:.2f} s  {rate(f.xadd_s)}  (raw lines, pipelined XADD)"
+          f"   ratio {f.xadd_s / f.ingest_s:.2f} x")
     print(f"projection        {f.project_s:.2f} s  {rate(f.project_s)}  "
           f"(burst worker, batch {batch_size}, exit {f.worker_exit})")
+    print(f"  baseline        {f.minimal_s:.2f} s  {rate(f.minimal_s)}  "
+          f"(XREADGROUP-decode-HSET-XACK loop)   ratio {f.minimal_s / f.project_s:.2f} x")
+    print(f"replay            {f.replay_s:.2f} s  {rate(f.replay_s)}  (fold + write back; "
+          f"{f.project_s / f.replay_s:.2f} x the projection rate), peak RSS "
+          f"{f.rss_replay_mib:.1f} MiB")
     print(f"pure fold         {f.fold_s:.2f} s  {rate(f.fold_s)}  (reference, in memory)")
     print(f"peak RSS          {f.rss_before_ingest_mib:.1f} MiB before ingest, "
           f"{f.rss_after_ingest_mib:.1f} MiB after ingest, {f.rss_end_mib:.1f} MiB at the end")

@@ -55,7 +55,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.positions import format_pos
 from hivemind_memory.events.schema import Event, Kind, NoteCreated, NoteForgotten, NoteUsed, Scope
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.store.index_loader import load_index
+from hivemind_memory.projections.store.index_loader import load_index, read_snapshot
 from hivemind_memory.projections.store.log import tail
 from hivemind_memory.worker.engine import QueryEngine, run_rank
 
@@ -280,7 +280,17 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     pos = format_pos(tail(rt.store, ns))
     engine.answer([Envelope(f"{ns}.warm", pos, reqs[0])])  # the first pays any lazy setup
     print(f"in-worker {ns}: index full load {load_s * 1000:,.0f} ms "
-          f"({len(idx.shared) + sum(len(p) for p in idx.private.values()):,} indexed notes)")
+          f"({idx.indexed():,} indexed notes; includes writing the snapshot)")
+    snap_s = []
+    for _ in range(3):
+        fresh = NamespaceIndex(ns)
+        t = time.perf_counter()
+        if not read_snapshot(rt.store, fresh):
+            raise RuntimeError(f"no index snapshot of {ns} after a full load")
+        snap_s.append(time.perf_counter() - t)
+    print(f"  index snapshot load (GET + decode) median of 3: "
+          f"{statistics.median(snap_s) * 1000:,.0f} ms; worker RSS with this index loaded "
+          f"from the snapshot: {index_rss_mib(rt.settings.redis_url, ns):,.0f} MiB")
     rank_s: list[float] = []
     answer_s: list[float] = []
     stats: dict[str, Any] = {"cands": [], "methods": {}}
@@ -300,6 +310,31 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
         common_s = [_rank_once(idx, raw, rt.cfg, cstats) for raw in common]
         print(f"  run_rank, common-word queries {ms_summary(common_s)}")
         print(f"  {_cand_summary(cstats)}")
+
+
+def index_rss_mib(redis_url: str, ns: str) -> float:
+    """Peak RSS of a fresh process that connects, builds the runtime and loads ``ns``'s index
+    the way a worker's first query does (snapshot, then catch-up), then answers one query.
+    Read from ``VmHWM`` (``ru_maxrss`` survives fork and exec: a child would report the
+    bench's own peak)."""
+    code = (
+        "import resource, sys\n"
+        "from hivemind_memory.api_stub.protocol.settings import Settings\n"
+        "from hivemind_memory.projections.store.connection import connect\n"
+        "from hivemind_memory.worker import runtime\n"
+        "from hivemind_memory.projections.index import NamespaceIndex\n"
+        "from hivemind_memory.projections.store.index_loader import refresh_index\n"
+        "s = Settings.from_env(redis_url=sys.argv[1])\n"
+        "rt = runtime.build(s, connect(s.redis_url))\n"
+        "idx = NamespaceIndex(sys.argv[2]); refresh_index(rt.store, idx)\n"
+        "idx.relevance('w1 w2', None, rt.cfg)\n"
+        "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
+        "print(int(hwm[0].split()[1]) / 1024 if hwm else "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", code, redis_url, ns], check=True,
+                         capture_output=True, text=True, env=env)
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 @contextmanager
@@ -491,11 +526,14 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
         qps1 = batch(one, small, f"query_chunk=1 ({ns})", wlog)
         batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries",
               wlog)
+        common = query_requests(ns, opts.batch, corpus, rng, skip=0)
+        qps_common = batch(client, common, f"query_chunk={s.query_chunk}, common words "
+                           f"included ({ns})", wlog)
         rate = noop_baseline(rt, opts.noop, url)
     print("ratios to the no-op job:")
     print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs")
     print(f"  batch (chunk {s.query_chunk}) = {qps / rate:.1f}x the no-op job rate; "
-          f"chunk 1 = {qps1 / rate:.2f}x")
+          f"chunk 1 = {qps1 / rate:.2f}x; common words included = {qps_common / rate:.1f}x")
     return nss
 
 

@@ -18,6 +18,7 @@ import msgspec
 from hivemind_memory.events.errors import ConfigError
 
 Order = Literal["edges", "score", "chronological"]
+Analyzer = Literal["plain", "english"]
 
 
 class TierDecay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -55,6 +56,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """BM25 term-frequency saturation."""
     bm25_b: float = 0.75
     """BM25 length normalisation (0 = none, 1 = full)."""
+    analyzer: Analyzer = "plain"
+    """How words match: ``plain`` (the tokens as they are) or ``english`` (Snowball English
+    stems, English stop words dropped; ``projections.analyzer``)."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -73,8 +77,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"bm25_b must be within [0, 1], got {self.bm25_b}")
 
     def digest(self) -> str:
-        """A short stable fingerprint of every value (recorded with each served query)."""
-        return hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:16]
+        """A short stable fingerprint of every value (recorded with each served query). The
+        ``analyzer`` key counts only when it is not ``plain``, so configs written before it
+        existed keep their fingerprint (and as-of query ids)."""
+        raw = msgspec.to_builtins(self)
+        if raw["analyzer"] == "plain":
+            del raw["analyzer"]
+        return hashlib.sha256(msgspec.json.encode(raw)).hexdigest()[:16]
 
 
 DEFAULT = RankingConfig()

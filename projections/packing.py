@@ -1,9 +1,14 @@
 """Choose items that maximise total value within a token budget (0/1 knapsack).
 
-* Exact: dynamic programming over cost (numpy, one row of choices per item) while
-  ``eligible items x min(budget, their total cost) <= exact_max_cells``. Counting cells against
-  ``min(budget, total cost)`` rather than the raw budget only ever makes more instances exact
-  (when everything fits, the answer is trivially exact).
+* Exact, in two steps: first a Martello–Toth style reduction fixes every item that the LP
+  (Dantzig) bound proves in or out of *every* optimal packing, measured against a known
+  packing (density greedy or the best single item; if the core is still too large, the
+  greedy+swap result below, which is at least as good); then a dynamic programme over cost
+  (numpy, one row of choices per item) solves the items left open (the *core*) while
+  ``core items x min(room, their total cost) <= exact_max_cells``. Because fixed items belong
+  to every optimum and the DP breaks ties the same way on any subset (strict improvement
+  keeps earlier items in canonical order), the reduction returns exactly the packing the
+  full table would. ``exact_max_cells = 0`` turns exact packing off.
 * Otherwise ``greedy+swap``: value-per-token greedy, the best single item if that beats it,
   then a local search that applies the best improving move (add one item; swap one chosen item
   for one unchosen item; swap one chosen item for two unchosen items from a core of the most
@@ -20,7 +25,7 @@ key, which makes the result independent of the input order. Items with cost > bu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import msgspec
@@ -82,7 +87,9 @@ def _canonical(items: Iterable[Item], budget: int) -> list[Item]:
 
 def _scaled(values: FloatArray) -> IntArray:
     """Values as integers, ``rint(value * scale)`` (round half to even, like ``round``)."""
-    total = math.fsum(values.tolist())
+    rough = float(values.sum())  # when far from the limit, the exact sum needs no computing
+    total = rough if rough * (1 + 1e-6) < MAX_SCALED_TOTAL / VALUE_SCALE else math.fsum(
+        values.tolist())
     scale = min(VALUE_SCALE, MAX_SCALED_TOTAL / total) if len(values) else VALUE_SCALE
     return np.rint(values * scale).astype(np.int64)
 
@@ -108,29 +115,6 @@ def _lp_bound(by_density: list[Item], budget: int) -> float:
 def _density_key(it: Item) -> tuple[float, float, str]:
     density = math.inf if it.cost == 0 else it.value / it.cost
     return (-density, -it.value, it.key)
-
-
-def _exact(items: list[Item], values: IntArray, budget: int) -> list[int]:
-    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
-    n = len(items)
-    best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
-    take = np.zeros((n, budget + 1), dtype=np.bool_)
-    for i, it in enumerate(items):
-        w, v = it.cost, values[i]
-        if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
-            take[i, :] = True
-            continue
-        cand = best[: budget + 1 - w] + v
-        better = cand > best[w:]
-        take[i, w:] = better
-        best[w:] = np.where(better, cand, best[w:])
-    chosen: list[int] = []
-    c = budget
-    for i in range(n - 1, -1, -1):
-        if take[i, c]:
-            chosen.append(i)
-            c -= items[i].cost
-    return chosen
 
 
 def _greedy(items: list[Item], by_density: list[int], budget: int) -> list[int]:
@@ -172,8 +156,8 @@ Move = tuple[int, list[int], list[int]]
 """A local-search move: (scaled gain, items to remove, items to add)."""
 
 
-def _improve(
-    items: list[Item], values: IntArray, by_density: list[int], budget: int, start: list[int]
+def _improve_arrays(
+    costs: IntArray, values: IntArray, by_density: IntArray, budget: int, start: list[int]
 ) -> list[int]:
     """Best-improvement local search from ``start``; terminates (integer value strictly rises).
 
@@ -181,8 +165,7 @@ def _improve(
     unchosen from a core (the ``SWAP_PAIR_CORE`` most valuable and most value-dense unchosen
     items). On equal gains the earlier kind of move wins.
     """
-    n = len(items)
-    costs = np.array([it.cost for it in items], dtype=np.int64)
+    n = len(costs)
     in_set = np.zeros(n, dtype=np.bool_)
     in_set[start] = True
     by_value = np.arange(n)  # items are already in value-desc order
@@ -221,6 +204,254 @@ def _improve(
     return [int(i) for i in np.flatnonzero(in_set)]
 
 
+
+Keys = Callable[[IntArray], list[str]]
+"""The keys of some items, given their indices (read only where needed)."""
+
+
+def _canonical_order(keys: Keys, values: FloatArray) -> IntArray:
+    """Indices in canonical order: value descending, then key (code point order). Keys are
+    read only for runs of equal values, so distinct values cost one numpy argsort."""
+    order = np.argsort(-values, kind="stable")
+    sv = values[order]
+    tie = sv[1:] == sv[:-1]
+    if not tie.any():
+        return order
+    in_run = np.zeros(len(order), np.bool_)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    pos = np.flatnonzero(in_run)  # sorted positions inside a run of equal values
+    run_id = np.cumsum(np.concatenate(([True], ~tie)))[pos]  # same id within a run
+    ks = np.array(keys(order[pos]), dtype=np.str_)
+    out = order.copy()
+    out[pos] = order[pos][np.lexsort((ks, run_id))]
+    return out
+
+
+def _dp(costs: IntArray, values: IntArray, budget: int) -> list[int]:
+    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
+    n = len(costs)
+    best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
+    take = np.zeros((n, budget + 1), dtype=np.bool_)
+    for i in range(n):
+        w, v = int(costs[i]), values[i]
+        if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
+            take[i, :] = True
+            continue
+        cand = best[: budget + 1 - w] + v
+        better = cand > best[w:]
+        take[i, w:] = better
+        best[w:] = np.where(better, cand, best[w:])
+    chosen: list[int] = []
+    c = budget
+    for i in range(n - 1, -1, -1):
+        if take[i, c]:
+            chosen.append(i)
+            c -= int(costs[i])
+    return chosen
+
+
+class _Reduction(msgspec.Struct, frozen=True):
+    """Items every optimal packing takes (``fixed_in``) and those left open (``core``)."""
+
+    fixed_in: IntArray
+    core: IntArray
+
+
+def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+            lower: int) -> _Reduction:
+    """Martello–Toth style variable fixing from the Dantzig (LP) bound and a lower bound.
+
+    For an item of the greedy prefix (the items that fit whole in density order), the LP bound
+    of the instance *without* it; for any other item, its value plus the LP bound of the rest
+    with its cost taken out of the budget. A bound below ``lower`` (the value of a known
+    packing) proves that every optimal packing takes (resp. leaves) the item. Bounds are
+    computed in float64 from integer prefix sums and compared with a safety margin, so an item
+    is fixed only when the proof holds with room to spare: fixing fewer keeps exactness.
+    """
+    c = costs[by_density]
+    v = values[by_density]
+    n = len(c)
+    pc = np.concatenate(([0], np.cumsum(c)))  # pc[k]: cost of the first k items
+    pv = np.concatenate(([0], np.cumsum(v)))
+    b = int(np.searchsorted(pc, budget, side="right")) - 1  # items fitting whole: 0..b-1
+    vf = v.astype(np.float64)
+    cf = c.astype(np.float64)
+
+    def lp_rest(m: IntArray, room: IntArray) -> FloatArray:
+        """Fraction of the break item at position m filling ``room`` (0 past the end)."""
+        inside = m < n
+        mm = np.minimum(m, n - 1)
+        safe = np.where(cf[mm] > 0, cf[mm], 1.0)
+        return np.where(inside, vf[mm] * room / safe, 0.0)
+
+    margin = 1e-9 * float(pv[-1]) + 16.0
+    low = float(lower)
+    # Dembo-Hammer first (O(n), no search): the Lagrangian bound
+    # L(r) = r * budget + sum(max(0, v_i - r * c_i)) holds for any r >= 0; with x_j forced
+    # to 0 it loses max(0, g_j), forced to 1 it becomes L - max(0, g_j) + g_j, g_j = v_j - r c_j.
+    r = vf[b] / cf[b] if b < n else 0.0
+    g = vf - r * cf
+    lag = r * budget + float(np.maximum(g, 0.0).sum())
+    pos_g = np.maximum(g, 0.0)
+    fix_in = lag - pos_g + margin < low
+    fix_out = lag - pos_g + g + margin < low
+    # Martello-Toth (tighter, one binary search each) for the items still open
+    pre = np.arange(n) < b
+    rest = np.flatnonzero(~(fix_in | fix_out))
+    rp, rc, rv = rest[pre[rest]], c[rest[~pre[rest]]], v[rest[~pre[rest]]]
+    if len(rp):  # in the prefix: drop the item; the prefix runs on over its freed room
+        cp, vp = c[rp], v[rp]
+        m0 = np.searchsorted(pc, budget + cp, side="right") - 1
+        u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
+        fix_in[rp] |= u0 + margin < low
+    ro = rest[~pre[rest]]
+    if len(ro):  # outside it: take the item; the rest fills budget - its cost
+        m1 = np.searchsorted(pc, budget - rc, side="right") - 1
+        u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
+        fix_out[ro] |= u1 + margin < low
+    return _Reduction(fixed_in=np.sort(by_density[fix_in]),
+                      core=np.sort(by_density[~(fix_in | fix_out)]))
+
+
+def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[int]:
+    """Density greedy that skips what does not fit: the prefix that fits whole (one cumsum),
+    then the first item that still fits, again and again (the room is small by then)."""
+    c = costs[by_density]
+    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    chosen: list[int] = [int(i) for i in by_density[:b]]
+    room = budget - int(c[:b].sum())
+    rest = np.arange(b, len(c))
+    while room > 0 and len(rest):
+        fits = rest[c[rest] <= room]
+        if not len(fits):
+            break
+        chosen.append(int(by_density[fits[0]]))
+        room -= int(c[fits[0]])
+        rest = fits[1:]
+    return chosen
+
+
+def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+                   lower: int, cap: int,
+                   canonical: Callable[[IntArray], IntArray] = np.sort) -> list[int] | None:
+    """An optimal packing via reduction then a DP over the core, or None if the core's table
+    exceeds ``cap`` cells. ``canonical`` puts a set of indices in canonical order (for items
+    already in canonical order, ``np.sort``); the DP runs over the core in that order."""
+    red = _reduce(costs, values, by_density, budget, lower)
+    room = budget - int(costs[red.fixed_in].sum())
+    if room < 0:  # cannot happen when the lower bound is a real packing; stay safe
+        return None
+    core = canonical(red.core)
+    core = core[costs[core] <= room]
+    width = min(room, int(costs[core].sum()))
+    if len(core) * width > cap:
+        return None
+    picked = _dp(costs[core], values[core], width) if len(core) else []
+    return [*red.fixed_in.tolist(), *core[picked].tolist()]
+
+
+def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
+                exact_max_cells: int) -> PackResult:
+    """``pack`` over parallel arrays; ``keys(idx)`` lists the keys of items ``idx`` (keys
+    unique, costs >= 0, values finite; not checked). Keys are read only to break ties and
+    to name the chosen.
+
+    The reduction needs no canonical order (the LP bound does not depend on how density ties
+    are ordered, and any packing is a lower bound), so only the core and the chosen items are
+    put in canonical order; the result is the one ``pack`` returns. When the core is too large
+    it falls back to ``pack``'s path over every item in canonical order.
+    """
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+    c = costs[ok].astype(np.int64)
+    f = values[ok]
+    n = len(ok)
+    if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
+        scaled = _scaled(f)
+        density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
+        by_density = np.argsort(-density)
+        greedy = _greedy_arrays(c, by_density, budget)
+        lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+
+        def canonical(sub: IntArray) -> IntArray:
+            return sub[_canonical_order(lambda i: keys(ok[sub[i]]), f[sub])]
+
+        found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
+                               canonical)
+        if found is not None:
+            idx = canonical(np.array(found, np.int64))
+            return PackResult(
+                chosen=tuple(keys(ok[idx])),
+                method="exact",
+                total_value=math.fsum(f[idx].tolist()),
+                total_cost=int(c[idx].sum()),
+                upper_bound=math.fsum(f[idx].tolist()),
+            )
+    canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
+    return _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
+                           values[canon], budget, exact_max_cells)
+
+
+def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int,
+                    cap: int) -> PackResult:
+    n = len(costs)
+    values = _scaled(floats)
+    total_cost = int(costs.sum())
+    width = min(budget, total_cost)
+    method: Method = "exact"
+    idx: list[int] | None = None
+    by_density: IntArray | None = None
+    if n * width == 0:  # nothing to choose, or nothing fits: the empty table is exact
+        idx = _dp(costs, values, width)
+    else:
+        # value per token, descending; ties keep the canonical order (value desc, then key),
+        # exactly the order of _density_key; a free item is infinitely dense
+        density = np.divide(floats, costs, out=np.full(n, np.inf), where=costs > 0)
+        by_density = np.argsort(-density, kind="stable")
+        greedy = _greedy_arrays(costs, by_density, budget)
+        if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
+            greedy = [0]
+        if cap > 0:
+            idx = _solve_reduced(costs, values, by_density, budget,
+                                 int(values[greedy].sum()), cap)
+        if idx is None:
+            improved = _improve_arrays(costs, values, by_density, budget, greedy)
+            if cap > 0:  # a better lower bound may shrink the core enough
+                idx = _solve_reduced(costs, values, by_density, budget,
+                                     int(values[improved].sum()), cap)
+            if idx is None:
+                method = "greedy+swap"
+                idx = improved
+    idx.sort()
+    total_value = math.fsum(floats[idx].tolist())
+    bound = total_value
+    if method == "greedy+swap":
+        assert by_density is not None
+        bound = max(total_value, _lp_bound_arrays(costs, floats, by_density, budget))
+    return PackResult(
+        chosen=tuple(keys(np.array(idx, np.int64))),
+        method=method,
+        total_value=total_value,
+        total_cost=int(costs[idx].sum()),
+        upper_bound=bound,
+    )
+
+
+def _lp_bound_arrays(costs: IntArray, floats: FloatArray, by_density: IntArray,
+                     budget: int) -> float:
+    """``_lp_bound`` over arrays: the same additions in the same order."""
+    c = costs[by_density]
+    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    bound = 0.0
+    for v in floats[by_density[:b]].tolist():
+        bound += v
+    if b < len(c):
+        bound += float(floats[by_density[b]]) * (budget - int(c[:b].sum())) / int(c[b])
+    return bound
+
+
 def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult:
     """The packing of ``items`` with the largest total value and total cost <= ``budget``."""
     if budget < 0:
@@ -228,32 +459,5 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     cands = _canonical(items, budget)
     floats = np.array([it.value for it in cands], dtype=np.float64)
     costs = np.array([it.cost for it in cands], dtype=np.int64)
-    values = _scaled(floats)
-    width = min(budget, sum(it.cost for it in cands))
-    method: Method
-    if len(cands) * width <= exact_max_cells:
-        method = "exact"
-        idx = _exact(cands, values, width)
-    else:
-        method = "greedy+swap"
-        # value per token, descending; ties keep the canonical order (value desc, then key),
-        # exactly the order of _density_key; a free item is infinitely dense
-        density = np.divide(floats, costs, out=np.full(len(cands), np.inf), where=costs > 0)
-        by_density = np.argsort(-density, kind="stable").tolist()
-        idx = _greedy(cands, by_density, budget)
-        if values[0] > values[idx].sum():  # the most valuable item alone (it fits) is better
-            idx = [0]
-        idx = _improve(cands, values, by_density, budget, idx)
-    idx.sort()
-    chosen = [cands[i] for i in idx]
-    total_value = math.fsum(it.value for it in chosen)
-    bound = total_value
-    if method == "greedy+swap":
-        bound = max(total_value, _lp_bound([cands[i] for i in by_density], budget))
-    return PackResult(
-        chosen=tuple(it.key for it in chosen),
-        method=method,
-        total_value=total_value,
-        total_cost=sum(it.cost for it in chosen),
-        upper_bound=bound,
-    )
+    return _pack_canonical(lambda idx: [cands[i].key for i in idx.tolist()], costs, floats,
+                           budget, exact_max_cells)

@@ -43,7 +43,9 @@ class NoteSignals(msgspec.Struct, frozen=True):
 
     def signals(self) -> NoteSignals:
         """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
-        return NoteSignals(**{f: getattr(self, f) for f in NoteSignals.__struct_fields__})
+        return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
+                           self.relevance, self.recency, self.tier, self.uses, self.age_days,
+                           self.created_at)
 
 
 class ScoredNote(NoteSignals, frozen=True):

@@ -100,3 +100,57 @@ def test_trimmed_changes_stream_forces_full_reload() -> None:
     r.xtrim(keys.changes("t"), maxlen=1, approximate=False)
     refresh_index(r, idx)
     assert idx.full_loads == 2 and set(idx.notes) == {"a", "b", "c"}
+
+
+def test_a_worker_start_loads_the_snapshot_then_catches_up_and_replay_drops_it() -> None:
+    from hivemind_memory.projections.snapshot import decode_index, encode_index
+    from hivemind_memory.projections.store import keys
+    from hivemind_memory.projections.store.rebuild import fold_log, write_back
+
+    r = fakeredis.FakeRedis()
+    append(r, [ev(created("a", text="redis stream")), ev(created("b", text="lunch", agent="bob",
+                                                                 scope="private"))])
+    while project_batch(r, "t", 10) is not None:
+        pass
+    first = NamespaceIndex("t")
+    refresh_index(r, first)  # nothing stored yet: a full load, which writes the snapshot
+    assert first.full_loads == 1 and r.exists(keys.index_snapshot("t"))
+    append(r, [ev(used("a", "u1")), ev(created("c", text="redis lunch"))])
+    while project_batch(r, "t", 10) is not None:
+        pass
+    second = NamespaceIndex("t")  # a new worker: snapshot, then the changes after it
+    refresh_index(r, second)
+    assert second.full_loads == 0 and second.snapshot_loads == 1
+    full = NamespaceIndex("t")
+    load_index(r, full, snapshot=False)
+    assert second.notes == full.notes and second.checkpoint == full.checkpoint
+    for q, agent in (("redis", ""), ("lunch", "bob"), ("lunch", "alice")):
+        assert second.relevance(q, None, CFG, agent) == full.relevance(q, None, CFG, agent)
+    # round trip of the pure encoding; another namespace's or version's blob is refused
+    again = decode_index(encode_index(second), "t")
+    assert again is not None and again.notes == second.notes
+    assert decode_index(encode_index(second), "other") is None
+    assert decode_index(b"not a snapshot", "t") is None
+    # replay deletes it; the next worker loads in full (and writes a fresh one)
+    assert write_back(r, "t", fold_log(r, "t"))
+    assert not r.exists(keys.index_snapshot("t"))
+    third = NamespaceIndex("t")
+    refresh_index(r, third)
+    assert third.full_loads == 1 and third.notes == full.notes
+
+
+def test_a_snapshot_from_before_a_replay_is_reloaded_in_full() -> None:
+    from hivemind_memory.projections.store import keys
+    from hivemind_memory.projections.store.rebuild import fold_log, write_back
+
+    r = fakeredis.FakeRedis()
+    append(r, [ev(created("a", text="redis"))])
+    project_batch(r, "t")
+    refresh_index(r, NamespaceIndex("t"))
+    stale = r.get(keys.index_snapshot("t"))
+    assert stale is not None
+    assert write_back(r, "t", fold_log(r, "t"))
+    r.set(keys.index_snapshot("t"), stale)  # e.g. a worker wrote it just after the replay
+    idx = NamespaceIndex("t")
+    refresh_index(r, idx)  # snapshot, then the reset entry after it: full load
+    assert idx.snapshot_loads == 1 and idx.full_loads == 1

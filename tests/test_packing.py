@@ -121,11 +121,18 @@ def test_invalid_items_are_rejected() -> None:
 def test_method_threshold_counts_candidates_times_effective_budget() -> None:
     items = [Item(f"k{i}", 10, 0.1 + i / 100) for i in range(10)]  # total cost 100
     assert pack(items, 1000, 10 * 100).method == "exact"  # everything fits: width = 100
-    assert pack(items, 1000, 10 * 100 - 1).method == "greedy+swap"
     assert pack(items, 50, 10 * 50).method == "exact"
-    assert pack(items, 50, 10 * 50 - 1).method == "greedy+swap"
     # ineligible items do not count
     assert pack([*items, Item("huge", 10**6, 1.0)], 50, 10 * 50).method == "exact"
+    # below the full table the reduction fixes every item here (greedy = LP bound): still exact
+    assert pack(items, 1000, 1).method == "exact"
+    assert pack(items, 50, 1).method == "exact"
+    # equal densities: nothing can be fixed, so the core is the whole table (10 x 55 cells)
+    flat = [Item(f"f{i}", 10, 0.1) for i in range(10)]
+    assert pack(flat, 55, 10 * 55).method == "exact"
+    assert pack(flat, 55, 10 * 55 - 1).method == "greedy+swap"
+    # 0 turns exact packing off (only an empty table is exact)
+    assert pack(items, 50, 0).method == "greedy+swap"
 
 
 def test_ties_are_broken_by_value_then_key() -> None:
@@ -150,11 +157,17 @@ def test_upper_bound_is_lp_relaxation_for_greedy() -> None:
 def test_large_instance_greedy_is_near_lp_bound() -> None:
     rng = random.Random(7)
     items = [Item(f"k{i}", rng.randint(20, 2000), rng.random()) for i in range(2000)]
-    res = pack(items, 8000, 4_000_000)
+    res = pack(items, 8000, GREEDY)
     assert res.method == "greedy+swap"
     check_valid(res, items, 8000)
     assert res.total_value >= plain_greedy(items, 8000)
     assert res.total_value >= 0.98 * res.upper_bound
+    # the full table (2,000 x 8,000) is over the default cap, the reduced core is not
+    exact = pack(items, 8000, 4_000_000)
+    assert exact.method == "exact" and exact.upper_bound == exact.total_value
+    check_valid(exact, items, 8000)
+    assert exact.total_value >= res.total_value
+    assert exact.total_value <= res.upper_bound + 1e-9
 
 
 def test_greedy_matches_exact_on_a_medium_instance() -> None:
@@ -339,8 +352,8 @@ def test_best_single_item_step_wins_where_the_swaps_cannot_reach() -> None:
     from hivemind_memory.projections.packing import (
         _canonical,
         _density_key,
-        _greedy,
-        _improve,
+        _greedy_arrays,
+        _improve_arrays,
         _scaled,
     )
 
@@ -350,12 +363,57 @@ def test_best_single_item_step_wins_where_the_swaps_cannot_reach() -> None:
     assert plain_greedy(items, 100) == pytest.approx(0.516)
     # greedy followed by the swaps alone stays at greedy's 18 items
     cands = _canonical(items, 100)
+    costs = np.array([it.cost for it in cands], np.int64)
     values = _scaled(np.array([it.value for it in cands]))
-    order = sorted(range(len(cands)), key=lambda i: _density_key(cands[i]))
-    swapped = _improve(cands, values, order, 100, _greedy(cands, order, 100))
+    order = np.array(sorted(range(len(cands)), key=lambda i: _density_key(cands[i])), np.int64)
+    swapped = _improve_arrays(costs, values, order, 100, _greedy_arrays(costs, order, 100))
     assert sorted(cands[i].key for i in swapped) == sorted(it.key for it in items[:-1])
     res = pack(items, 100, GREEDY)
     assert res.method == "greedy+swap"
     assert res.chosen == ("big",)
     assert res.total_value == pytest.approx(0.6) and res.total_cost == 100
     assert pack(items, 100, EXACT).chosen == ("big",)  # and it is the optimum
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=items_strategy(10, 80), budget=st.integers(0, 200), cap=st.integers(1, 400))
+def test_reduced_exact_equals_brute_force(items: list[Item], budget: int, cap: int) -> None:
+    # small caps force the reduction + core DP (or the fallback) instead of the full table
+    res = pack(items, budget, cap)
+    check_valid(res, items, budget)
+    best = brute_force(items, budget)
+    if res.method == "exact":
+        assert res.total_value == pytest.approx(best, abs=1e-7)
+        assert res.upper_bound == res.total_value
+    else:
+        assert res.upper_bound >= best - 1e-7
+    assert res.total_value >= pack(items, budget, GREEDY).total_value - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(20, 120), budget=st.integers(50, 3000))
+def test_reduced_exact_equals_full_table_on_medium_instances(seed: int, n: int,
+                                                             budget: int) -> None:
+    rng = random.Random(seed)
+    items = [Item(f"k{i}", rng.randint(1, 400), rng.choice([rng.random(), 0.25, 0.5]))
+             for i in range(n)]
+    full = pack(items, budget, EXACT)
+    reduced = pack(items, budget, 2_000)  # far below n x budget
+    if reduced.method == "exact":
+        assert reduced.total_value == pytest.approx(full.total_value, rel=1e-12, abs=1e-9)
+    assert reduced.total_value <= full.total_value + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=items_strategy(30, 120), budget=st.integers(0, 600),
+       cap=st.sampled_from([0, 1, 30, 300, 10**9]))
+def test_pack_arrays_equals_pack(items: list[Item], budget: int, cap: int) -> None:
+    import numpy as np
+
+    from hivemind_memory.projections.packing import pack_arrays
+
+    keys = [it.key for it in items]
+    got = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
+                      np.array([it.cost for it in items], np.int64),
+                      np.array([it.value for it in items], np.float64), budget, cap)
+    assert got == pack(items, budget, cap)

@@ -31,7 +31,8 @@ from hivemind_memory.events.errors import CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
-from hivemind_memory.projections.rank import RankResult, rank
+from hivemind_memory.projections.rank import RankResult
+from hivemind_memory.projections.rank_columns import rank_index
 from hivemind_memory.projections.store import audit, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.rebuild import fold_log
@@ -244,9 +245,9 @@ class QueryEngine:
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
              now: datetime) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline."""
-    rel = idx.relevance(req.text, req.embedding, cfg, req.agent)
-    return rank((idx.notes[k] for k in rel), rel, agent=req.agent, now=now,
-                budget=req.budget, cfg=cfg, explain=req.explain)
+    slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent)
+    return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
+                      explain=req.explain)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:

@@ -28,7 +28,7 @@ from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import FIELD, append
+from hivemind_memory.projections.store.log import FIELD, append_encoded
 from hivemind_memory.projections.store.types import Store, as_bytes
 
 SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -89,30 +89,37 @@ def namespace_slot(ns: str) -> int:
 
 def append_replicated(r: Store, events: Sequence[Event], replicas: int,
                       timeout_ms: int) -> list[str]:
-    """``log.append``, returning only once ``replicas`` replicas of every master written to
-    acknowledged the events (Redis ``WAIT``); ``StoreError`` if fewer did in ``timeout_ms``:
-    the events are in, but a failover of their master before it replicates could lose them
-    (re-running the same events is safe: a repeated event_id is applied once).
+    """``append_encoded_replicated`` of events (encoded here)."""
+    return append_encoded_replicated(r, [(e.ns, encode_event(e)) for e in events], replicas,
+                                     timeout_ms)
+
+
+def append_encoded_replicated(r: Store, events: Sequence[tuple[str, bytes]], replicas: int,
+                              timeout_ms: int) -> list[str]:
+    """``log.append_encoded``, returning only once ``replicas`` replicas of every master
+    written to acknowledged the events (Redis ``WAIT``); ``StoreError`` if fewer did in
+    ``timeout_ms``: the events are in, but a failover of their master before it replicates
+    could lose them (re-running the same events is safe: a repeated event_id is applied once).
 
     WAIT counts the writes of the connection it runs on, so each master gets one pipeline on
     one connection: the registry's SADD first if it holds the registry (registered before any
     entry can land, as ``log.append`` does), then its XADDs, then WAIT. Masters are written
     one after the other, the registry's first. A failure raises ``AppendFailed`` with the
-    entries known to have landed. ``replicas`` 0 is a plain ``append``. Returns the entry
-    ids in order.
+    entries known to have landed. ``replicas`` 0 is a plain ``append_encoded``. Returns the
+    entry ids in order.
     """
     if replicas <= 0 or not events:
-        return append(r, events)
-    nss = sorted({e.ns for e in events})
+        return append_encoded(r, events)
+    nss = sorted({ns for ns, _ in events})
     ids: list[str] = [""] * len(events)
     landed = 0
     acks: list[int] = []
-    for client, idxs, register in _by_master(r, events):
+    for client, idxs, register in _by_master(r, [ns for ns, _ in events]):
         p = client.pipeline(transaction=False)
         if register:
             p.sadd(keys.NAMESPACES, *nss)
         for i in idxs:
-            p.xadd(keys.stream(events[i].ns), {FIELD: encode_event(events[i])})
+            p.xadd(keys.stream(events[i][0]), {FIELD: events[i][1]})
         p.wait(replicas, timeout_ms)
         try:
             res = p.execute(raise_on_error=False)
@@ -137,17 +144,17 @@ def append_replicated(r: Store, events: Sequence[Event], replicas: int,
     return ids
 
 
-def _by_master(r: Store, events: Sequence[Event]) -> list[tuple[redis.Redis, list[int], bool]]:
-    """Per master: a plain client for it, the indexes of the events it holds, and whether it
-    holds the registry (that one first)."""
+def _by_master(r: Store, nss: Sequence[str]) -> list[tuple[redis.Redis, list[int], bool]]:
+    """Per master: a plain client for it, the indexes of the events (of namespaces ``nss``)
+    it holds, and whether it holds the registry (that one first)."""
     if isinstance(r, redis.Redis):
-        return [(r, list(range(len(events))), True)]
+        return [(r, list(range(len(nss))), True)]
     rc: Any = r  # node lookup is untyped in redis-py
     registry = rc.get_node_from_key(keys.NAMESPACES)
     groups: dict[str, tuple[redis.Redis, list[int], bool]] = {
         registry.name: (registry.redis_connection, [], True)}
-    for i, ev in enumerate(events):
-        node = rc.get_node_from_key(keys.stream(ev.ns))
+    for i, ns in enumerate(nss):
+        node = rc.get_node_from_key(keys.stream(ns))
         groups.setdefault(node.name, (node.redis_connection, [], False))[1].append(i)
     return list(groups.values())
 

@@ -1,22 +1,30 @@
-"""Fill a ``NamespaceIndex`` from Redis: a full load, then incremental refreshes.
+"""Fill a ``NamespaceIndex`` from Redis: a snapshot or a full load, then incremental refreshes.
 
 Each committed projection batch appends one entry to ``changes`` listing the notes it
 touched; a refresh reads the entries after the last one it saw and re-reads only those notes.
 A ``reset`` entry (written by ``replay``) or a gap (the changes stream was trimmed past our
 position) triggers a full reload.
+
+The first refresh of a worker reads the namespace's index snapshot (``keys.index_snapshot``)
+when there is one of this version, then goes on incrementally from the changes entry the
+snapshot was taken at (so a stale snapshot is only a longer catch-up, and one from before a
+``replay`` meets its ``reset`` entry and is reloaded in full). Every full load writes a new
+snapshot; ``replay`` deletes it.
 """
 
 from __future__ import annotations
 
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.index import NamespaceIndex
+from hivemind_memory.projections.snapshot import decode_index, encode_index
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
 
 
-def load_index(r: Store, idx: NamespaceIndex) -> None:
-    """Full load (first use, reset, or a gap in the changes stream)."""
+def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
+    """Full load (first use, reset, or a gap in the changes stream) from the read model; then
+    (unless ``snapshot`` is False) the index snapshot is rewritten."""
     ns = idx.ns
     p = r.pipeline(transaction=True)
     p.xrevrange(keys.changes(ns), count=1)
@@ -25,14 +33,38 @@ def load_index(r: Store, idx: NamespaceIndex) -> None:
     last_change, cp, raw = p.execute()
     idx.reset((unpack_note(v) for v in raw.values()), parse_pos(cp),
               parse_pos(last_change[0][0]) if last_change else ZERO)
+    if snapshot:
+        write_snapshot(r, idx)
+
+
+def write_snapshot(r: Store, idx: NamespaceIndex) -> None:
+    """Store ``idx`` as the namespace's index snapshot."""
+    r.set(keys.index_snapshot(idx.ns), encode_index(idx))
+
+
+def read_snapshot(r: Store, idx: NamespaceIndex) -> bool:
+    """Replace ``idx``'s content with the stored snapshot; False when there is none usable."""
+    data = r.get(keys.index_snapshot(idx.ns))
+    if data is None:
+        return False
+    snap = decode_index(as_bytes(data), idx.ns)
+    if snap is None:
+        return False
+    idx.notes, idx.cols = snap.notes, snap.cols
+    idx._vectors, idx._dirty_dims = {}, snap._dirty_dims
+    idx.checkpoint, idx.changes_seen = snap.checkpoint, snap.changes_seen
+    idx.snapshot_loads += 1
+    return True
 
 
 def refresh_index(r: Store, idx: NamespaceIndex) -> None:
     """Bring ``idx`` up to the read model's current state."""
-    ns, seen = idx.ns, idx.changes_seen
-    if seen is None:
+    ns = idx.ns
+    if idx.changes_seen is None and not read_snapshot(r, idx):
         load_index(r, idx)
         return
+    seen = idx.changes_seen
+    assert seen is not None
     entries = stream_entries(
         r.xrange(keys.changes(ns), min="(" + format_pos(seen) if seen != ZERO else "-"))
     if not entries:

@@ -1,14 +1,16 @@
 """Validate and append a JSON Lines file of events: all-or-nothing by default, memory bounded.
 
-Without ``skip_invalid`` a first pass validates every line and nothing is appended if any
-line is bad; a second pass appends in pipelined chunks. With it, one pass appends the good
-lines and reports each bad one. Either way memory does not grow with the file size.
+Each line is parsed once. Without ``skip_invalid`` the one parsing pass writes every good
+event, already encoded for the stream, to a spool file, and nothing is appended if any line is
+bad; then the spool is appended in pipelined chunks (no second parse). With it, one pass
+appends the good lines and reports each bad one. Either way memory does not grow with the
+file size.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -17,16 +19,17 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import AppendFailed, EventError
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.store.log import append
+from hivemind_memory.projections.store.log import append_encoded
 from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
 """Events per pipelined append."""
-Appender = Callable[[Store, Sequence[Event]], object]
-"""How a chunk is appended (``log.append`` unless the caller waits for replicas)."""
+Appender = Callable[[Store, Sequence[tuple[str, bytes]]], object]
+"""How a chunk of encoded ``(ns, event)`` pairs is appended (``log.append_encoded`` unless
+the caller waits for replicas)."""
 
 
 @dataclass
@@ -69,7 +72,7 @@ def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callab
         if on_chunk is not None:
             on_chunk(nss)  # scheduled before its first entry can land
         try:
-            appender(r, chunk)
+            appender(r, [(e.ns, encode_event(e)) for e in chunk])
         except AppendFailed as exc:
             report.appended += exc.appended
             if exc.appended:
@@ -96,53 +99,97 @@ def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callab
     flush()
 
 
+_FRAME = struct.Struct("<II")
+"""Spool record header: namespace length, encoded event length (then both, as bytes)."""
+
+
+def _spool_pass(fh: IO[bytes], out: IO[bytes], on_error: Callable[[str], None],
+                bar: Any) -> int:
+    """Parse every line once, spooling the good events encoded; returns how many were bad."""
+    bad = 0
+    for _lineno, item, nbytes in iter_events(fh):
+        if bar is not None:
+            bar.update(nbytes)
+        if isinstance(item, EventError):
+            if str(item):
+                bad += 1
+                on_error(str(item))
+            continue
+        ns, blob = item.ns.encode(), encode_event(item)
+        out.write(_FRAME.pack(len(ns), len(blob)))
+        out.write(ns)
+        out.write(blob)
+    return bad
+
+
+def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
+                  on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
+    chunk: list[tuple[str, bytes]] = []
+
+    def flush() -> None:
+        if not chunk:
+            return
+        nss = {ns for ns, _ in chunk}
+        if on_chunk is not None:
+            on_chunk(nss)  # scheduled before its first entry can land
+        try:
+            appender(r, chunk)
+        except AppendFailed as exc:
+            report.appended += exc.appended
+            if exc.appended:
+                report.namespaces |= nss
+            raise
+        report.appended += len(chunk)
+        report.namespaces |= nss
+        if on_chunk is not None:
+            on_chunk(nss)  # again: a job that ran before the entries landed found nothing
+        chunk.clear()
+
+    while head := spool.read(_FRAME.size):
+        n_ns, n_blob = _FRAME.unpack(head)
+        chunk.append((spool.read(n_ns).decode(), spool.read(n_blob)))
+        report.lines += 1
+        if len(chunk) >= CHUNK:
+            flush()
+    flush()
+
+
 def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
            on_chunk: Callable[[set[str]], None] | None = None,
            report: IngestReport | None = None,
-           appender: Appender = append) -> IngestReport:
+           appender: Appender = append_encoded) -> IngestReport:
     """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
 
     Pass ``report`` to see how far an ingest got when the store fails midway: on
     ``AppendFailed`` its ``appended`` is the exact number of events in the log.
     ``on_chunk`` gets each chunk's namespaces before its append and again after it.
-    ``appender`` appends a chunk (``log.append`` unless the caller waits for replicas).
+    ``appender`` appends a chunk (``log.append_encoded`` unless the caller waits for
+    replicas).
     """
     report = report if report is not None else IngestReport()
-    spooled: str | None = None
-    try:
+    if skip_invalid:
         if source == "-":
-            if skip_invalid:
-                _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender)
-                return report
-            fd, spooled = tempfile.mkstemp(prefix="hivemind-ingest-", suffix=".jsonl")
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(sys.stdin.buffer, out)
-            path = spooled
-        else:
-            path = source
-        size = os.path.getsize(path)
-        if not skip_invalid:
-            bad = 0
-            with open(path, "rb") as fh:
-                bar = _progress(size, progress)
-                for _lineno, item, nbytes in iter_events(fh):
-                    if bar is not None:
-                        bar.update(nbytes)
-                    if isinstance(item, EventError) and str(item):
-                        bad += 1
-                        on_error(str(item))
-                if bar is not None:
-                    bar.close()
-            if bad:
-                report.rejected = bad
-                return report
-        with open(path, "rb") as fh:
-            bar = _progress(size, progress)
+            _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender)
+            return report
+        with open(source, "rb") as fh:
+            bar = _progress(os.path.getsize(source), progress)
             _append_pass(r, fh, report, on_error, bar, on_chunk, appender)
             if bar is not None:
                 bar.close()
         return report
-    finally:
-        if spooled is not None:
-            os.unlink(spooled)
+    with tempfile.TemporaryFile(prefix="hivemind-ingest-") as spool:
+        if source == "-":
+            bad = _spool_pass(sys.stdin.buffer, spool, on_error, None)
+        else:
+            with open(source, "rb") as fh:
+                bar = _progress(os.path.getsize(source), progress)
+                bad = _spool_pass(fh, spool, on_error, bar)
+                if bar is not None:
+                    bar.close()
+        if bad:
+            report.rejected = bad
+            return report
+        spool.seek(0)
+        _append_spool(r, spool, report, on_chunk, appender)
+    return report

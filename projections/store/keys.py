@@ -8,6 +8,8 @@ connection (plain Redis; RQ does not run on Cluster); queue names are in
 
 from __future__ import annotations
 
+from hivemind_memory.projections.snapshot import SNAPSHOT_VERSION
+
 PREFIX = "hm"
 """Prefix of every hivemind key."""
 NAMESPACES = f"{PREFIX}:namespaces"
@@ -92,11 +94,17 @@ def query_embeddings(ns: str) -> str:
     return f"{_ns(ns)}:qembeddings"
 
 
+def index_snapshot(ns: str) -> str:
+    """The worker's index of the namespace as one blob (``projections.snapshot``), versioned;
+    written lazily by a worker after a full load, deleted by ``replay``'s write-back."""
+    return f"{_ns(ns)}:index:v{SNAPSHOT_VERSION}"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
             dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
-            query_embeddings(ns)]
+            query_embeddings(ns), index_snapshot(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

@@ -40,19 +40,26 @@ def append(r: Store, events: Sequence[Event], pipe: Pipe | None = None) -> list[
     number that reached the log and their ids: re-appending the whole sequence is safe
     (a repeated event_id is applied once).
     """
-    nss = sorted({ev.ns for ev in events})
+    return append_encoded(r, [(ev.ns, encode_event(ev)) for ev in events], pipe)
+
+
+def append_encoded(r: Store, events: Sequence[tuple[str, bytes]],
+                   pipe: Pipe | None = None) -> list[str]:
+    """``append`` of events already encoded (``(ns, encode_event(ev))`` pairs), with the same
+    registration, ids and ``AppendFailed`` rules."""
+    nss = sorted({ns for ns, _ in events})
     if pipe is not None:
         if nss:
             pipe.sadd(keys.NAMESPACES, *nss)
-        for ev in events:
-            pipe.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
+        for ns, blob in events:
+            pipe.xadd(keys.stream(ns), {FIELD: blob})
         return []
     if not events:
         return []
     register_namespaces(r, nss)
     p = r.pipeline(transaction=False)
-    for ev in events:
-        p.xadd(keys.stream(ev.ns), {FIELD: encode_event(ev)})
+    for ns, blob in events:
+        p.xadd(keys.stream(ns), {FIELD: blob})
     try:
         res = p.execute(raise_on_error=False)
     except redis.RedisError as exc:  # the connection died: we cannot know which landed

@@ -45,15 +45,25 @@ def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
     a deleted entry can leave, get an empty dict). Fields come as a dict, or as the raw flat
     list ``[k1, v1, k2, v2, ...]`` that a cluster MULTI returns (redis-py's cluster
     transactions do not parse stream replies)."""
-    out: list[StreamEntry] = []
-    for entry_id, fields in reply or ():
-        if isinstance(fields, dict):
-            pairs = list(fields.items())
-        else:
-            flat = list(fields or ())
-            pairs = list(zip(flat[0::2], flat[1::2], strict=True))
-        out.append(StreamEntry(as_bytes(entry_id), {as_bytes(k): as_bytes(v) for k, v in pairs}))
-    return out
+    if not reply:
+        return []
+    # A connection either decodes every reply or none: checking the first entry's id, field
+    # names and values proves bytes for all (the projection reads 2,000 entries per batch,
+    # and a check per field was a tenth of its time).
+    first_id, first_fields = reply[0]
+    as_bytes(first_id)
+    for k, v in _field_map(first_fields).items():
+        as_bytes(k)
+        as_bytes(v)
+    return [StreamEntry(entry_id, _field_map(fields)) for entry_id, fields in reply]
+
+
+def _field_map(fields: Any) -> dict[bytes, bytes]:
+    """An entry's fields as a dict (they may be a dict, a flat list, or None)."""
+    if isinstance(fields, dict):
+        return fields
+    flat = list(fields or ())
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def xread_entries(reply: object) -> list[StreamEntry]:

@@ -19,12 +19,11 @@ from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_na
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
-from hivemind_memory.events.schema import Event
 from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.cluster import append_replicated
+from hivemind_memory.projections.store.cluster import append_encoded_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
@@ -72,8 +71,8 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
-    def appender(r: Store, events: Sequence[Event]) -> list[str]:
-        return append_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
+    def appender(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
+        return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
 
     rep = IngestReport()
     try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)

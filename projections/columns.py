@@ -1,0 +1,377 @@
+"""The columnar note table of one namespace: interned terms, postings, one numpy array per
+field, and BM25 over them in numpy. Pure (no Redis, no clock).
+
+Rows (*slots*) are appended as notes arrive and never renumbered while the table lives: a
+note that is forgotten keeps its slot, flagged dead, until a ``reset``. Postings are a CSR
+base (one run of ``(slot, tf)`` per term id) plus a delta of postings appended since the last
+compaction; a query reads both and masks out dead and invisible slots. ``compact`` merges the
+delta into the base (dropping dead postings) once it is large.
+
+BM25 is ``projections.relevance.scores_over``'s arithmetic, element for element: the same
+corpus statistics (the notes the asking agent may see: shared ones plus its own private ones,
+counted incrementally), the same IDF, each note's sum over the query's distinct terms in
+query order, each term ``w * (tf / ((tf + base) + slope * dl))``, divided by the same
+``max_score``. numpy's element-wise ``+ - * /`` on float64 are IEEE operations like Python's,
+so the relevance is bit-identical (a differential test checks it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from itertools import repeat
+
+import numpy as np
+import numpy.typing as npt
+
+from hivemind_memory.projections.analyzer import analyze, english_term
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.relevance import idf, tokenize
+from hivemind_memory.projections.state import NoteState
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Times are stored as integer microseconds since this instant."""
+_US = timedelta(microseconds=1)
+COMPACT_MIN_DELTA = 4_096
+"""Delta postings below this are never compacted (cheap to read as they are)."""
+COMPACT_FRACTION = 0.125
+"""Compact once the delta holds more postings than this fraction of the base."""
+
+
+class _Intern(dict[str, int]):
+    """Term -> id, a new term getting the next id on first lookup."""
+
+    def __missing__(self, term: str) -> int:
+        t = self[term] = len(self)
+        return t
+
+
+def micros(t: datetime) -> int:
+    """``t`` as integer microseconds since the epoch (exact for any aware datetime)."""
+    return (t - EPOCH) // _US
+
+
+class Columns:
+    """One row per note slot; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.slot: dict[str, int] = {}
+        self.terms: dict[str, int] = {}
+        self.agents: dict[str, int] = {"": 0}
+        cap = 16
+        self.doc_len = np.zeros(cap, np.int64)
+        self.tokens = np.zeros(cap, np.int64)
+        self.created_us = np.zeros(cap, np.int64)
+        self.uses = np.zeros(cap, np.int64)
+        self.scratch = np.zeros(cap, np.bool_)
+        self.private = np.zeros(cap, np.bool_)
+        self.owner = np.zeros(cap, np.int64)
+        self.live = np.zeros(cap, np.bool_)
+        # CSR base: postings of term t are base_slot[base_ptr[t]:base_ptr[t + 1]]
+        self.base_ptr = np.zeros(1, np.int64)
+        self.base_slot = np.zeros(0, np.int32)
+        self.base_tf = np.zeros(0, np.int32)
+        self.delta: dict[int, tuple[list[int], list[int]]] = {}
+        self.delta_size = 0
+        # BM25 corpus statistics of live notes: shared, and private per owner id
+        self.shared_n = 0
+        self.shared_len = 0
+        self.private_n: dict[int, int] = {}
+        self.private_len: dict[int, int] = {}
+        self._vis: dict[str, BoolArray] = {}
+        self._writes = 0
+        """Counts ``put`` calls (cache key of the english lengths)."""
+        self._stems_of: list[str | None] = []
+        self._stem_terms: dict[str, list[int]] = {}
+        self._english_len: tuple[tuple[int, int], IntArray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    # ------------------------------------------------------------------ writing
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.doc_len)
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        for name in ("doc_len", "tokens", "created_us", "uses", "scratch", "private", "owner",
+                     "live"):
+            old = getattr(self, name)
+            arr = np.zeros(new, old.dtype)
+            arr[:cap] = old
+            setattr(self, name, arr)
+
+    def _count(self, s: int, sign: int) -> None:
+        """Add (or take away) slot ``s`` to the corpus statistics of its audience."""
+        dl = int(self.doc_len[s])
+        if self.private[s]:
+            o = int(self.owner[s])
+            self.private_n[o] = self.private_n.get(o, 0) + sign
+            self.private_len[o] = self.private_len.get(o, 0) + sign * dl
+        else:
+            self.shared_n += sign
+            self.shared_len += sign * dl
+
+    def _index_text(self, s: int, text: str) -> None:
+        counts = Counter(tokenize(text))
+        terms = self.terms
+        delta = self.delta
+        for term, tf in counts.items():
+            t = terms.get(term)
+            if t is None:
+                t = terms[term] = len(terms)
+            run = delta.get(t)
+            if run is None:
+                delta[t] = ([s], [tf])
+            else:
+                run[0].append(s)
+                run[1].append(tf)
+        self.delta_size += len(counts)
+        self.doc_len[s] = sum(counts.values())
+
+    def put(self, note: NoteState) -> None:
+        """Add or update one note. A live note keeps its slot and postings while its scope and
+        owner stay; a slot that died (forgotten) never comes back: a note live again (or one
+        whose scope or owner changed) gets a new slot, so a slot has one set of postings."""
+        self._vis.clear()
+        self._writes += 1
+        s = self.slot.get(note.note_id)
+        private = note.scope == "private"
+        owner = self.agents.setdefault(note.agent, len(self.agents))
+        alive = not note.forgotten
+        if s is not None and (bool(self.private[s]) != private or int(self.owner[s]) != owner
+                              or (alive and not self.live[s])):
+            if self.live[s]:
+                self._count(s, -1)
+                self.live[s] = False
+            s = None
+        if s is None:
+            s = len(self.ids)
+            self._grow(s + 1)
+            self.ids.append(note.note_id)
+            self.slot[note.note_id] = s
+            self.private[s] = private
+            self.owner[s] = owner
+            if alive:
+                self._index_text(s, note.text)
+        self.tokens[s] = note.tokens
+        self.created_us[s] = micros(note.created_at)
+        self.uses[s] = note.uses
+        self.scratch[s] = note.kind == "scratch"
+        if alive != bool(self.live[s]):
+            self._count(s, 1 if alive else -1)
+            self.live[s] = alive
+
+    @classmethod
+    def bulk(cls, notes: Iterable[NoteState]) -> Columns:
+        """A table of ``notes`` (in the given order) built in one pass: per-field lists turned
+        into arrays at the end and the postings sorted into CSR at once (what ``put`` note by
+        note then ``compact`` would give, much faster)."""
+        self = cls()
+        ids, agents, terms = self.ids, self.agents, _Intern()
+        owner: list[int] = []
+        private: list[bool] = []
+        scratch: list[bool] = []
+        tokens: list[int] = []
+        created: list[int] = []
+        uses: list[int] = []
+        live: list[bool] = []
+        doc_len: list[int] = []
+        p_term: list[int] = []
+        p_slot: list[int] = []
+        p_tf: list[int] = []
+        for s, note in enumerate(notes):
+            ids.append(note.note_id)
+            owner.append(agents.setdefault(note.agent, len(agents)))
+            private.append(note.scope == "private")
+            scratch.append(note.kind == "scratch")
+            tokens.append(note.tokens)
+            created.append(micros(note.created_at))
+            uses.append(note.uses)
+            live.append(not note.forgotten)
+            if note.forgotten:
+                doc_len.append(0)
+                continue
+            counts = Counter(tokenize(note.text))
+            p_term.extend(map(terms.__getitem__, counts))
+            p_tf.extend(counts.values())
+            p_slot.extend(repeat(s, len(counts)))
+            doc_len.append(sum(counts.values()))
+        self.slot = {k: i for i, k in enumerate(ids)}
+        if len(self.slot) != len(ids):
+            raise ValueError("duplicate note ids in a bulk load")
+        self.terms = dict(terms)
+        n = len(ids)
+        self._grow(n)
+        for name, values in (("doc_len", doc_len), ("tokens", tokens), ("created_us", created),
+                             ("uses", uses), ("scratch", scratch), ("private", private),
+                             ("owner", owner), ("live", live)):
+            getattr(self, name)[:n] = values
+        term_arr = np.array(p_term, np.int64)
+        order = np.argsort(term_arr, kind="stable")
+        self.base_slot = np.array(p_slot, np.int32)[order]
+        self.base_tf = np.array(p_tf, np.int32)[order]
+        ptr = np.zeros(len(self.terms) + 1, np.int64)
+        np.cumsum(np.bincount(term_arr, minlength=len(self.terms)), out=ptr[1:])
+        self.base_ptr = ptr
+        self._recount()
+        return self
+
+    def _recount(self) -> None:
+        """Corpus statistics from the arrays (after a bulk load or a snapshot)."""
+        n = len(self.ids)
+        live, priv, dl, own = self.live[:n], self.private[:n], self.doc_len[:n], self.owner[:n]
+        shared = live & ~priv
+        self.shared_n = int(shared.sum())
+        self.shared_len = int(dl[shared].sum())
+        mine = live & priv
+        counts = np.bincount(own[mine], minlength=len(self.agents))
+        lens = np.bincount(own[mine], weights=dl[mine], minlength=len(self.agents))
+        self.private_n = {o: int(counts[o]) for o in np.flatnonzero(counts).tolist()}
+        self.private_len = {o: int(lens[o]) for o in np.flatnonzero(counts).tolist()}
+        self._vis.clear()
+
+    def compact(self, force: bool = False) -> bool:
+        """Merge the delta postings into the CSR base, dropping postings of dead slots; only
+        when the delta is large (or ``force``). Returns whether it ran."""
+        if not force and (self.delta_size < COMPACT_MIN_DELTA
+                          or self.delta_size < COMPACT_FRACTION * len(self.base_slot)):
+            return False
+        n_terms = len(self.terms)
+        base_terms = np.repeat(np.arange(len(self.base_ptr) - 1, dtype=np.int64),
+                               np.diff(self.base_ptr))
+        d_terms: list[int] = []
+        d_slots: list[int] = []
+        d_tfs: list[int] = []
+        for t, (run_slots, run_tfs) in self.delta.items():
+            d_terms.extend([t] * len(run_slots))
+            d_slots.extend(run_slots)
+            d_tfs.extend(run_tfs)
+        terms = np.concatenate((base_terms, np.array(d_terms, np.int64)))
+        slots = np.concatenate((self.base_slot, np.array(d_slots, np.int32)))
+        tfs = np.concatenate((self.base_tf, np.array(d_tfs, np.int32)))
+        keep = self.live[slots]
+        terms, slots, tfs = terms[keep], slots[keep], tfs[keep]
+        order = np.argsort(terms, kind="stable")
+        self.base_slot = slots[order]
+        self.base_tf = tfs[order]
+        ptr = np.zeros(n_terms + 1, np.int64)
+        np.cumsum(np.bincount(terms, minlength=n_terms), out=ptr[1:])
+        self.base_ptr = ptr
+        self.delta = {}
+        self.delta_size = 0
+        return True
+
+    # ------------------------------------------------------------------ reading
+
+    def visible(self, agent: str) -> BoolArray:
+        """Slots ``agent`` may retrieve: live, and shared or its own (cached until a write)."""
+        vis = self._vis.get(agent)
+        if vis is None:
+            n = len(self.ids)
+            o = self.agents.get(agent, -1) if agent else -1
+            vis = self.live[:n] & (~self.private[:n] | (self.owner[:n] == o))
+            self._vis[agent] = vis
+        return vis
+
+    def postings(self, term: str) -> tuple[IntArray, FloatArray]:
+        """Slots and term frequencies of ``term`` (dead slots included)."""
+        t = self.terms.get(term)
+        if t is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return self.postings_of(t)
+
+    def postings_of(self, t: int) -> tuple[IntArray, FloatArray]:
+        """Slots and term frequencies of term id ``t`` (dead slots included)."""
+        if t + 1 < len(self.base_ptr):
+            a, z = int(self.base_ptr[t]), int(self.base_ptr[t + 1])
+            bs, bt = self.base_slot[a:z], self.base_tf[a:z]
+        else:
+            bs, bt = np.zeros(0, np.int32), np.zeros(0, np.int32)
+        run = self.delta.get(t)
+        if run is not None:
+            bs = np.concatenate((bs, np.array(run[0], np.int32)))
+            bt = np.concatenate((bt, np.array(run[1], np.int32)))
+        return bs.astype(np.int64), bt.astype(np.float64)  # int -> float64 is exact
+
+    def _english(self) -> tuple[dict[str, list[int]], IntArray]:
+        """Stem -> ids of the plain terms with that stem, and each slot's length in english
+        terms (its tokens less its stop words); cached until the table changes."""
+        known = len(self._stems_of)
+        if known < len(self.terms):
+            for term in list(self.terms)[known:]:
+                stem = english_term(term)
+                self._stems_of.append(stem)
+                if stem is not None:
+                    self._stem_terms.setdefault(stem, []).append(self.terms[term])
+        key = (len(self.ids), self._writes)
+        if self._english_len is None or self._english_len[0] != key:
+            n = len(self.ids)
+            stop = [t for t, st in enumerate(self._stems_of) if st is None]
+            got = [self.postings_of(t) for t in stop]
+            slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
+            tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
+            minus = np.bincount(slots, weights=tfs, minlength=n).astype(np.int64)
+            self._english_len = (key, self.doc_len[:n] - minus)
+        return self._stem_terms, self._english_len[1]
+
+    def bm25(self, query: str, cfg: RankingConfig, agent: str) -> tuple[IntArray, FloatArray]:
+        """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with
+        ``query``: (slots, relevance), slots ascending. ``scores_over``'s arithmetic.
+
+        Under the ``english`` analyzer a term is a stem: its postings are the merged postings
+        of the plain terms with that stem (tf summed), a note's length counts its non-stop
+        tokens, and the statistics are those of the visible corpus as analysed."""
+        o = self.agents.get(agent, -1) if agent else -1
+        vis = self.visible(agent)
+        n_docs = self.shared_n + self.private_n.get(o, 0)
+        runs: list[tuple[IntArray, FloatArray]] = []
+        if cfg.analyzer == "plain":
+            total_len = self.shared_len + self.private_len.get(o, 0)
+            dl = self.doc_len
+            for term in dict.fromkeys(tokenize(query)):
+                slots, tfs = self.postings(term)
+                keep = vis[slots]
+                runs.append((slots[keep], tfs[keep]))
+        else:
+            stem_terms, dl = self._english()
+            total_len = int(dl[vis].sum())
+            for stem in dict.fromkeys(analyze(tokenize(query), cfg.analyzer)):
+                got = [self.postings_of(t) for t in stem_terms.get(stem, [])]
+                slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
+                tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
+                keep = vis[slots]
+                slots, tfs = slots[keep], tfs[keep]
+                if len(got) > 1:  # a note holding several forms of the stem: one tf
+                    merged, inv = np.unique(slots, return_inverse=True)
+                    tfs = np.bincount(inv, weights=tfs, minlength=len(merged)).astype(np.float64)
+                    slots = merged.astype(np.int64)
+                runs.append((slots, tfs))
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
+        if total_len == 0:
+            return empty
+        k1, b = cfg.bm25_k1, cfg.bm25_b
+        base = k1 * (1.0 - b)
+        slope = k1 * b * n_docs / total_len
+        weights = [idf(n_docs, len(slots)) for slots, _ in runs]
+        max_score = 0.0
+        for w in weights:
+            max_score += w
+        n = len(self.ids)
+        acc = np.zeros(n, np.float64)
+        hit = np.zeros(n, np.bool_)
+        for w, (slots, tfs) in zip(weights, runs, strict=True):
+            if len(slots):
+                acc[slots] += w * (tfs / (tfs + base + slope * dl[slots]))
+                hit[slots] = True
+        out = np.flatnonzero(hit)
+        if not len(out):
+            return empty
+        return out, acc[out] / max_score

@@ -31,20 +31,29 @@ from hivemind_memory.events.errors import QueryError, QueryTimeout
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
 from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.log import append, register_namespaces
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.cluster import append_replicated
+from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.log import register_namespaces
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 
 class Client:
     """Talks to the store (streams, results) and to RQ (jobs)."""
 
-    def __init__(self, store: Store, rq: Store | None = None,
+    def __init__(self, store: Store, rq: QueueConn | None = None,
                  settings: Settings | None = None) -> None:
         self.store = store
-        self.rq = rq if rq is not None else store
+        self.rq = jobs.queue_connection(store, rq)
         self.settings = settings or Settings()
         self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
         self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)
+
+    @classmethod
+    def connect(cls, settings: Settings) -> Client:
+        """A client connected as ``settings`` say: the store (one Redis, a cluster or the
+        embedded store) and, when ``rq_url`` is set, RQ's own plain Redis."""
+        rq = connect_queue(settings.rq_url) if settings.rq_url is not None else None
+        return cls(connect(settings.redis_url), rq, settings=settings)
 
     # -- events ------------------------------------------------------------------------------
     def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
@@ -59,7 +68,8 @@ class Client:
         nss = {e.ns for e in evs}
         register_namespaces(self.store, nss)  # before the first entry can land
         jobs.schedule_namespaces(self.store, self._pq, nss)
-        ids = append(self.store, evs)  # AppendFailed says how many landed
+        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
+                                self.settings.wait_timeout_ms)  # AppendFailed: how many landed
         jobs.schedule_namespaces(self.store, self._pq, nss)  # a job that ran early saw none
         return ids
 

@@ -123,12 +123,13 @@ class _StoreTransport(_Transport):
         self._worker: Any = None
         self.on_write = on_write
         if client is None:
+            from dataclasses import replace
+
             from hivemind_memory.api_stub.client import Client
             from hivemind_memory.api_stub.protocol.settings import Settings
-            from hivemind_memory.projections.store.connection import connect
 
             s = settings if settings is not None else Settings.from_env(redis_url=url)
-            client = Client(connect(url), settings=s)
+            client = Client.connect(replace(s, redis_url=url))  # with RQ apart if rq_url
             if url.startswith("memory://"):
                 from hivemind_memory.worker import runtime
                 from hivemind_memory.worker.inprocess import InProcessWorker

@@ -1,4 +1,4 @@
-"""``python -m bench core|ranking|query|all [...]``: benchmarks that print figures (never
+"""``python -m bench core|ranking|query|scale|all [...]``: benchmarks that print figures (never
 shipped). ``all`` runs ``core`` (ingest, projection, replay, each beside its baseline) and
 ``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS, end to end and batch vs
 the RQ no-op job), after a header naming the machine and the date."""
@@ -11,7 +11,7 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import core, query, ranking
+from bench import core, query, ranking, scale
 
 
 def all_(argv: list[str]) -> int:
@@ -42,7 +42,8 @@ def all_(argv: list[str]) -> int:
     return code or query.main(["--sizes", args.sizes, "--common", common])
 
 
-COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main, "all": all_}
+COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main, "all": all_,
+            "scale": scale.main}
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,14 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.support import RedisProc, free_port, need_binary
+from tests.support import (
+    RQ_OF,
+    ClusterProc,
+    RedisProc,
+    free_port,
+    need_binary,
+    need_cluster_tools,
+)
 
 
 def _product_from_this_tree() -> None:
@@ -95,3 +102,41 @@ def store(request: pytest.FixtureRequest) -> Iterator[Any]:
     yield r
     r.flushall()
     r.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProc]:
+    """A private 3-master Redis Cluster for the session (tests flush it)."""
+    need_cluster_tools()
+    cp = ClusterProc(tmp_path_factory.mktemp("cluster"), masters=3)
+    cp.start()
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def rq_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc]:
+    """The plain redis-server that carries RQ beside the cluster (RQ cannot run on one)."""
+    need_binary()
+    rp = RedisProc(free_port(), tmp_path_factory.mktemp("rq"), appendonly=False)
+    rp.start()
+    yield rp
+    rp.stop()
+
+
+@pytest.fixture
+def cluster_store(redis_cluster: ClusterProc, rq_redis: RedisProc) -> Iterator[Any]:
+    """A clean cluster client (flushed), paired with a clean RQ Redis (``rq_for``)."""
+    from hivemind_memory.projections.store.cluster import connect_cluster
+
+    rc = connect_cluster(redis_cluster.url)
+    rq = rq_redis.client()
+    rc.flushall()
+    rq.flushall()
+    RQ_OF[id(rc)] = rq
+    yield rc
+    RQ_OF.pop(id(rc), None)
+    rc.flushall()
+    rq.flushall()
+    rc.close()
+    rq.close()

@@ -35,6 +35,7 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import ensure_projected, run_projection
 from tests.factories import T0, created, ev, forgotten, used
+from tests.support import rq_for
 
 CFG = RankingConfig()
 
@@ -174,7 +175,7 @@ def test_ensure_projected_times_out_when_lease_is_held(store: Any) -> None:
 
 
 def _rt(store: Any, **kw: Any) -> runtime.Runtime:
-    rt = runtime.build(Settings(**kw), store)
+    rt = runtime.build(Settings(**kw), store, rq_for(store))
     runtime.install(rt)
     return rt
 
@@ -213,7 +214,7 @@ def test_jobs_are_stored_as_json_not_pickle(store: Any) -> None:
     rt = _rt(store)
     schedule_projection(store, rt.project_queue, "t")
     [job_id] = rt.project_queue.job_ids
-    data = store.hget(f"rq:job:{job_id}", "data")
+    data = rt.rq.hget(f"rq:job:{job_id}", "data")
     import zlib
 
     raw = zlib.decompress(data) if data[:1] == b"x" else data

@@ -19,6 +19,7 @@ from hivemind_memory.projections.store.rebuild import fold_log, write_back
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from tests.factories import T0, created, forgotten, iso, used
+from tests.support import rq_for
 
 AS_OF = iso(T0 + timedelta(days=200))
 RESULT_FIELDS = ["query_id", "ns", "agent", "text", "as_of", "budget", "used", "method",
@@ -29,9 +30,9 @@ NOTE_FIELDS = ["note_id", "text", "tokens", "cost", "score", "relevance", "recen
 
 def _setup(store: Any, **kw: Any) -> tuple[Client, runtime.Runtime]:
     s = Settings(**kw)
-    rt = runtime.build(s, store)
+    rt = runtime.build(s, store, rq_for(store))
     runtime.install(rt)
-    return Client(store, settings=s), rt
+    return Client(store, rq_for(store), settings=s), rt
 
 
 def _ask(c: Client, rt: runtime.Runtime, *a: Any, **kw: Any) -> dict[str, Any]:

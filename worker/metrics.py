@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from hivemind_memory.projections.store.readmodel import BatchInfo
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.types import QueueConn, Store
 from hivemind_memory.worker.status import live_workers, read_status
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -76,7 +76,7 @@ def observe_index_load(ns: str, full: bool) -> None:
 class StoreCollector(Collector):
     """Figures read from Redis at scrape time (the same for every process that reports them)."""
 
-    def __init__(self, store: Store, rq: Store) -> None:
+    def __init__(self, store: Store, rq: QueueConn) -> None:
         self.store = store
         self.rq = rq
 
@@ -115,7 +115,7 @@ class StoreCollector(Collector):
 _collector: StoreCollector | None = None
 
 
-def watch_store(store: Store, rq: Store) -> None:
+def watch_store(store: Store, rq: QueueConn) -> None:
     """Report the store's figures from this process (once; later calls replace the store)."""
     global _collector
     if _collector is not None:

@@ -32,8 +32,13 @@ from hivemind_memory.projections.store.lease import (
     try_lease,
     wait_for_change,
 )
-from hivemind_memory.projections.store.log import namespaces, tail
-from hivemind_memory.projections.store.readmodel import BatchInfo, checkpoint, project_batch
+from hivemind_memory.projections.store.log import namespaces
+from hivemind_memory.projections.store.readmodel import (
+    BatchInfo,
+    checkpoint,
+    lagging,
+    project_batch,
+)
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
@@ -41,8 +46,8 @@ from hivemind_memory.worker import metrics
 log = structlog.get_logger("hivemind.schedule")
 
 def behind(r: Store) -> list[str]:
-    """Namespaces whose stream has entries past their checkpoint."""
-    return [ns for ns in namespaces(r) if tail(r, ns) > checkpoint(r, ns)]
+    """Namespaces whose stream has entries past their checkpoint (sorted)."""
+    return lagging(r, namespaces(r))
 
 
 def sweep(r: Store, q: Queue) -> list[str]:
@@ -70,7 +75,7 @@ def fold_with_lease(r: Store, held: Lease, s: Settings,
     for _ in range(s.max_batches_per_job):
         if until is not None and checkpoint(r, held.ns) >= until:
             break
-        info = project_batch(r, held.ns, s.batch_size)
+        info = project_batch(r, held.ns, s.batch_size, held.token)
         if info is None:
             break
         _log_batch(info)

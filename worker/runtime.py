@@ -15,7 +15,8 @@ from rq import Queue, get_current_job
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import RankingConfig, load_config
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 
 @dataclass
@@ -24,8 +25,9 @@ class Runtime:
 
     store: Store
     """Redis client for streams, projections and results."""
-    rq: Store
-    """Redis client for RQ's own keys (may be the same)."""
+    rq: QueueConn
+    """Redis client for RQ's own keys: a plain Redis (the store itself unless that is a
+    cluster)."""
     settings: Settings
     cfg: RankingConfig
     cache: dict[str, Any] = field(default_factory=dict)
@@ -44,9 +46,10 @@ class Runtime:
         return self.queue(jobs.QUERY_QUEUE)
 
 
-def build(settings: Settings, store: Store, rq_conn: Store | None = None) -> Runtime:
-    """A runtime from settings and an open connection."""
-    return Runtime(store=store, rq=rq_conn if rq_conn is not None else store,
+def build(settings: Settings, store: Store, rq_conn: QueueConn | None = None) -> Runtime:
+    """A runtime from settings and open connections (``rq_conn`` may be omitted when the store
+    is one plain Redis that also carries the queues)."""
+    return Runtime(store=store, rq=jobs.queue_connection(store, rq_conn),
                    settings=settings, cfg=load_config(settings.config_path))
 
 
@@ -81,5 +84,9 @@ def current() -> Runtime:
         job = get_current_job()
         if job is None:
             raise RuntimeError("no hivemind runtime installed and no current RQ job")
-        _current = build(Settings.from_env(), job.connection)
+        s = Settings.from_env()
+        # a plain `rq worker`: the job's connection is RQ's; the store is the same Redis
+        # unless the settings name another one (always so for a cluster)
+        store = job.connection if s.rq_url is None else connect(s.redis_url)
+        _current = build(s, store, job.connection)
     return _current

@@ -19,7 +19,7 @@ from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_p
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces, read_after
 from hivemind_memory.projections.store.results import AUDIT_FIELD
-from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -141,7 +141,7 @@ def namespace_status(r: Store, ns: str, now: datetime) -> NamespaceStatus:
                            last_query=_last_query(audit))
 
 
-def live_workers(rq: Store) -> list[WorkerStatus]:
+def live_workers(rq: QueueConn) -> list[WorkerStatus]:
     """RQ workers that serve a hivemind queue and are still registered (RQ drops a worker
     whose heartbeat stops)."""
     out = []
@@ -160,7 +160,7 @@ def live_workers(rq: Store) -> list[WorkerStatus]:
     return sorted(out, key=lambda w: w.name)
 
 
-def read_status(r: Store, rq: Store, now: datetime, only: list[str] | None = None) -> Status:
+def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None) -> Status:
     """Every namespace (or ``only`` these) and every live worker."""
     nss = namespaces(r) if only is None else only
     return Status(at=now, namespaces=[namespace_status(r, ns, now) for ns in nss],

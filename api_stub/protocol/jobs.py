@@ -19,15 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import redis
 from rq import Queue, Retry
 from rq.exceptions import DeserializationError
 from rq.job import Job
 
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import JobRefused
+from hivemind_memory.events.errors import ConfigError, JobRefused
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 PROJECT_QUEUE = "hivemind-project"
 """RQ queue of projection jobs."""
@@ -47,6 +48,17 @@ JOB_RESULT_TTL = 300
 """Seconds RQ keeps a finished job's return value."""
 JOB_FAILURE_TTL = 86_400
 """Seconds RQ keeps a failed job in its failed registry."""
+
+
+def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:
+    """The connection RQ uses: ``rq``, or the store itself when that is one plain Redis (RQ
+    cannot run on a cluster)."""
+    if rq is not None:
+        return rq
+    if isinstance(store, redis.Redis):
+        return store
+    raise ConfigError("the store is a Redis Cluster: RQ needs a plain Redis of its own "
+                      "(--rq-url / HIVEMIND_RQ_URL)")
 
 
 def _shown(name: object) -> str:
@@ -99,7 +111,7 @@ class SafeJob(Job):
         return None
 
 
-def queue(conn: Store, name: str, settings: Settings) -> Queue:
+def queue(conn: QueueConn, name: str, settings: Settings) -> Queue:
     """An RQ queue on ``conn`` with the JSON serializer (never pickle) and ``SafeJob`` (the
     allowlist of job functions)."""
     return Queue(name, connection=conn, serializer=JSONSerializer, job_class=SafeJob,

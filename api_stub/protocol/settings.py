@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.cluster import is_cluster_url
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
@@ -17,7 +18,15 @@ class Settings:
     """Where to connect and how big the units of work are."""
 
     redis_url: str = DEFAULT_REDIS_URL
-    """Streams and projections (``memory://`` = the embedded store, fakeredis in process)."""
+    """Streams and projections (``memory://`` = the embedded store, fakeredis in process;
+    ``redis+cluster://host:port[,host:port...]`` or ``rediss+cluster://`` = a Redis Cluster)."""
+    rq_url: str | None = None
+    """RQ's queues: a plain Redis. None = the store itself (not allowed for a cluster)."""
+    wait_replicas: int = 0
+    """Appends return only once this many replicas acknowledged them (Redis WAIT); 0 = no
+    wait, so an acknowledged append can be lost if its master fails before replicating."""
+    wait_timeout_ms: int = 1000
+    """How long an append waits for ``wait_replicas`` before it fails with a clear error."""
     config_path: str | None = None
     """Ranking config TOML (None = the contract's defaults)."""
     batch_size: int = 2000
@@ -42,6 +51,9 @@ class Settings:
         s = cls()
         mapping = {
             "HIVEMIND_REDIS_URL": ("redis_url", str),
+            "HIVEMIND_RQ_URL": ("rq_url", str),
+            "HIVEMIND_WAIT_REPLICAS": ("wait_replicas", int),
+            "HIVEMIND_WAIT_TIMEOUT_MS": ("wait_timeout_ms", int),
             "HIVEMIND_CONFIG": ("config_path", str),
             "HIVEMIND_BATCH_SIZE": ("batch_size", int),
             "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
@@ -62,4 +74,18 @@ class Settings:
                      "query_chunk"):
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
+        s.check_urls()
+        if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
+            raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
+                              f"{s.wait_replicas} and {s.wait_timeout_ms}")
         return s
+
+    def check_urls(self) -> None:
+        """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,
+        and may never name a cluster itself."""
+        if self.rq_url is not None and is_cluster_url(self.rq_url):
+            raise ConfigError(f"rq_url {self.rq_url!r} names a Redis Cluster: RQ needs a "
+                              "plain Redis (its keys cross slots)")
+        if self.rq_url is None and is_cluster_url(self.redis_url):
+            raise ConfigError("the store is a Redis Cluster: set HIVEMIND_RQ_URL / --rq-url "
+                              "to a plain Redis for the queues")

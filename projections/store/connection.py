@@ -31,8 +31,9 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
+from hivemind_memory.projections.store.cluster import connect_cluster, is_cluster_url
 from hivemind_memory.projections.store.embedded import Embedded
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 SOCKET_CONNECT_TIMEOUT_S = 5.0
 """TCP (and TLS) connect timeout."""
@@ -78,7 +79,10 @@ def client_options() -> dict[str, Any]:
 
 def connect(url: str) -> Store:
     """A Redis client for ``url``; ``memory://`` is the embedded store (one per process and
-    URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``)."""
+    URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``);
+    ``redis+cluster://`` / ``rediss+cluster://`` a Redis Cluster (see ``store.cluster``)."""
+    if is_cluster_url(url):
+        return connect_cluster(url, client_options(), redact(url))
     if url.startswith("memory://"):
         if url not in _EMBEDDED:
             _EMBEDDED[url] = Embedded(url)
@@ -90,6 +94,14 @@ def connect(url: str) -> Store:
         # the exception text may quote the URL (a password with it): say only what failed
         raise StoreError(f"cannot connect to {redact(url)}: {type(exc).__name__}: "
                          f"{_scrub(str(exc), url)}") from None
+    return r
+
+
+def connect_queue(url: str) -> QueueConn:
+    """A client for RQ's queues: ``connect(url)``, which must be one plain Redis."""
+    r = connect(url)
+    if not isinstance(r, redis.Redis):
+        raise StoreError(f"{redact(url)} is a Redis Cluster: RQ needs a plain Redis")
     return r
 
 

@@ -13,7 +13,7 @@ import os
 import struct
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -27,6 +27,9 @@ from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
 """Events per pipelined append."""
+Appender = Callable[[Store, Sequence[tuple[str, bytes]]], object]
+"""How a chunk of encoded ``(ns, event)`` pairs is appended (``log.append_encoded`` unless
+the caller waits for replicas)."""
 
 
 @dataclass
@@ -58,7 +61,7 @@ def _progress(total: int | None, enabled: bool) -> Any:
 
 
 def _append_chunk(r: Store, chunk: list[tuple[str, bytes]], report: IngestReport,
-                  on_chunk: Callable[[set[str]], None] | None) -> None:
+                  on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
     """Append one chunk of encoded events, counting exactly what landed. Its namespaces are
     scheduled before the first entry can land and again after (a job that ran in between
     found nothing)."""
@@ -68,7 +71,7 @@ def _append_chunk(r: Store, chunk: list[tuple[str, bytes]], report: IngestReport
     if on_chunk is not None:
         on_chunk(nss)
     try:
-        append_encoded(r, chunk)
+        appender(r, chunk)
     except AppendFailed as exc:
         report.appended += exc.appended
         if exc.appended:
@@ -81,11 +84,13 @@ def _append_chunk(r: Store, chunk: list[tuple[str, bytes]], report: IngestReport
 
 
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
-                 bar: Any, on_chunk: Callable[[set[str]], None] | None) -> None:
+                 bar: Any, on_chunk: Callable[[set[str]], None] | None,
+                 appender: Appender) -> None:
     chunk: list[Event] = []
 
     def flush() -> None:
-        _append_chunk(r, [(e.ns, encode_event(e)) for e in chunk], report, on_chunk)
+        _append_chunk(r, [(e.ns, encode_event(e)) for e in chunk], report, on_chunk,
+                      appender)
         chunk.clear()
 
     for _lineno, item, nbytes in iter_events(fh):
@@ -127,11 +132,11 @@ def _spool_pass(fh: IO[bytes], out: IO[bytes], on_error: Callable[[str], None],
 
 
 def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
-                  on_chunk: Callable[[set[str]], None] | None) -> None:
+                  on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
     chunk: list[tuple[str, bytes]] = []
 
     def flush() -> None:
-        _append_chunk(r, chunk, report, on_chunk)
+        _append_chunk(r, chunk, report, on_chunk, appender)
         chunk.clear()
 
     while head := spool.read(_FRAME.size):
@@ -146,21 +151,24 @@ def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
 def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
            on_chunk: Callable[[set[str]], None] | None = None,
-           report: IngestReport | None = None) -> IngestReport:
+           report: IngestReport | None = None,
+           appender: Appender = append_encoded) -> IngestReport:
     """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
 
     Pass ``report`` to see how far an ingest got when the store fails midway: on
     ``AppendFailed`` its ``appended`` is the exact number of events in the log.
     ``on_chunk`` gets each chunk's namespaces before its append and again after it.
+    ``appender`` appends a chunk (``log.append_encoded`` unless the caller waits for
+    replicas).
     """
     report = report if report is not None else IngestReport()
     if skip_invalid:
         if source == "-":
-            _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk)
+            _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender)
             return report
         with open(source, "rb") as fh:
             bar = _progress(os.path.getsize(source), progress)
-            _append_pass(r, fh, report, on_error, bar, on_chunk)
+            _append_pass(r, fh, report, on_error, bar, on_chunk, appender)
             if bar is not None:
                 bar.close()
         return report
@@ -177,5 +185,5 @@ def ingest(r: Store, source: str, *, skip_invalid: bool = False,
             report.rejected = bad
             return report
         spool.seek(0)
-        _append_spool(r, spool, report, on_chunk)
+        _append_spool(r, spool, report, on_chunk, appender)
     return report

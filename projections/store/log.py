@@ -108,5 +108,10 @@ def iter_all(r: Store, ns: str, until: Position | None = None,
 
 
 def namespaces(r: Store) -> list[str]:
-    """Every namespace that has had an event appended, sorted."""
-    return sorted(as_bytes(x).decode() for x in r.smembers(keys.NAMESPACES))
+    """Every namespace that has had an event appended, sorted.
+
+    Read with SSCAN in slices (never one long SMEMBERS), so a registry of many thousands of
+    namespaces neither blocks its Redis nor needs one reply that holds them all. The registry
+    is one key (one slot of a cluster); it is only ever touched by single-key commands.
+    """
+    return sorted({as_bytes(x).decode() for x in r.sscan_iter(keys.NAMESPACES, count=1000)})

@@ -9,6 +9,7 @@ a no-op; a crash at any point either committed everything or nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,11 +124,13 @@ def prepare_batch(r: Store, ns: str,
                     count=len(entries), result=res)
 
 
-def commit(r: Store, prep: Prepared, now_ms: int) -> bool:
+def commit(r: Store, prep: Prepared, now_ms: int, token: str | None = None) -> bool:
     """Write a prepared batch atomically if the checkpoint and generation are still the ones it
-    was read after; False (nothing written) otherwise."""
+    was read after, and (given ``token``) the committer still holds the projection lease;
+    False (nothing written) otherwise."""
     res, ns = prep.result, prep.ns
-    argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN]
+    argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN,
+                       token or ""]
     argv.append(len(res.notes))
     for nid in sorted(res.notes):
         argv += [nid, pack_note(res.notes[nid])]
@@ -139,24 +142,47 @@ def commit(r: Store, prep: Prepared, now_ms: int) -> bool:
     argv.append(prep.count)
     ok = script(r, "commit_batch")(
         keys=[keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
-              keys.changes(ns), keys.generation(ns), keys.projected(ns)],
+              keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns)],
         args=argv,
     )
     return bool(ok)
 
 
-def project_batch(r: Store, ns: str,
-                  batch_size: int = DEFAULT_BATCH) -> BatchInfo | None:
-    """Fold the next batch after the checkpoint and commit it. None when caught up."""
+def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
+                  token: str | None = None) -> BatchInfo | None:
+    """Fold the next batch after the checkpoint and commit it (fenced by the lease ``token``
+    when given). None when caught up."""
     t0 = time.perf_counter()
     prep = prepare_batch(r, ns, batch_size)
     if prep is None:
         return None
-    ok = commit(r, prep, int(time.time() * 1000))
+    ok = commit(r, prep, int(time.time() * 1000), token)
     res = prep.result
     return BatchInfo(ns=ns, count=prep.count, first=prep.first, last=prep.new_checkpoint,
                      applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
                      committed=ok, seconds=time.perf_counter() - t0)
+
+
+def lagging(r: Store, nss: Sequence[str], chunk: int = 500) -> list[str]:
+    """Those of ``nss`` whose stream has entries past their checkpoint.
+
+    Cross-namespace, so cluster-safe: single-key reads in non-transactional pipelines of
+    ``chunk`` namespaces (a cluster client splits each by node), never a multi-key call.
+    """
+    late: list[str] = []
+    for i in range(0, len(nss), chunk):
+        part = nss[i:i + chunk]
+        p = r.pipeline(transaction=False)
+        for ns in part:
+            p.xrevrange(keys.stream(ns), count=1)
+            p.get(keys.checkpoint(ns))
+        got = p.execute()
+        for j, ns in enumerate(part):
+            last = stream_entries(got[2 * j])
+            cp = got[2 * j + 1]
+            if last and parse_pos(last[0].id) > parse_pos(None if cp is None else as_bytes(cp)):
+                late.append(ns)
+    return late
 
 
 def read_notes(r: Store, ns: str) -> dict[str, NoteState]:
@@ -189,4 +215,4 @@ def dead_total(r: Store, ns: str) -> int:
 
 
 __all__ = ["BatchInfo", "DeadLetterRow", "Prepared", "checkpoint", "commit", "dead_total",
-           "prepare_batch", "project_batch", "read_dead", "read_notes"]
+           "lagging", "prepare_batch", "project_batch", "read_dead", "read_notes"]

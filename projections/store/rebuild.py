@@ -119,7 +119,7 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
     """
     with r.pipeline(transaction=True) as p:
         try:
-            p.watch(keys.lock(ns), keys.checkpoint(ns))  # type: ignore[no-untyped-call]
+            p.watch(keys.lock(ns), keys.checkpoint(ns))
             holder = p.get(keys.lock(ns))
             if token is not None and (as_bytes(holder).decode() if holder else "") != token:
                 raise LeaseLost(f"namespace {ns!r}: projection lease lost during replay")

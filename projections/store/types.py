@@ -2,7 +2,8 @@
 
 redis-py's own classes carry precise types for the synchronous commands we call (its
 ``SyncClientProtocol`` overloads), so ``mypy --strict`` checks every call at the boundary.
-The embedded store (fakeredis) subclasses ``redis.Redis``.
+The embedded store (fakeredis) subclasses ``redis.Redis``; a Redis Cluster is redis-py's
+``RedisCluster`` (every multi-key call of the storage layer stays in one namespace's slot).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from typing import Any, NamedTuple, TypeAlias
 
 import redis
 import redis.client
+import redis.cluster
 
 from hivemind_memory.events.errors import StoreError
 
-Store: TypeAlias = redis.Redis
-"""A connection to the data store (streams, read model, results)."""
-Pipe: TypeAlias = redis.client.Pipeline
+Store: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+"""A connection to the data store (streams, read model, results): one Redis or a cluster."""
+Pipe: TypeAlias = redis.client.Pipeline | redis.cluster.ClusterPipeline
 """A pipeline (MULTI or not) that write helpers stage commands on."""
+QueueConn: TypeAlias = redis.Redis
+"""A connection to RQ's Redis: always a plain Redis (RQ's keys cross slots)."""
 
 
 def as_bytes(value: object) -> bytes:
@@ -38,7 +42,9 @@ class StreamEntry(NamedTuple):
 
 def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
     """An XRANGE / XREVRANGE reply as ``StreamEntry`` values (entries without fields, which
-    a deleted entry can leave, get an empty dict)."""
+    a deleted entry can leave, get an empty dict). Fields come as a dict, or as the raw flat
+    list ``[k1, v1, k2, v2, ...]`` that a cluster MULTI returns (redis-py's cluster
+    transactions do not parse stream replies)."""
     if not reply:
         return []
     # A connection either decodes every reply or none: checking the first entry's id, field
@@ -46,10 +52,18 @@ def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
     # and a check per field was a tenth of its time).
     first_id, first_fields = reply[0]
     as_bytes(first_id)
-    for k, v in (first_fields or {}).items():
+    for k, v in _field_map(first_fields).items():
         as_bytes(k)
         as_bytes(v)
-    return [StreamEntry(entry_id, fields or {}) for entry_id, fields in reply]
+    return [StreamEntry(entry_id, _field_map(fields)) for entry_id, fields in reply]
+
+
+def _field_map(fields: Any) -> dict[bytes, bytes]:
+    """An entry's fields as a dict (they may be a dict, a flat list, or None)."""
+    if isinstance(fields, dict):
+        return fields
+    flat = list(fields or ())
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
 
 
 def xread_entries(reply: object) -> list[StreamEntry]:

@@ -15,7 +15,7 @@ from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import archive, runtime
 from hivemind_memory.worker import sweep as sweeping
@@ -197,7 +197,8 @@ def cmd_export(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_import(args: argparse.Namespace, s: Settings) -> int:
-    rt = runtime.build(s, connect(s.redis_url))
+    rq = connect_queue(s.rq_url) if s.rq_url is not None else None  # apart for a cluster
+    rt = runtime.build(s, connect(s.redis_url), rq)
     runtime.install(rt)
 
     def on_chunk(nss: set[str]) -> None:

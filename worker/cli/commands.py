@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +15,7 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
@@ -23,7 +23,8 @@ from hivemind_memory.projections import curves
 from hivemind_memory.projections.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.cluster import append_encoded_replicated
+from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.log import namespaces
@@ -35,6 +36,7 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
+from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
@@ -47,8 +49,13 @@ log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
 
 
+def _queue_conn(s: Settings) -> redis.Redis | None:
+    """RQ's own connection when it is not the store (``--rq-url``)."""
+    return connect_queue(s.rq_url) if s.rq_url is not None else None
+
+
 def _runtime(s: Settings) -> runtime.Runtime:
-    rt = runtime.build(s, connect(s.redis_url))
+    rt = runtime.build(s, connect(s.redis_url), _queue_conn(s))
     runtime.install(rt)
     return rt
 
@@ -64,10 +71,14 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
+    def appender(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
+        return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
+
     rep = IngestReport()
-    try:
+    try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
-               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep)
+               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep,
+               appender=appender)
     except OSError as exc:  # missing, a directory, not readable
         return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except AppendFailed as exc:
@@ -101,7 +112,7 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    st = read_status(r, r, datetime.now(UTC))
+    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC))
     if args.json:
         sys.stdout.write(_json.encode(st).decode() + "\n")
         return 0
@@ -239,8 +250,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _client(s: Settings) -> Client:
-    r = connect(s.redis_url)
-    return Client(r, settings=s)
+    return Client.connect(s)
 
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:

@@ -32,7 +32,10 @@ from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
                    "redis://localhost:6379/0; memory:// = embedded, this process only; "
-                   "memory://PATH = embedded, kept in the directory PATH)")
+                   "memory://PATH = embedded, kept in the directory PATH; "
+                   "redis+cluster://host:port[,host:port...] = a Redis Cluster)")
+    p.add_argument("--rq-url", help="RQ's queues: a plain Redis (default: $HIVEMIND_RQ_URL, "
+                   "else the store URL; required when the store is a redis+cluster:// URL)")
     p.add_argument("--config", help="ranking config TOML (default: $HIVEMIND_CONFIG)")
 
 
@@ -169,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(redis_url=getattr(args, "redis_url", None),
+                             rq_url=getattr(args, "rq_url", None),
                              config_path=getattr(args, "config", None))
 
 

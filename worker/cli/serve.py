@@ -53,12 +53,11 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     from hivemind_memory.api_stub.http import MAX_BODY_BYTES, ServerOptions, create_app
     from hivemind_memory.api_stub.mcp import build_server, token_resolver
     from hivemind_memory.api_stub.sdk import Memory
-    from hivemind_memory.projections.store.connection import connect
     from hivemind_memory.worker import runtime
     from hivemind_memory.worker.inprocess import InProcessWorker
 
-    store = connect(settings.redis_url)
-    client = Client(store, settings=settings)
+    client = Client.connect(settings)
+    store = client.store
     worker = None
     opts = ServerOptions(tokens=tokens, max_body=max_body or MAX_BODY_BYTES,
                          query_timeout_s=query_timeout_s)

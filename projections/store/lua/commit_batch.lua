@@ -10,22 +10,29 @@
 -- KEYS[5] changes     stream: one entry per batch (pos, touched note ids)
 -- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
 -- KEYS[7] projected   string: how many stream entries the checkpoint covers (lag = XLEN - it)
+-- KEYS[8] lock        string: the projection lease (its holder's token, with a TTL)
 -- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
 -- ARGV[4] changes stream MAXLEN (approximate)
--- ARGV[5] n_notes, then n_notes pairs: note_id, blob
+-- ARGV[5] the committer's lease token ("" = the caller holds no lease: not checked)
+-- ARGV[6] n_notes, then n_notes pairs: note_id, blob
 -- then    n_seen,  then n_seen event_ids
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- then    the number of stream entries in the batch (added to KEYS[7])
--- Returns 1 when applied, 0 when the checkpoint had moved (nothing written).
--- Both must match: a replay may write back the very checkpoint string a stale batch read,
--- but never without bumping the generation.
+-- Returns 1 when applied, 0 when the checkpoint had moved or the lease was lost (nothing
+-- written). Both checkpoint and generation must match: a replay may write back the very
+-- checkpoint string a stale batch read, but never without bumping the generation. The lease
+-- fences a projector whose lease expired mid-batch: it cannot commit, even before the new
+-- holder has committed anything.
+if ARGV[5] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[5] then
+  return 0
+end
 local current = (redis.call('GET', KEYS[1]) or '') .. '|' .. (redis.call('GET', KEYS[6]) or '')
 if current ~= ARGV[1] then
   return 0
 end
-local i = 5
+local i = 6
 local n = tonumber(ARGV[i]); i = i + 1
 local touched = {}
 for _ = 1, n do

@@ -29,7 +29,7 @@ from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.reduce import Undecodable
 from hivemind_memory.projections.store import audit as audit_store
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import append, read_after
+from hivemind_memory.projections.store.log import append, iter_all
 from hivemind_memory.projections.store.readmodel import decode_entry
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.audit import all_served
@@ -58,17 +58,12 @@ def _event_line(ev: Event) -> bytes:
 
 
 def _log(r: Store, ns: str, until_ms: int | None) -> Iterator[tuple[Position, Event | None]]:
-    pos = ZERO
-    while True:
-        entries = read_after(r, ns, pos, 5000)
-        if not entries:
+    for entry in iter_all(r, ns):
+        pos = parse_pos(entry.id)
+        if until_ms is not None and pos.ms > until_ms:
             return
-        for eid, fields in entries:
-            pos = parse_pos(eid)
-            if until_ms is not None and pos.ms > until_ms:
-                return
-            ev, _ = decode_entry(fields, ns)
-            yield pos, None if isinstance(ev, Undecodable) else ev
+        ev, _ = decode_entry(entry.fields, ns)
+        yield pos, None if isinstance(ev, Undecodable) else ev
 
 
 def export(r: Store, ns: str, out: IO[bytes], *, until: datetime | None = None,

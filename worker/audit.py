@@ -36,7 +36,7 @@ from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import audit as audit_store
-from hivemind_memory.projections.store.log import read_after
+from hivemind_memory.projections.store.log import iter_all, read_after
 from hivemind_memory.projections.store.readmodel import decode_entry, read_notes
 from hivemind_memory.projections.store.rebuild import fold_entries
 from hivemind_memory.projections.store.types import Store
@@ -378,16 +378,10 @@ class NoteHistory:
 def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
     """Everything the namespace knows about one note (reads the whole log and audit)."""
     events: list[tuple[str, dict[str, Any]]] = []
-    pos = ZERO
-    while True:
-        entries = read_after(r, ns, pos, 5000)
-        if not entries:
-            break
-        for eid, fields in entries:
-            ev, _ = decode_entry(fields, ns)
-            if getattr(ev, "note_id", None) == note_id:
-                events.append((eid.decode(), msgspec.to_builtins(ev)))
-        pos = parse_pos(entries[-1].id)
+    for entry in iter_all(r, ns):
+        ev, _ = decode_entry(entry.fields, ns)
+        if getattr(ev, "note_id", None) == note_id:
+            events.append((entry.id.decode(), msgspec.to_builtins(ev)))
     hits: list[tuple[Served, int, float]] = []
     for x in all_served(r, ns):
         for i, (nid, score) in enumerate(x.event.chosen, start=1):

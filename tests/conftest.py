@@ -140,3 +140,13 @@ def cluster_store(redis_cluster: ClusterProc, rq_redis: RedisProc) -> Iterator[A
     rq.flushall()
     rc.close()
     rq.close()
+
+
+@pytest.fixture
+def server(redis_server: RedisProc) -> Iterator[str]:
+    """The session's private redis-server, flushed, as a URL (for CLI subprocesses)."""
+    c = redis_server.client()
+    c.flushall()
+    yield redis_server.url
+    c.flushall()
+    c.close()

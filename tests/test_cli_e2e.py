@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.factories import created, forgotten, jsonl, used
-from tests.support import HIVEMIND, RedisProc
+from tests.support import HIVEMIND
 
 pytestmark = pytest.mark.redis_server
 
@@ -24,15 +24,6 @@ def run(url: str, *args: str, stdin: str | None = None, timeout: float = 60,
     e = {**os.environ, "HIVEMIND_REDIS_URL": url, **env}
     return subprocess.run([*HIVEMIND, *args], input=stdin, capture_output=True, text=True,
                           env=e, timeout=timeout, check=False)
-
-
-@pytest.fixture
-def server(redis_server: RedisProc) -> Iterator[str]:
-    c = redis_server.client()
-    c.flushall()
-    yield redis_server.url
-    c.flushall()
-    c.close()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -173,15 +172,6 @@ def test_client_append_revalidates_structs() -> None:
     assert r.keys("*") == []
     good = NoteCreated(event_id="e3", ns="t", note_id="n", agent="a", at=at, text="x")
     assert len(c.append([good])) == 1
-
-
-@pytest.fixture
-def server(redis_server: RedisProc) -> Iterator[str]:
-    c = redis_server.client()
-    c.flushall()
-    yield redis_server.url
-    c.flushall()
-    c.close()
 
 
 def _run(url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ Tier, age, recency and score are computed with numpy over the candidates' slots,
 same IEEE operations in the same order as ``rank`` (``age_days``, ``recency``), except the
 power ``0.5 ** (age / half_life)``: numpy's vectorised ``power`` may differ from the C
 library's ``pow`` in the last bit (it does on AVX-512 machines), so it goes through
-``math.pow`` one candidate at a time. Packing runs on arrays (``pack_arrays``); only the
+``math.pow`` one candidate at a time. Packing runs on arrays (``pack_positions``); only the
 packed notes (and, with ``explain``, every candidate) become result structs. A differential
 test checks that the result equals ``rank`` over the same notes and relevance.
 """
@@ -18,11 +18,11 @@ from itertools import repeat
 
 import numpy as np
 
-from hivemind_memory.projections.columns import FloatArray, IntArray, micros
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.columns import Columns, FloatArray, IntArray, micros
+from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.ordering import by_score, order
-from hivemind_memory.projections.packing import pack_arrays
+from hivemind_memory.projections.packing import pack_positions
 from hivemind_memory.projections.rank import DECIMALS, PRINTS_AS_ZERO, RankResult, ScoredNote
 from hivemind_memory.projections.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.state import Tier
@@ -30,11 +30,45 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
+class RecencyMemo:
+    """Recency per slot of tables at one instant, filled as queries need it: the queries of a
+    batch share ``now`` and (mostly) their candidates, so each ``math.pow`` runs once per note
+    and batch instead of once per query. Valid only while the tables do not change (a query
+    job refreshes its indexes before ranking any query); entries are keyed by the table
+    object (held, so its id is never reused), ``now`` and the decay settings."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
+                       tuple[Columns, FloatArray]] = {}
+
+    def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
+        """The memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed yet."""
+        key = (id(cols), now_us, cfg.short, cfg.scratch, cfg.longterm_uses)
+        got = self._by.get(key)
+        if got is None or len(got[1]) != len(cols):
+            got = self._by[key] = (cols, np.full(len(cols), np.nan))
+        return got[1]
+
+
+def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
+    """``recency`` of each (tier code, age): ``math.pow`` per note (see the module docstring),
+    the rest in numpy."""
+    rec = np.ones(len(tier), np.float64)
+    for code, decay in ((0, cfg.short), (1, cfg.scratch)):
+        at = np.flatnonzero(tier == code)
+        if len(at):
+            x = (np.maximum(age[at], 0.0) / decay.half_life_days).tolist()
+            p = np.fromiter(map(math.pow, repeat(0.5), x), np.float64, len(x))
+            rec[at] = decay.floor + (1.0 - decay.floor) * p
+    return rec
+
+
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True) -> RankResult:
+               explain: bool = True, memo: RecencyMemo | None = None) -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
-    from ``NamespaceIndex.relevance_slots``)."""
+    from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
+    the queries of a batch over unchanged indexes."""
     cols = idx.cols
     keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
             & cols.visible(agent)[slots])
@@ -43,37 +77,43 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     # tier code: 0 short, 1 scratch, 2 longterm (tier_of)
     tier = np.where(cols.uses[s] >= cfg.longterm_uses, 2, np.where(cols.scratch[s], 1, 0))
     # age_days: (now - created_at).total_seconds() / SECONDS_PER_DAY, clamped at 0
-    age = np.maximum(((micros(now) - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
-    rec = np.ones(len(s), np.float64)
-    for code, decay in ((0, cfg.short), (1, cfg.scratch)):
-        at = np.flatnonzero(tier == code)
-        if len(at):
-            x = (np.maximum(age[at], 0.0) / decay.half_life_days).tolist()
-            p = np.fromiter(map(math.pow, repeat(0.5), x), np.float64, len(x))
-            rec[at] = decay.floor + (1.0 - decay.floor) * p
+    now_us = micros(now)
+    age = np.maximum(((now_us - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
+    if memo is None:
+        rec = _recency(tier, age, cfg)
+    else:
+        known = memo.array(cols, now_us, cfg)
+        rec = known[s]
+        miss = np.flatnonzero(np.isnan(rec))
+        if len(miss):
+            rec[miss] = _recency(tier[miss], age[miss], cfg)
+            known[s[miss]] = rec[miss]
     score = rel * rec
     ids = cols.ids
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
-    packed = pack_arrays(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
-                         cfg.exact_max_cells)
-    chosen = set(packed.chosen)
-    notes = idx.notes
+    packed, picked_at = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs,
+                                       score, budget, cfg.exact_max_cells)
     if explain:
         at = np.arange(len(s))
+        flags = np.zeros(len(s), np.bool_)
+        flags[picked_at] = True
+        chosen = flags.tolist()
     else:  # only the packed notes become structs
-        at = np.flatnonzero(np.isin(s, [cols.slot[k] for k in packed.chosen]))
+        at = np.sort(picked_at)
+        chosen = [True] * len(at)
     rows = zip(s[at].tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
-               score[at].tolist(), age[at].tolist(), costs[at].tolist(), strict=True)
+               score[at].tolist(), age[at].tolist(), costs[at].tolist(), chosen, strict=True)
+    notes = idx.notes
     every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost in rows:
+    for slot, t, r, rc, sc, a, cost, ch in rows:
         key = ids[slot]
         n = notes[key]
         every.append(ScoredNote(
             note_id=key, text=n.text, tokens=n.tokens, cost=cost,
             score=round(sc, DECIMALS), relevance=round(r, DECIMALS),
             recency=round(rc, DECIMALS), tier=_TIERS[t], uses=n.uses,
-            age_days=round(a, DECIMALS), created_at=n.created_at, chosen=key in chosen))
-    picked = [c for c in every if c.chosen]
+            age_days=round(a, DECIMALS), created_at=n.created_at, chosen=ch))
+    picked = [c for c in every if c.chosen] if explain else every
     candidates = by_score(every) if explain else []
     return RankResult(
         used=packed.total_cost,
@@ -82,4 +122,3 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         notes=order(picked, cfg.order),
         candidates=candidates,
     )
-

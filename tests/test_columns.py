@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.rank import rank
-from hivemind_memory.projections.rank_columns import rank_index
+from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
 from tests.reference import LexicalIndex, scores_over
@@ -138,6 +138,31 @@ def test_rank_index_equals_rank(notes: list[NoteState], q: list[str], agent: str
     want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=NOW, budget=budget,
                 cfg=cfg, explain=explain)
     assert got == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(NOTE, max_size=25),
+       st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+                          st.sampled_from(["", *AGENTS]), st.integers(0, 200), CONFIGS,
+                          st.sampled_from([0, 0, 86400 * 30])),
+                min_size=1, max_size=6))
+def test_rank_index_sharing_a_recency_memo_equals_rank(
+        notes: list[NoteState], queries: list[tuple[list[str], str, int, RankingConfig, int]]
+) -> None:
+    # one memo across a batch: other agents, budgets, configs (other decays) and instants
+    idx = NamespaceIndex("t")
+    for n in notes:
+        idx.put(n)
+    memo = RecencyMemo()
+    for q, agent, budget, cfg, later in queries:
+        now = NOW + timedelta(seconds=later)
+        slots, rel = idx.relevance_slots(" ".join(q), None, cfg, agent)
+        got = rank_index(idx, slots, rel, agent=agent, now=now, budget=budget, cfg=cfg,
+                         explain=True, memo=memo)
+        relmap: dict[str, Any] = idx.relevance(" ".join(q), None, cfg, agent)
+        want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=now,
+                    budget=budget, cfg=cfg, explain=True)
+        assert got == want
 
 
 @settings(max_examples=60, deadline=None)

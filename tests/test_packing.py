@@ -417,3 +417,61 @@ def test_pack_arrays_equals_pack(items: list[Item], budget: int, cap: int) -> No
                       np.array([it.cost for it in items], np.int64),
                       np.array([it.value for it in items], np.float64), budget, cap)
     assert got == pack(items, budget, cap)
+
+
+@settings(max_examples=300, deadline=None)
+@given(costs_values=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30)), max_size=14),
+       budget=st.integers(0, 160))
+def test_dp_fills_only_the_cells_that_matter_and_chooses_as_the_full_table(
+        costs_values: list[tuple[int, int]], budget: int) -> None:
+    # budgets below, at and above the total cost; free items; worthless items; many ties
+    import numpy as np
+
+    from hivemind_memory.projections.packing import _dp, _dp_value
+    from tests.reference import full_table_dp
+
+    costs = [c for c, _ in costs_values]
+    values = [v for _, v in costs_values]
+    want = full_table_dp(costs, values, budget)
+    ca, va = np.array(costs, np.int64), np.array(values, np.int64)
+    assert _dp(ca, va, budget) == want
+    free = sum(v for c, v in costs_values if c == 0)
+    assert _dp_value(ca, va, budget) == sum(values[i] for i in want if costs[i]) + free
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=items_strategy(40, 120), budget=st.integers(0, 700),
+       cap=st.sampled_from([40, 400, 4_000, 10**9]))
+def test_exact_packing_chooses_what_the_full_table_chooses(items: list[Item], budget: int,
+                                                           cap: int) -> None:
+    # reduction, window lower bound and core DP give the full table's choice, ties included
+    from tests.reference import pack_full_table
+
+    res = pack(items, budget, cap)
+    if res.method == "exact":
+        assert set(res.chosen) == set(pack_full_table(
+            [(it.key, it.cost, it.value) for it in items], budget))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(40, 300), budget=st.integers(200, 4000))
+def test_exact_packing_chooses_what_the_full_table_chooses_on_query_like_instances(
+        seed: int, n: int, budget: int) -> None:
+    # many candidates, a core far larger than the window: the window's lower bound matters
+    from hivemind_memory.projections.packing import pack_arrays
+    from tests.reference import pack_full_table
+
+    rng = random.Random(seed)
+    items = [Item(f"n{i}", rng.randint(5, 400), rng.random() * rng.choice([1.0, 0.5, 0.35]))
+             for i in range(n)]
+    full = pack_full_table([(it.key, it.cost, it.value) for it in items], budget)
+    res = pack(items, budget, EXACT)
+    assert res.method == "exact" and res.chosen == tuple(
+        sorted(full, key=lambda k: (-next(i.value for i in items if i.key == k), k)))
+    import numpy as np
+
+    keys = [it.key for it in items]
+    arr = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
+                      np.array([it.cost for it in items], np.int64),
+                      np.array([it.value for it in items], np.float64), budget, 50_000)
+    assert arr.method == "exact" and set(arr.chosen) == set(full)

@@ -32,7 +32,7 @@ from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.rank import RankResult
-from hivemind_memory.projections.rank_columns import rank_index
+from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.store import audit, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.rebuild import fold_log
@@ -97,9 +97,10 @@ class QueryEngine:
         self._catch_up(todo)
         live = self._refresh(todo)
         now = utcnow()  # the clock, read once for the batch, after catching up
+        memo = RecencyMemo()  # the indexes do not change until the next batch refreshes them
         for q in todo:
             if q.body is None:
-                self._rank(q, live, now)
+                self._rank(q, live, now, memo)
         return todo
 
     def _parse(self, env: Envelope) -> Pending:
@@ -171,7 +172,8 @@ class QueryEngine:
             self.as_of.popitem(last=False)
         return idx
 
-    def _rank(self, q: Pending, live: dict[str, NamespaceIndex], now: datetime) -> None:
+    def _rank(self, q: Pending, live: dict[str, NamespaceIndex], now: datetime,
+              memo: RecencyMemo | None = None) -> None:
         assert q.req is not None and q.cfg is not None
         try:
             if q.req.as_of is None:
@@ -180,7 +182,8 @@ class QueryEngine:
             else:
                 idx, at = self._as_of_index(q.req, q.env.position), q.req.as_of
                 q.seen = format_pos(parse_pos(q.env.position))
-            q.result = to_result(q.env.query_id, q.req, at, run_rank(idx, q.req, q.cfg, at))
+            q.result = to_result(q.env.query_id, q.req, at,
+                                 run_rank(idx, q.req, q.cfg, at, memo))
             q.body = encode(q.result)
         except QueryError as exc:
             q.fail(exc.code, exc.message)
@@ -243,11 +246,12 @@ class QueryEngine:
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
-             now: datetime) -> RankResult:
-    """Relevance over the index, then the pure ranking pipeline."""
+             now: datetime, memo: RecencyMemo | None = None) -> RankResult:
+    """Relevance over the index, then the pure ranking pipeline (``memo``: recency shared
+    by the queries of one batch)."""
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent)
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain)
+                      explain=req.explain, memo=memo)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:

@@ -35,6 +35,7 @@ from hivemind_memory.projections.rank import RankResult
 from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.store import audit, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
+from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
@@ -94,8 +95,8 @@ class QueryEngine:
         """The phases before publishing: parse all, catch up and refresh once per namespace,
         rank each. Every returned query has its ``body``."""
         todo = [self._parse(env) for env in envelopes]
-        self._catch_up(todo)
-        live = self._refresh(todo)
+        current = self._catch_up(todo)
+        live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
         memo = RecencyMemo()  # the indexes do not change until the next batch refreshes them
         for q in todo:
@@ -117,14 +118,25 @@ class QueryEngine:
             q.fail(exc.code, exc.message)
         return q
 
-    def _catch_up(self, todo: list[Pending]) -> None:
-        """Project each namespace once, up to the newest position its live queries saw."""
+    def _catch_up(self, todo: list[Pending]) -> set[str]:
+        """Project each namespace once, up to the newest position its live queries saw.
+
+        One round trip per namespace first (``probe``): when its checkpoint is already there
+        nothing is projected, and when its live index has folded in the newest changes entry
+        too, the namespace is returned (its index is current: no refresh needed)."""
         targets: dict[str, Position] = {}
         for q in todo:
             if q.body is None and q.req is not None and q.req.as_of is None:
                 pos = parse_pos(q.env.position)
                 targets[q.ns] = max(targets.get(q.ns, pos), pos)
+        current: set[str] = set()
         for ns, target in sorted(targets.items()):
+            cp, last_change = probe(self.r, ns)
+            if cp >= target:
+                idx = self.live.get(ns)
+                if idx is not None and idx.changes_seen == last_change:
+                    current.add(ns)
+                continue
             try:
                 ensure_projected(self.r, ns, target, self.settings)
             except CatchUpTimeout as exc:
@@ -132,13 +144,18 @@ class QueryEngine:
                     if q.ns == ns and q.body is None and q.req is not None \
                             and q.req.as_of is None:
                         q.fail("catch_up_timeout", str(exc))
+        return current
 
-    def _refresh(self, todo: list[Pending]) -> dict[str, NamespaceIndex]:
-        """Refresh the live index of each namespace that has a live query left, once."""
+    def _refresh(self, todo: list[Pending], current: set[str]) -> dict[str, NamespaceIndex]:
+        """Refresh the live index of each namespace that has a live query left, once (not
+        those ``current`` names: nothing changed since their index last caught up)."""
         out: dict[str, NamespaceIndex] = {}
         for q in todo:
             if q.body is None and q.req is not None and q.req.as_of is None \
                     and q.ns not in out:
+                if q.ns in current:
+                    out[q.ns] = self.live[q.ns]
+                    continue
                 idx = self.live.get(q.ns)
                 if idx is None:
                     idx = self.live[q.ns] = NamespaceIndex(q.ns)

@@ -94,6 +94,84 @@ def _scaled(values: FloatArray) -> IntArray:
     return np.rint(values * scale).astype(np.int64)
 
 
+def _break_density(costs: IntArray, density: FloatArray, budget: int) -> float | None:
+    """The density of the LP break item: ``r`` with the items denser than ``r`` fitting
+    whole in ``budget`` and those at least as dense not fitting (it does not depend on how
+    ties are ordered). None when everything fits. Sorts only the densest items, more of them
+    until the break is among them."""
+    n = len(costs)
+    mean = float(costs.mean()) if n else 1.0
+    k = min(n, max(64, int(2 * budget / max(mean, 1.0)) + 16))  # ~twice the items that fit
+    neg = -density
+    while True:
+        top = np.argpartition(neg, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(neg[top], kind="stable")]
+        pcs = np.cumsum(costs[top])
+        if len(pcs) and pcs[-1] > budget:
+            return float(density[top[int(np.searchsorted(pcs, budget, side="right"))]])
+        if k >= n:
+            return None
+        k = min(n, 4 * k)
+
+
+PRUNE_FROM = 1_500
+"""From this many items on, the exact path first drops the items of no optimum
+(``_survivors``)."""
+FILL_FROM = 64
+"""``_survivors`` fills the room left by the densest items from this many of the densest
+items that fit (more when tied)."""
+
+
+def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
+               budget: int) -> IntArray | None:
+    """The items that may belong to an optimal packing (ascending), or None when the test
+    drops none. O(n) apart from sorting a few items, so the exact path sorts and reduces
+    only what is left.
+
+    Dembo–Hammer at the break density: a packing that holds item ``j`` is worth at most
+    ``L(r) + g_j``, ``L(r) = r * budget + sum(max(0, g_i))``, ``g_i = v_i - r * c_i``, for any
+    ``r >= 0``; an item less dense than the break whose bound falls short of a known
+    packing's value by a safe margin is in no optimal packing, and dropping it changes
+    neither the optimum nor the packing the DP picks among optima. The known packing: the
+    items denser than the break (they fit together), then greedily whatever still fits, in
+    the order (density, value descending, cost) among the ``FILL_FROM`` densest of those
+    that fit (more when tied), or the most valuable item alone if worth more. Items equal in
+    all three are interchangeable and the sums are exact integer sums, so the result does
+    not depend on the items' order. A dropped item is in no packing worth as much as the
+    known one, so it took no part in it, nor in the break or ``L``: the test drops nothing
+    more from its own survivors."""
+    d = _break_density(costs, density, budget)
+    if d is None or not math.isfinite(d):
+        return None
+    # the Lagrangian bound holds for any r >= 0; r in units of the (scaled) values, taken
+    # from the items at the break density (all of them: no tie order involved)
+    at = density == d
+    r = float((values[at] / costs[at]).max())
+    g = values - r * costs
+    pos = g > 0.0
+    lag = r * (budget - int(costs[pos].sum())) + int(values[pos].sum())
+    above = density > d
+    room = budget - int(costs[above].sum())
+    low = int(values[above].sum())
+    fits = np.flatnonzero(~above & (costs <= room))
+    if len(fits) > FILL_FROM:  # the densest (ties included: a threshold, not a count)
+        fits = fits[density[fits] >= -np.partition(-density[fits], FILL_FROM - 1)[FILL_FROM - 1]]
+    if len(fits):
+        fits = fits[np.lexsort((costs[fits], -values[fits], -density[fits]))]
+        while room > 0 and len(fits):
+            fits = fits[costs[fits] <= room]
+            if not len(fits):
+                break
+            room -= int(costs[fits[0]])
+            low += int(values[fits[0]])
+            fits = fits[1:]
+    low = max(low, int(values.max()))
+    out = (density < d) & (g + (lag + 1e-9 * abs(lag) + 16.0) < low)
+    if not out.any():
+        return None
+    return np.flatnonzero(~out)
+
+
 def lp_bound(items: list[Item], budget: int) -> float:
     """The fractional knapsack optimum: an upper bound on any 0/1 packing of ``items``."""
     return _lp_bound(sorted(items, key=_density_key), budget)
@@ -391,6 +469,8 @@ def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int
 
 WINDOW = 8
 """Items each side of the core's break item that ``_window_lower`` solves exactly."""
+WINDOW_FROM_CELLS = 20_000
+"""``_solve_reduced`` looks for a better lower bound when the core's table has more cells."""
 
 
 def _window_lower(costs: IntArray, values: IntArray, density: FloatArray,
@@ -459,7 +539,7 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     room = budget - int(costs[red.fixed_in].sum())
     if room < 0:  # cannot happen when the lower bound is a real packing; stay safe
         return None
-    if len(red.core) > 2 * WINDOW:
+    if len(red.core) > 2 * WINDOW and len(red.core) * room > WINDOW_FROM_CELLS:
         better = _window_lower(costs, values, density, by_density, red, room, cap)
         if better is not None and better > lower:
             fixing.tighten(better)
@@ -501,12 +581,16 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
         scaled = _scaled(f)
         density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
+        keep = _survivors(c, scaled, density, budget) if n >= PRUNE_FROM else None
+        if keep is not None:  # the same items the exact path of ``pack`` keeps
+            ok, c, f, scaled, density = ok[keep], c[keep], f[keep], scaled[keep], density[keep]
         by_density = np.argsort(-density)
         greedy = _greedy_arrays(c, by_density, budget)
         lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+        live = ok
 
         def canonical(sub: IntArray) -> IntArray:
-            return sub[_canonical_order(lambda i: keys(ok[sub[i]]), f[sub])]
+            return sub[_canonical_order(lambda i: keys(live[sub[i]]), f[sub])]
 
         found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
                                density, canonical)
@@ -519,6 +603,8 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 total_cost=int(c[idx].sum()),
                 upper_bound=math.fsum(f[idx].tolist()),
             ), ok[idx]
+        ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+        f = values[ok]
     canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
     res, at = _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
                               values[canon], budget, exact_max_cells)
@@ -542,13 +628,22 @@ def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int
         # exactly the order of _density_key; a free item is infinitely dense
         density = np.divide(floats, costs, out=np.full(n, np.inf), where=costs > 0)
         by_density = np.argsort(-density, kind="stable")
-        greedy = _greedy_arrays(costs, by_density, budget)
-        if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
-            greedy = [0]
-        if cap > 0:
-            idx = _solve_reduced(costs, values, by_density, budget,
-                                 int(values[greedy].sum()), cap, density)
+        if cap > 0:  # exact over the items that may belong to an optimum
+            keep = _survivors(costs, values, density, budget) if n >= PRUNE_FROM else None
+            if keep is None:
+                kc, kv, kd, kbd = costs, values, density, by_density
+            else:
+                kc, kv, kd = costs[keep], values[keep], density[keep]
+                kbd = np.argsort(-kd, kind="stable")
+            kg = _greedy_arrays(kc, kbd, budget)
+            got = _solve_reduced(kc, kv, kbd, budget, max(int(kv[kg].sum()), int(kv.max())),
+                                 cap, kd)
+            if got is not None:
+                idx = got if keep is None else keep[got].tolist()
         if idx is None:
+            greedy = _greedy_arrays(costs, by_density, budget)
+            if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
+                greedy = [0]
             improved = _improve_arrays(costs, values, by_density, budget, greedy)
             if cap > 0:  # a better lower bound may shrink the core enough
                 idx = _solve_reduced(costs, values, by_density, budget,

@@ -118,8 +118,8 @@ PRUNE_FROM = 1_500
 """From this many items on, the exact path first drops the items of no optimum
 (``_survivors``)."""
 FILL_FROM = 64
-"""``_survivors`` fills the room left by the densest items from this many of the densest
-items that fit (more when tied)."""
+"""``_survivors`` sorts the items that fit in the room left by the densest ones this many
+at a time (more when tied), densest first, as its greedy fill needs them."""
 
 
 def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
@@ -134,12 +134,12 @@ def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
     packing's value by a safe margin is in no optimal packing, and dropping it changes
     neither the optimum nor the packing the DP picks among optima. The known packing: the
     items denser than the break (they fit together), then greedily whatever still fits, in
-    the order (density, value descending, cost) among the ``FILL_FROM`` densest of those
-    that fit (more when tied), or the most valuable item alone if worth more. Items equal in
-    all three are interchangeable and the sums are exact integer sums, so the result does
-    not depend on the items' order. A dropped item is in no packing worth as much as the
-    known one, so it took no part in it, nor in the break or ``L``: the test drops nothing
-    more from its own survivors."""
+    the order (density, value descending, cost), or the most valuable item alone if worth
+    more. Items equal in all three are interchangeable and the sums are exact integer sums,
+    so the result does not depend on the items' order. A dropped item is in no packing worth
+    as much as the known one, so it took no part in it (nor in the break or ``L``), and
+    skipping it changes no step of the greedy: the test drops nothing more from its own
+    survivors, nor from any set between them and all the items."""
     d = _break_density(costs, density, budget)
     if d is None or not math.isfinite(d):
         return None
@@ -154,17 +154,21 @@ def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
     room = budget - int(costs[above].sum())
     low = int(values[above].sum())
     fits = np.flatnonzero(~above & (costs <= room))
-    if len(fits) > FILL_FROM:  # the densest (ties included: a threshold, not a count)
-        fits = fits[density[fits] >= -np.partition(-density[fits], FILL_FROM - 1)[FILL_FROM - 1]]
-    if len(fits):
-        fits = fits[np.lexsort((costs[fits], -values[fits], -density[fits]))]
-        while room > 0 and len(fits):
-            fits = fits[costs[fits] <= room]
-            if not len(fits):
+    while room > 0 and len(fits):  # greedy over the order, sorted a chunk at a time
+        if len(fits) > FILL_FROM:  # the densest (ties included: a threshold, not a count)
+            t = -np.partition(-density[fits], FILL_FROM - 1)[FILL_FROM - 1]
+            chunk, fits = fits[density[fits] >= t], fits[density[fits] < t]
+        else:
+            chunk, fits = fits, fits[:0]
+        chunk = chunk[np.lexsort((costs[chunk], -values[chunk], -density[chunk]))]
+        while room > 0 and len(chunk):
+            chunk = chunk[costs[chunk] <= room]
+            if not len(chunk):
                 break
-            room -= int(costs[fits[0]])
-            low += int(values[fits[0]])
-            fits = fits[1:]
+            room -= int(costs[chunk[0]])
+            low += int(values[chunk[0]])
+            chunk = chunk[1:]
+        fits = fits[costs[fits] <= room]
     low = max(low, int(values.max()))
     out = (density < d) & (g + (lag + 1e-9 * abs(lag) + 16.0) < low)
     if not out.any():

@@ -24,12 +24,12 @@ def small_thresholds() -> Iterator[None]:
     from hivemind_memory.projections import packing
 
     yield
-    saved = packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS
-    packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS = 0, 0
+    saved = packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM
+    packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM = 0, 0, 2
     try:
         yield
     finally:
-        packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS = saved
+        packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM = saved
 
 
 def brute_force(items: list[Item], budget: int) -> float:
@@ -514,11 +514,17 @@ def _arrays(items: list[Item]) -> tuple[object, object, object]:
        seed=st.randoms(use_true_random=False))
 def test_survivors_drop_only_items_of_no_optimum_and_nothing_more_the_second_time(
         items: list[Item], budget: int, seed: random.Random) -> None:
-    from hivemind_memory.projections.packing import _survivors
 
     items = [it for it in items if it.cost <= budget and it.value > 0]
     if not items:
         return
+    for _ in small_thresholds():  # FILL_FROM as shipped, then 2 (sorted in small chunks)
+        _check_survivors(items, budget, seed)
+
+
+def _check_survivors(items: list[Item], budget: int, seed: random.Random) -> None:
+    from hivemind_memory.projections.packing import _survivors
+
     costs, values, density = _arrays(items)
     keep = _survivors(costs, values, density, budget)  # type: ignore[arg-type]
     kept = set(range(len(items))) if keep is None else set(keep.tolist())
@@ -534,9 +540,15 @@ def test_survivors_drop_only_items_of_no_optimum_and_nothing_more_the_second_tim
                 elif v == best:
                     optima.append(set(combo))
     assert all(opt <= kept for opt in optima)
-    if keep is not None:  # applied to its own survivors it drops nothing more
-        sub = [items[i] for i in keep.tolist()]
+    if keep is not None:  # applied to its own survivors it drops nothing more, nor to a set
+        sub = [items[i] for i in keep.tolist()]  # between them and every item
         assert _survivors(*_arrays(sub), budget) is None  # type: ignore[arg-type]
+        dropped = sorted(set(range(len(items))) - kept)
+        some = set(keep.tolist()) | set(dropped[::2])
+        mid = [items[i] for i in sorted(some)]
+        again_mid = _survivors(*_arrays(mid), budget)  # type: ignore[arg-type]
+        assert again_mid is not None
+        assert {mid[i].key for i in again_mid.tolist()} == {items[i].key for i in kept}
     # and it does not depend on the order of the items
     shuffled = list(items)
     seed.shuffle(shuffled)

@@ -50,6 +50,23 @@ class RecencyMemo:
         return got[1]
 
 
+_SCALE = 10.0**DECIMALS
+
+
+def rounded(x: FloatArray) -> list[float]:
+    """``[round(v, DECIMALS) for v in x]``, vectorised: ``rint(v * 10**DECIMALS) / 10**DECIMALS``
+    is that (the division of two exact integers-as-floats rounds once, to the double nearest
+    the decimal, as ``round`` does) unless ``v * 10**DECIMALS`` was rounded across a half;
+    it is off by at most half an ulp, so only products that close to a half go through
+    ``round`` itself."""
+    y = x * _SCALE
+    out: list[float] = (np.rint(y) / _SCALE).tolist()
+    near = np.flatnonzero(np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0))
+    for i in near.tolist():
+        out[i] = round(float(x[i]), DECIMALS)
+    return out
+
+
 def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
     """``recency`` of each (tier code, age): ``math.pow`` per note (see the module docstring),
     the rest in numpy."""
@@ -101,18 +118,17 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     else:  # only the packed notes become structs
         at = np.sort(picked_at)
         chosen = [True] * len(at)
-    rows = zip(s[at].tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
-               score[at].tolist(), age[at].tolist(), costs[at].tolist(), chosen, strict=True)
+    rows = zip(s[at].tolist(), tier[at].tolist(), rounded(rel[at]), rounded(rec[at]),
+               rounded(score[at]), rounded(age[at]), costs[at].tolist(), chosen, strict=True)
     notes = idx.notes
     every: list[ScoredNote] = []
     for slot, t, r, rc, sc, a, cost, ch in rows:
         key = ids[slot]
         n = notes[key]
         every.append(ScoredNote(
-            note_id=key, text=n.text, tokens=n.tokens, cost=cost,
-            score=round(sc, DECIMALS), relevance=round(r, DECIMALS),
-            recency=round(rc, DECIMALS), tier=_TIERS[t], uses=n.uses,
-            age_days=round(a, DECIMALS), created_at=n.created_at, chosen=ch))
+            note_id=key, text=n.text, tokens=n.tokens, cost=cost, score=sc, relevance=r,
+            recency=rc, tier=_TIERS[t], uses=n.uses, age_days=a, created_at=n.created_at,
+            chosen=ch))
     picked = [c for c in every if c.chosen] if explain else every
     candidates = by_score(every) if explain else []
     return RankResult(

@@ -192,3 +192,28 @@ def test_bulk_load_equals_puts_then_compaction(notes: list[NoteState]) -> None:
     assert {k: v for k, v in one.private_n.items() if v} == bulk.private_n
     assert {k: v for k, v in one.private_len.items() if one.private_n.get(k)} == \
         bulk.private_len
+
+
+def _around_halves() -> st.SearchStrategy[float]:
+    """Floats at and next to k.5 millionths, where a scaled product may round across."""
+    import math
+
+    def near(k: int, steps: int, scale: float) -> float:
+        v = (k + 0.5) / 1e6 * scale
+        for _ in range(abs(steps)):
+            v = math.nextafter(v, math.inf if steps > 0 else -math.inf)
+        return v
+
+    return st.builds(near, st.integers(0, 10**6), st.integers(-4, 4), st.sampled_from([1.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(0.0, 1.0), st.floats(0.0, 2000.0), _around_halves(),
+                          st.integers(1, 60).map(lambda p: 2.0**-p)), max_size=50))
+def test_rounded_is_round_to_six_decimals_bit_for_bit(xs: list[float]) -> None:
+    import numpy as np
+
+    from hivemind_memory.projections.rank_columns import rounded
+
+    got = rounded(np.array(xs, np.float64))
+    assert [v.hex() for v in got] == [round(x, 6).hex() for x in xs]

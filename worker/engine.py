@@ -82,6 +82,8 @@ class QueryEngine:
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
         """Per namespace: config and embedding digests already filed (read once)."""
+        self.base_digest = cfg.digest()
+        """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -105,12 +107,12 @@ class QueryEngine:
         return todo
 
     def _parse(self, env: Envelope) -> Pending:
-        q = Pending(env, ns="", digest=self.cfg.digest(), started=time.perf_counter())
+        q = Pending(env, ns="", digest=self.base_digest, started=time.perf_counter())
         try:
             q.ns = ns_of(env.query_id)
             q.req = parse_request(env.request)
             q.cfg = effective_config(self.cfg, q.req.config)
-            q.digest = q.cfg.digest()
+            q.digest = self.base_digest if q.cfg is self.cfg else q.cfg.digest()
             if q.req.ns != q.ns:
                 raise QueryError("invalid_request", f"query id {env.query_id!r} does not "
                                  f"belong to namespace {q.req.ns!r}")
@@ -223,7 +225,7 @@ class QueryEngine:
         for q in todo:
             by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
         served_at = utcnow()
-        base = self.cfg.digest()
+        base = self.base_digest
         for ns, group in sorted(by_ns.items()):
             p = self.r.pipeline(transaction=True)
             configs: dict[str, RankingConfig] = {}
@@ -254,12 +256,17 @@ class QueryEngine:
             if configs:  # filed only once the MULTI went through
                 have_cfg.update(new_cfg)
                 have_emb.update(new_emb)
+        answered: dict[tuple[str, bool], int] = {}
         for q in todo:
             seconds = time.perf_counter() - q.started
-            metrics.observe_query(q.ns, q.result is not None, seconds)
-            log.info("query_served", query_id=q.env.query_id, ok=q.result is not None,
+            ok = q.result is not None
+            answered[q.ns, ok] = answered.get((q.ns, ok), 0) + 1
+            metrics.LATENCY.observe(seconds)
+            log.info("query_served", query_id=q.env.query_id, ok=ok,
                      notes=len(q.result.notes) if q.result else 0,
                      duration_ms=round(seconds * 1000, 2))
+        for (ns, ok), n in answered.items():
+            metrics.observe_queries(ns, ok, n)
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,

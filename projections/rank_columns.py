@@ -67,6 +67,15 @@ def rounded(x: FloatArray) -> list[float]:
     return out
 
 
+def _tier_age(cols: Columns, s: IntArray, now_us: int,
+              cfg: RankingConfig) -> tuple[IntArray, FloatArray]:
+    """Tier code (0 short, 1 scratch, 2 longterm: ``tier_of``) and age in days (``age_days``:
+    ``(now - created_at).total_seconds() / SECONDS_PER_DAY``, clamped at 0) of slots ``s``."""
+    tier = np.where(cols.uses[s] >= cfg.longterm_uses, 2, np.where(cols.scratch[s], 1, 0))
+    age = np.maximum(((now_us - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
+    return tier, age
+
+
 def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
     """``recency`` of each (tier code, age): ``math.pow`` per note (see the module docstring),
     the rest in numpy."""
@@ -91,19 +100,15 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
             & cols.visible(agent)[slots])
     s = slots[keep]
     rel = relevance[keep]
-    # tier code: 0 short, 1 scratch, 2 longterm (tier_of)
-    tier = np.where(cols.uses[s] >= cfg.longterm_uses, 2, np.where(cols.scratch[s], 1, 0))
-    # age_days: (now - created_at).total_seconds() / SECONDS_PER_DAY, clamped at 0
     now_us = micros(now)
-    age = np.maximum(((now_us - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
     if memo is None:
-        rec = _recency(tier, age, cfg)
-    else:
+        rec = _recency(*_tier_age(cols, s, now_us, cfg), cfg)
+    else:  # tier and age only where the memo has no recency yet
         known = memo.array(cols, now_us, cfg)
         rec = known[s]
         miss = np.flatnonzero(np.isnan(rec))
         if len(miss):
-            rec[miss] = _recency(tier[miss], age[miss], cfg)
+            rec[miss] = _recency(*_tier_age(cols, s[miss], now_us, cfg), cfg)
             known[s[miss]] = rec[miss]
     score = rel * rec
     ids = cols.ids
@@ -118,8 +123,9 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     else:  # only the packed notes become structs
         at = np.sort(picked_at)
         chosen = [True] * len(at)
-    rows = zip(s[at].tolist(), tier[at].tolist(), rounded(rel[at]), rounded(rec[at]),
-               rounded(score[at]), rounded(age[at]), costs[at].tolist(), chosen, strict=True)
+    tier, age = _tier_age(cols, s[at], now_us, cfg)
+    rows = zip(s[at].tolist(), tier.tolist(), rounded(rel[at]), rounded(rec[at]),
+               rounded(score[at]), rounded(age), costs[at].tolist(), chosen, strict=True)
     notes = idx.notes
     every: list[ScoredNote] = []
     for slot, t, r, rc, sc, a, cost, ch in rows:

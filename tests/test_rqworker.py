@@ -64,3 +64,24 @@ def test_worker_heartbeat_in_one_pipeline_sets_the_same_keys(store: Any) -> None
     w.heartbeat(123)
     assert rt.rq.hget(w.key, "last_heartbeat")
     assert 0 < rt.rq.ttl(w.key) <= 123
+
+
+def test_repeated_heartbeats_and_states_are_not_sent_again(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = runtime.build(Settings(), store)
+    w = HivemindWorker([rt.project_queue], rt.rq)
+    w.register_birth()
+    w.heartbeat()
+    rt.rq.persist(w.key)
+    w.heartbeat()  # right after the last one: nothing sent
+    assert rt.rq.ttl(w.key) == -1
+    monkeypatch.setattr(rqworker, "BEAT_GAP_S", 0.0)
+    w.heartbeat()
+    assert rt.rq.ttl(w.key) > 0
+    w.set_state("idle")
+    assert rt.rq.hget(w.key, "state") == b"idle"
+    rt.rq.hdel(w.key, "state")
+    w.set_state("idle")  # unchanged: not written again
+    assert rt.rq.hget(w.key, "state") is None and w.get_state() == "idle"
+    w.set_state("busy")
+    assert rt.rq.hget(w.key, "state") == b"busy"

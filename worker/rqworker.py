@@ -16,7 +16,9 @@ death (given a live worker):
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
+import time
 from typing import Any
 
 import redis
@@ -40,22 +42,30 @@ DEQUEUE_BLOCK_S = 5
 """Longest blocking dequeue (BLPOP) of an idle worker; RQ sets its socket timeout above it."""
 RETRY_BOUND_S = HEARTBEAT_TTL_S + MAINTENANCE_S + DEQUEUE_BLOCK_S
 """Bound on the delay before a killed job is requeued, with an idle worker alive (20 s)."""
+BEAT_GAP_S = 1.0
+"""The worker's own heartbeat is not sent again this soon after the last one."""
 
 
 class HivemindWorker(SimpleWorker):
     """``SimpleWorker`` (works on the embedded store too) with ``SafeJob``, JSON, short
     heartbeats kept alive while a job runs, and frequent registry cleanup.
 
-    Two savings on RQ's per-job bookkeeping, which is most of what a small job costs: the
-    worker's own heartbeat (an HSET and two EXPIREs, three round trips, sent three times per
-    job) goes in one pipeline; and one heartbeat thread lives as long as the worker, renewing
-    whichever job is running, instead of a thread started and joined for every job."""
+    Savings on RQ's per-job bookkeeping, which is most of what a small job costs (a plain
+    ``SimpleWorker`` makes about 17 round trips per job): the worker's own heartbeat (an HSET
+    and two EXPIREs, three round trips) goes in one pipeline, and is not sent again within
+    ``BEAT_GAP_S`` of the last one (RQ sends it twice in a row between jobs, and again right
+    after dequeuing); the worker's state is not written again when it has not changed (RQ
+    writes "idle" after a job and again before dequeuing); and one heartbeat thread lives as
+    long as the worker, renewing whichever job is running, instead of a thread started and
+    joined for every job."""
 
     def __init__(self, queues: list[Queue], connection: Any, name: str | None = None) -> None:
         super().__init__(queues, connection=connection, serializer=JSONSerializer, name=name,
                          job_class=SafeJob, maintenance_interval=MAINTENANCE_S,
                          worker_ttl=DEQUEUE_BLOCK_S + 15,
                          job_monitoring_interval=int(HEARTBEAT_EVERY_S))
+        self._beat_sent = -math.inf
+        self._state_sent: str | None = None
         self._beat_lock = threading.Lock()
         self._beating: Job | None = None
         self._beat_stop = threading.Event()
@@ -68,9 +78,19 @@ class HivemindWorker(SimpleWorker):
         if pipeline is not None:
             super().heartbeat(timeout, pipeline=pipeline)
             return
+        if timeout is None and time.monotonic() - self._beat_sent < BEAT_GAP_S:
+            return  # the worker's key was renewed a moment ago (its TTL is over a minute)
         p = self.connection.pipeline(transaction=False)
         super().heartbeat(timeout, pipeline=p)
         p.execute()
+        self._beat_sent = time.monotonic()
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        if pipeline is None and state == self._state_sent:
+            self._state = state
+            return
+        super().set_state(state, pipeline=pipeline)
+        self._state_sent = state
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         why = job.refusal() if isinstance(job, SafeJob) else "not a SafeJob"

@@ -85,3 +85,45 @@ def test_repeated_heartbeats_and_states_are_not_sent_again(
     assert rt.rq.hget(w.key, "state") is None and w.get_state() == "idle"
     w.set_state("busy")
     assert rt.rq.hget(w.key, "state") == b"busy"
+
+
+@pytest.mark.parametrize("both_queues", [False, True])
+def test_a_job_starts_in_one_multi_and_finishes_as_rq_records_it(
+        store: Any, monkeypatch: pytest.MonkeyPatch, both_queues: bool) -> None:
+    from rq.job import JobStatus
+    from rq.worker.base import BaseWorker
+
+    seen: list[str] = []
+    real_prepare = BaseWorker.prepare_job_execution
+
+    def prepare(self: Any, job: Any, remove: bool = False) -> None:
+        seen.append(job.id)  # RQ's own second round trip: must not run
+        real_prepare(self, job, remove)
+
+    def job_body(r: Any, q: Any, ns: str, s: Settings) -> dict[str, str]:
+        from rq import get_current_job
+
+        me = get_current_job()
+        assert me is not None
+        started = rt.rq.hgetall(me.key)
+        assert started[b"status"] == b"started" and started[b"worker_name"]
+        assert me.started_job_registry.count == 1
+        return {"ns": ns}
+
+    monkeypatch.setattr(BaseWorker, "prepare_job_execution", prepare)
+    monkeypatch.setattr(jobs_mod, "run_projection", job_body)
+    rt = runtime.build(Settings(), store)
+    runtime.install(rt)
+    q = rt.project_queue
+    enqueue_projection(q, "a")
+    [job_id] = q.job_ids
+    w = HivemindWorker([rt.query_queue, q] if both_queues else [q], rt.rq)
+    assert w.work(burst=True)
+    assert seen == []
+    job = q.fetch_job(job_id)
+    assert job is not None and job.get_status() == JobStatus.FINISHED
+    assert job.started_at is not None and job.ended_at is not None
+    assert job.worker_name == w.name
+    assert q.started_job_registry.count == 0 and q.finished_job_registry.count == 1
+    assert rt.rq.llen(q.intermediate_queue_key) == 0
+    assert job.latest_result() is not None

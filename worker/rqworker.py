@@ -24,8 +24,11 @@ from typing import Any
 import redis
 import structlog
 from rq import SimpleWorker
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.utils import now
+from rq.worker.base import WorkerStatus
 
 from hivemind_memory.api_stub.protocol.jobs import SafeJob
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
@@ -55,9 +58,11 @@ class HivemindWorker(SimpleWorker):
     and two EXPIREs, three round trips) goes in one pipeline, and is not sent again within
     ``BEAT_GAP_S`` of the last one (RQ sends it twice in a row between jobs, and again right
     after dequeuing); the worker's state is not written again when it has not changed (RQ
-    writes "idle" after a job and again before dequeuing); and one heartbeat thread lives as
-    long as the worker, renewing whichever job is running, instead of a thread started and
-    joined for every job."""
+    writes "idle" after a job and again before dequeuing); the execution record and the job's
+    start go in one MULTI (RQ sends two back to back: ``prepare_execution``, then
+    ``prepare_job_execution``); and one heartbeat thread lives as long as the worker,
+    renewing whichever job is running, instead of a thread started and joined for every
+    job."""
 
     def __init__(self, queues: list[Queue], connection: Any, name: str | None = None) -> None:
         super().__init__(queues, connection=connection, serializer=JSONSerializer, name=name,
@@ -65,6 +70,7 @@ class HivemindWorker(SimpleWorker):
                          worker_ttl=DEQUEUE_BLOCK_S + 15,
                          job_monitoring_interval=int(HEARTBEAT_EVERY_S))
         self._beat_sent = -math.inf
+        self._job_started: str | None = None
         self._state_sent: str | None = None
         self._beat_lock = threading.Lock()
         self._beating: Job | None = None
@@ -84,6 +90,32 @@ class HivemindWorker(SimpleWorker):
         super().heartbeat(timeout, pipeline=p)
         p.execute()
         self._beat_sent = time.monotonic()
+
+    def prepare_execution(self, job: Job) -> Execution:
+        """RQ's ``prepare_execution`` and ``prepare_job_execution`` in one MULTI, in their
+        order (a ``SimpleWorker`` runs nothing in between)."""
+        with self.connection.pipeline() as p:
+            ttl = self.get_heartbeat_ttl(job)
+            execution = Execution.create(job, ttl, pipeline=p, worker_name=self.name)
+            self.executions[execution.id] = execution
+            self.set_state(WorkerStatus.BUSY, pipeline=p)
+            self.heartbeat(ttl, pipeline=p)
+            job.heartbeat(now(), ttl, pipeline=p)
+            job.prepare_for_execution(self.name, pipeline=p)
+            p.persist(job.key)
+            if len(self.queues) == 1:  # what perform_job passes on to prepare_job_execution
+                p.lrem(Queue(job.origin, connection=self.connection).intermediate_queue_key, 1,
+                       job.id)
+            p.execute()
+        self._job_started = job.id
+        return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False
+                              ) -> None:
+        if self._job_started == job.id:  # done in prepare_execution's MULTI
+            self._job_started = None
+            return
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if pipeline is None and state == self._state_sent:

@@ -104,6 +104,8 @@ class Columns:
         """Term frequencies (int32, or narrower as loaded from a snapshot)."""
         self.delta: dict[int, tuple[list[int], list[int]]] = {}
         self.delta_size = 0
+        self._killed = 0
+        """Slots that died since the last compaction (their postings are still in the base)."""
         # BM25 corpus statistics of live notes: shared, and private per owner id
         self.shared_n = 0
         self.shared_len = 0
@@ -177,6 +179,7 @@ class Columns:
             if self.live[s]:
                 self._count(s, -1)
                 self.live[s] = False
+                self._killed += 1
             self.vec.pop(s, None)
             s = None
         if s is None:
@@ -202,6 +205,7 @@ class Columns:
         if alive != bool(self.live[s]):
             self._count(s, 1 if alive else -1)
             self.live[s] = alive
+            self._killed += not alive
 
     @classmethod
     def bulk(cls, notes: Iterable[NoteState]) -> Columns:
@@ -223,7 +227,7 @@ class Columns:
         # _FLUSH entries (a list holds an 8-byte pointer an entry), and each note's count
         p_term: list[int] = []
         p_tf: list[int] = []
-        a_term: list[npt.NDArray[np.int64]] = []
+        a_term: list[npt.NDArray[np.int32]] = []
         a_tf: list[npt.NDArray[np.int32]] = []
         per_note: list[int] = []
         for s, note in enumerate(notes):
@@ -249,7 +253,7 @@ class Columns:
             per_note.append(len(counts))
             doc_len.append(sum(counts.values()))
             if len(p_term) >= _FLUSH:
-                a_term.append(np.array(p_term, np.int64))
+                a_term.append(np.array(p_term, np.int32))
                 a_tf.append(np.array(p_tf, np.int32))
                 p_term.clear()
                 p_tf.clear()
@@ -264,13 +268,21 @@ class Columns:
                              ("private", private), ("owner", owner), ("live", live)):
             getattr(self, name)[:n] = values
         texts.seal()
-        term_arr = np.concatenate([*a_term, np.array(p_term, np.int64)])
+        # one temporary of the postings' size at a time (a full load's peak memory)
+        a_term.append(np.array(p_term, np.int32))
+        term_arr = np.concatenate(a_term)
+        a_term.clear()
         order = np.argsort(term_arr, kind="stable")
-        self.base_slot = np.repeat(np.arange(n, dtype=np.int32), per_note)[order]
-        self.base_tf = np.concatenate([*a_tf, np.array(p_tf, np.int32)])[order]
         ptr = np.zeros(len(self.terms) + 1, np.int64)
         np.cumsum(np.bincount(term_arr, minlength=len(self.terms)), out=ptr[1:])
         self.base_ptr = ptr
+        del term_arr
+        a_tf.append(np.array(p_tf, np.int32))
+        tf = np.concatenate(a_tf)
+        a_tf.clear()
+        self.base_tf = tf[order]
+        del tf
+        self.base_slot = np.repeat(np.arange(n, dtype=np.int32), per_note)[order]
         self._recount()
         return self
 
@@ -290,7 +302,10 @@ class Columns:
 
     def compact(self, force: bool = False) -> bool:
         """Merge the delta postings into the CSR base, dropping postings of dead slots; only
-        when the delta is large (or ``force``). Returns whether it ran."""
+        when the delta is large (or ``force``, unless there is nothing to merge or drop).
+        Returns whether it ran."""
+        if not self.delta_size and not self._killed:
+            return False
         if not force and (self.delta_size < COMPACT_MIN_DELTA
                           or self.delta_size < COMPACT_FRACTION * len(self.base_slot)):
             return False
@@ -317,6 +332,7 @@ class Columns:
         self.base_ptr = ptr
         self.delta = {}
         self.delta_size = 0
+        self._killed = 0
         return True
 
     # ------------------------------------------------------------------ reading

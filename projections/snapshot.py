@@ -19,7 +19,7 @@ the layout (or the tokenizer) changes; a snapshot of another version is ignored 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import msgspec
 import numpy as np
@@ -73,39 +73,42 @@ def _lines(b: bytes) -> list[str]:
 
 
 def encode_index(idx: NamespaceIndex) -> dict[bytes, bytes]:
-    """The snapshot of ``idx`` as hash fields (compacts its columns and seals its texts
-    first). ``idx`` must have been loaded."""
+    """The snapshot of ``idx`` as hash fields (``snapshot_fields`` in a dict)."""
+    return dict(snapshot_fields(idx))
+
+
+def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
+    """The snapshot of ``idx``, one hash field at a time (so a writer holds one field's
+    bytes, not all of them); it compacts ``idx``'s columns and seals its texts first. ``idx``
+    must have been loaded and must not change until the last field."""
     assert idx.changes_seen is not None
     cols = idx.cols
     cols.compact(force=True)
     n = len(cols)
     chunks, first, off = cols.texts.parts()
+    top = int(cols.base_tf.max()) if len(cols.base_tf) else 0
+    tf_dtype = "u1" if top < 1 << 8 else "<u2" if top < 1 << 16 else "<i4"
+    yield b"meta", _encode(Meta(
+        version=SNAPSHOT_VERSION, ns=idx.ns, checkpoint=format_pos(idx.checkpoint),
+        changes_seen=format_pos(idx.changes_seen), slots=n, agents=list(cols.agents),
+        text_first=first, tf_dtype=tf_dtype))
+    yield b"ids", "\n".join(cols.ids).encode()
+    yield b"terms", "\n".join(cols.terms).encode()
+    for k, t in SLOT_ARRAYS.items():
+        yield k.encode(), _le(getattr(cols, k)[:n], t)
+    for k, t in _CSR.items():
+        yield k.encode(), _le(getattr(cols, k), t)
+    yield b"base_tf", _le(cols.base_tf, _TF_DTYPES[tf_dtype])
+    yield b"text_off", _le(off, np.int64)
+    for i, chunk in enumerate(chunks):
+        yield b"text.%d" % i, chunk
     vec_slots = sorted(s for s in cols.vec if s < n)
     vecs = [cols.vec[s] for s in vec_slots]
     vec_off = np.zeros(len(vecs) + 1, np.int64)
-    top = int(cols.base_tf.max()) if len(cols.base_tf) else 0
-    tf_dtype = "u1" if top < 1 << 8 else "<u2" if top < 1 << 16 else "<i4"
     np.cumsum([len(v) for v in vecs], out=vec_off[1:])
-    fields: dict[bytes, bytes] = {
-        b"meta": _encode(Meta(
-            version=SNAPSHOT_VERSION, ns=idx.ns, checkpoint=format_pos(idx.checkpoint),
-            changes_seen=format_pos(idx.changes_seen), slots=n, agents=list(cols.agents),
-            text_first=first, tf_dtype=tf_dtype)),
-        b"ids": "\n".join(cols.ids).encode(),
-        b"terms": "\n".join(cols.terms).encode(),
-        b"text_off": _le(off, np.int64),
-        b"vec_slot": _le(np.array(vec_slots, np.int64), np.int64),
-        b"vec_off": _le(vec_off, np.int64),
-        b"vec_val": _le(np.concatenate(vecs) if vecs else np.zeros(0), np.float64),
-    }
-    for k, t in SLOT_ARRAYS.items():
-        fields[k.encode()] = _le(getattr(cols, k)[:n], t)
-    for k, t in _CSR.items():
-        fields[k.encode()] = _le(getattr(cols, k), t)
-    fields[b"base_tf"] = _le(cols.base_tf, _TF_DTYPES[tf_dtype])
-    for i, chunk in enumerate(chunks):
-        fields[b"text.%d" % i] = chunk
-    return fields
+    yield b"vec_slot", _le(np.array(vec_slots, np.int64), np.int64)
+    yield b"vec_off", _le(vec_off, np.int64)
+    yield b"vec_val", _le(np.concatenate(vecs) if vecs else np.zeros(0), np.float64)
 
 
 def decode_index(fields: Mapping[bytes, bytes], ns: str) -> NamespaceIndex | None:

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 from collections.abc import Callable
 
 import redis
 
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.snapshot import decode_index, encode_index
+from hivemind_memory.projections.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+
+DRAFT_TTL_S = 600
+"""A snapshot draft older than this is dropped (its writer died, or took far too long)."""
 
 
 def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
@@ -49,11 +53,31 @@ def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
 
 
 def write_snapshot(r: Store, idx: NamespaceIndex) -> None:
-    """Store ``idx`` as the namespace's index snapshot (one hash, replaced atomically)."""
+    """Store ``idx`` as the namespace's index snapshot, replacing the stored one atomically
+    (and deleting those of older layouts).
+
+    The fields go one command each into a draft key of this writer's own, renamed over the
+    snapshot at the end: one MULTI with every field would make redis-py build the whole
+    command (~90 MB at 100k notes) as one more copy in memory. A writer that dies midway
+    leaves a draft that expires."""
     key = keys.index_snapshot(idx.ns)
+    draft = keys.index_snapshot_draft(idx.ns, os.urandom(8).hex())
+    fields = snapshot_fields(idx)
+    name, value = next(fields)  # meta
     p = r.pipeline(transaction=True)
-    p.delete(key, *keys.old_index_snapshots(idx.ns))
-    p.hset(key, mapping=encode_index(idx))  # type: ignore[arg-type]
+    p.hset(draft, name, value)
+    p.expire(draft, DRAFT_TTL_S)
+    p.execute()
+    for name, value in fields:
+        r.hset(draft, name, value)
+    try:
+        r.rename(draft, key)  # atomic: a reader gets the old snapshot or this one
+    except redis.ResponseError:  # the draft expired before we were done: no snapshot
+        r.delete(draft)
+        return
+    p = r.pipeline(transaction=True)
+    p.persist(key)  # (were we to die right here, it would expire: a full load next time)
+    p.delete(*keys.old_index_snapshots(idx.ns))
     p.execute()
 
 

@@ -101,6 +101,12 @@ def index_snapshot(ns: str) -> str:
     return f"{_ns(ns)}:index:v{SNAPSHOT_VERSION}"
 
 
+def index_snapshot_draft(ns: str, token: str) -> str:
+    """Where one writer assembles a new index snapshot, field by field, before renaming it
+    to ``index_snapshot`` (expires on its own if the writer dies first)."""
+    return f"{index_snapshot(ns)}:draft:{token}"
+
+
 def old_index_snapshots(ns: str) -> list[str]:
     """The index snapshot keys of earlier layouts (never read; deleted when a snapshot is
     written, by ``replay`` and with the namespace)."""

@@ -198,3 +198,32 @@ def test_a_snapshot_of_an_older_layout_is_ignored_rebuilt_and_deleted() -> None:
     refresh_index(r, third)
     assert third.full_loads == 1 and third.notes == idx.notes
     assert read_snapshot(r, NamespaceIndex("t"))
+
+
+def test_a_snapshot_is_assembled_in_a_draft_and_a_lost_draft_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hivemind_memory.projections.store.index_loader import write_snapshot
+
+    r = fakeredis.FakeRedis()
+    _project(r, [created("a", text="redis"), created("b", text="lunch")])
+    idx = NamespaceIndex("t")
+    refresh_index(r, idx)
+    assert r.exists(keys.index_snapshot("t")) and r.ttl(keys.index_snapshot("t")) == -1
+    assert not list(r.scan_iter(match="*draft*"))
+    before = r.hgetall(keys.index_snapshot("t"))
+    _project(r, [created("c", text="redis lunch")])
+    refresh_index(r, idx)
+    real_rename = type(r).rename
+
+    def expired_first(self: fakeredis.FakeRedis, src: str, dst: str) -> object:
+        self.delete(src)  # as if the draft's TTL ran out before the rename
+        return real_rename(self, src, dst)
+
+    monkeypatch.setattr(type(r), "rename", expired_first)
+    write_snapshot(r, idx)
+    assert r.hgetall(keys.index_snapshot("t")) == before  # the stored one stays as it was
+    assert not list(r.scan_iter(match="*draft*"))
+    monkeypatch.undo()
+    write_snapshot(r, idx)
+    fresh = NamespaceIndex("t")
+    assert read_snapshot(r, fresh) and fresh.notes == idx.notes and "c" in fresh.notes

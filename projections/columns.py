@@ -5,10 +5,11 @@ Rows (*slots*) are appended as notes arrive and never renumbered while the table
 note that is forgotten keeps its slot, flagged dead, until a ``reset``. The table holds every
 field of a note (``note_state`` gives it back as a ``NoteState``): the scalar ones as arrays,
 the texts as UTF-8 chunks (``projections.texts``), the embeddings as one float64 array per
-slot that has one; so a worker keeps no Python object per note besides its id. Postings are a CSR
-base (one run of ``(slot, tf)`` per term id) plus a delta of postings appended since the last
-compaction; a query reads both and masks out dead and invisible slots. ``compact`` merges the
-delta into the base (dropping dead postings) once it is large.
+slot that has one; so a worker keeps no Python object per note besides its id.
+
+Postings are a CSR base (one run of ``(slot, tf)`` per term id) plus a delta of postings
+appended since the last compaction; a query reads both and masks out dead and invisible slots.
+``compact`` merges the delta into the base (dropping dead postings) once it is large.
 
 BM25 is ``tests.reference.scores_over``'s arithmetic, element for element: the same
 corpus statistics (the notes the asking agent may see: shared ones plus its own private ones,
@@ -52,9 +53,9 @@ SLOT_ARRAYS: dict[str, type[np.generic]] = {
 COMPACT_MIN_DELTA = 4_096
 """Delta postings below this are never compacted (cheap to read as they are)."""
 COMPACT_FRACTION = 0.125
+"""Compact once the delta holds more postings than this fraction of the base."""
 _FLUSH = 1 << 16
 """``bulk`` moves its postings from lists to arrays this many at a time."""
-"""Compact once the delta holds more postings than this fraction of the base."""
 
 
 class _Intern(dict[str, int]):

@@ -20,6 +20,7 @@ the layout (or the tokenizer) changes; a snapshot of another version is ignored 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from itertools import pairwise
 
 import msgspec
 import numpy as np
@@ -147,6 +148,9 @@ def _decode(fields: Mapping[bytes, bytes], meta: Meta) -> NamespaceIndex:
     vec_slot = _view(fields[b"vec_slot"], np.int64).tolist()
     vec_off = _view(fields[b"vec_off"], np.int64, len(vec_slot) + 1).tolist()
     vec_val = _view(fields[b"vec_val"], np.float64, vec_off[-1])
+    if any(not 0 <= x < n for x in vec_slot) or any(
+            a > b for a, b in pairwise(vec_off)):
+        raise ValueError("embeddings do not match the slots")
     cols.vec = {s: vec_val[vec_off[i]:vec_off[i + 1]] for i, s in enumerate(vec_slot)}
     cols._recount()
     idx = NamespaceIndex(meta.ns)

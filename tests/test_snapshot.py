@@ -170,6 +170,16 @@ def test_snapshot_round_trip_through_redis_keeps_embeddings_and_catches_up() -> 
                           ("x", [1.0, 2.0, 3.0], "alice"), ("lunch", None, "alice")):
         assert second.relevance(q, emb, CFG, agent) == full.relevance(q, emb, CFG, agent)
     assert "b" not in second.relevance("lunch", [0.6, 0.8], CFG)
+    # a damaged snapshot is refused (the caller then loads in full)
+    good = encode_index(second)
+    assert decode_index(good, "t") is not None
+    for field, value in ((b"vec_slot", np.array([99, 0, 1, 3], "<i8").tobytes()),
+                         (b"text_off", good[b"text_off"][:-8]),
+                         (b"base_slot", good[b"base_slot"][:-4]),
+                         (b"ids", b"a\nb"),
+                         (b"meta", good[b"meta"][:-1])):
+        assert decode_index({**good, field: value}, "t") is None, field
+    assert decode_index({k: v for k, v in good.items() if k != b"text.0"}, "t") is None
 
 
 def test_a_snapshot_of_an_older_layout_is_ignored_rebuilt_and_deleted() -> None:

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.rank import rank
 from hivemind_memory.projections.rank_columns import rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
-from tests.reference import LexicalIndex, scores_over
+from tests.reference import LexicalIndex, rank, scores_over
 
 WORDS = ["redis", "stream", "Stream", "lease", "crash", "café", "deploy", "argo", "x_y", "v2"]
 AGENTS = ["alice", "bob", "carol"]

@@ -113,11 +113,9 @@ class Columns:
         self.private_n: dict[int, int] = {}
         self.private_len: dict[int, int] = {}
         self._vis: dict[str, BoolArray] = {}
-        self._writes = 0
-        """Counts ``put`` calls (cache key of the english lengths)."""
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
-        self._english_len: tuple[tuple[int, int], IntArray] | None = None
+        self._english_len: tuple[int, IntArray] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -169,7 +167,6 @@ class Columns:
         (or one whose text, scope or owner changed) gets a new slot, so a slot has one text
         and one set of postings."""
         self._vis.clear()
-        self._writes += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
         owner = self.agents.setdefault(note.agent, len(self.agents))
@@ -397,7 +394,9 @@ class Columns:
                 self._stems_of.append(stem)
                 if stem is not None:
                     self._stem_terms.setdefault(stem, []).append(self.terms[term])
-        key = (len(self.ids), self._writes)
+        # a slot's length and postings never change once written (a changed note gets a new
+        # slot), so the lengths are those of the last computation while no slot was added
+        key = len(self.ids)
         if self._english_len is None or self._english_len[0] != key:
             n = len(self.ids)
             stop = [t for t, st in enumerate(self._stems_of) if st is None]

@@ -296,17 +296,21 @@ def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int
     pos_g = np.maximum(g, 0.0)
     fix_in = lag - pos_g + margin < low
     fix_out = lag - pos_g + g + margin < low
-    # Martello-Toth (tighter, one binary search each) for the items still open
-    pre = np.arange(n) < b
+    # Martello-Toth (tighter, one binary search each) for the items still open. Only the
+    # items of the LP solution (the prefix and the break item b) can be proven in: without
+    # any other the LP bound stays the same. Only the items from b on can be proven out:
+    # with a prefix item forced in it stays the same too.
+    pos = np.arange(n)
     rest = np.flatnonzero(~(fix_in | fix_out))
-    rp, rc, rv = rest[pre[rest]], c[rest[~pre[rest]]], v[rest[~pre[rest]]]
-    if len(rp):  # in the prefix: drop the item; the prefix runs on over its freed room
+    rp, ro = rest[pos[rest] <= b], rest[pos[rest] >= b]
+    if len(rp):  # drop the item; the prefix runs on over its freed room
         cp, vp = c[rp], v[rp]
         m0 = np.searchsorted(pc, budget + cp, side="right") - 1
         u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
         fix_in[rp] |= u0 + margin < low
-    ro = rest[~pre[rest]]
-    if len(ro):  # outside it: take the item; the rest fills budget - its cost
+    ro = ro[~fix_in[ro]]
+    if len(ro):  # take the item; the rest fills budget - its cost
+        rc, rv = c[ro], v[ro]
         m1 = np.searchsorted(pc, budget - rc, side="right") - 1
         u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
         fix_out[ro] |= u1 + margin < low

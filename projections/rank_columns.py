@@ -1,5 +1,5 @@
-"""The ranking pipeline over a ``NamespaceIndex``'s columns: ``projections.rank.rank``'s rule,
-vectorised. Pure: ``now`` and the config are arguments.
+"""The ranking pipeline over a ``NamespaceIndex``'s columns: the rule of the per-note
+reference ``tests.reference.rank``, vectorised. Pure: ``now`` and the config are arguments.
 
 Tier, age, recency and score are computed with numpy over the candidates' slots, with the
 same IEEE operations in the same order as ``rank`` (``age_days``, ``recency``), except the

@@ -18,7 +18,7 @@ from itertools import repeat
 
 import numpy as np
 
-from hivemind_memory.projections.columns import FloatArray, IntArray, micros
+from hivemind_memory.projections.columns import FloatArray, IntArray, from_micros, micros
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.ordering import by_score, order
@@ -57,22 +57,23 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     packed = pack_arrays(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
                          cfg.exact_max_cells)
     chosen = set(packed.chosen)
-    notes = idx.notes
     if explain:
         at = np.arange(len(s))
     else:  # only the packed notes become structs
         at = np.flatnonzero(np.isin(s, [cols.slot[k] for k in packed.chosen]))
-    rows = zip(s[at].tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
-               score[at].tolist(), age[at].tolist(), costs[at].tolist(), strict=True)
+    sa = s[at]
+    rows = zip(sa.tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
+               score[at].tolist(), age[at].tolist(), costs[at].tolist(),
+               cols.texts.many(sa.tolist()), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
+               cols.created_us[sa].tolist(), strict=True)
     every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost in rows:
+    for slot, t, r, rc, sc, a, cost, text, tokens, uses, created in rows:
         key = ids[slot]
-        n = notes[key]
         every.append(ScoredNote(
-            note_id=key, text=n.text, tokens=n.tokens, cost=cost,
+            note_id=key, text=text, tokens=tokens, cost=cost,
             score=round(sc, DECIMALS), relevance=round(r, DECIMALS),
-            recency=round(rc, DECIMALS), tier=_TIERS[t], uses=n.uses,
-            age_days=round(a, DECIMALS), created_at=n.created_at, chosen=key in chosen))
+            recency=round(rc, DECIMALS), tier=_TIERS[t], uses=uses,
+            age_days=round(a, DECIMALS), created_at=from_micros(created), chosen=key in chosen))
     picked = [c for c in every if c.chosen]
     candidates = by_score(every) if explain else []
     return RankResult(

@@ -288,7 +288,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
         if not read_snapshot(rt.store, fresh):
             raise RuntimeError(f"no index snapshot of {ns} after a full load")
         snap_s.append(time.perf_counter() - t)
-    print(f"  index snapshot load (GET + decode) median of 3: "
+    print(f"  index snapshot load (HGETALL + decode) median of 3: "
           f"{statistics.median(snap_s) * 1000:,.0f} ms; worker RSS with this index loaded "
           f"from the snapshot: {index_rss_mib(rt.settings.redis_url, ns):,.0f} MiB")
     rank_s: list[float] = []

@@ -2,10 +2,14 @@
 field, and BM25 over them in numpy. Pure (no Redis, no clock).
 
 Rows (*slots*) are appended as notes arrive and never renumbered while the table lives: a
-note that is forgotten keeps its slot, flagged dead, until a ``reset``. Postings are a CSR
-base (one run of ``(slot, tf)`` per term id) plus a delta of postings appended since the last
-compaction; a query reads both and masks out dead and invisible slots. ``compact`` merges the
-delta into the base (dropping dead postings) once it is large.
+note that is forgotten keeps its slot, flagged dead, until a ``reset``. The table holds every
+field of a note (``note_state`` gives it back as a ``NoteState``): the scalar ones as arrays,
+the texts as UTF-8 chunks (``projections.texts``), the embeddings as one float64 array per
+slot that has one; so a worker keeps no Python object per note besides its id.
+
+Postings are a CSR base (one run of ``(slot, tf)`` per term id) plus a delta of postings
+appended since the last compaction; a query reads both and masks out dead and invisible slots.
+``compact`` merges the delta into the base (dropping dead postings) once it is large.
 
 BM25 is ``tests.reference.scores_over``'s arithmetic, element for element: the same
 corpus statistics (the notes the asking agent may see: shared ones plus its own private ones,
@@ -18,9 +22,9 @@ so the relevance is bit-identical (a differential test checks it).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from itertools import repeat
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +33,7 @@ from hivemind_memory.projections.analyzer import analyze, english_term
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
+from hivemind_memory.projections.texts import TextColumn
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -37,10 +42,20 @@ BoolArray = npt.NDArray[np.bool_]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 """Times are stored as integer microseconds since this instant."""
 _US = timedelta(microseconds=1)
+NO_TIME = np.iinfo(np.int64).min
+"""``last_used_us`` of a note never used."""
+SLOT_ARRAYS: dict[str, type[np.generic]] = {
+    "doc_len": np.int64, "tokens": np.int64, "created_us": np.int64, "uses": np.int64,
+    "last_used_us": np.int64, "scratch": np.bool_, "private": np.bool_, "owner": np.int64,
+    "live": np.bool_,
+}
+"""The per-slot arrays and their dtypes."""
 COMPACT_MIN_DELTA = 4_096
 """Delta postings below this are never compacted (cheap to read as they are)."""
 COMPACT_FRACTION = 0.125
 """Compact once the delta holds more postings than this fraction of the base."""
+_FLUSH = 1 << 16
+"""``bulk`` moves its postings from lists to arrays this many at a time."""
 
 
 class _Intern(dict[str, int]):
@@ -54,6 +69,11 @@ class _Intern(dict[str, int]):
 def micros(t: datetime) -> int:
     """``t`` as integer microseconds since the epoch (exact for any aware datetime)."""
     return (t - EPOCH) // _US
+
+
+def from_micros(us: int) -> datetime:
+    """Inverse of ``micros`` (an aware UTC datetime)."""
+    return EPOCH + timedelta(0, 0, us)
 
 
 class Columns:
@@ -73,23 +93,29 @@ class Columns:
         self.private = np.zeros(cap, np.bool_)
         self.owner = np.zeros(cap, np.int64)
         self.live = np.zeros(cap, np.bool_)
+        self.last_used_us = np.zeros(cap, np.int64)
+        self.texts = TextColumn()
+        self.vec: dict[int, FloatArray] = {}
+        """Embedding of each slot that has one."""
+        self._agent_names: list[str] = []
         # CSR base: postings of term t are base_slot[base_ptr[t]:base_ptr[t + 1]]
         self.base_ptr = np.zeros(1, np.int64)
         self.base_slot = np.zeros(0, np.int32)
-        self.base_tf = np.zeros(0, np.int32)
+        self.base_tf: npt.NDArray[np.integer[Any]] = np.zeros(0, np.int32)
+        """Term frequencies (int32, or narrower as loaded from a snapshot)."""
         self.delta: dict[int, tuple[list[int], list[int]]] = {}
         self.delta_size = 0
+        self._killed = 0
+        """Slots that died since the last compaction (their postings are still in the base)."""
         # BM25 corpus statistics of live notes: shared, and private per owner id
         self.shared_n = 0
         self.shared_len = 0
         self.private_n: dict[int, int] = {}
         self.private_len: dict[int, int] = {}
         self._vis: dict[str, BoolArray] = {}
-        self._writes = 0
-        """Counts ``put`` calls (cache key of the english lengths)."""
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
-        self._english_len: tuple[tuple[int, int], IntArray] | None = None
+        self._english_len: tuple[int, IntArray] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -101,8 +127,7 @@ class Columns:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name in ("doc_len", "tokens", "created_us", "uses", "scratch", "private", "owner",
-                     "live"):
+        for name in SLOT_ARRAYS:
             old = getattr(self, name)
             arr = np.zeros(new, old.dtype)
             arr[:cap] = old
@@ -137,20 +162,23 @@ class Columns:
         self.doc_len[s] = sum(counts.values())
 
     def put(self, note: NoteState) -> None:
-        """Add or update one note. A live note keeps its slot and postings while its scope and
-        owner stay; a slot that died (forgotten) never comes back: a note live again (or one
-        whose scope or owner changed) gets a new slot, so a slot has one set of postings."""
+        """Add or update one note. A live note keeps its slot and postings while its text,
+        scope and owner stay; a slot that died (forgotten) never comes back: a note live again
+        (or one whose text, scope or owner changed) gets a new slot, so a slot has one text
+        and one set of postings."""
         self._vis.clear()
-        self._writes += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
         owner = self.agents.setdefault(note.agent, len(self.agents))
         alive = not note.forgotten
         if s is not None and (bool(self.private[s]) != private or int(self.owner[s]) != owner
-                              or (alive and not self.live[s])):
+                              or (alive and not self.live[s])
+                              or self.texts.get(s) != note.text):
             if self.live[s]:
                 self._count(s, -1)
                 self.live[s] = False
+                self._killed += 1
+            self.vec.pop(s, None)
             s = None
         if s is None:
             s = len(self.ids)
@@ -159,15 +187,23 @@ class Columns:
             self.slot[note.note_id] = s
             self.private[s] = private
             self.owner[s] = owner
+            self.texts.append(note.text)
             if alive:
                 self._index_text(s, note.text)
         self.tokens[s] = note.tokens
         self.created_us[s] = micros(note.created_at)
         self.uses[s] = note.uses
+        self.last_used_us[s] = NO_TIME if note.last_used_at is None else micros(
+            note.last_used_at)
         self.scratch[s] = note.kind == "scratch"
+        if note.embedding is None:
+            self.vec.pop(s, None)
+        else:
+            self.vec[s] = np.array(note.embedding, np.float64)
         if alive != bool(self.live[s]):
             self._count(s, 1 if alive else -1)
             self.live[s] = alive
+            self._killed += not alive
 
     @classmethod
     def bulk(cls, notes: Iterable[NoteState]) -> Columns:
@@ -175,18 +211,23 @@ class Columns:
         into arrays at the end and the postings sorted into CSR at once (what ``put`` note by
         note then ``compact`` would give, much faster)."""
         self = cls()
-        ids, agents, terms = self.ids, self.agents, _Intern()
+        ids, agents, terms, texts, vec = self.ids, self.agents, _Intern(), self.texts, self.vec
         owner: list[int] = []
         private: list[bool] = []
         scratch: list[bool] = []
         tokens: list[int] = []
         created: list[int] = []
         uses: list[int] = []
+        last_used: list[int] = []
         live: list[bool] = []
         doc_len: list[int] = []
+        # postings in note order: term ids and tfs, moved from lists to arrays every
+        # _FLUSH entries (a list holds an 8-byte pointer an entry), and each note's count
         p_term: list[int] = []
-        p_slot: list[int] = []
         p_tf: list[int] = []
+        a_term: list[npt.NDArray[np.int32]] = []
+        a_tf: list[npt.NDArray[np.int32]] = []
+        per_note: list[int] = []
         for s, note in enumerate(notes):
             ids.append(note.note_id)
             owner.append(agents.setdefault(note.agent, len(agents)))
@@ -195,15 +236,25 @@ class Columns:
             tokens.append(note.tokens)
             created.append(micros(note.created_at))
             uses.append(note.uses)
+            last_used.append(NO_TIME if note.last_used_at is None else micros(note.last_used_at))
             live.append(not note.forgotten)
+            texts.append(note.text)
+            if note.embedding is not None:
+                vec[s] = np.array(note.embedding, np.float64)
             if note.forgotten:
                 doc_len.append(0)
+                per_note.append(0)
                 continue
             counts = Counter(tokenize(note.text))
             p_term.extend(map(terms.__getitem__, counts))
             p_tf.extend(counts.values())
-            p_slot.extend(repeat(s, len(counts)))
+            per_note.append(len(counts))
             doc_len.append(sum(counts.values()))
+            if len(p_term) >= _FLUSH:
+                a_term.append(np.array(p_term, np.int32))
+                a_tf.append(np.array(p_tf, np.int32))
+                p_term.clear()
+                p_tf.clear()
         self.slot = {k: i for i, k in enumerate(ids)}
         if len(self.slot) != len(ids):
             raise ValueError("duplicate note ids in a bulk load")
@@ -211,16 +262,25 @@ class Columns:
         n = len(ids)
         self._grow(n)
         for name, values in (("doc_len", doc_len), ("tokens", tokens), ("created_us", created),
-                             ("uses", uses), ("scratch", scratch), ("private", private),
-                             ("owner", owner), ("live", live)):
+                             ("uses", uses), ("last_used_us", last_used), ("scratch", scratch),
+                             ("private", private), ("owner", owner), ("live", live)):
             getattr(self, name)[:n] = values
-        term_arr = np.array(p_term, np.int64)
+        texts.seal()
+        # one temporary of the postings' size at a time (a full load's peak memory)
+        a_term.append(np.array(p_term, np.int32))
+        term_arr = np.concatenate(a_term)
+        a_term.clear()
         order = np.argsort(term_arr, kind="stable")
-        self.base_slot = np.array(p_slot, np.int32)[order]
-        self.base_tf = np.array(p_tf, np.int32)[order]
         ptr = np.zeros(len(self.terms) + 1, np.int64)
         np.cumsum(np.bincount(term_arr, minlength=len(self.terms)), out=ptr[1:])
         self.base_ptr = ptr
+        del term_arr
+        a_tf.append(np.array(p_tf, np.int32))
+        tf = np.concatenate(a_tf)
+        a_tf.clear()
+        self.base_tf = tf[order]
+        del tf
+        self.base_slot = np.repeat(np.arange(n, dtype=np.int32), per_note)[order]
         self._recount()
         return self
 
@@ -240,7 +300,10 @@ class Columns:
 
     def compact(self, force: bool = False) -> bool:
         """Merge the delta postings into the CSR base, dropping postings of dead slots; only
-        when the delta is large (or ``force``). Returns whether it ran."""
+        when the delta is large (or ``force``, unless there is nothing to merge or drop).
+        Returns whether it ran."""
+        if not self.delta_size and not self._killed:
+            return False
         if not force and (self.delta_size < COMPACT_MIN_DELTA
                           or self.delta_size < COMPACT_FRACTION * len(self.base_slot)):
             return False
@@ -267,9 +330,29 @@ class Columns:
         self.base_ptr = ptr
         self.delta = {}
         self.delta_size = 0
+        self._killed = 0
         return True
 
     # ------------------------------------------------------------------ reading
+
+    def agent_name(self, o: int) -> str:
+        """The agent of owner id ``o``."""
+        names = self._agent_names
+        if len(names) != len(self.agents):
+            names[:] = list(self.agents)  # ids are given in insertion order
+        return names[o]
+
+    def note_state(self, s: int) -> NoteState:
+        """The note whose current slot is ``s``, as it was put."""
+        lu = int(self.last_used_us[s])
+        v = self.vec.get(s)
+        return NoteState(
+            note_id=self.ids[s], agent=self.agent_name(int(self.owner[s])),
+            scope="private" if self.private[s] else "shared",
+            kind="scratch" if self.scratch[s] else "note", text=self.texts.get(s),
+            tokens=int(self.tokens[s]), created_at=from_micros(int(self.created_us[s])),
+            uses=int(self.uses[s]), last_used_at=None if lu == NO_TIME else from_micros(lu),
+            forgotten=not self.live[s], embedding=None if v is None else v.tolist())
 
     def visible(self, agent: str) -> BoolArray:
         """Slots ``agent`` may retrieve: live, and shared or its own (cached until a write)."""
@@ -311,7 +394,9 @@ class Columns:
                 self._stems_of.append(stem)
                 if stem is not None:
                     self._stem_terms.setdefault(stem, []).append(self.terms[term])
-        key = (len(self.ids), self._writes)
+        # a slot's length and postings never change once written (a changed note gets a new
+        # slot), so the lengths are those of the last computation while no slot was added
+        key = len(self.ids)
         if self._english_len is None or self._english_len[0] != key:
             n = len(self.ids)
             stop = [t for t, st in enumerate(self._stems_of) if st is None]
@@ -375,3 +460,22 @@ class Columns:
         if not len(out):
             return empty
         return out, acc[out] / max_score
+
+
+class NotesView(Mapping[str, NoteState]):
+    """Note id -> ``NoteState`` over a ``Columns`` (each built when it is read)."""
+
+    def __init__(self, cols: Columns) -> None:
+        self.cols = cols
+
+    def __getitem__(self, key: str) -> NoteState:
+        return self.cols.note_state(self.cols.slot[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cols.slot)
+
+    def __len__(self) -> int:
+        return len(self.cols.slot)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.cols.slot

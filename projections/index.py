@@ -1,6 +1,10 @@
 """The worker's in-memory index of one namespace: note rows and lexical statistics. Pure: it
 is filled by ``projections.store.index_loader`` (full load, then incremental refresh from the
-changes stream) or from an in-memory fold (``--as-of``)."""
+changes stream) or from an in-memory fold (``--as-of``).
+
+Every field of every note lives in the columns (``projections.columns``): arrays, texts in
+UTF-8 chunks, embeddings as arrays; ``notes`` is a read-only view that builds a ``NoteState``
+only for the note read. So 100k notes cost no Python object each besides their ids."""
 
 from __future__ import annotations
 
@@ -11,17 +15,16 @@ from typing import Any
 import numpy as np
 
 from hivemind_memory.events.positions import ZERO, Position
-from hivemind_memory.projections.columns import Columns, FloatArray, IntArray
+from hivemind_memory.projections.columns import Columns, FloatArray, IntArray, NotesView
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.state import NoteState
 
 
 @dataclass
 class NamespaceIndex:
-    """Notes of one namespace plus their columnar table (``projections.columns``)."""
+    """The notes of one namespace as a columnar table (``projections.columns``)."""
 
     ns: str
-    notes: dict[str, NoteState] = field(default_factory=dict)
     cols: Columns = field(default_factory=Columns)
     """Interned terms, postings and one array per field; BM25 per visible corpus."""
     checkpoint: Position = ZERO
@@ -34,23 +37,28 @@ class NamespaceIndex:
     """Per embedding dimension: slots, their embeddings as one matrix, and their norms."""
     _dirty_dims: set[int] = field(default_factory=set)
 
+    @property
+    def notes(self) -> NotesView:
+        """Note id -> ``NoteState`` (read-only; each built from the columns when read)."""
+        return NotesView(self.cols)
+
     def put(self, note: NoteState) -> None:
         """Add or replace one note (a forgotten note leaves the lexical index)."""
-        old = self.notes.get(note.note_id)
-        for n in (old, note):
-            if n is not None and n.embedding is not None:
-                self._dirty_dims.add(len(n.embedding))
-        self.notes[note.note_id] = note
+        s = self.cols.slot.get(note.note_id)
+        old = None if s is None else self.cols.vec.get(s)
+        if old is not None:
+            self._dirty_dims.add(len(old))
+        if note.embedding is not None:
+            self._dirty_dims.add(len(note.embedding))
         self.cols.put(note)
 
     def reset(self, notes: Iterable[NoteState], checkpoint: Position,
-              changes_seen: Position) -> None:
-        """Replace everything with ``notes`` (a full load, in note id order)."""
-        ordered = sorted(notes, key=lambda n: n.note_id)
-        self.notes = {n.note_id: n for n in ordered}
-        self.cols = Columns.bulk(ordered)
+              changes_seen: Position, *, ordered: bool = False) -> None:
+        """Replace everything with ``notes`` (a full load), put in note id order (``ordered``:
+        they come in that order already, and are then consumed one at a time)."""
+        self.cols = Columns.bulk(notes if ordered else sorted(notes, key=lambda n: n.note_id))
         self._vectors = {}
-        self._dirty_dims = {len(n.embedding) for n in ordered if n.embedding is not None}
+        self._dirty_dims = {len(v) for v in self.cols.vec.values()}
         self.checkpoint = checkpoint
         self.changes_seen = changes_seen
         self.full_loads += 1
@@ -73,11 +81,12 @@ class NamespaceIndex:
 
     def _matrix(self, dim: int) -> tuple[IntArray, Any, Any]:
         if dim in self._dirty_dims or dim not in self._vectors:
-            ids = sorted(k for k, n in self.notes.items()
-                         if not n.forgotten and n.embedding is not None and len(n.embedding) == dim)
-            m = np.array([self.notes[k].embedding for k in ids], dtype=np.float64).reshape(
-                len(ids), dim)
-            slots = np.array([self.cols.slot[k] for k in ids], dtype=np.int64)
+            cols = self.cols
+            ids, live, vec = cols.ids, cols.live, cols.vec
+            # live notes with an embedding of this dimension, in note id order
+            got = sorted((ids[s], s) for s, v in vec.items() if live[s] and len(v) == dim)
+            m = np.array([vec[s] for _, s in got], dtype=np.float64).reshape(len(got), dim)
+            slots = np.array([s for _, s in got], dtype=np.int64)
             self._vectors[dim] = (slots, m, np.sqrt(np.einsum("ij,ij->i", m, m)))
             self._dirty_dims.discard(dim)
         return self._vectors[dim]

@@ -434,19 +434,22 @@ class _Fixing:
         without = lag - pos_g
         self.fix_in = without + margin < low
         self.fix_out = without + g + margin < low
-        # Martello-Toth (tighter, one binary search each) for the items still open
-        pre = np.arange(n) < b
+        # Martello-Toth (tighter, one binary search each) for the items still open. Only the
+        # items of the LP solution (the prefix and the break item b) can be proven in:
+        # without any other the LP bound stays the same. Only the items from b on can be
+        # proven out: with a prefix item forced in it stays the same too.
+        pos = np.arange(n)
         rest = np.flatnonzero(~(self.fix_in | self.fix_out))
-        self.rp = rp = rest[pre[rest]]
-        self.ro = ro = rest[~pre[rest]]
-        self.ub_rp = without[rp]  # bound with the item left out (prefix items)
-        self.ub_ro = (without + g)[ro]  # bound with the item taken (the others)
-        if len(rp):  # in the prefix: drop the item; the prefix runs on over its freed room
+        self.rp = rp = rest[pos[rest] <= b]
+        self.ro = ro = rest[pos[rest] >= b]
+        self.ub_rp = without[rp]  # bound with the item left out
+        self.ub_ro = (without + g)[ro]  # bound with the item taken
+        if len(rp):  # drop the item; the prefix runs on over its freed room
             cp, vp = c[rp], v[rp]
             m0 = np.searchsorted(pc, budget + cp, side="right") - 1
             u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
             self.ub_rp = np.minimum(self.ub_rp, u0)
-        if len(ro):  # outside it: take the item; the rest fills budget - its cost
+        if len(ro):  # take the item; the rest fills budget - its cost
             rc, rv = c[ro], v[ro]
             m1 = np.searchsorted(pc, budget - rc, side="right") - 1
             u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
@@ -457,7 +460,7 @@ class _Fixing:
         """Fix what ``lower`` (the value of a known packing) proves."""
         low = float(lower)
         self.fix_in[self.rp] |= self.ub_rp + self.margin < low
-        self.fix_out[self.ro] |= self.ub_ro + self.margin < low
+        self.fix_out[self.ro] |= (self.ub_ro + self.margin < low) & ~self.fix_in[self.ro]
 
     def reduction(self) -> _Reduction:
         bd = self.by_density

@@ -1,5 +1,5 @@
-"""The ranking pipeline over a ``NamespaceIndex``'s columns: ``projections.rank.rank``'s rule,
-vectorised. Pure: ``now`` and the config are arguments.
+"""The ranking pipeline over a ``NamespaceIndex``'s columns: the rule of the per-note
+reference ``tests.reference.rank``, vectorised. Pure: ``now`` and the config are arguments.
 
 Tier, age, recency and score are computed with numpy over the candidates' slots, with the
 same IEEE operations in the same order as ``rank`` (``age_days``, ``recency``), except the
@@ -18,7 +18,13 @@ from itertools import repeat
 
 import numpy as np
 
-from hivemind_memory.projections.columns import Columns, FloatArray, IntArray, micros
+from hivemind_memory.projections.columns import (
+    Columns,
+    FloatArray,
+    IntArray,
+    from_micros,
+    micros,
+)
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.ordering import by_score, order
@@ -123,17 +129,18 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     else:  # only the packed notes become structs
         at = np.sort(picked_at)
         chosen = [True] * len(at)
-    tier, age = _tier_age(cols, s[at], now_us, cfg)
-    rows = zip(s[at].tolist(), tier.tolist(), rounded(rel[at]), rounded(rec[at]),
-               rounded(score[at]), rounded(age), costs[at].tolist(), chosen, strict=True)
-    notes = idx.notes
+    sa = s[at]
+    tier, age = _tier_age(cols, sa, now_us, cfg)
+    rows = zip(sa.tolist(), tier.tolist(), rounded(rel[at]), rounded(rec[at]),
+               rounded(score[at]), rounded(age), costs[at].tolist(), chosen,
+               cols.texts.many(sa.tolist()), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
+               cols.created_us[sa].tolist(), strict=True)
     every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost, ch in rows:
+    for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, created in rows:
         key = ids[slot]
-        n = notes[key]
         every.append(ScoredNote(
-            note_id=key, text=n.text, tokens=n.tokens, cost=cost, score=sc, relevance=r,
-            recency=rc, tier=_TIERS[t], uses=n.uses, age_days=a, created_at=n.created_at,
+            note_id=key, text=text, tokens=tokens, cost=cost, score=sc, relevance=r,
+            recency=rc, tier=_TIERS[t], uses=uses, age_days=a, created_at=from_micros(created),
             chosen=ch))
     picked = [c for c in every if c.chosen] if explain else every
     candidates = by_score(every) if explain else []

@@ -6,6 +6,9 @@ The helpers behind them live in ``tests/support.py``; every fixture that install
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -16,7 +19,57 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.support import (
+
+class _MutantsFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Under mutmut (``MUTANT_UNDER_TEST`` set) the tests run inside ``mutants/``, next to
+    mutated copies of the product folders. mutmut names a mutant after its file
+    (``projections/recency.py`` -> ``projections.recency``) and its trampolines compare that
+    with the function's ``__module__``, so ``hivemind_memory.X`` is imported as the plain
+    module ``X`` from this tree and the same module object is returned under both names (see
+    tests/MUTATION.md). Folders not copied into ``mutants/`` (``worker``, ``api_stub``) still
+    come from the editable install; their imports of the core land here too."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+        self.plain: dict[str, importlib.machinery.ModuleSpec] = {}
+        """Each aliased name's original spec (the import system replaces ``__spec__``)."""
+
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+        head, _, rest = fullname.partition(".")
+        if head != "hivemind_memory" or not rest or not (self.tree / rest.split(".")[0]).is_dir():
+            return None
+        module = importlib.import_module(rest)
+        spec = importlib.util.spec_from_loader(fullname, self,
+                                               is_package=hasattr(module, "__path__"))
+        self._pending = module
+        self.plain[fullname] = module.__spec__
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._pending
+
+    def exec_module(self, module: Any) -> None:
+        """The plain-named module already ran."""
+
+    def get_resource_reader(self, fullname: str) -> Any:
+        """Package data (the Lua scripts) through the plain module's own loader."""
+        spec = self.plain[fullname]
+        return spec.loader.get_resource_reader(spec.name)  # type: ignore[union-attr]
+
+
+def _product_from_this_tree() -> None:
+    tree = Path.cwd()
+    if not os.environ.get("MUTANT_UNDER_TEST") or not (tree / "projections").is_dir():
+        return
+    if str(tree) not in sys.path:
+        sys.path.insert(0, str(tree))
+    sys.meta_path.insert(0, _MutantsFirst(tree))
+
+
+_product_from_this_tree()  # before anything (tests.support included) imports the product
+
+from tests.support import (  # noqa: E402  (after the mutants hook)
     RQ_OF,
     ClusterProc,
     RedisProc,
@@ -26,34 +79,10 @@ from tests.support import (
 )
 
 
-def _product_from_this_tree() -> None:
-    """Under mutmut (``MUTANT_UNDER_TEST`` set) the tests run inside ``mutants/``, next to
-    mutated copies of the product folders: import ``hivemind_memory.*`` from those, not through
-    the editable install's mapping to the original folders (see tests/MUTATION.md)."""
-    tree = Path.cwd()
-    if not os.environ.get("MUTANT_UNDER_TEST") or not (tree / "projections").is_dir():
-        return
-    for top in ("events", "projections", "api_stub", "worker"):
-        for init in sorted((tree / top).rglob("__init__.py"), key=lambda f: len(f.parts)):
-            rel = init.parent.relative_to(tree)
-            name = "hivemind_memory." + ".".join(rel.parts)
-            spec = importlib.util.spec_from_file_location(
-                name, init, submodule_search_locations=[str(init.parent)])
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    _product_from_this_tree()  # before any test module imports the product
-
-
-
 @pytest.fixture(autouse=True)
 def _restore_runtime() -> Iterator[None]:
     """A test that installs a worker runtime does not leak it into the next test."""
-    from hivemind_memory.worker import runtime  # imported late: see pytest_configure
+    from hivemind_memory.worker import runtime  # imported late: see _product_from_this_tree
 
     saved = runtime.installed()
     yield

@@ -1,4 +1,9 @@
-"""An independent reference for relevance, written for clarity, used ONLY by differential tests.
+"""Independent references, written for clarity, used ONLY by differential tests.
+
+``rank`` is the per-note ranking pipeline the product ran before its index went columnar
+(filter, tier, age and recency note by note, ``Item``s, ``pack``, order): the product's
+``projections.rank_columns.rank_index`` must return exactly what it returns
+(``tests/test_columns.py``), so it stays here as the old engine, not in the product.
 
 Textbook BM25 recomputed from scratch (every text re-read, nothing incremental, the ``(k1 + 1)``
 factor kept, the normaliser written out) and cosine with ``math.fsum``; and ``LexicalIndex`` /
@@ -15,11 +20,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import NamedTuple
 
 from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ordering import by_score, order
+from hivemind_memory.projections.packing import Item, pack
+from hivemind_memory.projections.rank import DECIMALS, PRINTS_AS_ZERO, RankResult, ScoredNote
+from hivemind_memory.projections.recency import age_days, recency
 from hivemind_memory.projections.relevance import idf, tokenize
-from hivemind_memory.projections.state import NoteState
+from hivemind_memory.projections.state import NoteState, Tier, tier_of
 
 
 def bm25(docs: dict[str, str], query: str, cfg: RankingConfig) -> dict[str, float]:
@@ -225,3 +236,90 @@ def pack_full_table(items: Iterable[tuple[str, int, float]], budget: int) -> tup
     picked = full_table_dp([c for _, c, _ in eligible],
                            [round(v * 1e9) for _, _, v in eligible], min(budget, total))
     return tuple(eligible[i][0] for i in sorted(picked))
+
+
+def visible(note: NoteState, agent: str) -> bool:
+    """May ``agent`` retrieve ``note``? Never if forgotten; private notes only for their agent."""
+    if note.forgotten:
+        return False
+    return note.scope != "private" or note.agent == agent
+
+
+class Candidate(NamedTuple):
+    """A candidate before rounding: its note and every signal, unrounded."""
+
+    note: NoteState
+    relevance: float
+    recency: float
+    score: float
+    tier: Tier
+    age_days: float
+
+
+def _scored(c: Candidate, cost: int, chosen: bool) -> ScoredNote:
+    n, rel, rec, score, tier, age = c
+    return ScoredNote(
+        note_id=n.note_id,
+        text=n.text,
+        tokens=n.tokens,
+        cost=cost,
+        score=round(score, DECIMALS),
+        relevance=round(rel, DECIMALS),
+        recency=round(rec, DECIMALS),
+        tier=tier,
+        uses=n.uses,
+        age_days=round(age, DECIMALS),
+        created_at=n.created_at,
+        chosen=chosen,
+    )
+
+
+def rank(
+    notes: Iterable[NoteState],
+    relevance: Mapping[str, float],
+    *,
+    agent: str,
+    now: datetime,
+    budget: int,
+    cfg: RankingConfig,
+    explain: bool = True,
+) -> RankResult:
+    """The notes that best fill ``budget`` tokens for ``agent`` at ``now``.
+
+    ``relevance`` maps note id -> relevance in [0, 1] (missing = 0). A note is a candidate when
+    it is visible to ``agent`` and its relevance is > 0 and >= ``cfg.min_relevance``; "> 0" is
+    judged on the relevance as printed (6 decimals), so no candidate ever shows relevance 0.
+    score = relevance * recency(tier, age); cost = tokens + ``cfg.per_note_overhead_tokens``.
+    ``explain=False`` leaves ``candidates`` empty (cheaper when nobody reads it).
+    """
+    overhead = cfg.per_note_overhead_tokens
+    min_rel = cfg.min_relevance
+    get = relevance.get
+    raw: list[Candidate] = []
+    for note in notes:
+        rel = get(note.note_id, 0.0)
+        if rel <= PRINTS_AS_ZERO or rel < min_rel or not visible(note, agent):
+            continue
+        tier = tier_of(note.uses, note.kind, cfg)
+        age = age_days(note.created_at, now)
+        rec = recency(tier, age, cfg)
+        raw.append(Candidate(note, rel, rec, rel * rec, tier, age))
+    packed = pack(
+        (Item(c.note.note_id, c.note.tokens + overhead, c.score) for c in raw), budget,
+        cfg.exact_max_cells,
+    )
+    chosen = set(packed.chosen)
+    picked = [_scored(c, c.note.tokens + overhead, True) for c in raw
+              if c.note.note_id in chosen]
+    candidates: list[ScoredNote] = []
+    if explain:
+        candidates = by_score(
+            _scored(c, c.note.tokens + overhead, c.note.note_id in chosen) for c in raw
+        )
+    return RankResult(
+        used=packed.total_cost,
+        method=packed.method,
+        upper_bound=round(packed.upper_bound, DECIMALS),
+        notes=order(picked, cfg.order),
+        candidates=candidates,
+    )

@@ -12,13 +12,21 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 from redis.crc import key_slot
+
+from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.index import build_index
+from hivemind_memory.projections.rank import RankResult
+from hivemind_memory.projections.rank_columns import rank_index
+from hivemind_memory.projections.state import NoteState
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -343,3 +351,17 @@ def wait_until(cond: Callable[[], object], what: str, timeout_s: float = 60) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)  # polling an external process's progress
+
+
+def rank_notes(notes: Iterable[NoteState], relevance: Mapping[str, float], *, agent: str,
+               now: datetime, budget: int, cfg: RankingConfig,
+               explain: bool = True) -> RankResult:
+    """The product's ranking (``rank_index`` over a ``NamespaceIndex`` of ``notes``) with the
+    relevance given per note id (missing: 0), the same arguments as the reference
+    ``tests.reference.rank``."""
+    idx = build_index("t", {n.note_id: n for n in notes})
+    keys = [k for k in sorted(relevance) if k in idx.cols.slot]
+    slots = np.array([idx.cols.slot[k] for k in keys], np.int64)
+    rel = np.array([relevance[k] for k in keys], np.float64)
+    return rank_index(idx, slots, rel, agent=agent, now=now, budget=budget, cfg=cfg,
+                      explain=explain)

@@ -8,16 +8,16 @@ from datetime import timedelta
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.rank import rank
 from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
-from tests.reference import LexicalIndex, scores_over
+from tests.reference import LexicalIndex, rank, scores_over
 from tests.test_packing import small_thresholds
 
 WORDS = ["redis", "stream", "Stream", "lease", "crash", "café", "deploy", "argo", "x_y", "v2"]
@@ -54,18 +54,24 @@ def visible_corpus(notes: dict[str, NoteState], agent: str) -> list[LexicalIndex
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.lists(NOTE, max_size=12), min_size=1, max_size=4),
        st.lists(st.sampled_from([*WORDS, "zzz"]), min_size=1, max_size=4),
-       st.sampled_from(["", *AGENTS]), st.booleans())
+       st.sampled_from(["", *AGENTS]), st.booleans(), st.booleans())
 def test_bm25_is_bit_identical_to_scores_over(batches: list[list[NoteState]], q: list[str],
-                                              agent: str, compact_each: bool) -> None:
+                                              agent: str, compact_each: bool,
+                                              audience_moves: bool) -> None:
     cfg = RankingConfig()
     idx = NamespaceIndex("t")
     truth: dict[str, NoteState] = {}
     for batch in batches:
         for n in batch:
             first = truth.get(n.note_id)
-            if first is not None:  # text, owner and scope are fixed at creation; uses
-                # and the forgotten flag change (and a forgotten note may come back here)
+            if first is not None:  # the text is fixed at creation; uses and the forgotten
+                # flag change (and a forgotten note may come back here). The fold never
+                # changes a note's owner or scope, but ``put`` takes any state: with
+                # ``audience_moves`` they change too (the note must move to a new slot).
                 n = msgspec.structs.replace(first, uses=n.uses, forgotten=n.forgotten)
+                if audience_moves:
+                    n = msgspec.structs.replace(n, agent=n.agent if n.uses % 2 else "bob",
+                                                scope="private" if n.uses % 3 else "shared")
             idx.put(n)
             truth[n.note_id] = n
         if compact_each:
@@ -217,3 +223,11 @@ def test_rounded_is_round_to_six_decimals_bit_for_bit(xs: list[float]) -> None:
 
     got = rounded(np.array(xs, np.float64))
     assert [v.hex() for v in got] == [round(x, 6).hex() for x in xs]
+
+
+def test_bulk_load_names_duplicate_ids() -> None:
+    from hivemind_memory.projections.columns import Columns
+
+    a = note(1, ["redis"], "alice", False, False, 0, 10)
+    with pytest.raises(ValueError, match=r"^duplicate note ids in a bulk load$"):
+        Columns.bulk([a, a])

@@ -15,9 +15,9 @@ from hivemind_memory.projections.config import (
     config_from_toml,
     load_config,
 )
-from hivemind_memory.projections.rank import rank
 from hivemind_memory.projections.recency import recency
 from hivemind_memory.projections.state import NoteState
+from tests.support import rank_notes
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -139,16 +139,16 @@ def test_config_changes_change_results() -> None:
     )
     cfg = config_from_toml("[short]\nhalf_life_days = 90\nfloor = 0.5\n")
     assert recency("short", 90.0, cfg) == pytest.approx(0.75)
-    base = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=DEFAULT)
-    custom = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=cfg)
+    base = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=DEFAULT)
+    custom = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=cfg)
     assert custom.candidates[0].recency == 0.75 != base.candidates[0].recency
-    promoted = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+    promoted = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
                     cfg=config_from_toml("longterm_uses = 3"))
     assert promoted.candidates[0].tier == "longterm"
-    strict = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+    strict = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
                   cfg=config_from_toml("min_relevance = 0.9"))
     assert strict.candidates == []
-    overhead = rank([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+    overhead = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
                     cfg=config_from_toml("per_note_overhead_tokens = 950"))
     assert overhead.notes == [] and overhead.candidates[0].cost == 1050
 

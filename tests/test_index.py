@@ -130,7 +130,11 @@ def test_a_worker_start_loads_the_snapshot_then_catches_up_and_replay_drops_it()
     again = decode_index(encode_index(second), "t")
     assert again is not None and again.notes == second.notes
     assert decode_index(encode_index(second), "other") is None
-    assert decode_index(b"not a snapshot", "t") is None
+    assert decode_index({b"meta": b"not a snapshot"}, "t") is None
+    assert decode_index({}, "t") is None
+    damaged = encode_index(second)
+    damaged[b"uses"] = damaged[b"uses"][:-8]  # one slot short
+    assert decode_index(damaged, "t") is None
     # replay deletes it; the next worker loads in full (and writes a fresh one)
     assert write_back(r, "t", fold_log(r, "t"))
     assert not r.exists(keys.index_snapshot("t"))
@@ -147,10 +151,10 @@ def test_a_snapshot_from_before_a_replay_is_reloaded_in_full() -> None:
     append(r, [ev(created("a", text="redis"))])
     project_batch(r, "t")
     refresh_index(r, NamespaceIndex("t"))
-    stale = r.get(keys.index_snapshot("t"))
-    assert stale is not None
+    stale = r.hgetall(keys.index_snapshot("t"))
+    assert stale
     assert write_back(r, "t", fold_log(r, "t"))
-    r.set(keys.index_snapshot("t"), stale)  # e.g. a worker wrote it just after the replay
+    r.hset(keys.index_snapshot("t"), mapping=stale)  # e.g. a worker wrote it after the replay
     idx = NamespaceIndex("t")
     refresh_index(r, idx)  # snapshot, then the reset entry after it: full load
     assert idx.snapshot_loads == 1 and idx.full_loads == 1

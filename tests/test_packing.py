@@ -6,9 +6,10 @@ import itertools
 import math
 import random
 from collections.abc import Iterator
+from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.projections.packing import Item, PackResult, lp_bound, pack
@@ -571,3 +572,75 @@ def test_survivors_drop_the_hopeless_tail_of_a_query_like_instance() -> None:
 
     full = pack_full_table([(it.key, it.cost, it.value) for it in items[:400]], 600)
     assert set(pack(items[:400], 600, EXACT).chosen) == set(full)
+
+
+def _lp_exact(items: list[tuple[int, int]], room: int) -> Fraction:
+    """The fractional knapsack optimum of (cost, value) pairs, in exact arithmetic."""
+    total = Fraction(0)
+    for c, v in sorted(items, key=lambda cv: -Fraction(cv[1], cv[0]) if cv[0] else -math.inf):
+        if c <= room:
+            total += v
+            room -= c
+        else:
+            total += Fraction(v * room, c)
+            break
+    return total
+
+
+@settings(max_examples=400, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 2_000_000_000)),
+                      min_size=1, max_size=10),
+       budget=st.integers(1, 200), slack=st.integers(0, 3_000_000_000))
+@example(pairs=[(4, 1261819729), (7, 1817195120)], budget=10, slack=0)  # the break item is
+# in every optimum (a reduction that only tried the prefix items missed it)
+def test_reduction_fixes_what_the_lp_bounds_prove_and_only_that(
+        pairs: list[tuple[int, int]], budget: int, slack: int) -> None:
+    """The variable fixing of the exact path against the rule it implements, recomputed in
+    exact arithmetic. In density order, the items of the LP solution (the prefix that fits
+    whole and the break item after it) are fixed in iff the LP bound without the item, plus
+    the safety margin, stays below the known packing's value; the items from the break item on
+    are fixed out iff the item's value plus the LP bound of the rest in the room it leaves
+    does. Bounds within one scaled unit of the threshold may go either way (float rounding).
+    Fixed-in items are in every optimal packing, fixed-out ones in none (brute force)."""
+    import numpy as np
+
+    from hivemind_memory.projections.packing import _reduce
+
+    pairs = [(c, v) for c, v in pairs if c <= budget]
+    if not pairs:
+        return
+    costs = np.array([c for c, _ in pairs], np.int64)
+    values = np.array([v for _, v in pairs], np.int64)
+    density = np.divide(values.astype(np.float64), costs, out=np.full(len(pairs), np.inf),
+                        where=costs > 0)
+    by_density = np.argsort(-density)
+    position = {int(j): p for p, j in enumerate(by_density.tolist())}
+    fitting = np.cumsum(costs[by_density]) <= budget
+    b = int(fitting.sum())  # the break item's position (n: everything fits)
+    assert fitting[:b].all()
+    n = len(pairs)
+    sets = [s for k in range(n + 1) for s in itertools.combinations(range(n), k)
+            if sum(pairs[i][0] for i in s) <= budget]
+    best = max(sum(pairs[i][1] for i in s) for s in sets)
+    optima = [set(s) for s in sets if sum(pairs[i][1] for i in s) == best]
+    lower = max(0, best - slack)  # the value of some packing at most as good as the optimum
+    red = _reduce(costs, values, by_density, budget, lower)
+    fixed_in, core = set(red.fixed_in.tolist()), set(red.core.tolist())
+    fixed_out = set(range(n)) - fixed_in - core
+    assert not fixed_in & core and len(red.core) == len(core)
+    margin = Fraction(1e-9 * float(sum(values.tolist())) + 16.0)
+    for j in range(n):
+        rest = pairs[:j] + pairs[j + 1:]
+        p = position[j]
+        drop = _lp_exact(rest, budget) + margin - lower
+        take = pairs[j][1] + _lp_exact(rest, budget - pairs[j][0]) + margin - lower
+        if p <= b and drop < -1:
+            assert j in fixed_in, (j, float(drop))
+        elif p >= b and take < -1:
+            assert j in fixed_out, (j, float(take))
+        elif (p > b or drop > 1) and (p < b or take > 1):
+            assert j in core, (j, p, b, float(drop), float(take))
+        if j in fixed_in:
+            assert all(j in o for o in optima)
+        if j in fixed_out:
+            assert all(j not in o for o in optima)

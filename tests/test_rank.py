@@ -1,4 +1,8 @@
-"""The ranking pipeline: filters, tier, recency, score, cost, packing, order, output shape."""
+"""The ranking pipeline: filters, tier, recency, score, cost, packing, order, output shape.
+
+Every test runs the product's ranking (``rank_index`` over a columnar index, through
+``tests.support.rank_notes``); ``test_visible`` checks the reference's visibility rule, which
+``tests/test_columns.py`` compares the product with."""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
 from hivemind_memory.projections.index import build_index
-from hivemind_memory.projections.rank import RankResult, ScoredNote, rank, visible
+from hivemind_memory.projections.rank import RankResult, ScoredNote
 from hivemind_memory.projections.state import NoteState
+from tests.reference import visible
+from tests.support import rank_notes
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -49,7 +55,7 @@ def run(
     agent: str = "alice",
     cfg: RankingConfig = DEFAULT,
 ) -> RankResult:
-    return rank(notes, rel, agent=agent, now=NOW, budget=budget, cfg=cfg)
+    return rank_notes(notes, rel, agent=agent, now=NOW, budget=budget, cfg=cfg)
 
 
 def by_id(res: RankResult) -> dict[str, ScoredNote]:
@@ -317,7 +323,7 @@ def test_explain_false_skips_candidates_but_not_notes() -> None:
     notes = [mk("a", tokens=60, age=3.0), mk("b", tokens=60), mk("c", tokens=30, uses=5)]
     rel = {"a": 0.9, "b": 0.8, "c": 0.1}
     full = run(notes, rel, budget=100)
-    lean = rank(notes, rel, agent="alice", now=NOW, budget=100, cfg=DEFAULT, explain=False)
+    lean = rank_notes(notes, rel, agent="alice", now=NOW, budget=100, cfg=DEFAULT, explain=False)
     assert lean.candidates == []
     assert lean.notes == full.notes and [n.note_id for n in lean.notes] == ["a", "c"]
     assert (lean.used, lean.method, lean.upper_bound) == (full.used, full.method, full.upper_bound)

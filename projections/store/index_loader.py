@@ -9,17 +9,27 @@ The first refresh of a worker reads the namespace's index snapshot (``keys.index
 when there is one of this version, then goes on incrementally from the changes entry the
 snapshot was taken at (so a stale snapshot is only a longer catch-up, and one from before a
 ``replay`` meets its ``reset`` entry and is reloaded in full). Every full load writes a new
-snapshot; ``replay`` deletes it.
+snapshot (and deletes the keys of older layouts); ``replay`` deletes it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Callable
+
+import redis
+
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.snapshot import decode_index, encode_index
+from hivemind_memory.projections.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+
+DRAFT_TTL_S = 600
+"""A snapshot draft older than this is dropped (its writer died, or took far too long)."""
 
 
 def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
@@ -31,30 +41,88 @@ def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
     p.get(keys.checkpoint(ns))
     p.hgetall(keys.notes(ns))
     last_change, cp, raw = p.execute()
-    idx.reset((unpack_note(v) for v in raw.values()), parse_pos(cp),
-              parse_pos(last_change[0][0]) if last_change else ZERO)
+    # the fields are the note ids, and bytes sort as their UTF-8 strings do: the notes are
+    # decoded one at a time in note id order, each dropped once it is in the columns
+    ordered = sorted(raw)
+    idx.reset((unpack_note(raw.pop(k)) for k in ordered), parse_pos(cp),
+              parse_pos(last_change[0][0]) if last_change else ZERO, ordered=True)
+    del raw, ordered
     if snapshot:
         write_snapshot(r, idx)
+    trim_heap()
 
 
 def write_snapshot(r: Store, idx: NamespaceIndex) -> None:
-    """Store ``idx`` as the namespace's index snapshot."""
-    r.set(keys.index_snapshot(idx.ns), encode_index(idx))
+    """Store ``idx`` as the namespace's index snapshot, replacing the stored one atomically
+    (and deleting those of older layouts).
+
+    The fields go one command each into a draft key of this writer's own, renamed over the
+    snapshot at the end: one MULTI with every field would make redis-py build the whole
+    command (~90 MB at 100k notes) as one more copy in memory. A writer that dies midway
+    leaves a draft that expires."""
+    key = keys.index_snapshot(idx.ns)
+    draft = keys.index_snapshot_draft(idx.ns, os.urandom(8).hex())
+    fields = snapshot_fields(idx)
+    name, value = next(fields)  # meta
+    p = r.pipeline(transaction=True)
+    p.hset(draft, name, value)
+    p.expire(draft, DRAFT_TTL_S)
+    p.execute()
+    for name, value in fields:
+        r.hset(draft, name, value)
+    try:
+        r.rename(draft, key)  # atomic: a reader gets the old snapshot or this one
+    except redis.ResponseError:  # the draft expired before we were done: no snapshot
+        r.delete(draft)
+        return
+    p = r.pipeline(transaction=True)
+    p.persist(key)  # (were we to die right here, it would expire: a full load next time)
+    p.delete(*keys.old_index_snapshots(idx.ns))
+    p.execute()
 
 
 def read_snapshot(r: Store, idx: NamespaceIndex) -> bool:
     """Replace ``idx``'s content with the stored snapshot; False when there is none usable."""
-    data = r.get(keys.index_snapshot(idx.ns))
-    if data is None:
+    try:
+        reply = r.hgetall(keys.index_snapshot(idx.ns))
+    except redis.ResponseError:  # not a hash (WRONGTYPE): not a snapshot of this layout
         return False
-    snap = decode_index(as_bytes(data), idx.ns)
+    if not reply:
+        return False
+    fields = {as_bytes(k): as_bytes(v) for k, v in reply.items()}
+    del reply
+    snap = decode_index(fields, idx.ns)
+    del fields
     if snap is None:
         return False
-    idx.notes, idx.cols = snap.notes, snap.cols
+    idx.cols = snap.cols
     idx._vectors, idx._dirty_dims = {}, snap._dirty_dims
     idx.checkpoint, idx.changes_seen = snap.checkpoint, snap.changes_seen
     idx.snapshot_loads += 1
+    trim_heap()
     return True
+
+
+def _malloc_trim() -> Callable[[int], object] | None:
+    try:
+        fn: Callable[[int], object] = ctypes.CDLL(
+            ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+        return None
+    return fn
+
+
+_TRIM = _malloc_trim()
+
+
+def trim_heap() -> None:
+    """Give the pages a load freed back to the OS (glibc's ``malloc_trim``; a no-op
+    elsewhere). A load frees ~100k small objects (the read model's reply, decoded notes,
+    per-note counters) among ones that live on, and glibc keeps such holes in the heap: at
+    100k notes this takes the worker's RSS after a full load from ~325 to ~190 MiB, in a few
+    milliseconds."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def refresh_index(r: Store, idx: NamespaceIndex) -> None:

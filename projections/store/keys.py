@@ -95,16 +95,29 @@ def query_embeddings(ns: str) -> str:
 
 
 def index_snapshot(ns: str) -> str:
-    """The worker's index of the namespace as one blob (``projections.snapshot``), versioned;
-    written lazily by a worker after a full load, deleted by ``replay``'s write-back."""
+    """The worker's index of the namespace as one hash (``projections.snapshot``),
+    versioned; written lazily by a worker after a full load, deleted by ``replay``'s
+    write-back."""
     return f"{_ns(ns)}:index:v{SNAPSHOT_VERSION}"
+
+
+def index_snapshot_draft(ns: str, token: str) -> str:
+    """Where one writer assembles a new index snapshot, field by field, before renaming it
+    to ``index_snapshot`` (expires on its own if the writer dies first)."""
+    return f"{index_snapshot(ns)}:draft:{token}"
+
+
+def old_index_snapshots(ns: str) -> list[str]:
+    """The index snapshot keys of earlier layouts (never read; deleted when a snapshot is
+    written, by ``replay`` and with the namespace)."""
+    return [f"{_ns(ns)}:index:v{v}" for v in range(1, SNAPSHOT_VERSION)]
 
 
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
             dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
-            query_embeddings(ns), index_snapshot(ns)]
+            query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

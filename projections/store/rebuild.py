@@ -145,7 +145,8 @@ def _add_dead_letters(p: Pipe, ns: str, rebuilt: Rebuilt, after: Position, now_m
 
 def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:
     p.incr(keys.generation(ns))
-    p.delete(keys.notes(ns), keys.seen(ns), keys.index_snapshot(ns))
+    p.delete(keys.notes(ns), keys.seen(ns), keys.index_snapshot(ns),
+             *keys.old_index_snapshots(ns))
     items = sorted(rebuilt.projection.notes.items())
     for i in range(0, len(items), 1000):
         p.hset(keys.notes(ns), mapping={k: pack_note(v) for k, v in items[i:i + 1000]})

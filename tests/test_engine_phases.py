@@ -112,3 +112,31 @@ def test_a_bad_request_among_good_ones_gets_its_own_error(store: Any) -> None:
     assert done[1].result is None and b'"invalid_request"' in (done[1].body or b"")
     assert b"budget" in (done[1].body or b"")
     assert done[2].result is None and b"does not belong" in (done[2].body or b"")
+
+
+def test_a_job_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    seen: list[bool] = []
+    real = engine_mod.run_rank
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "run_rank", spy)
+    eng = QueryEngine(store, DEFAULT, Settings())
+    assert gc.isenabled()
+    assert eng.serve(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}])) == \
+        {"ok": 1, "failed": 0}
+    assert seen == [False] and gc.isenabled()
+    c._qq.empty()
+    gc.disable()
+    try:
+        eng.serve(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+        assert not gc.isenabled()  # it was off: it stays off
+    finally:
+        gc.enable()

@@ -431,19 +431,36 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str,
     return qps
 
 
-def noop_baseline(rt: Any, n: int, redis_url: str) -> float:
+def noop_baseline(rt: Any, n: int, redis_url: str, singles: int = 0) -> tuple[float, float]:
     """Enqueue ``n`` no-op jobs at once for a plain RQ worker (``bench.noop``, same worker class
-    and serializer as ``hivemind worker``); its drain rate (jobs/s)."""
+    and serializer as ``hivemind worker``); its drain rate (jobs/s). Then ``singles`` no-op
+    jobs one at a time, measured like a single query end to end: ``Queue.enqueue`` and
+    RQ's own blocking wait for the job's result (``Job.latest_result``, an XREAD BLOCK on
+    the job's result stream); their p50 in seconds (0 when ``singles`` is 0)."""
     q: Queue = noop.queue(rt.rq)
     datas = [Queue.prepare_data(noop.JOB, result_ttl=60, failure_ttl=600,
                                 description="bench noop") for _ in range(n)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen([sys.executable, "-m", "bench.noop", redis_url], env=env)
     try:
-        return _drain_noops(rt, q, datas, n, proc)
+        rate = _drain_noops(rt, q, datas, n, proc)
+        return rate, _single_noops(q, singles) if singles else 0.0
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def _single_noops(q: Queue, n: int) -> float:
+    lat: list[float] = []
+    for _ in range(n + 5):  # the first few warm the connections up
+        t = time.perf_counter()
+        job = q.enqueue(noop.JOB, result_ttl=60, failure_ttl=600, description="bench noop")
+        if job.latest_result(timeout=10) is None:
+            raise RuntimeError(f"no-op job {job.id} had no result within 10 s")
+        lat.append(time.perf_counter() - t)
+    lat = lat[5:]
+    print(f"rq no-op job end to end, one at a time (enqueue + latest_result): {ms_summary(lat)}")
+    return statistics.median(lat)
 
 
 def _drain_noops(rt: Any, q: Queue, datas: list[Any], n: int,
@@ -529,9 +546,10 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
         common = query_requests(ns, opts.batch, corpus, rng, skip=0)
         qps_common = batch(client, common, f"query_chunk={s.query_chunk}, common words "
                            f"included ({ns})", wlog)
-        rate = noop_baseline(rt, opts.noop, url)
+        rate, noop_p50 = noop_baseline(rt, opts.noop, url, opts.e2e)
     print("ratios to the no-op job:")
-    print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs")
+    print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs at the drain rate; "
+          f"{p50 / noop_p50:.2f} x a single no-op job end to end")
     print(f"  batch (chunk {s.query_chunk}) = {qps / rate:.1f}x the no-op job rate; "
           f"chunk 1 = {qps1 / rate:.2f}x; common words included = {qps_common / rate:.1f}x")
     return nss

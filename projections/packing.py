@@ -94,6 +94,88 @@ def _scaled(values: FloatArray) -> IntArray:
     return np.rint(values * scale).astype(np.int64)
 
 
+def _break_density(costs: IntArray, density: FloatArray, budget: int) -> float | None:
+    """The density of the LP break item: ``r`` with the items denser than ``r`` fitting
+    whole in ``budget`` and those at least as dense not fitting (it does not depend on how
+    ties are ordered). None when everything fits. Sorts only the densest items, more of them
+    until the break is among them."""
+    n = len(costs)
+    mean = float(costs.mean()) if n else 1.0
+    k = min(n, max(64, int(2 * budget / max(mean, 1.0)) + 16))  # ~twice the items that fit
+    neg = -density
+    while True:
+        top = np.argpartition(neg, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(neg[top], kind="stable")]
+        pcs = np.cumsum(costs[top])
+        if len(pcs) and pcs[-1] > budget:
+            return float(density[top[int(np.searchsorted(pcs, budget, side="right"))]])
+        if k >= n:
+            return None
+        k = min(n, 4 * k)
+
+
+PRUNE_FROM = 1_500
+"""From this many items on, the exact path first drops the items of no optimum
+(``_survivors``)."""
+FILL_FROM = 64
+"""``_survivors`` sorts the items that fit in the room left by the densest ones this many
+at a time (more when tied), densest first, as its greedy fill needs them."""
+
+
+def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
+               budget: int) -> IntArray | None:
+    """The items that may belong to an optimal packing (ascending), or None when the test
+    drops none. O(n) apart from sorting a few items, so the exact path sorts and reduces
+    only what is left.
+
+    Dembo–Hammer at the break density: a packing that holds item ``j`` is worth at most
+    ``L(r) + g_j``, ``L(r) = r * budget + sum(max(0, g_i))``, ``g_i = v_i - r * c_i``, for any
+    ``r >= 0``; an item less dense than the break whose bound falls short of a known
+    packing's value by a safe margin is in no optimal packing, and dropping it changes
+    neither the optimum nor the packing the DP picks among optima. The known packing: the
+    items denser than the break (they fit together), then greedily whatever still fits, in
+    the order (density, value descending, cost), or the most valuable item alone if worth
+    more. Items equal in all three are interchangeable and the sums are exact integer sums,
+    so the result does not depend on the items' order. A dropped item is in no packing worth
+    as much as the known one, so it took no part in it (nor in the break or ``L``), and
+    skipping it changes no step of the greedy: the test drops nothing more from its own
+    survivors, nor from any set between them and all the items."""
+    d = _break_density(costs, density, budget)
+    if d is None or not math.isfinite(d):
+        return None
+    # the Lagrangian bound holds for any r >= 0; r in units of the (scaled) values, taken
+    # from the items at the break density (all of them: no tie order involved)
+    at = density == d
+    r = float((values[at] / costs[at]).max())
+    g = values - r * costs
+    pos = g > 0.0
+    lag = r * (budget - int(costs[pos].sum())) + int(values[pos].sum())
+    above = density > d
+    room = budget - int(costs[above].sum())
+    low = int(values[above].sum())
+    fits = np.flatnonzero(~above & (costs <= room))
+    while room > 0 and len(fits):  # greedy over the order, sorted a chunk at a time
+        if len(fits) > FILL_FROM:  # the densest (ties included: a threshold, not a count)
+            t = -np.partition(-density[fits], FILL_FROM - 1)[FILL_FROM - 1]
+            chunk, fits = fits[density[fits] >= t], fits[density[fits] < t]
+        else:
+            chunk, fits = fits, fits[:0]
+        chunk = chunk[np.lexsort((costs[chunk], -values[chunk], -density[chunk]))]
+        while room > 0 and len(chunk):
+            chunk = chunk[costs[chunk] <= room]
+            if not len(chunk):
+                break
+            room -= int(costs[chunk[0]])
+            low += int(values[chunk[0]])
+            chunk = chunk[1:]
+        fits = fits[costs[fits] <= room]
+    low = max(low, int(values.max()))
+    out = (density < d) & (g + (lag + 1e-9 * abs(lag) + 16.0) < low)
+    if not out.any():
+        return None
+    return np.flatnonzero(~out)
+
+
 def lp_bound(items: list[Item], budget: int) -> float:
     """The fractional knapsack optimum: an upper bound on any 0/1 packing of ``items``."""
     return _lp_bound(sorted(items, key=_density_key), budget)
@@ -229,26 +311,74 @@ def _canonical_order(keys: Keys, values: FloatArray) -> IntArray:
 
 
 def _dp(costs: IntArray, values: IntArray, budget: int) -> list[int]:
-    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items)."""
+    """Indices of an optimal packing (DP over cost; strict improvement keeps earlier items).
+
+    The cells of the full table that can matter, no others: for item ``i`` the capacities
+    from ``budget - (cost of the items after i)`` (a smaller one is never reached by the walk
+    back from ``budget``, nor read by a later item) up to ``top``, the cost of items ``0..i``
+    (above it the row is constant: ``best`` cannot grow there, and ``take`` is what it is at
+    ``top``), capacities read clamped at ``top``. The same comparisons on the cells kept, so
+    the same choice as the full table (a test keeps the full table as the reference)."""
     n = len(costs)
+    w_all = costs.tolist()
+    v_all = values.tolist()
     best = np.zeros(budget + 1, dtype=np.int64)  # best[c]: best value with total cost <= c
     take = np.zeros((n, budget + 1), dtype=np.bool_)
+    tmp = np.empty(budget + 1, dtype=np.int64)
+    after = int(costs.sum())  # cost of the items after the current one (once it is removed)
+    tops: list[int] = []
+    top = 0  # best[c] is exact for c <= top and equal to best[top] above it
     for i in range(n):
-        w, v = int(costs[i]), values[i]
+        w, v = w_all[i], v_all[i]
+        after -= w
+        new_top = min(budget, top + w)
+        if new_top > top:
+            best[top + 1:new_top + 1] = best[top]
+        top = new_top
+        tops.append(top)
         if w == 0:  # free: always taken (it would lift every best[c] alike, so best stays)
             take[i, :] = True
             continue
-        cand = best[: budget + 1 - w] + v
-        better = cand > best[w:]
-        take[i, w:] = better
-        best[w:] = np.where(better, cand, best[w:])
+        lo = max(w, min(budget - after, top))
+        if lo > top:
+            continue
+        m = top - lo + 1
+        cand = tmp[:m]
+        np.add(best[lo - w:top - w + 1], v, out=cand)
+        np.greater(cand, best[lo:top + 1], out=take[i, lo:top + 1])
+        np.maximum(best[lo:top + 1], cand, out=best[lo:top + 1])
     chosen: list[int] = []
     c = budget
     for i in range(n - 1, -1, -1):
-        if take[i, c]:
+        if take[i, min(c, tops[i])]:
             chosen.append(i)
-            c -= int(costs[i])
+            c -= w_all[i]
     return chosen
+
+
+def _dp_value(costs: IntArray, values: IntArray, budget: int) -> int:
+    """The optimal value alone (``_dp`` without the table of choices)."""
+    best = np.zeros(budget + 1, dtype=np.int64)
+    tmp = np.empty(budget + 1, dtype=np.int64)
+    after = int(costs.sum())
+    top = 0
+    free = 0
+    for w, v in zip(costs.tolist(), values.tolist(), strict=True):
+        after -= w
+        if w == 0:
+            free += v
+            continue
+        new_top = min(budget, top + w)
+        if new_top > top:
+            best[top + 1:new_top + 1] = best[top]
+        top = new_top
+        lo = max(w, min(budget - after, top))
+        if lo > top:
+            continue
+        cand = tmp[:top - lo + 1]
+        np.add(best[lo - w:top - w + 1], v, out=cand)
+        np.maximum(best[lo:top + 1], cand, out=best[lo:top + 1])
+    return int(best[min(budget, top)]) + free
 
 
 class _Reduction(msgspec.Struct, frozen=True):
@@ -258,8 +388,7 @@ class _Reduction(msgspec.Struct, frozen=True):
     core: IntArray
 
 
-def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
-            lower: int) -> _Reduction:
+class _Fixing:
     """Martello–Toth style variable fixing from the Dantzig (LP) bound and a lower bound.
 
     For an item of the greedy prefix (the items that fit whole in density order), the LP bound
@@ -268,54 +397,120 @@ def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int
     packing) proves that every optimal packing takes (resp. leaves) the item. Bounds are
     computed in float64 from integer prefix sums and compared with a safety margin, so an item
     is fixed only when the proof holds with room to spare: fixing fewer keeps exactness.
+
+    The bounds do not depend on ``lower``: those of the items left open are kept, so a better
+    lower bound found later fixes more items (``tighten``) without computing them again.
     """
-    c = costs[by_density]
-    v = values[by_density]
-    n = len(c)
-    pc = np.concatenate(([0], np.cumsum(c)))  # pc[k]: cost of the first k items
-    pv = np.concatenate(([0], np.cumsum(v)))
-    b = int(np.searchsorted(pc, budget, side="right")) - 1  # items fitting whole: 0..b-1
-    vf = v.astype(np.float64)
-    cf = c.astype(np.float64)
 
-    def lp_rest(m: IntArray, room: IntArray) -> FloatArray:
-        """Fraction of the break item at position m filling ``room`` (0 past the end)."""
-        inside = m < n
-        mm = np.minimum(m, n - 1)
-        safe = np.where(cf[mm] > 0, cf[mm], 1.0)
-        return np.where(inside, vf[mm] * room / safe, 0.0)
+    def __init__(self, costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+                 lower: int) -> None:
+        c = costs[by_density]
+        v = values[by_density]
+        n = len(c)
+        pc = np.concatenate(([0], np.cumsum(c)))  # pc[k]: cost of the first k items
+        pv = np.concatenate(([0], np.cumsum(v)))
+        b = int(np.searchsorted(pc, budget, side="right")) - 1  # items fitting whole: 0..b-1
+        vf = v.astype(np.float64)
+        cf = c.astype(np.float64)
 
-    margin = 1e-9 * float(pv[-1]) + 16.0
-    low = float(lower)
-    # Dembo-Hammer first (O(n), no search): the Lagrangian bound
-    # L(r) = r * budget + sum(max(0, v_i - r * c_i)) holds for any r >= 0; with x_j forced
-    # to 0 it loses max(0, g_j), forced to 1 it becomes L - max(0, g_j) + g_j, g_j = v_j - r c_j.
-    r = vf[b] / cf[b] if b < n else 0.0
-    g = vf - r * cf
-    lag = r * budget + float(np.maximum(g, 0.0).sum())
-    pos_g = np.maximum(g, 0.0)
-    fix_in = lag - pos_g + margin < low
-    fix_out = lag - pos_g + g + margin < low
-    # Martello-Toth (tighter, one binary search each) for the items still open. Only the
-    # items of the LP solution (the prefix and the break item b) can be proven in: without
-    # any other the LP bound stays the same. Only the items from b on can be proven out:
-    # with a prefix item forced in it stays the same too.
-    pos = np.arange(n)
-    rest = np.flatnonzero(~(fix_in | fix_out))
-    rp, ro = rest[pos[rest] <= b], rest[pos[rest] >= b]
-    if len(rp):  # drop the item; the prefix runs on over its freed room
-        cp, vp = c[rp], v[rp]
-        m0 = np.searchsorted(pc, budget + cp, side="right") - 1
-        u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
-        fix_in[rp] |= u0 + margin < low
-    ro = ro[~fix_in[ro]]
-    if len(ro):  # take the item; the rest fills budget - its cost
-        rc, rv = c[ro], v[ro]
-        m1 = np.searchsorted(pc, budget - rc, side="right") - 1
-        u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
-        fix_out[ro] |= u1 + margin < low
-    return _Reduction(fixed_in=np.sort(by_density[fix_in]),
-                      core=np.sort(by_density[~(fix_in | fix_out)]))
+        def lp_rest(m: IntArray, room: IntArray) -> FloatArray:
+            """Fraction of the break item at position m filling ``room`` (0 past the end)."""
+            inside = m < n
+            mm = np.minimum(m, n - 1)
+            safe = np.where(cf[mm] > 0, cf[mm], 1.0)
+            return np.where(inside, vf[mm] * room / safe, 0.0)
+
+        self.by_density = by_density
+        self.margin = margin = 1e-9 * float(pv[-1]) + 16.0
+        low = float(lower)
+        # Dembo-Hammer first (O(n), no search): the Lagrangian bound
+        # L(r) = r * budget + sum(max(0, v_i - r * c_i)) holds for any r >= 0; with x_j forced
+        # to 0 it loses max(0, g_j), forced to 1 it becomes L - max(0, g_j) + g_j,
+        # g_j = v_j - r c_j.
+        r = vf[b] / cf[b] if b < n else 0.0
+        g = vf - r * cf
+        lag = r * budget + float(np.maximum(g, 0.0).sum())
+        pos_g = np.maximum(g, 0.0)
+        without = lag - pos_g
+        self.fix_in = without + margin < low
+        self.fix_out = without + g + margin < low
+        # Martello-Toth (tighter, one binary search each) for the items still open. Only the
+        # items of the LP solution (the prefix and the break item b) can be proven in:
+        # without any other the LP bound stays the same. Only the items from b on can be
+        # proven out: with a prefix item forced in it stays the same too.
+        pos = np.arange(n)
+        rest = np.flatnonzero(~(self.fix_in | self.fix_out))
+        self.rp = rp = rest[pos[rest] <= b]
+        self.ro = ro = rest[pos[rest] >= b]
+        self.ub_rp = without[rp]  # bound with the item left out
+        self.ub_ro = (without + g)[ro]  # bound with the item taken
+        if len(rp):  # drop the item; the prefix runs on over its freed room
+            cp, vp = c[rp], v[rp]
+            m0 = np.searchsorted(pc, budget + cp, side="right") - 1
+            u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
+            self.ub_rp = np.minimum(self.ub_rp, u0)
+        if len(ro):  # take the item; the rest fills budget - its cost
+            rc, rv = c[ro], v[ro]
+            m1 = np.searchsorted(pc, budget - rc, side="right") - 1
+            u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
+            self.ub_ro = np.minimum(self.ub_ro, u1)
+        self.tighten(lower)
+
+    def tighten(self, lower: int) -> None:
+        """Fix what ``lower`` (the value of a known packing) proves."""
+        low = float(lower)
+        self.fix_in[self.rp] |= self.ub_rp + self.margin < low
+        self.fix_out[self.ro] |= (self.ub_ro + self.margin < low) & ~self.fix_in[self.ro]
+
+    def reduction(self) -> _Reduction:
+        bd = self.by_density
+        return _Reduction(fixed_in=np.sort(bd[self.fix_in]),
+                          core=np.sort(bd[~(self.fix_in | self.fix_out)]))
+
+
+def _reduce(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
+            lower: int) -> _Reduction:
+    """``_Fixing``'s reduction at ``lower``."""
+    return _Fixing(costs, values, by_density, budget, lower).reduction()
+
+
+WINDOW = 8
+"""Items each side of the core's break item that ``_window_lower`` solves exactly."""
+WINDOW_FROM_CELLS = 20_000
+"""``_solve_reduced`` looks for a better lower bound when the core's table has more cells."""
+
+
+def _window_lower(costs: IntArray, values: IntArray, density: FloatArray,
+                  by_density: IntArray, red: _Reduction, room: int, cap: int) -> int | None:
+    """The value of a good packing, for a better lower bound than greedy's: the fixed items,
+    the core's items denser than a window around its break item (in density order, fitting
+    in ``room``), and the best choice (a value-only DP) among the window's items, which is
+    ``WINDOW`` items each side of the break widened to whole runs of equal density, so that it
+    does not depend on how ties are ordered. None when there is no window to solve (the core
+    fits whole, or is one run of equal density) or its table exceeds ``cap`` cells."""
+    in_core = np.zeros(len(costs), np.bool_)
+    in_core[red.core] = True
+    cd = by_density[in_core[by_density]]
+    cd = cd[costs[cd] <= room]
+    pcs = np.cumsum(costs[cd])
+    k = int(np.searchsorted(pcs, room, side="right"))  # cd[:k] fits whole
+    if k >= len(cd):
+        return None
+    neg = -density[cd]  # non-decreasing
+    d = neg[k]
+    lo = max(0, int(np.searchsorted(neg, d, side="left")) - WINDOW)
+    hi = min(len(cd), int(np.searchsorted(neg, d, side="right")) + WINDOW)
+    lo = int(np.searchsorted(neg, neg[lo], side="left"))  # whole runs of equal density
+    hi = int(np.searchsorted(neg, neg[hi - 1], side="right"))
+    if lo == 0 and hi == len(cd):
+        return None
+    before, window = cd[:lo], cd[lo:hi]
+    spare = room - int(costs[before].sum())
+    width = min(spare, int(costs[window].sum()))
+    if len(window) * width > cap:
+        return None
+    return (int(values[red.fixed_in].sum()) + int(values[before].sum())
+            + _dp_value(costs[window], values[window], width))
 
 
 def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[int]:
@@ -337,15 +532,26 @@ def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[i
 
 
 def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budget: int,
-                   lower: int, cap: int,
+                   lower: int, cap: int, density: FloatArray,
                    canonical: Callable[[IntArray], IntArray] = np.sort) -> list[int] | None:
     """An optimal packing via reduction then a DP over the core, or None if the core's table
     exceeds ``cap`` cells. ``canonical`` puts a set of indices in canonical order (for items
-    already in canonical order, ``np.sort``); the DP runs over the core in that order."""
-    red = _reduce(costs, values, by_density, budget, lower)
+    already in canonical order, ``np.sort``); the DP runs over the core in that order.
+
+    When the core is more than a small window, a better lower bound (``_window_lower``)
+    fixes more items first: any packing's value is a valid lower bound, and fixed items
+    belong to every optimum (or none), so the result is the same, from a smaller core."""
+    fixing = _Fixing(costs, values, by_density, budget, lower)
+    red = fixing.reduction()
     room = budget - int(costs[red.fixed_in].sum())
     if room < 0:  # cannot happen when the lower bound is a real packing; stay safe
         return None
+    if len(red.core) > 2 * WINDOW and len(red.core) * room > WINDOW_FROM_CELLS:
+        better = _window_lower(costs, values, density, by_density, red, room, cap)
+        if better is not None and better > lower:
+            fixing.tighten(better)
+            red = fixing.reduction()
+            room = budget - int(costs[red.fixed_in].sum())
     core = canonical(red.core)
     core = core[costs[core] <= room]
     width = min(room, int(costs[core].sum()))
@@ -359,7 +565,14 @@ def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 exact_max_cells: int) -> PackResult:
     """``pack`` over parallel arrays; ``keys(idx)`` lists the keys of items ``idx`` (keys
     unique, costs >= 0, values finite; not checked). Keys are read only to break ties and
-    to name the chosen.
+    to name the chosen. See ``pack_positions``."""
+    return pack_positions(keys, costs, values, budget, exact_max_cells)[0]
+
+
+def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
+                   exact_max_cells: int) -> tuple[PackResult, IntArray]:
+    """``pack_arrays``, and the positions of the chosen items in the given arrays (in the
+    order of ``chosen``).
 
     The reduction needs no canonical order (the LP bound does not depend on how density ties
     are ordered, and any packing is a lower bound), so only the core and the chosen items are
@@ -375,15 +588,19 @@ def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
         scaled = _scaled(f)
         density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
+        keep = _survivors(c, scaled, density, budget) if n >= PRUNE_FROM else None
+        if keep is not None:  # the same items the exact path of ``pack`` keeps
+            ok, c, f, scaled, density = ok[keep], c[keep], f[keep], scaled[keep], density[keep]
         by_density = np.argsort(-density)
         greedy = _greedy_arrays(c, by_density, budget)
         lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+        live = ok
 
         def canonical(sub: IntArray) -> IntArray:
-            return sub[_canonical_order(lambda i: keys(ok[sub[i]]), f[sub])]
+            return sub[_canonical_order(lambda i: keys(live[sub[i]]), f[sub])]
 
         found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
-                               canonical)
+                               density, canonical)
         if found is not None:
             idx = canonical(np.array(found, np.int64))
             return PackResult(
@@ -392,14 +609,18 @@ def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 total_value=math.fsum(f[idx].tolist()),
                 total_cost=int(c[idx].sum()),
                 upper_bound=math.fsum(f[idx].tolist()),
-            )
+            ), ok[idx]
+        ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+        f = values[ok]
     canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
-    return _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
-                           values[canon], budget, exact_max_cells)
+    res, at = _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
+                              values[canon], budget, exact_max_cells)
+    return res, canon[at]
 
 
 def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int,
-                    cap: int) -> PackResult:
+                    cap: int) -> tuple[PackResult, IntArray]:
+    """``pack`` of items already in canonical order; the result and the chosen positions."""
     n = len(costs)
     values = _scaled(floats)
     total_cost = int(costs.sum())
@@ -414,17 +635,26 @@ def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int
         # exactly the order of _density_key; a free item is infinitely dense
         density = np.divide(floats, costs, out=np.full(n, np.inf), where=costs > 0)
         by_density = np.argsort(-density, kind="stable")
-        greedy = _greedy_arrays(costs, by_density, budget)
-        if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
-            greedy = [0]
-        if cap > 0:
-            idx = _solve_reduced(costs, values, by_density, budget,
-                                 int(values[greedy].sum()), cap)
+        if cap > 0:  # exact over the items that may belong to an optimum
+            keep = _survivors(costs, values, density, budget) if n >= PRUNE_FROM else None
+            if keep is None:
+                kc, kv, kd, kbd = costs, values, density, by_density
+            else:
+                kc, kv, kd = costs[keep], values[keep], density[keep]
+                kbd = np.argsort(-kd, kind="stable")
+            kg = _greedy_arrays(kc, kbd, budget)
+            got = _solve_reduced(kc, kv, kbd, budget, max(int(kv[kg].sum()), int(kv.max())),
+                                 cap, kd)
+            if got is not None:
+                idx = got if keep is None else keep[got].tolist()
         if idx is None:
+            greedy = _greedy_arrays(costs, by_density, budget)
+            if values[0] > values[greedy].sum():  # the most valuable item alone (it fits)
+                greedy = [0]
             improved = _improve_arrays(costs, values, by_density, budget, greedy)
             if cap > 0:  # a better lower bound may shrink the core enough
                 idx = _solve_reduced(costs, values, by_density, budget,
-                                     int(values[improved].sum()), cap)
+                                     int(values[improved].sum()), cap, density)
             if idx is None:
                 method = "greedy+swap"
                 idx = improved
@@ -434,13 +664,14 @@ def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int
     if method == "greedy+swap":
         assert by_density is not None
         bound = max(total_value, _lp_bound_arrays(costs, floats, by_density, budget))
+    at = np.array(idx, np.int64)
     return PackResult(
-        chosen=tuple(keys(np.array(idx, np.int64))),
+        chosen=tuple(keys(at)),
         method=method,
         total_value=total_value,
         total_cost=int(costs[idx].sum()),
         upper_bound=bound,
-    )
+    ), at
 
 
 def _lp_bound_arrays(costs: IntArray, floats: FloatArray, by_density: IntArray,
@@ -464,4 +695,4 @@ def pack(items: Iterable[Item], budget: int, exact_max_cells: int) -> PackResult
     floats = np.array([it.value for it in cands], dtype=np.float64)
     costs = np.array([it.cost for it in cands], dtype=np.int64)
     return _pack_canonical(lambda idx: [cands[i].key for i in idx.tolist()], costs, floats,
-                           budget, exact_max_cells)
+                           budget, exact_max_cells)[0]

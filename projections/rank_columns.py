@@ -5,7 +5,7 @@ Tier, age, recency and score are computed with numpy over the candidates' slots,
 same IEEE operations in the same order as ``rank`` (``age_days``, ``recency``), except the
 power ``0.5 ** (age / half_life)``: numpy's vectorised ``power`` may differ from the C
 library's ``pow`` in the last bit (it does on AVX-512 machines), so it goes through
-``math.pow`` one candidate at a time. Packing runs on arrays (``pack_arrays``); only the
+``math.pow`` one candidate at a time. Packing runs on arrays (``pack_positions``); only the
 packed notes (and, with ``explain``, every candidate) become result structs. A differential
 test checks that the result equals ``rank`` over the same notes and relevance.
 """
@@ -18,11 +18,17 @@ from itertools import repeat
 
 import numpy as np
 
-from hivemind_memory.projections.columns import FloatArray, IntArray, from_micros, micros
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.columns import (
+    Columns,
+    FloatArray,
+    IntArray,
+    from_micros,
+    micros,
+)
+from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.ordering import by_score, order
-from hivemind_memory.projections.packing import pack_arrays
+from hivemind_memory.projections.packing import pack_positions
 from hivemind_memory.projections.rank import DECIMALS, PRINTS_AS_ZERO, RankResult, ScoredNote
 from hivemind_memory.projections.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.state import Tier
@@ -30,51 +36,113 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
-def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
-               now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True) -> RankResult:
-    """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
-    from ``NamespaceIndex.relevance_slots``)."""
-    cols = idx.cols
-    keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
-            & cols.visible(agent)[slots])
-    s = slots[keep]
-    rel = relevance[keep]
-    # tier code: 0 short, 1 scratch, 2 longterm (tier_of)
+class RecencyMemo:
+    """Recency per slot of tables at one instant, filled as queries need it: the queries of a
+    batch share ``now`` and (mostly) their candidates, so each ``math.pow`` runs once per note
+    and batch instead of once per query. Valid only while the tables do not change (a query
+    job refreshes its indexes before ranking any query); entries are keyed by the table
+    object (held, so its id is never reused), ``now`` and the decay settings."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
+                       tuple[Columns, FloatArray]] = {}
+
+    def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
+        """The memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed yet."""
+        key = (id(cols), now_us, cfg.short, cfg.scratch, cfg.longterm_uses)
+        got = self._by.get(key)
+        if got is None or len(got[1]) != len(cols):
+            got = self._by[key] = (cols, np.full(len(cols), np.nan))
+        return got[1]
+
+
+_SCALE = 10.0**DECIMALS
+
+
+def rounded(x: FloatArray) -> list[float]:
+    """``[round(v, DECIMALS) for v in x]``, vectorised: ``rint(v * 10**DECIMALS) / 10**DECIMALS``
+    is that (the division of two exact integers-as-floats rounds once, to the double nearest
+    the decimal, as ``round`` does) unless ``v * 10**DECIMALS`` was rounded across a half;
+    it is off by at most half an ulp, so only products that close to a half go through
+    ``round`` itself."""
+    y = x * _SCALE
+    out: list[float] = (np.rint(y) / _SCALE).tolist()
+    near = np.flatnonzero(np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0))
+    for i in near.tolist():
+        out[i] = round(float(x[i]), DECIMALS)
+    return out
+
+
+def _tier_age(cols: Columns, s: IntArray, now_us: int,
+              cfg: RankingConfig) -> tuple[IntArray, FloatArray]:
+    """Tier code (0 short, 1 scratch, 2 longterm: ``tier_of``) and age in days (``age_days``:
+    ``(now - created_at).total_seconds() / SECONDS_PER_DAY``, clamped at 0) of slots ``s``."""
     tier = np.where(cols.uses[s] >= cfg.longterm_uses, 2, np.where(cols.scratch[s], 1, 0))
-    # age_days: (now - created_at).total_seconds() / SECONDS_PER_DAY, clamped at 0
-    age = np.maximum(((micros(now) - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
-    rec = np.ones(len(s), np.float64)
+    age = np.maximum(((now_us - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
+    return tier, age
+
+
+def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
+    """``recency`` of each (tier code, age): ``math.pow`` per note (see the module docstring),
+    the rest in numpy."""
+    rec = np.ones(len(tier), np.float64)
     for code, decay in ((0, cfg.short), (1, cfg.scratch)):
         at = np.flatnonzero(tier == code)
         if len(at):
             x = (np.maximum(age[at], 0.0) / decay.half_life_days).tolist()
             p = np.fromiter(map(math.pow, repeat(0.5), x), np.float64, len(x))
             rec[at] = decay.floor + (1.0 - decay.floor) * p
+    return rec
+
+
+def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
+               now: datetime, budget: int, cfg: RankingConfig,
+               explain: bool = True, memo: RecencyMemo | None = None) -> RankResult:
+    """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
+    from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
+    the queries of a batch over unchanged indexes."""
+    cols = idx.cols
+    keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
+            & cols.visible(agent)[slots])
+    s = slots[keep]
+    rel = relevance[keep]
+    now_us = micros(now)
+    if memo is None:
+        rec = _recency(*_tier_age(cols, s, now_us, cfg), cfg)
+    else:  # tier and age only where the memo has no recency yet
+        known = memo.array(cols, now_us, cfg)
+        rec = known[s]
+        miss = np.flatnonzero(np.isnan(rec))
+        if len(miss):
+            rec[miss] = _recency(*_tier_age(cols, s[miss], now_us, cfg), cfg)
+            known[s[miss]] = rec[miss]
     score = rel * rec
     ids = cols.ids
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
-    packed = pack_arrays(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
-                         cfg.exact_max_cells)
-    chosen = set(packed.chosen)
+    packed, picked_at = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs,
+                                       score, budget, cfg.exact_max_cells)
     if explain:
         at = np.arange(len(s))
+        flags = np.zeros(len(s), np.bool_)
+        flags[picked_at] = True
+        chosen = flags.tolist()
     else:  # only the packed notes become structs
-        at = np.flatnonzero(np.isin(s, [cols.slot[k] for k in packed.chosen]))
+        at = np.sort(picked_at)
+        chosen = [True] * len(at)
     sa = s[at]
-    rows = zip(sa.tolist(), tier[at].tolist(), rel[at].tolist(), rec[at].tolist(),
-               score[at].tolist(), age[at].tolist(), costs[at].tolist(),
+    tier, age = _tier_age(cols, sa, now_us, cfg)
+    rows = zip(sa.tolist(), tier.tolist(), rounded(rel[at]), rounded(rec[at]),
+               rounded(score[at]), rounded(age), costs[at].tolist(), chosen,
                cols.texts.many(sa.tolist()), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
                cols.created_us[sa].tolist(), strict=True)
     every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost, text, tokens, uses, created in rows:
+    for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, created in rows:
         key = ids[slot]
         every.append(ScoredNote(
-            note_id=key, text=text, tokens=tokens, cost=cost,
-            score=round(sc, DECIMALS), relevance=round(r, DECIMALS),
-            recency=round(rc, DECIMALS), tier=_TIERS[t], uses=uses,
-            age_days=round(a, DECIMALS), created_at=from_micros(created), chosen=key in chosen))
-    picked = [c for c in every if c.chosen]
+            note_id=key, text=text, tokens=tokens, cost=cost, score=sc, relevance=r,
+            recency=rc, tier=_TIERS[t], uses=uses, age_days=a, created_at=from_micros(created),
+            chosen=ch))
+    picked = [c for c in every if c.chosen] if explain else every
     candidates = by_score(every) if explain else []
     return RankResult(
         used=packed.total_cost,
@@ -83,4 +151,3 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         notes=order(picked, cfg.order),
         candidates=candidates,
     )
-

@@ -196,6 +196,48 @@ def scores_over(indexes: Sequence[LexicalIndex], query: str,
     return {key: s / max_score for key, s in acc.items()}
 
 
+def full_table_dp(costs: Sequence[int], values: Sequence[int], budget: int) -> list[int]:
+    """The packer's exact rule on the whole table, cell by cell: 0/1 knapsack over cost,
+    items in the given order, an item taken at capacity ``c`` only when it strictly improves
+    on the items before it (so ties keep earlier items); the walk back from ``budget`` lists
+    the chosen, last first. The packer fills far fewer cells (reduction, core, only the
+    capacities that can matter) and must choose exactly the same."""
+    n = len(costs)
+    best = [0] * (budget + 1)
+    take = [[False] * (budget + 1) for _ in range(n)]
+    for i in range(n):
+        w, v = costs[i], values[i]
+        if w == 0:
+            take[i] = [True] * (budget + 1)
+            continue
+        new = best[:]
+        for c in range(w, budget + 1):
+            if best[c - w] + v > best[c]:
+                take[i][c] = True
+                new[c] = best[c - w] + v
+        best = new
+    chosen = []
+    c = budget
+    for i in range(n - 1, -1, -1):
+        if take[i][c]:
+            chosen.append(i)
+            c -= costs[i]
+    return chosen
+
+
+def pack_full_table(items: Iterable[tuple[str, int, float]], budget: int) -> tuple[str, ...]:
+    """What ``pack`` chooses when it packs exactly, from the whole table: the eligible items
+    (cost <= budget, value > 0) in canonical order (value descending, then key), values as
+    ``round(value * 1e9)`` integers (small totals), ``full_table_dp``; the chosen keys in
+    canonical order."""
+    eligible = sorted(((k, c, v) for k, c, v in items if c <= budget and v > 0.0),
+                      key=lambda it: (-it[2], it[0]))
+    total = sum(c for _, c, _ in eligible)
+    picked = full_table_dp([c for _, c, _ in eligible],
+                           [round(v * 1e9) for _, _, v in eligible], min(budget, total))
+    return tuple(eligible[i][0] for i in sorted(picked))
+
+
 def visible(note: NoteState, agent: str) -> bool:
     """May ``agent`` retrieve ``note``? Never if forgotten; private notes only for their agent."""
     if note.forgotten:

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.rank_columns import rank_index
+from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
 from tests.reference import LexicalIndex, rank, scores_over
+from tests.test_packing import small_thresholds
 
 WORDS = ["redis", "stream", "Stream", "lease", "crash", "café", "deploy", "argo", "x_y", "v2"]
 AGENTS = ["alice", "bob", "carol"]
@@ -138,12 +139,38 @@ def test_rank_index_equals_rank(notes: list[NoteState], q: list[str], agent: str
     for n in notes:
         idx.put(n)
     slots, rel = idx.relevance_slots(" ".join(q), None, cfg, agent)
-    got = rank_index(idx, slots, rel, agent=agent, now=NOW, budget=budget, cfg=cfg,
-                     explain=explain)
     relmap: dict[str, Any] = idx.relevance(" ".join(q), None, cfg, agent)
-    want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=NOW, budget=budget,
-                cfg=cfg, explain=explain)
-    assert got == want
+    for _ in small_thresholds():
+        got = rank_index(idx, slots, rel, agent=agent, now=NOW, budget=budget, cfg=cfg,
+                         explain=explain)
+        want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=NOW,
+                    budget=budget, cfg=cfg, explain=explain)
+        assert got == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(NOTE, max_size=25),
+       st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+                          st.sampled_from(["", *AGENTS]), st.integers(0, 200), CONFIGS,
+                          st.sampled_from([0, 0, 86400 * 30])),
+                min_size=1, max_size=6))
+def test_rank_index_sharing_a_recency_memo_equals_rank(
+        notes: list[NoteState], queries: list[tuple[list[str], str, int, RankingConfig, int]]
+) -> None:
+    # one memo across a batch: other agents, budgets, configs (other decays) and instants
+    idx = NamespaceIndex("t")
+    for n in notes:
+        idx.put(n)
+    memo = RecencyMemo()
+    for q, agent, budget, cfg, later in queries:
+        now = NOW + timedelta(seconds=later)
+        slots, rel = idx.relevance_slots(" ".join(q), None, cfg, agent)
+        got = rank_index(idx, slots, rel, agent=agent, now=now, budget=budget, cfg=cfg,
+                         explain=True, memo=memo)
+        relmap: dict[str, Any] = idx.relevance(" ".join(q), None, cfg, agent)
+        want = rank((idx.notes[k] for k in relmap), relmap, agent=agent, now=now,
+                    budget=budget, cfg=cfg, explain=True)
+        assert got == want
 
 
 @settings(max_examples=60, deadline=None)
@@ -171,6 +198,31 @@ def test_bulk_load_equals_puts_then_compaction(notes: list[NoteState]) -> None:
     assert {k: v for k, v in one.private_n.items() if v} == bulk.private_n
     assert {k: v for k, v in one.private_len.items() if one.private_n.get(k)} == \
         bulk.private_len
+
+
+def _around_halves() -> st.SearchStrategy[float]:
+    """Floats at and next to k.5 millionths, where a scaled product may round across."""
+    import math
+
+    def near(k: int, steps: int, scale: float) -> float:
+        v = (k + 0.5) / 1e6 * scale
+        for _ in range(abs(steps)):
+            v = math.nextafter(v, math.inf if steps > 0 else -math.inf)
+        return v
+
+    return st.builds(near, st.integers(0, 10**6), st.integers(-4, 4), st.sampled_from([1.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(0.0, 1.0), st.floats(0.0, 2000.0), _around_halves(),
+                          st.integers(1, 60).map(lambda p: 2.0**-p)), max_size=50))
+def test_rounded_is_round_to_six_decimals_bit_for_bit(xs: list[float]) -> None:
+    import numpy as np
+
+    from hivemind_memory.projections.rank_columns import rounded
+
+    got = rounded(np.array(xs, np.float64))
+    assert [v.hex() for v in got] == [round(x, 6).hex() for x in xs]
 
 
 def test_bulk_load_names_duplicate_ids() -> None:

@@ -13,8 +13,10 @@ from hivemind_memory.api_stub.protocol.messages import Envelope
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import DEFAULT
 from hivemind_memory.projections.store import index_loader
+from hivemind_memory.projections.store.log import tail
 from hivemind_memory.worker import engine as engine_mod
 from hivemind_memory.worker.engine import QueryEngine
+from hivemind_memory.worker.projector import ensure_projected
 from tests.factories import created, used
 
 
@@ -57,6 +59,46 @@ def test_one_catch_up_and_one_refresh_per_namespace(store: Any,
     assert store.xlen("hm:{a}:audit") == 4 and store.xlen("hm:{b}:audit") == 2
 
 
+def test_nothing_new_means_no_catch_up_and_no_refresh(store: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # one probe (checkpoint + newest changes entry) tells the job its index is current
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    eng = QueryEngine(store, DEFAULT, Settings())
+    first = eng.answer(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+    assert [n.note_id for n in first[0].result.notes] == ["a1"]  # type: ignore[union-attr]
+    c._qq.empty()
+    calls: list[str] = []
+    real_catch_up, real_refresh = engine_mod.ensure_projected, index_loader.refresh_index
+
+    def catch_up(r: Any, ns: str, *a: Any, **kw: Any) -> Any:
+        calls.append("catch_up")
+        return real_catch_up(r, ns, *a, **kw)
+
+    def refresh(r: Any, idx: Any) -> None:
+        calls.append("refresh")
+        real_refresh(r, idx)
+
+    monkeypatch.setattr(engine_mod, "ensure_projected", catch_up)
+    monkeypatch.setattr(engine_mod, "refresh_index", refresh)
+    again = eng.answer(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+    assert calls == [] and [n.note_id for n in again[0].result.notes] == ["a1"]  # type: ignore[union-attr]
+    c._qq.empty()
+    # a write since: caught up and refreshed, and the query sees it (read-your-writes)
+    c.append([created("a2", ns="a", text="redis redis redis")])
+    seen = eng.answer(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+    assert calls == ["catch_up", "refresh"]
+    assert sorted(n.note_id for n in seen[0].result.notes) == ["a1", "a2"]  # type: ignore[union-attr]
+    c._qq.empty()
+    # projected by someone else in between: nothing to catch up, but the index must refresh
+    c.append([created("a3", ns="a", text="redis stream")])
+    ensure_projected(store, "a", tail(store, "a"), Settings())
+    calls.clear()
+    last = eng.answer(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+    assert calls == ["refresh"]
+    assert sorted(n.note_id for n in last[0].result.notes) == ["a1", "a2", "a3"]  # type: ignore[union-attr]
+
+
 def test_a_bad_request_among_good_ones_gets_its_own_error(store: Any) -> None:
     c = Client(store, settings=Settings())
     c.append([created("a1", ns="a", text="redis stream")])
@@ -70,3 +112,31 @@ def test_a_bad_request_among_good_ones_gets_its_own_error(store: Any) -> None:
     assert done[1].result is None and b'"invalid_request"' in (done[1].body or b"")
     assert b"budget" in (done[1].body or b"")
     assert done[2].result is None and b"does not belong" in (done[2].body or b"")
+
+
+def test_a_job_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    seen: list[bool] = []
+    real = engine_mod.run_rank
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "run_rank", spy)
+    eng = QueryEngine(store, DEFAULT, Settings())
+    assert gc.isenabled()
+    assert eng.serve(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}])) == \
+        {"ok": 1, "failed": 0}
+    assert seen == [False] and gc.isenabled()
+    c._qq.empty()
+    gc.disable()
+    try:
+        eng.serve(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))
+        assert not gc.isenabled()  # it was off: it stays off
+    finally:
+        gc.enable()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterator
 from fractions import Fraction
 
 import pytest
@@ -15,6 +16,21 @@ from hivemind_memory.projections.packing import Item, PackResult, lp_bound, pack
 
 EXACT = 10**9
 GREEDY = 0  # exact_max_cells=0 forces greedy+swap for any non-trivial instance
+
+
+def small_thresholds() -> Iterator[None]:
+    """Run a check twice: with the packer's thresholds as shipped, and with the item dropping
+    (``_survivors``) and the window lower bound switched on for any size, so small instances
+    exercise them too."""
+    from hivemind_memory.projections import packing
+
+    yield
+    saved = packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM
+    packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM = 0, 0, 2
+    try:
+        yield
+    finally:
+        packing.PRUNE_FROM, packing.WINDOW_FROM_CELLS, packing.FILL_FROM = saved
 
 
 def brute_force(items: list[Item], budget: int) -> float:
@@ -233,8 +249,9 @@ def test_invariant_to_input_order(
 ) -> None:
     shuffled = list(items)
     seed.shuffle(shuffled)
-    assert pack(items, budget, cells) == pack(shuffled, budget, cells)
-    assert pack(iter(reversed(items)), budget, cells) == pack(items, budget, cells)
+    for _ in small_thresholds():
+        assert pack(items, budget, cells) == pack(shuffled, budget, cells)
+        assert pack(iter(reversed(items)), budget, cells) == pack(items, budget, cells)
 
 
 def test_swap_removes_the_least_valuable_item_that_frees_enough_room() -> None:
@@ -380,15 +397,16 @@ def test_best_single_item_step_wins_where_the_swaps_cannot_reach() -> None:
 @given(items=items_strategy(10, 80), budget=st.integers(0, 200), cap=st.integers(1, 400))
 def test_reduced_exact_equals_brute_force(items: list[Item], budget: int, cap: int) -> None:
     # small caps force the reduction + core DP (or the fallback) instead of the full table
-    res = pack(items, budget, cap)
-    check_valid(res, items, budget)
     best = brute_force(items, budget)
-    if res.method == "exact":
-        assert res.total_value == pytest.approx(best, abs=1e-7)
-        assert res.upper_bound == res.total_value
-    else:
-        assert res.upper_bound >= best - 1e-7
-    assert res.total_value >= pack(items, budget, GREEDY).total_value - 1e-9
+    for _ in small_thresholds():
+        res = pack(items, budget, cap)
+        check_valid(res, items, budget)
+        if res.method == "exact":
+            assert res.total_value == pytest.approx(best, abs=1e-7)
+            assert res.upper_bound == res.total_value
+        else:
+            assert res.upper_bound >= best - 1e-7
+        assert res.total_value >= pack(items, budget, GREEDY).total_value - 1e-9
 
 
 @settings(max_examples=60, deadline=None)
@@ -414,10 +432,146 @@ def test_pack_arrays_equals_pack(items: list[Item], budget: int, cap: int) -> No
     from hivemind_memory.projections.packing import pack_arrays
 
     keys = [it.key for it in items]
-    got = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
-                      np.array([it.cost for it in items], np.int64),
-                      np.array([it.value for it in items], np.float64), budget, cap)
-    assert got == pack(items, budget, cap)
+    for _ in small_thresholds():
+        got = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
+                          np.array([it.cost for it in items], np.int64),
+                          np.array([it.value for it in items], np.float64), budget, cap)
+        assert got == pack(items, budget, cap)
+
+
+@settings(max_examples=300, deadline=None)
+@given(costs_values=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30)), max_size=14),
+       budget=st.integers(0, 160))
+def test_dp_fills_only_the_cells_that_matter_and_chooses_as_the_full_table(
+        costs_values: list[tuple[int, int]], budget: int) -> None:
+    # budgets below, at and above the total cost; free items; worthless items; many ties
+    import numpy as np
+
+    from hivemind_memory.projections.packing import _dp, _dp_value
+    from tests.reference import full_table_dp
+
+    costs = [c for c, _ in costs_values]
+    values = [v for _, v in costs_values]
+    want = full_table_dp(costs, values, budget)
+    ca, va = np.array(costs, np.int64), np.array(values, np.int64)
+    assert _dp(ca, va, budget) == want
+    free = sum(v for c, v in costs_values if c == 0)
+    assert _dp_value(ca, va, budget) == sum(values[i] for i in want if costs[i]) + free
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=items_strategy(40, 120), budget=st.integers(0, 700),
+       cap=st.sampled_from([40, 400, 4_000, 10**9]))
+def test_exact_packing_chooses_what_the_full_table_chooses(items: list[Item], budget: int,
+                                                           cap: int) -> None:
+    # reduction, window lower bound and core DP give the full table's choice, ties included
+    from tests.reference import pack_full_table
+
+    want = set(pack_full_table([(it.key, it.cost, it.value) for it in items], budget))
+    for _ in small_thresholds():
+        res = pack(items, budget, cap)
+        if res.method == "exact":
+            assert set(res.chosen) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(40, 300), budget=st.integers(200, 4000))
+def test_exact_packing_chooses_what_the_full_table_chooses_on_query_like_instances(
+        seed: int, n: int, budget: int) -> None:
+    # many candidates, a core far larger than the window: the window's lower bound matters
+    from hivemind_memory.projections.packing import pack_arrays
+    from tests.reference import pack_full_table
+
+    rng = random.Random(seed)
+    items = [Item(f"n{i}", rng.randint(5, 400), rng.random() * rng.choice([1.0, 0.5, 0.35]))
+             for i in range(n)]
+    full = pack_full_table([(it.key, it.cost, it.value) for it in items], budget)
+    import numpy as np
+
+    keys = [it.key for it in items]
+    for _ in small_thresholds():
+        res = pack(items, budget, EXACT)
+        assert res.method == "exact" and res.chosen == tuple(
+            sorted(full, key=lambda k: (-next(i.value for i in items if i.key == k), k)))
+        arr = pack_arrays(lambda idx: [keys[i] for i in idx.tolist()],
+                          np.array([it.cost for it in items], np.int64),
+                          np.array([it.value for it in items], np.float64), budget, 50_000)
+        assert arr.method == "exact" and set(arr.chosen) == set(full)
+
+
+def _arrays(items: list[Item]) -> tuple[object, object, object]:
+    import numpy as np
+
+    from hivemind_memory.projections.packing import _scaled
+
+    costs = np.array([it.cost for it in items], np.int64)
+    floats = np.array([it.value for it in items], np.float64)
+    density = np.divide(floats, costs, out=np.full(len(items), np.inf), where=costs > 0)
+    return costs, _scaled(floats), density
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=items_strategy(11, 60), budget=st.integers(1, 150),
+       seed=st.randoms(use_true_random=False))
+def test_survivors_drop_only_items_of_no_optimum_and_nothing_more_the_second_time(
+        items: list[Item], budget: int, seed: random.Random) -> None:
+
+    items = [it for it in items if it.cost <= budget and it.value > 0]
+    if not items:
+        return
+    for _ in small_thresholds():  # FILL_FROM as shipped, then 2 (sorted in small chunks)
+        _check_survivors(items, budget, seed)
+
+
+def _check_survivors(items: list[Item], budget: int, seed: random.Random) -> None:
+    from hivemind_memory.projections.packing import _survivors
+
+    costs, values, density = _arrays(items)
+    keep = _survivors(costs, values, density, budget)  # type: ignore[arg-type]
+    kept = set(range(len(items))) if keep is None else set(keep.tolist())
+    # the optimum of the scaled problem (what the DP maximises), by brute force
+    best = -1
+    optima: list[set[int]] = []
+    for r in range(len(items) + 1):
+        for combo in itertools.combinations(range(len(items)), r):
+            if sum(items[i].cost for i in combo) <= budget:
+                v = sum(int(values[i]) for i in combo)  # type: ignore[index]
+                if v > best:
+                    best, optima = v, [set(combo)]
+                elif v == best:
+                    optima.append(set(combo))
+    assert all(opt <= kept for opt in optima)
+    if keep is not None:  # applied to its own survivors it drops nothing more, nor to a set
+        sub = [items[i] for i in keep.tolist()]  # between them and every item
+        assert _survivors(*_arrays(sub), budget) is None  # type: ignore[arg-type]
+        dropped = sorted(set(range(len(items))) - kept)
+        some = set(keep.tolist()) | set(dropped[::2])
+        mid = [items[i] for i in sorted(some)]
+        again_mid = _survivors(*_arrays(mid), budget)  # type: ignore[arg-type]
+        assert again_mid is not None
+        assert {mid[i].key for i in again_mid.tolist()} == {items[i].key for i in kept}
+    # and it does not depend on the order of the items
+    shuffled = list(items)
+    seed.shuffle(shuffled)
+    again = _survivors(*_arrays(shuffled), budget)  # type: ignore[arg-type]
+    kept_keys = {items[i].key for i in kept}
+    assert {shuffled[i].key for i in (range(len(items)) if again is None
+                                       else again.tolist())} == kept_keys
+
+
+def test_survivors_drop_the_hopeless_tail_of_a_query_like_instance() -> None:
+    from hivemind_memory.projections.packing import _survivors
+
+    rng = random.Random(5)
+    items = [Item(f"n{i}", rng.randint(5, 400), rng.random() ** 3) for i in range(3000)]
+    costs, values, density = _arrays(items)
+    keep = _survivors(costs, values, density, 2000)  # type: ignore[arg-type]
+    assert keep is not None and len(keep) < len(items) // 4
+    # the exact packing over the survivors is the full table's choice over every item
+    from tests.reference import pack_full_table
+
+    full = pack_full_table([(it.key, it.cost, it.value) for it in items[:400]], 600)
+    assert set(pack(items[:400], 600, EXACT).chosen) == set(full)
 
 
 def _lp_exact(items: list[tuple[int, int]], room: int) -> Fraction:

@@ -125,11 +125,17 @@ def enqueue_projection(q: Queue, ns: str) -> None:
 
 
 def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int) -> None:
-    """Queue ``envelopes`` as query jobs of at most ``chunk`` queries each."""
+    """Queue ``envelopes`` as query jobs of at most ``chunk`` queries each, all jobs in one
+    MULTI (one round trip instead of RQ's two per job)."""
+    if not envelopes:
+        return
+    p = q.connection.pipeline()
     for i in range(0, len(envelopes), chunk):
         part = list(envelopes[i:i + chunk])
         q.enqueue(QUERY_JOB, part, retry=Retry(max=QUERY_RETRIES), result_ttl=JOB_RESULT_TTL,
-                  failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries")
+                  failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries",
+                  pipeline=p)
+    p.execute()
 
 
 def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> bool:

@@ -17,7 +17,7 @@ import msgspec
 from hivemind_memory.events.errors import ConfigError, QueryError
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
 from hivemind_memory.events.times import to_utc
-from hivemind_memory.projections.config import RankingConfig, with_overrides
+from hivemind_memory.projections.config import DEFAULT, RankingConfig, with_overrides
 from hivemind_memory.projections.rank import NoteSignals
 
 MAX_BUDGET = 1_000_000
@@ -143,7 +143,7 @@ def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
             req = msgspec.structs.replace(req, as_of=to_utc(req.as_of, "as_of"))
         except ValueError as exc:
             raise QueryError("invalid_request", f"invalid query: {exc} - at `$.as_of`") from None
-    effective_config(RankingConfig(), req.config)  # unknown keys / bad values: fail early
+    effective_config(DEFAULT, req.config)  # unknown keys / bad values: fail early
     return req
 
 

@@ -38,7 +38,12 @@ Scope = Literal["shared", "private"]
 Kind = Literal["note", "scratch"]
 
 
-class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
+class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type",
+             gc=False):
+    """Common fields. ``gc=False``: instances hold only strings, numbers, a datetime and a list
+    of floats, so they can never be part of a reference cycle; untracked, the hundreds of
+    thousands a projection or an ingest decodes cost the cyclic garbage collector nothing."""
+
     event_id: Id
     ns: Ns
     note_id: Id
@@ -46,7 +51,7 @@ class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field=
     at: UtcDatetime
 
 
-class NoteCreated(_Event, frozen=True, tag="note.created"):
+class NoteCreated(_Event, frozen=True, gc=False, tag="note.created"):
     """A new note; its id is never reused in the namespace, even after forgetting."""
 
     text: Text
@@ -63,11 +68,11 @@ class NoteCreated(_Event, frozen=True, tag="note.created"):
             raise ValueError("embedding must contain only finite floats")
 
 
-class NoteUsed(_Event, frozen=True, tag="note.used"):
+class NoteUsed(_Event, frozen=True, gc=False, tag="note.used"):
     """An agent used a note (it counts toward promotion to ``longterm``)."""
 
 
-class NoteForgotten(_Event, frozen=True, tag="note.forgotten"):
+class NoteForgotten(_Event, frozen=True, gc=False, tag="note.forgotten"):
     """The note is gone from every future answer; it stays in the log."""
 
 

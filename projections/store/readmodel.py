@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import redis.cluster
+from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.codec import decode_event
 from hivemind_memory.events.positions import Position, parse_pos
@@ -21,9 +23,9 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import FIELD, read_after
+from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script
-from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import Pipe, Store, as_bytes, stream_entries
 
 DEFAULT_BATCH = 2000
 """Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""
@@ -89,78 +91,267 @@ class Prepared:
     result: BatchResult
 
 
+def decode_entries(reply: Sequence[Any], ns: str
+                   ) -> list[tuple[str, Event | Undecodable, bytes]]:
+    """An XRANGE reply of namespace ``ns`` as ``(entry_id, event or Undecodable, raw)``.
+
+    The projector's hot loop (every event passes here once): the common entry (a dict with a
+    ``d`` field whose bytes decode to an event of ``ns``) takes the short path; anything else
+    goes through ``decode_entry``, which names the reason. As in ``stream_entries``, the
+    first entry proves the connection returns bytes (it decodes every reply or none).
+    """
+    if not reply:
+        return []
+    stream_entries(reply[:1])  # raises StoreError if the connection decodes responses
+    out: list[tuple[str, Event | Undecodable, bytes]] = []
+    append = out.append
+    for item in reply:
+        entry_id, fields = item[0], item[1]
+        raw = fields.get(FIELD) if type(fields) is dict else None
+        if raw is not None:
+            try:
+                ev = decode_event(raw)
+            except Exception:  # decode_entry below names the reason
+                pass
+            else:
+                if ev.ns == ns:
+                    append((entry_id.decode(), ev, raw))
+                    continue
+        full = stream_entries([item])[0]
+        append((full.id.decode(), *decode_entry(full.fields, ns)))
+    return out
+
+
+Decoded = tuple[str, Event | Undecodable, bytes]
+"""One stream entry as the fold takes it: ``(entry_id, event or Undecodable, raw)``."""
+
+
+def _touched_ids(decoded: Sequence[Decoded]) -> tuple[list[str], list[str]]:
+    """The distinct note ids and event ids of a batch (undecodable entries have none)."""
+    note_ids: set[str] = set()
+    event_ids: set[str] = set()
+    for _, ev, _ in decoded:
+        if not isinstance(ev, Undecodable):
+            note_ids.add(ev.note_id)
+            event_ids.add(ev.event_id)
+    return list(note_ids), list(event_ids)
+
+
+def _queue_prior_reads(p: Pipe, ns: str, note_ids: list[str], event_ids: list[str]) -> int:
+    """Queue the reads a batch folds onto (HMGET of its notes, SMISMEMBER of its event ids);
+    returns how many replies they add."""
+    if note_ids:
+        p.hmget(keys.notes(ns), note_ids)
+    if event_ids:
+        p.smismember(keys.seen(ns), event_ids)
+    return bool(note_ids) + bool(event_ids)
+
+
+def _priors(note_ids: list[str], event_ids: list[str], replies: Sequence[Any]
+            ) -> tuple[dict[str, NoteState], set[str]]:
+    """The replies of ``_queue_prior_reads`` as (current states by note id, event ids already
+    applied)."""
+    blobs = replies[0] if note_ids else []
+    flags = replies[-1] if event_ids else []
+    current = {nid: unpack_note(b) for nid, b in zip(note_ids, blobs, strict=True) if b}
+    seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
+    return current, seen
+
+
+def _xrange_after(p: Pipe | Store, ns: str, after: str, count: int) -> Any:
+    """XRANGE of up to ``count`` entries strictly after entry id ``after`` ("" = from the
+    start), queued on a pipeline or run."""
+    return p.xrange(keys.stream(ns), min="(" + after if after else "-", max="+", count=count)
+
+
 def prepare_batch(r: Store, ns: str,
                   batch_size: int = DEFAULT_BATCH) -> Prepared | None:
     """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
     cp_raw, gen_raw = r.mget([keys.checkpoint(ns), keys.generation(ns)])
     cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
     expected = cp_str + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
-    entries = read_after(r, ns, parse_pos(cp_str), batch_size)
-    if not entries:
+    decoded = decode_entries(_xrange_after(r, ns, cp_str, batch_size), ns)
+    if not decoded:
         return None
-    decoded = []
-    note_ids: set[str] = set()
-    event_ids: set[str] = set()
-    for eid, fields in entries:
-        ev, raw = decode_entry(fields, ns)
-        decoded.append((eid.decode(), ev, raw))
-        if not isinstance(ev, Undecodable):
-            note_ids.add(ev.note_id)
-            event_ids.add(ev.event_id)
-    uniq_notes = sorted(note_ids)
-    uniq_events = sorted(event_ids)
+    note_ids, event_ids = _touched_ids(decoded)
     p = r.pipeline(transaction=False)
-    if uniq_notes:
-        p.hmget(keys.notes(ns), uniq_notes)
-    if uniq_events:
-        p.smismember(keys.seen(ns), uniq_events)
-    got = p.execute()
-    blobs = got[0] if uniq_notes else []
-    flags = got[-1] if uniq_events else []
-    current = {nid: unpack_note(b) for nid, b in zip(uniq_notes, blobs, strict=True) if b}
-    seen = {e for e, f in zip(uniq_events, flags, strict=True) if f}
+    _queue_prior_reads(p, ns, note_ids, event_ids)
+    current, seen = _priors(note_ids, event_ids, p.execute())
     res = fold_batch(current, seen, decoded)
     return Prepared(ns=ns, expected=expected, new_checkpoint=decoded[-1][0], first=decoded[0][0],
-                    count=len(entries), result=res)
+                    count=len(decoded), result=res)
 
 
-def commit(r: Store, prep: Prepared, now_ms: int, token: str | None = None) -> bool:
-    """Write a prepared batch atomically if the checkpoint and generation are still the ones it
-    was read after, and (given ``token``) the committer still holds the projection lease;
-    False (nothing written) otherwise."""
-    res, ns = prep.result, prep.ns
+def _commit_keys(ns: str) -> list[str]:
+    return [keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
+            keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns)]
+
+
+def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:
+    """ARGV of ``commit_batch.lua`` (its header documents the layout)."""
+    res = prep.result
+    touched = sorted(res.notes)
     argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN,
-                       token or ""]
-    argv.append(len(res.notes))
-    for nid in sorted(res.notes):
-        argv += [nid, pack_note(res.notes[nid])]
-    argv.append(len(res.seen))
+                       token or "", lease_ms if token else 0, len(touched)]
+    notes = res.notes
+    append = argv.append
+    for nid in touched:
+        append(nid)
+        append(pack_note(notes[nid]))
+    append(len(res.seen))
     argv += res.seen
-    argv.append(len(res.dead))
+    append(len(res.dead))
     for d in res.dead:
         argv += [d.entry_id, d.reason, d.raw]
-    argv.append(prep.count)
-    ok = script(r, "commit_batch")(
-        keys=[keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
-              keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns)],
-        args=argv,
-    )
-    return bool(ok)
+    append(prep.count)
+    append(" ".join(touched))
+    return argv
+
+
+def _run_commit(r: Store, ns: str, argv: list[Any]) -> Any:
+    return script(r, "commit_batch")(keys=_commit_keys(ns), args=argv)
+
+
+def commit(r: Store, prep: Prepared, now_ms: int, token: str | None = None,
+           lease_ms: int = 0) -> bool:
+    """Write a prepared batch atomically if the checkpoint and generation are still the ones it
+    was read after, and (given ``token``) the committer still holds the projection lease;
+    False (nothing written) otherwise. With ``token`` and ``lease_ms`` > 0, a commit that
+    applied also renews the lease to ``lease_ms``."""
+    return bool(_run_commit(r, prep.ns, _commit_args(prep, now_ms, token, lease_ms)))
+
+
+def _info(prep: Prepared, ok: bool, t0: float) -> BatchInfo:
+    res = prep.result
+    return BatchInfo(ns=prep.ns, count=prep.count, first=prep.first, last=prep.new_checkpoint,
+                     applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
+                     committed=ok, seconds=time.perf_counter() - t0)
 
 
 def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
-                  token: str | None = None) -> BatchInfo | None:
+                  token: str | None = None, lease_ms: int = 0) -> BatchInfo | None:
     """Fold the next batch after the checkpoint and commit it (fenced by the lease ``token``
-    when given). None when caught up."""
+    when given, which a committed batch renews to ``lease_ms`` when that is > 0). None when
+    caught up. (``Folder`` does the same batch after batch in one round trip each.)"""
     t0 = time.perf_counter()
     prep = prepare_batch(r, ns, batch_size)
     if prep is None:
         return None
-    ok = commit(r, prep, int(time.time() * 1000), token)
-    res = prep.result
-    return BatchInfo(ns=ns, count=prep.count, first=prep.first, last=prep.new_checkpoint,
-                     applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
-                     committed=ok, seconds=time.perf_counter() - t0)
+    return _info(prep, commit(r, prep, int(time.time() * 1000), token, lease_ms), t0)
+
+
+class Folder:
+    """Folds one namespace batch after batch, one round trip to Redis per batch.
+
+    ``project_batch`` makes four round trips per batch (checkpoint, entries, prior states,
+    commit). A folder software-pipelines them: batch k's commit goes in one non-transactional
+    pipeline with the reads of batch k+1's prior states (HMGET, SMISMEMBER, which Redis runs
+    after the commit, so they see it) and the XRANGE of batch k+2, whose entries are decoded
+    while batch k+1 is folded. Every guarantee stays with the commit script: it applies only
+    if the checkpoint and generation are still the ones the batch was folded after and the
+    lease token still holds, so whatever was read ahead is simply dropped when a commit did not
+    apply (the next step starts afresh from the stored checkpoint).
+
+    Not thread-safe; one folder per lease holder. ``step`` returns what ``project_batch``
+    returns.
+    """
+
+    def __init__(self, r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
+                 token: str | None = None, lease_ms: int = 0) -> None:
+        self.r, self.ns, self.batch_size = r, ns, batch_size
+        self.token, self.lease_ms = token, lease_ms
+        self._expected: str | None = None
+        """``checkpoint|generation`` the next batch folds after; None: read it afresh."""
+        self._batch: list[Decoded] = []
+        """The next batch, decoded (empty: caught up as far as we know)."""
+        self._priors: tuple[dict[str, NoteState], set[str]] | None = None
+        """Its notes' current states and its already-applied event ids (None: not read yet)."""
+        self._ahead: list[Decoded] | None = None
+        """The batch after it, decoded (None: not read yet)."""
+
+    def _reset(self) -> None:
+        self._expected, self._batch, self._priors, self._ahead = None, [], None, None
+
+    def _read_fresh(self) -> None:
+        """Cold start: the checkpoint and generation, then the batch after it."""
+        cp_raw, gen_raw = self.r.mget([keys.checkpoint(self.ns), keys.generation(self.ns)])
+        cp = as_bytes(cp_raw).decode() if cp_raw else ""
+        self._expected = cp + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
+        self._batch = decode_entries(_xrange_after(self.r, self.ns, cp, self.batch_size),
+                                     self.ns)
+        self._priors, self._ahead = None, None
+
+    def _read_priors(self) -> None:
+        """The current batch's prior states, with the batch after it read ahead."""
+        note_ids, event_ids = _touched_ids(self._batch)
+        p = self.r.pipeline(transaction=False)
+        n = _queue_prior_reads(p, self.ns, note_ids, event_ids)
+        _xrange_after(p, self.ns, self._batch[-1][0], self.batch_size)
+        got = p.execute()
+        self._priors = _priors(note_ids, event_ids, got[:n])
+        self._ahead = decode_entries(got[n], self.ns)
+
+    def step(self) -> BatchInfo | None:
+        """Fold and commit the next batch; None when caught up."""
+        try:
+            return self._step()
+        except BaseException:
+            self._reset()  # a failed call leaves nothing we could trust
+            raise
+
+    def _step(self) -> BatchInfo | None:
+        t0 = time.perf_counter()
+        if self._expected is None:
+            self._read_fresh()
+        if not self._batch:
+            self._expected = None  # caught up: read afresh next time (entries may arrive)
+            return None
+        if self._priors is None or self._ahead is None:
+            self._read_priors()
+        assert self._priors is not None and self._ahead is not None and self._expected
+        current, seen = self._priors
+        batch, ahead = self._batch, self._ahead
+        prep = Prepared(ns=self.ns, expected=self._expected, new_checkpoint=batch[-1][0],
+                        first=batch[0][0], count=len(batch),
+                        result=fold_batch(current, seen, batch))
+        now_ms = int(time.time() * 1000)
+        argv = _commit_args(prep, now_ms, self.token, self.lease_ms)
+        # what to read behind the commit: the prior states of the batch read ahead, and the
+        # entries after it (or, with nothing read ahead, after this batch)
+        note_ids, event_ids = _touched_ids(ahead)
+        cluster = isinstance(self.r, redis.cluster.RedisCluster)
+        p = self.r.pipeline(transaction=False)
+        if not cluster:
+            ckeys = _commit_keys(self.ns)
+            p.evalsha(script(self.r, "commit_batch").sha, len(ckeys), *ckeys, *argv)
+        n = _queue_prior_reads(p, self.ns, note_ids, event_ids) if ahead else 0
+        _xrange_after(p, self.ns, ahead[-1][0] if ahead else prep.new_checkpoint,
+                      self.batch_size)
+        if cluster:
+            # redis-py refuses EVALSHA in a cluster pipeline: commit, then read (two trips)
+            ok = bool(_run_commit(self.r, self.ns, argv))
+            reads = p.execute(raise_on_error=False) if ok else []
+        else:
+            got = p.execute(raise_on_error=False)
+            reply, reads = got[0], got[1:]
+            if isinstance(reply, NoScriptError):  # a restarted or flushed Redis
+                self._reset()
+                return _info(prep, commit(self.r, prep, now_ms, self.token, self.lease_ms),
+                             t0)
+            if isinstance(reply, Exception):
+                raise reply
+            ok = bool(reply)
+        if not ok or any(isinstance(x, Exception) for x in reads):
+            self._reset()  # nothing written (or a read failed): start afresh from the store
+            return _info(prep, ok, t0)
+        self._expected = prep.new_checkpoint + "|" + self._expected.split("|", 1)[1]
+        if ahead:
+            self._batch, self._priors = ahead, _priors(note_ids, event_ids, reads[:n])
+            self._ahead = decode_entries(reads[n], self.ns)
+        else:
+            self._batch = decode_entries(reads[n], self.ns)
+            self._priors, self._ahead = None, None
+        return _info(prep, ok, t0)
 
 
 def lagging(r: Store, nss: Sequence[str], chunk: int = 500) -> list[str]:
@@ -214,5 +405,18 @@ def dead_total(r: Store, ns: str) -> int:
     return int(r.xlen(keys.dead(ns)))
 
 
-__all__ = ["BatchInfo", "DeadLetterRow", "Prepared", "checkpoint", "commit", "dead_total",
-           "lagging", "prepare_batch", "project_batch", "read_dead", "read_notes"]
+__all__ = [
+    "BatchInfo",
+    "DeadLetterRow",
+    "Folder",
+    "Prepared",
+    "checkpoint",
+    "commit",
+    "dead_total",
+    "decode_entries",
+    "lagging",
+    "prepare_batch",
+    "project_batch",
+    "read_dead",
+    "read_notes",
+]

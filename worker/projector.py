@@ -13,10 +13,7 @@
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -41,6 +38,7 @@ from hivemind_memory.projections.store.readmodel import (
     Folder,
     checkpoint,
     lagging,
+    no_cycle_collection,
 )
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
@@ -69,23 +67,6 @@ def _log_batch(info: BatchInfo) -> None:
              last=info.last, applied=info.applied, dead=info.dead,
              duplicates=info.duplicates, committed=info.committed,
              duration_ms=round(info.seconds * 1000, 2))
-
-
-@contextmanager
-def no_cycle_collection() -> Iterator[None]:
-    """Pause the cyclic garbage collector while folding (reference counting still frees
-    everything at once). A batch keeps thousands of reply objects alive for its whole
-    duration; the collector, triggered by those allocations, promoted them and ran full
-    collections over the worker's heap every few batches (a tenth of projection time). The
-    fold builds no reference cycles, and any a library makes meanwhile are collected once the
-    collector is back on."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def fold_with_lease(r: Store, held: Lease, s: Settings,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,8 +15,11 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import iter_all
-from hivemind_memory.projections.store.readmodel import decode_entry
+from hivemind_memory.projections.store.readmodel import (
+    Decoded,
+    decode_entries,
+    no_cycle_collection,
+)
 from hivemind_memory.projections.store.types import Pipe, Store, as_bytes
 
 
@@ -36,9 +39,24 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
     ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
-    entries = ((eid.decode(), *decode_entry(fields, ns))
-               for eid, fields in iter_all(r, ns, until=until, chunk=chunk))
-    return fold_entries(entries, as_of=as_of, chunk=chunk, on_chunk=on_chunk)
+    with no_cycle_collection():
+        return fold_entries(_decoded_log(r, ns, until, chunk), as_of=as_of, chunk=chunk,
+                            on_chunk=on_chunk)
+
+
+def _decoded_log(r: Store, ns: str, until: Position | None,
+                 chunk: int) -> Iterator[Decoded]:
+    """Every entry of the log (up to ``until``) decoded, read ``chunk`` entries at a time."""
+    end = format_pos(until) if until is not None else "+"
+    after = ""
+    while True:
+        reply = r.xrange(keys.stream(ns), min="(" + after if after else "-", max=end,
+                         count=chunk)
+        if not reply:
+            return
+        decoded = decode_entries(reply, ns)
+        yield from decoded
+        after = decoded[-1][0]
 
 
 def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
@@ -46,7 +64,7 @@ def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
                  on_chunk: Callable[[], None] | None = None) -> Rebuilt:
     """Fold decoded log entries ``(entry_id, event, raw)`` in order (see ``fold_log``)."""
     proj = Projection()
-    pos = ZERO
+    last = ""
     events = dups = 0
     batch: list[tuple[str, Event | Undecodable, bytes]] = []
 
@@ -57,7 +75,7 @@ def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
             batch.clear()
 
     for eid, ev, raw in entries:
-        pos = parse_pos(eid)
+        last = eid
         events += 1
         if as_of is not None and not isinstance(ev, Undecodable) and ev.at > as_of:
             # Not visible at as_of, but its event_id is taken: a later duplicate of it (even
@@ -71,7 +89,8 @@ def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
             if on_chunk is not None:
                 on_chunk()
     flush()
-    return Rebuilt(projection=proj, position=pos, events=events, duplicates=dups)
+    return Rebuilt(projection=proj, position=parse_pos(last) if last else ZERO, events=events,
+                   duplicates=dups)
 
 
 def live_snapshot(r: Store, ns: str) -> tuple[Position, dict[str, NoteState]]:

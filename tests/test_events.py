@@ -133,12 +133,40 @@ def test_ingest_skip_invalid_appends_the_good_and_reports_every_bad(tmp_path: Pa
     assert rep.namespaces == {"t", "other"}
 
 
+@pytest.mark.parametrize("skip_invalid", [False, True])
+def test_ingest_schedules_every_chunk_before_and_after_it_lands(tmp_path: Path,
+                                                                skip_invalid: bool) -> None:
+    r = fakeredis.FakeRedis()
+    # chunk 1: namespace a only; chunk 2: a and b; chunk 3: b only (chunks of 1,000)
+    rows = ([created(f"a{i}", eid=f"a{i}", ns="a") for i in range(1500)]
+            + [created(f"b{i}", eid=f"b{i}", ns="b") for i in range(1200)])
+    calls: list[tuple[int, int, set[str]]] = []
+
+    def on_chunk(nss: set[str]) -> None:
+        calls.append((_stream_len(r, "a"), _stream_len(r, "b"), nss))
+
+    rep = ingest(r, _write(tmp_path, jsonl(rows)), skip_invalid=skip_invalid,
+                 on_error=pytest.fail, on_chunk=on_chunk)
+    assert rep.appended == 2700
+    assert calls == [(0, 0, {"a"}),              # before chunk 1
+                     (1000, 0, {"a", "b"}),      # after chunk 1 and before chunk 2
+                     (1500, 500, {"a", "b"}),    # after chunk 2 and before chunk 3
+                     (1500, 1200, {"b"})]        # after chunk 3
+
+
 def test_ingest_chunks_preserve_file_order(tmp_path: Path) -> None:
     r = fakeredis.FakeRedis()
     n = 2500  # spans three append chunks
     rows = [created(f"n{i}", eid=f"e{i}") for i in range(n)]
-    chunks: list[set[str]] = []
-    rep = ingest(r, _write(tmp_path, jsonl(rows)), on_error=pytest.fail, on_chunk=chunks.append)
-    assert rep.appended == n and len(chunks) == 6  # each chunk: scheduled before and after
+    landed: list[tuple[int, set[str]]] = []  # (entries in the log, namespaces) at each call
+
+    def on_chunk(nss: set[str]) -> None:
+        landed.append((_stream_len(r, "t"), nss))
+
+    rep = ingest(r, _write(tmp_path, jsonl(rows)), on_error=pytest.fail, on_chunk=on_chunk)
+    # each chunk is scheduled before its first entry lands and after its last one has (one
+    # call between two chunks stands for both)
+    assert rep.appended == n and landed == [(0, {"t"}), (1000, {"t"}), (2000, {"t"}),
+                                            (2500, {"t"})]
     ids = [decode_event(f[b"d"]).event_id for _, f in iter_all(r, "t", chunk=700)]
     assert ids == [f"e{i}" for i in range(n)]

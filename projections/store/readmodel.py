@@ -127,7 +127,12 @@ def decode_entries(reply: Sequence[Any], ns: str
     append = out.append
     for item in reply:
         entry_id, fields = item[0], item[1]
-        raw = fields.get(FIELD) if type(fields) is dict else None
+        if type(fields) is dict:
+            raw = fields.get(FIELD)
+        elif fields is not None and len(fields) == 2 and fields[0] == FIELD:
+            raw = fields[1]  # a raw reply: the flat list [b"d", blob]
+        else:
+            raw = None
         if raw is not None:
             try:
                 ev = decode_event(raw)
@@ -260,17 +265,46 @@ def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
     return _info(prep, commit(r, prep, int(time.time() * 1000), token, lease_ms), t0)
 
 
+@dataclass(slots=True)
+class _Next:
+    """What the folder knows about the batch it folds next."""
+
+    expected: str
+    """``checkpoint|generation`` it folds after."""
+    batch: list[Decoded]
+    """Its entries, decoded (empty: caught up as far as we know)."""
+    priors: tuple[dict[str, NoteState], set[str]] | None = None
+    """Its notes' current states and its already-applied event ids (None: not read yet)."""
+    ahead: list[Decoded] | None = None
+    """The batch after it, decoded (None: not read yet)."""
+    prepared: tuple[Prepared, list[Any]] | None = None
+    """It folded already, with its commit's ARGV (None: not yet)."""
+
+
+def _pipeline(r: Store) -> Pipe:
+    return r.pipeline(transaction=False)
+
+
 class Folder:
-    """Folds one namespace batch after batch, one round trip to Redis per batch.
+    """Folds one namespace batch after batch, with one round trip to Redis per batch and the
+    commit overlapped with the client's work on the next batch.
 
     ``project_batch`` makes four round trips per batch (checkpoint, entries, prior states,
-    commit). A folder software-pipelines them: batch k's commit goes in one non-transactional
-    pipeline with the reads of batch k+1's prior states (HMGET, SMISMEMBER, which Redis runs
-    after the commit, so they see it) and the XRANGE of batch k+2, whose entries are decoded
-    while batch k+1 is folded. Every guarantee stays with the commit script: it applies only
-    if the checkpoint and generation are still the ones the batch was folded after and the
-    lease token still holds, so whatever was read ahead is simply dropped when a commit did not
-    apply (the next step starts afresh from the stored checkpoint).
+    commit), each waiting for the other side. A folder sends, in one write, the reads of the
+    batch after this one (HMGET of its notes, SMISMEMBER of its event ids, XRANGE of the batch
+    after *it*) and then this batch's commit. It takes the reads' replies, which Redis sends
+    before it runs the commit, and while Redis runs the commit it decodes, overlays and folds
+    the next batch: the reads saw the state before this commit, and the commit writes exactly
+    this batch's folded notes and event ids, so the reads overlaid with them are the state
+    after it. Only then does it take the commit's reply.
+
+    Every guarantee stays with the commit script: it applies only if the checkpoint and
+    generation are still the ones the batch was folded after and the lease token still holds.
+    Whatever was read or folded ahead assumed this commit applied; when it did not, all of it
+    is dropped and the next step starts afresh from the stored checkpoint.
+
+    On a Redis Cluster (redis-py sends no EVALSHA in a cluster pipeline) the commit runs
+    alone, then the reads: two round trips per batch, nothing overlapped.
 
     Not thread-safe; one folder per lease holder. ``step`` returns what ``project_batch``
     returns.
@@ -280,98 +314,124 @@ class Folder:
                  token: str | None = None, lease_ms: int = 0) -> None:
         self.r, self.ns, self.batch_size = r, ns, batch_size
         self.token, self.lease_ms = token, lease_ms
-        self._expected: str | None = None
-        """``checkpoint|generation`` the next batch folds after; None: read it afresh."""
-        self._batch: list[Decoded] = []
-        """The next batch, decoded (empty: caught up as far as we know)."""
-        self._priors: tuple[dict[str, NoteState], set[str]] | None = None
-        """Its notes' current states and its already-applied event ids (None: not read yet)."""
-        self._ahead: list[Decoded] | None = None
-        """The batch after it, decoded (None: not read yet)."""
-
-    def _reset(self) -> None:
-        self._expected, self._batch, self._priors, self._ahead = None, [], None, None
-
-    def _read_fresh(self) -> None:
-        """Cold start: the checkpoint and generation, then the batch after it."""
-        cp_raw, gen_raw = self.r.mget([keys.checkpoint(self.ns), keys.generation(self.ns)])
-        cp = as_bytes(cp_raw).decode() if cp_raw else ""
-        self._expected = cp + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
-        self._batch = decode_entries(_xrange_after(self.r, self.ns, cp, self.batch_size),
-                                     self.ns)
-        self._priors, self._ahead = None, None
-
-    def _read_priors(self) -> None:
-        """The current batch's prior states, with the batch after it read ahead."""
-        note_ids, event_ids = _touched_ids(self._batch)
-        p = self.r.pipeline(transaction=False)
-        n = _queue_prior_reads(p, self.ns, note_ids, event_ids)
-        _xrange_after(p, self.ns, self._batch[-1][0], self.batch_size)
-        got = p.execute()
-        self._priors = _priors(note_ids, event_ids, got[:n])
-        self._ahead = decode_entries(got[n], self.ns)
+        self._next: _Next | None = None
+        """None: read the checkpoint afresh."""
 
     def step(self) -> BatchInfo | None:
         """Fold and commit the next batch; None when caught up."""
         try:
             return self._step()
         except BaseException:
-            self._reset()  # a failed call leaves nothing we could trust
+            self._next = None  # a failed call leaves nothing we could trust
             raise
+
+    def _read_fresh(self) -> _Next:
+        """Cold start: the checkpoint and generation, then the batch after it."""
+        cp_raw, gen_raw = self.r.mget([keys.checkpoint(self.ns), keys.generation(self.ns)])
+        cp = as_bytes(cp_raw).decode() if cp_raw else ""
+        expected = cp + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
+        return _Next(expected, decode_entries(_xrange_after(self.r, self.ns, cp,
+                                                            self.batch_size), self.ns))
+
+    def _read_priors(self, nxt: _Next) -> None:
+        """The batch's prior states, with the batch after it read ahead (one round trip)."""
+        note_ids, event_ids = _touched_ids(nxt.batch)
+        p = self.r.pipeline(transaction=False)
+        n = _queue_prior_reads(p, self.ns, note_ids, event_ids)
+        _xrange_after(p, self.ns, nxt.batch[-1][0], self.batch_size)
+        got = p.execute()
+        nxt.priors = _priors(note_ids, event_ids, got[:n])
+        nxt.ahead = decode_entries(got[n], self.ns)
+
+    def _prepare(self, nxt: _Next) -> tuple[Prepared, list[Any]]:
+        """Fold the batch (onto its priors) and build its commit's ARGV."""
+        if nxt.prepared is not None:
+            return nxt.prepared
+        assert nxt.priors is not None
+        current, seen = nxt.priors
+        batch = nxt.batch
+        prep = Prepared(ns=self.ns, expected=nxt.expected, new_checkpoint=batch[-1][0],
+                        first=batch[0][0], count=len(batch),
+                        result=fold_batch(current, seen, batch))
+        return prep, _commit_args(prep, int(time.time() * 1000), self.token, self.lease_ms)
 
     def _step(self) -> BatchInfo | None:
         t0 = time.perf_counter()
-        if self._expected is None:
-            self._read_fresh()
-        if not self._batch:
-            self._expected = None  # caught up: read afresh next time (entries may arrive)
-            return None
-        if self._priors is None or self._ahead is None:
-            self._read_priors()
-        assert self._priors is not None and self._ahead is not None and self._expected
-        current, seen = self._priors
-        batch, ahead = self._batch, self._ahead
-        prep = Prepared(ns=self.ns, expected=self._expected, new_checkpoint=batch[-1][0],
-                        first=batch[0][0], count=len(batch),
-                        result=fold_batch(current, seen, batch))
-        now_ms = int(time.time() * 1000)
-        argv = _commit_args(prep, now_ms, self.token, self.lease_ms)
-        # what to read behind the commit: the prior states of the batch read ahead, and the
-        # entries after it (or, with nothing read ahead, after this batch)
+        nxt = self._next if self._next is not None else self._read_fresh()
+        self._next = None
+        if not nxt.batch:
+            return None  # caught up: read afresh next time (entries may arrive)
+        if nxt.prepared is None and (nxt.priors is None or nxt.ahead is None):
+            self._read_priors(nxt)
+        prep, argv = self._prepare(nxt)
+        ahead = nxt.ahead if nxt.ahead is not None else []
         note_ids, event_ids = _touched_ids(ahead)
-        cluster = isinstance(self.r, redis.cluster.RedisCluster)
-        p = self.r.pipeline(transaction=False)
-        if not cluster:
-            ckeys = _commit_keys(self.ns)
-            p.evalsha(script(self.r, "commit_batch").sha, len(ckeys), *ckeys, *argv)
-        n = _queue_prior_reads(p, self.ns, note_ids, event_ids) if ahead else 0
-        _xrange_after(p, self.ns, ahead[-1][0] if ahead else prep.new_checkpoint,
-                      self.batch_size)
-        if cluster:
-            # redis-py refuses EVALSHA in a cluster pipeline: commit, then read (two trips)
-            ok = bool(_run_commit(self.r, self.ns, argv))
-            reads = p.execute(raise_on_error=False) if ok else []
-        else:
-            got = p.execute(raise_on_error=False)
-            reply, reads = got[0], got[1:]
-            if isinstance(reply, NoScriptError):  # a restarted or flushed Redis
-                self._reset()
-                return _info(prep, commit(self.r, prep, now_ms, self.token, self.lease_ms),
-                             t0)
-            if isinstance(reply, Exception):
-                raise reply
-            ok = bool(reply)
-        if not ok or any(isinstance(x, Exception) for x in reads):
-            self._reset()  # nothing written (or a read failed): start afresh from the store
-            return _info(prep, ok, t0)
-        self._expected = prep.new_checkpoint + "|" + self._expected.split("|", 1)[1]
+        reads: list[tuple[Any, ...]] = []
         if ahead:
-            self._batch, self._priors = ahead, _priors(note_ids, event_ids, reads[:n])
-            self._ahead = decode_entries(reads[n], self.ns)
-        else:
-            self._batch = decode_entries(reads[n], self.ns)
-            self._priors, self._ahead = None, None
+            if note_ids:
+                reads.append(("HMGET", keys.notes(self.ns), *note_ids))
+            if event_ids:
+                reads.append(("SMISMEMBER", keys.seen(self.ns), *event_ids))
+        after = ahead[-1][0] if ahead else prep.new_checkpoint
+        reads.append(("XRANGE", keys.stream(self.ns), "(" + after, "+", "COUNT",
+                      self.batch_size))
+        if isinstance(self.r, redis.cluster.RedisCluster):
+            ok = bool(_run_commit(self.r, self.ns, argv))
+            if ok:
+                p = _pipeline(self.r)
+                for cmd in reads:
+                    p.execute_command(*cmd)  # type: ignore[no-untyped-call]
+                replies = p.execute()
+                self._next = self._following(prep, ahead, note_ids, event_ids, replies,
+                                             overlay=False)
+            return _info(prep, ok, t0)
+        ckeys = _commit_keys(self.ns)
+        commit_cmd = ("EVALSHA", script(self.r, "commit_batch").sha, len(ckeys), *ckeys, *argv)
+        pool = self.r.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command(  # type: ignore[no-untyped-call]
+                conn.pack_commands([*reads, commit_cmd]))  # type: ignore[no-untyped-call]
+            replies = [conn.read_response() for _ in reads]
+            # Redis runs the commit now; meanwhile, everything the next step needs
+            following = self._following(prep, ahead, note_ids, event_ids, replies,
+                                        overlay=True)
+            try:
+                ok = bool(conn.read_response())
+            except NoScriptError:  # a restarted or flushed Redis: load the script, retry
+                ok = commit(self.r, prep, int(time.time() * 1000), self.token, self.lease_ms)
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
+            raise
+        finally:
+            pool.release(conn)
+        if ok:
+            self._next = following
         return _info(prep, ok, t0)
+
+    def _following(self, prep: Prepared, ahead: list[Decoded], note_ids: list[str],
+                   event_ids: list[str], replies: list[Any], overlay: bool) -> _Next:
+        """The next step's state, from the replies of the reads sent with this batch's commit,
+        assuming the commit applies. ``overlay``: the reads ran before the commit, so this
+        batch's folded notes and applied event ids are laid over them."""
+        expected = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
+        entries = decode_entries(replies[-1], self.ns)
+        if not ahead:
+            return _Next(expected, entries)
+        n = bool(note_ids) + bool(event_ids)
+        current, seen = _priors(note_ids, event_ids, replies[:n])
+        if overlay:
+            folded = prep.result.notes
+            for nid in note_ids:
+                state = folded.get(nid)
+                if state is not None:
+                    current[nid] = state
+            applied = prep.result.seen
+            if applied:
+                seen |= set(applied).intersection(event_ids)
+        nxt = _Next(expected, ahead, (current, seen), entries)
+        nxt.prepared = self._prepare(nxt)
+        return nxt
 
 
 def lagging(r: Store, nss: Sequence[str], chunk: int = 500) -> list[str]:

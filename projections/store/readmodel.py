@@ -26,7 +26,7 @@ from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_ba
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.scripts import script, source
 from hivemind_memory.projections.store.types import Pipe, Store, as_bytes, stream_entries
 
 DEFAULT_BATCH = 2000
@@ -275,7 +275,7 @@ KNOWN_NOTE_OVERHEAD = 300
 
 @dataclass(slots=True)
 class _Next:
-    """What the folder knows about the batch it folds next."""
+    """What the folder knows about the batch it folds next (nothing in flight)."""
 
     expected: str
     """``checkpoint|generation`` it folds after."""
@@ -285,45 +285,122 @@ class _Next:
     """Its notes' current states and its already-applied event ids (None: not read yet)."""
     ahead: list[Decoded] | None = None
     """The batch after it, decoded (None: not read yet)."""
-    prepared: tuple[Prepared, list[Any]] | None = None
-    """It folded already, with its commit's ARGV (None: not yet)."""
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A commit on the wire, behind the reads for the batch after it."""
+
+    prep: Prepared
+    t0: float
+    """When its batch began to be folded (``BatchInfo.seconds``)."""
+    ahead: list[Decoded]
+    """The batch after it, decoded (empty: none was read ahead); the reads are its priors
+    (HMGET of ``fetch``, SMISMEMBER of ``event_ids``) and the entries after it (XRANGE)."""
+    note_ids: list[str]
+    event_ids: list[str]
+    fetch: list[str]
+    held: dict[str, NoteState]
+    """States of the batch-ahead's other notes, as they will be once this commit applied
+    (known or folded before): not read."""
+    n_reads: int
 
 
 def _pipeline(r: Store) -> Pipe:
     return r.pipeline(transaction=False)
 
 
+class _Wire:
+    """Commands written to one connection now, their replies read later, in order."""
+
+    def __init__(self, r: redis.Redis, ns: str) -> None:
+        self.r, self.ns = r, ns
+        self.pool = r.connection_pool
+        self.conn: Any = None
+        self.sha = ""
+
+    def send(self, reads: list[tuple[Any, ...]], argv: list[Any]) -> None:
+        """Write ``reads``, then the commit script with ``argv``."""
+        if self.conn is None:
+            self.conn = self.pool.get_connection()
+            # loaded once per connection taken, so only a Redis restarted (or flushed) while
+            # the folder runs answers NOSCRIPT
+            sha = self.r.script_load(source("commit_batch"))
+            self.sha = sha.decode() if isinstance(sha, bytes) else str(sha)
+        ckeys = _commit_keys(self.ns)
+        commit_cmd = ("EVALSHA", self.sha, len(ckeys), *ckeys, *argv)
+        self.conn.send_packed_command(self.conn.pack_commands([*reads, commit_cmd]))
+
+    def read(self) -> Any:
+        return self.conn.read_response()
+
+    def close(self, broken: bool) -> None:
+        """Give the connection back (``broken``: replies may be unread; drop it)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if broken:
+                conn.disconnect()
+            self.pool.release(conn)
+
+
+class _Calls:
+    """The same, for a Redis Cluster (whose pipelines refuse EVALSHA): each ``send`` runs at
+    once, the reads in a pipeline, then the commit script; the replies wait to be read."""
+
+    def __init__(self, r: Store, ns: str) -> None:
+        self.r, self.ns = r, ns
+        self.replies: list[Any] = []
+
+    def send(self, reads: list[tuple[Any, ...]], argv: list[Any]) -> None:
+        p = _pipeline(self.r)
+        for cmd in reads:
+            p.execute_command(*cmd)  # type: ignore[no-untyped-call]
+        self.replies += p.execute()
+        self.replies.append(_run_commit(self.r, self.ns, argv))
+
+    def read(self) -> Any:
+        return self.replies.pop(0)
+
+    def close(self, broken: bool) -> None:
+        self.replies.clear()
+
+
 class Folder:
-    """Folds one namespace batch after batch, with one round trip to Redis per batch and the
-    commit overlapped with the client's work on the next batch.
+    """Folds one namespace batch after batch, with its commits overlapped with the client's
+    work: one write to Redis per batch and (almost) no waiting on it.
 
     ``project_batch`` makes four round trips per batch (checkpoint, entries, prior states,
-    commit), each waiting for the other side. A folder sends, in one write, the reads of the
-    batch after this one (HMGET of its notes, SMISMEMBER of its event ids, XRANGE of the batch
-    after *it*) and then this batch's commit. It takes the reads' replies, which Redis sends
-    before it runs the commit, and while Redis runs the commit it decodes, overlays and folds
-    the next batch: the reads saw the state before this commit, and the commit writes exactly
-    this batch's folded notes and event ids, so the reads overlaid with them are the state
-    after it. Only then does it take the commit's reply.
+    commit), each side waiting for the other. A folder keeps one commit in flight. With the
+    commit of batch k it sends, just before it, the reads for batch k+1 (HMGET of its notes,
+    SMISMEMBER of its event ids, XRANGE of batch k+2). Then, while Redis runs commit k, it takes
+    those reads' replies, decodes batch k+2, folds batch k+1 and sends its reads and commit;
+    only then does it take commit k's reply.
 
-    Every guarantee stays with the commit script: it applies only if the checkpoint and
-    generation are still the ones the batch was folded after and the lease token still holds.
-    Whatever was read or folded ahead assumed this commit applied; when it did not, all of it
-    is dropped and the next step starts afresh from the stored checkpoint.
+    The reads for batch k+1 ran before commit k, which writes exactly batch k's folded notes
+    and applied event ids: overlaid with those, they are the state after commit k. Notes the
+    folder committed itself are not read again (``_known``: no one else can have written them,
+    or the next compare-and-set fails). Every guarantee stays with the commit script: it
+    applies only if the checkpoint and generation are still the ones its batch was folded after
+    and the lease token still holds. All that was read or folded ahead assumes commit k
+    applied; when it did not, the folder drops it (and the connection, whose replies are left
+    unread: a commit sent behind it finds the checkpoint it expects only if the state is the
+    very one it was folded on) and starts afresh from the stored checkpoint.
 
-    On a Redis Cluster (redis-py sends no EVALSHA in a cluster pipeline) the commit runs
-    alone, then the reads: two round trips per batch, nothing overlapped.
-
+    On a Redis Cluster each write runs at once (two round trips per batch, nothing overlapped).
     Not thread-safe; one folder per lease holder. ``step`` returns what ``project_batch``
-    returns.
+    returns; ``close`` finishes the commit still in flight and returns its ``BatchInfo``.
     """
 
     def __init__(self, r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
                  token: str | None = None, lease_ms: int = 0) -> None:
         self.r, self.ns, self.batch_size = r, ns, batch_size
         self.token, self.lease_ms = token, lease_ms
+        self._wire: _Wire | _Calls = (_Calls(r, ns) if isinstance(r, redis.cluster.RedisCluster)
+                                      else _Wire(r, ns))
         self._next: _Next | None = None
-        """None: read the checkpoint afresh."""
+        """Nothing in flight: the batch to fold next (None: read the checkpoint afresh)."""
+        self._sent: _Sent | None = None
+        """The commit in flight."""
         self._known: dict[str, NoteState] = {}
         """States this folder committed, as stored after its last applied commit (no one else
         wrote a note since: every other writer moves the checkpoint or the generation, and the
@@ -331,17 +408,56 @@ class Folder:
         self._known_at = ""
         """``checkpoint|generation`` after that commit."""
         self._known_bytes = 0
+        self._settled: BatchInfo | None = None
+        """A commit settled but not yet returned by ``step``."""
 
-    def step(self) -> BatchInfo | None:
-        """Fold and commit the next batch; None when caught up."""
+    @property
+    def in_flight(self) -> bool:
+        """Whether a commit was sent and its reply not taken yet."""
+        return self._sent is not None
+
+    def step(self, more: bool = True) -> BatchInfo | None:
+        """Commit the next batch; None when caught up. ``more=False``: this is the last step
+        (send no further commit; ``close`` then finishes nothing)."""
+        if self._settled is not None:
+            info, self._settled = self._settled, None
+            return info
         try:
-            return self._step()
+            return self._step(more)
         except BaseException:
-            self._forget()  # a failed call leaves nothing we could trust
+            self._abort()  # a failed call leaves nothing we could trust
             raise
 
+    def close(self) -> BatchInfo | None:
+        """Wait for the commit still in flight and give the connection back; the info of a
+        commit not returned by ``step`` yet (None if there is none)."""
+        try:
+            if self._settled is not None:
+                info, self._settled = self._settled, None
+                return info
+            if self._sent is None:
+                return None
+            sent, self._sent = self._sent, None
+            for _ in range(sent.n_reads):
+                self._wire.read()
+            ok = self._commit_reply(sent)
+            if ok:
+                self._committed(sent.prep)
+            else:
+                self._forget()
+            return _info(sent.prep, ok, sent.t0)
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            self._wire.close(broken=False)
+
+    def _abort(self) -> None:
+        self._wire.close(broken=True)
+        self._forget()
+
     def _forget(self) -> None:
-        self._next = None
+        self._next, self._sent = None, None
         self._known.clear()
         self._known_at, self._known_bytes = "", 0
 
@@ -368,129 +484,144 @@ class Folder:
         return _Next(expected, decode_entries(_xrange_after(self.r, self.ns, cp,
                                                             self.batch_size), self.ns))
 
-    def _to_read(self, note_ids: list[str], folded: dict[str, NoteState]) -> list[str]:
-        """Those of ``note_ids`` neither folded just now nor known: read them."""
-        known = self._known
-        return [nid for nid in note_ids if nid not in folded and nid not in known]
-
-    def _current(self, note_ids: list[str], folded: dict[str, NoteState], fetched: list[str],
-                 blobs: Sequence[Any]) -> dict[str, NoteState]:
-        """The state of each of ``note_ids`` (absent: none yet): folded just now, else known,
-        else as read (``fetched`` with their ``blobs``)."""
-        current = {nid: unpack_note(b) for nid, b in zip(fetched, blobs, strict=True) if b}
-        known = self._known
-        for nid in note_ids:
-            state = folded.get(nid)
-            if state is None:
-                state = known.get(nid)
-            if state is not None:
-                current[nid] = state
-        return current
-
     def _read_priors(self, nxt: _Next) -> None:
         """The batch's prior states, with the batch after it read ahead (one round trip)."""
         note_ids, event_ids = _touched_ids(nxt.batch)
-        fetch = self._to_read(note_ids, {})
-        p = self.r.pipeline(transaction=False)
+        known = self._known
+        fetch = [nid for nid in note_ids if nid not in known]
+        p = _pipeline(self.r)
         n = _queue_prior_reads(p, self.ns, fetch, event_ids)
         _xrange_after(p, self.ns, nxt.batch[-1][0], self.batch_size)
         got = p.execute()
         flags = got[n - 1] if event_ids else []
-        seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
-        nxt.priors = self._current(note_ids, {}, fetch, got[0] if fetch else []), seen
+        held = {nid: known[nid] for nid in note_ids if nid in known}
+        current = _states(fetch, got[0] if fetch else [], held, {})
+        nxt.priors = current, {e for e, f in zip(event_ids, flags, strict=True) if f}
         nxt.ahead = decode_entries(got[n], self.ns)
 
-    def _prepare(self, nxt: _Next) -> tuple[Prepared, list[Any]]:
-        """Fold the batch (onto its priors) and build its commit's ARGV."""
-        if nxt.prepared is not None:
-            return nxt.prepared
-        assert nxt.priors is not None
-        current, seen = nxt.priors
-        batch = nxt.batch
-        prep = Prepared(ns=self.ns, expected=nxt.expected, new_checkpoint=batch[-1][0],
+    def _fold(self, expected: str, batch: list[Decoded],
+              priors: tuple[dict[str, NoteState], set[str]]) -> tuple[Prepared, list[Any]]:
+        """Fold ``batch`` onto its priors and build its commit's ARGV."""
+        current, seen = priors
+        prep = Prepared(ns=self.ns, expected=expected, new_checkpoint=batch[-1][0],
                         first=batch[0][0], count=len(batch),
                         result=fold_batch(current, seen, batch))
         return prep, _commit_args(prep, int(time.time() * 1000), self.token, self.lease_ms)
 
-    def _step(self) -> BatchInfo | None:
-        t0 = time.perf_counter()
-        nxt = self._next if self._next is not None else self._read_fresh()
-        self._next = None
-        if not nxt.batch:
-            return None  # caught up: read afresh next time (entries may arrive)
-        if nxt.prepared is None and (nxt.priors is None or nxt.ahead is None):
-            self._read_priors(nxt)
-        prep, argv = self._prepare(nxt)
-        ahead = nxt.ahead if nxt.ahead is not None else []
+    def _send(self, prep: Prepared, argv: list[Any], ahead: list[Decoded], t0: float,
+              pending: dict[str, NoteState]) -> None:
+        """Write the reads for ``ahead`` (the batch after ``prep``'s), then ``prep``'s commit.
+        ``pending``: the notes of a commit still in flight before this one."""
         note_ids, event_ids = _touched_ids(ahead)
-        fetch = self._to_read(note_ids, prep.result.notes)
-        reads: list[tuple[Any, ...]] = []
+        folded, known = prep.result.notes, self._known
+        fetch: list[str] = []
+        held: dict[str, NoteState] = {}
+        for nid in note_ids:
+            if nid in folded:
+                continue  # laid over the reads when they are used
+            state = pending.get(nid)
+            if state is None:
+                state = known.get(nid)
+            if state is None:
+                fetch.append(nid)
+            else:
+                held[nid] = state
+        commands: list[tuple[Any, ...]] = []
         if ahead:
             if fetch:
-                reads.append(("HMGET", keys.notes(self.ns), *fetch))
+                commands.append(("HMGET", keys.notes(self.ns), *fetch))
             if event_ids:
-                reads.append(("SMISMEMBER", keys.seen(self.ns), *event_ids))
+                commands.append(("SMISMEMBER", keys.seen(self.ns), *event_ids))
         after = ahead[-1][0] if ahead else prep.new_checkpoint
-        reads.append(("XRANGE", keys.stream(self.ns), "(" + after, "+", "COUNT",
-                      self.batch_size))
-        if isinstance(self.r, redis.cluster.RedisCluster):
-            ok = bool(_run_commit(self.r, self.ns, argv))
-            if ok:
-                p = _pipeline(self.r)
-                for cmd in reads:
-                    p.execute_command(*cmd)  # type: ignore[no-untyped-call]
-                replies = p.execute()
-                self._next = self._following(prep, ahead, note_ids, fetch, event_ids, replies)
-                self._committed(prep)
-            else:
-                self._forget()
-            return _info(prep, ok, t0)
-        ckeys = _commit_keys(self.ns)
-        commit_cmd = ("EVALSHA", script(self.r, "commit_batch").sha, len(ckeys), *ckeys, *argv)
-        pool = self.r.connection_pool
-        conn = pool.get_connection()
-        try:
-            conn.send_packed_command(  # type: ignore[no-untyped-call]
-                conn.pack_commands([*reads, commit_cmd]))  # type: ignore[no-untyped-call]
-            replies = [conn.read_response() for _ in reads]
-            # Redis runs the commit now; meanwhile, everything the next step needs
-            following = self._following(prep, ahead, note_ids, fetch, event_ids, replies)
-            try:
-                ok = bool(conn.read_response())
-            except NoScriptError:  # a restarted or flushed Redis: load the script, retry
-                ok = commit(self.r, prep, int(time.time() * 1000), self.token, self.lease_ms)
-        except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
-            raise
-        finally:
-            pool.release(conn)
-        if ok:
-            self._next = following
-            self._committed(prep)
-        else:
-            self._forget()
-        return _info(prep, ok, t0)
+        commands.append(("XRANGE", keys.stream(self.ns), "(" + after, "+", "COUNT",
+                         self.batch_size))
+        self._wire.send(commands, argv)
+        self._sent = _Sent(prep, t0, ahead, note_ids, event_ids, fetch, held, len(commands))
 
-    def _following(self, prep: Prepared, ahead: list[Decoded], note_ids: list[str],
-                   fetch: list[str], event_ids: list[str], replies: list[Any]) -> _Next:
-        """The next step's state, assuming this batch's commit applies, from the replies of
-        the reads sent with it (``fetch``: the notes read). Those reads may have run before
-        the commit (they always do, but on a cluster): this batch's folded notes and applied
-        event ids are laid over them, which is what the commit writes."""
+    def _commit_reply(self, sent: _Sent) -> bool:
+        """Whether ``sent``'s commit applied (its reads' replies taken already). If its
+        script was missing (a restarted or flushed Redis), whatever was sent behind it is
+        settled first (``_settled``), then the script is loaded and the batch committed again."""
+        try:
+            return bool(self._wire.read())
+        except NoScriptError:
+            behind, self._sent = self._sent, None
+            if behind is not None and behind is not sent:
+                self._settled = self._settle(behind)
+            self._next = None
+            return commit(self.r, sent.prep, int(time.time() * 1000), self.token,
+                          self.lease_ms)
+
+    def _settle(self, sent: _Sent) -> BatchInfo:
+        """Take every reply of ``sent`` and report its commit. It was folded on the
+        assumption that the commit ahead of it applied; when that one was refused, this one
+        applies only if someone else committed the very same batch (the same checkpoint and
+        generation), which left the state it was folded on: it is then exact, and counted."""
+        for _ in range(sent.n_reads):
+            self._wire.read()
+        try:
+            ok = bool(self._wire.read())
+        except NoScriptError:
+            ok = False
+        return _info(sent.prep, ok, sent.t0)
+
+    def _step(self, more: bool) -> BatchInfo | None:
+        if self._sent is None:
+            t0 = time.perf_counter()
+            nxt = self._next if self._next is not None else self._read_fresh()
+            self._next = None
+            if not nxt.batch:
+                return None  # caught up: read afresh next time (entries may arrive)
+            if nxt.priors is None or nxt.ahead is None:
+                self._read_priors(nxt)
+            assert nxt.priors is not None and nxt.ahead is not None
+            prep, argv = self._fold(nxt.expected, nxt.batch, nxt.priors)
+            self._send(prep, argv, nxt.ahead, t0, {})
+        sent = self._sent
+        assert sent is not None
+        replies = [self._wire.read() for _ in range(sent.n_reads)]
+        # Redis runs this commit now; meanwhile the next batch is folded and sent behind it
+        t1 = time.perf_counter()
+        prep = sent.prep
         expected = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
         entries = decode_entries(replies[-1], self.ns)
-        if not ahead:
-            return _Next(expected, entries)
-        blobs = replies[0] if fetch else []
-        flags = replies[1 if fetch else 0] if event_ids else []
-        current = self._current(note_ids, prep.result.notes, fetch, blobs)
-        seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
-        applied = prep.result.seen
-        if applied:
-            seen |= set(applied).intersection(event_ids)
-        nxt = _Next(expected, ahead, (current, seen), entries)
-        nxt.prepared = self._prepare(nxt)
-        return nxt
+        following: _Next | None = None
+        if not sent.ahead:
+            following = _Next(expected, entries)
+        else:
+            blobs = replies[0] if sent.fetch else []
+            flags = replies[1 if sent.fetch else 0] if sent.event_ids else []
+            current = _states(sent.fetch, blobs, sent.held, prep.result.notes)
+            seen = {e for e, f in zip(sent.event_ids, flags, strict=True) if f}
+            if prep.result.seen:
+                seen |= set(prep.result.seen).intersection(sent.event_ids)
+            if more:
+                nprep, nargv = self._fold(expected, sent.ahead, (current, seen))
+                self._send(nprep, nargv, entries, t1, prep.result.notes)
+            else:
+                following = _Next(expected, sent.ahead, (current, seen), entries)
+        if self._sent is sent:
+            self._sent = None
+        ok = self._commit_reply(sent)
+        if ok and self._settled is None:
+            self._committed(prep)
+            if self._sent is None:
+                self._next = following
+        else:  # refused, or committed again after a missing script: start afresh
+            if self._sent is not None:
+                self._settled = self._settle(self._sent)
+            self._forget()
+        return _info(prep, ok, sent.t0)
+
+
+def _states(fetched: list[str], blobs: Sequence[Any], held: dict[str, NoteState],
+            folded: dict[str, NoteState]) -> dict[str, NoteState]:
+    """Current note states: as read (``fetched`` with their ``blobs``; absent: none), then
+    ``held`` ones, then ``folded`` ones laid over them."""
+    current = {nid: unpack_note(b) for nid, b in zip(fetched, blobs, strict=True) if b}
+    current.update(held)
+    current.update(folded)
+    return current
 
 
 def lagging(r: Store, nss: Sequence[str], chunk: int = 500) -> list[str]:

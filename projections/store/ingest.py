@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import redis
 from tqdm import tqdm
 
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import AppendFailed, EventError
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.store.log import append_encoded
+from hivemind_memory.projections.store.log import ChunkSender, append_encoded
 from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
@@ -69,6 +70,9 @@ def _append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: 
     does both, for the namespaces of either: no entry lands between the two calls it stands
     for, so it is the same guarantee for half the round trips.
     """
+    if appender is append_encoded and isinstance(r, redis.Redis):
+        _append_overlapped(r, chunks, report, on_chunk)
+        return
     pending: set[str] = set()
     """Namespaces of the chunk just appended, still to be scheduled after it."""
     for chunk in chunks:
@@ -89,6 +93,49 @@ def _append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: 
         pending = nss
     if on_chunk is not None and pending:
         on_chunk(pending)
+
+
+def _append_overlapped(r: redis.Redis, chunks: Iterable[list[tuple[str, bytes]]],
+                       report: IngestReport,
+                       on_chunk: Callable[[set[str]], None] | None) -> None:
+    """``_append_chunks`` with the default appender on one plain Redis: the same order of
+    scheduling calls and appends, and the same exact counts, but each chunk is read (parsed)
+    and packed while Redis appends the one before (``log.ChunkSender``)."""
+    sender = ChunkSender(r)
+    broken = True
+    try:
+        pending: set[str] = set()
+        """Namespaces of the chunk in flight, to be scheduled after it."""
+        for chunk in chunks:
+            if not chunk:
+                continue
+            nss = {ns for ns, _ in chunk}
+            packed = sender.pack(chunk)
+            _landed(sender, report, pending)
+            if on_chunk is not None:
+                on_chunk(pending | nss)
+            sender.send(nss, packed, len(chunk))
+            pending = nss
+        _landed(sender, report, pending)
+        if on_chunk is not None and pending:
+            on_chunk(pending)
+        broken = False
+    finally:
+        sender.close(broken)
+
+
+def _landed(sender: ChunkSender, report: IngestReport, nss: set[str]) -> None:
+    """Count the chunk in flight (if any) once its replies are read."""
+    try:
+        n = sender.finish()
+    except AppendFailed as exc:
+        report.appended += exc.appended
+        if exc.appended:
+            report.namespaces |= nss
+        raise
+    report.appended += n
+    if n:
+        report.namespaces |= nss
 
 
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],

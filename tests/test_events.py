@@ -5,18 +5,26 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import fakeredis
+import msgspec
 import pytest
 
 from hivemind_memory.events.codec import decode_event, encode_event, parse_json_event
 from hivemind_memory.events.errors import EventError
-from hivemind_memory.events.schema import MAX_TEXT_BYTES, NoteCreated, event_type, token_estimate
+from hivemind_memory.events.schema import (
+    ID_PATTERN,
+    MAX_TEXT_BYTES,
+    NS_PATTERN,
+    NoteCreated,
+    event_type,
+    token_estimate,
+)
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.log import iter_all
-from tests.factories import created, forgotten, jsonl, used
+from tests.factories import T0, created, forgotten, jsonl, used
 
 
 def test_roundtrip_through_stream_encoding_keeps_every_field() -> None:
@@ -66,6 +74,44 @@ def test_invalid_field_is_named(patch: dict[str, Any], field: str) -> None:
     msg = str(ei.value)
     assert msg.startswith("line 12: ")
     assert field in msg
+
+
+class _StrictIds(msgspec.Struct):
+    """What the event structs declared before the codec checked ids itself: msgspec's own
+    pattern check, whose wording the codec's must keep."""
+
+    event_id: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "e1"
+    ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] = "t"
+    note_id: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "n1"
+    agent: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "a"
+
+
+@pytest.mark.parametrize(("field", "bad"), [
+    ("event_id", "has space"), ("event_id", "u9\n"), ("event_id", "x" * 129),
+    ("event_id", "-lead"), ("ns", "Upper"), ("ns", "t\n"), ("ns", "a" * 65),
+    ("note_id", ""), ("note_id", "é"), ("agent", "a b"), ("agent", "a\n")])
+def test_id_errors_are_worded_as_msgspec_words_them(field: str, bad: str) -> None:
+    with pytest.raises(msgspec.ValidationError) as strict:
+        msgspec.convert({field: bad}, _StrictIds)
+    d = used("n1", "e1")
+    d[field] = bad
+    with pytest.raises(EventError) as parsed:  # JSON in (ingest, the client, HTTP, MCP)
+        parse_json_event(json.dumps(d), lineno=4)
+    assert str(parsed.value) == f"line 4: invalid event: {strict.value}"
+    blob = msgspec.msgpack.encode({**d, "at": T0})  # a rogue entry on the stream
+    with pytest.raises(msgspec.ValidationError) as decoded:
+        decode_event(blob)
+    assert str(decoded.value) == str(strict.value)
+
+
+def test_a_string_valid_as_an_id_is_still_checked_as_a_namespace() -> None:
+    ok = parse_json_event(json.dumps(used("n1", "e1", agent="Upper")))
+    assert ok.agent == "Upper"  # "Upper" is a good id (and remembered as one) ...
+    d = used("n1", "e2")
+    d["ns"] = "Upper"
+    with pytest.raises(EventError, match=r"\$\.ns"):  # ... and never a namespace
+        parse_json_event(json.dumps(d))
+    assert parse_json_event(json.dumps(used("Upper", "e3"))).note_id == "Upper"
 
 
 def test_missing_field_is_named() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import redis
 
@@ -15,11 +16,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.readmodel import (
-    Decoded,
-    decode_entries,
-    no_cycle_collection,
-)
+from hivemind_memory.projections.store.readmodel import decode_entries, no_cycle_collection
 from hivemind_memory.projections.store.types import Pipe, Store, as_bytes
 
 
@@ -40,23 +37,50 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
     ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
     with no_cycle_collection():
-        return fold_entries(_decoded_log(r, ns, until, chunk), as_of=as_of, chunk=chunk,
-                            on_chunk=on_chunk)
+        chunks = (decode_entries(reply, ns) for reply in _xrange_chunks(r, ns, until, chunk))
+        if as_of is not None:
+            return fold_entries((e for decoded in chunks for e in decoded), as_of=as_of,
+                                chunk=chunk, on_chunk=on_chunk)
+        proj = Projection()  # every entry applies: whole chunks, no filter
+        events = dups = 0
+        last = ""
+        for decoded in chunks:
+            dups += proj.feed(decoded).duplicates
+            events += len(decoded)
+            last = decoded[-1][0]
+            if len(decoded) == chunk and on_chunk is not None:
+                on_chunk()
+        return Rebuilt(projection=proj, position=parse_pos(last) if last else ZERO,
+                       events=events, duplicates=dups)
 
 
-def _decoded_log(r: Store, ns: str, until: Position | None,
-                 chunk: int) -> Iterator[Decoded]:
-    """Every entry of the log (up to ``until``) decoded, read ``chunk`` entries at a time."""
+def _xrange_chunks(r: Store, ns: str, until: Position | None, chunk: int) -> Iterator[Any]:
+    """The log (up to ``until``) as XRANGE replies of ``chunk`` entries. On one plain Redis
+    the next XRANGE is written as soon as a reply is in, so Redis reads it while the caller
+    decodes and folds this one (the replies are raw: each entry ``[id, [field, value]]``)."""
+    key = keys.stream(ns)
     end = format_pos(until) if until is not None else "+"
-    after = ""
-    while True:
-        reply = r.xrange(keys.stream(ns), min="(" + after if after else "-", max=end,
-                         count=chunk)
-        if not reply:
-            return
-        decoded = decode_entries(reply, ns)
-        yield from decoded
-        after = decoded[-1][0]
+    if not isinstance(r, redis.Redis):
+        after = b""
+        while reply := r.xrange(key, min=b"(" + after if after else "-", max=end,
+                                count=chunk):
+            yield reply
+            after = as_bytes(reply[-1][0])
+        return
+    pool = r.connection_pool
+    conn: Any = pool.get_connection()
+    broken = True
+    try:
+        conn.send_command("XRANGE", key, "-", end, "COUNT", chunk)
+        while reply := conn.read_response():
+            conn.send_command("XRANGE", key, b"(" + as_bytes(reply[-1][0]), end, "COUNT",
+                              chunk)
+            yield reply
+        broken = False
+    finally:
+        if broken:  # the caller stopped early: a reply is left unread
+            conn.disconnect()
+        pool.release(conn)
 
 
 def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
@@ -119,6 +143,10 @@ def diff_notes(live: dict[str, NoteState], rebuilt: dict[str, NoteState]) -> lis
     return out
 
 
+SEEN_PER_SADD = 10_000
+"""Event ids per SADD of a write-back (bounded commands, few of them)."""
+
+
 class LeaseLost(StoreError):
     """The projection lease was lost (expired and taken) while rebuilding."""
 
@@ -136,7 +164,7 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
     stay, and those the rebuild found past that checkpoint are added (``at_ms`` = ``now_ms``),
     so each dead entry of the log is recorded exactly once whoever folded it.
     """
-    with r.pipeline(transaction=True) as p:
+    with no_cycle_collection(), r.pipeline(transaction=True) as p:
         try:
             p.watch(keys.lock(ns), keys.checkpoint(ns))
             holder = p.get(keys.lock(ns))
@@ -168,9 +196,9 @@ def _write(p: Pipe, ns: str, rebuilt: Rebuilt) -> None:
     items = sorted(rebuilt.projection.notes.items())
     for i in range(0, len(items), 1000):
         p.hset(keys.notes(ns), mapping={k: pack_note(v) for k, v in items[i:i + 1000]})
-    seen = sorted(rebuilt.projection.seen)
-    for i in range(0, len(seen), 1000):
-        p.sadd(keys.seen(ns), *seen[i:i + 1000])
+    seen = list(rebuilt.projection.seen)  # a set: the order it is written in changes nothing
+    for i in range(0, len(seen), SEEN_PER_SADD):
+        p.sadd(keys.seen(ns), *seen[i:i + SEEN_PER_SADD])
     if rebuilt.position != ZERO:
         p.set(keys.checkpoint(ns), format_pos(rebuilt.position))
     else:

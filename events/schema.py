@@ -128,8 +128,13 @@ def check_ids(ev: Event) -> None:
         if not _ns_ok(ns):
             raise _regex_error(NS_PATTERN, "ns")
         _good(_GOOD_NS, ns)
-    for value, field in ((ev.note_id, "note_id"), (ev.agent, "agent")):
-        if value not in _GOOD_IDS:
-            if not _id_ok(value):
-                raise _regex_error(ID_PATTERN, field)
-            _good(_GOOD_IDS, value)
+    note_id = ev.note_id
+    if note_id not in _GOOD_IDS:
+        if not _id_ok(note_id):
+            raise _regex_error(ID_PATTERN, "note_id")
+        _good(_GOOD_IDS, note_id)
+    agent = ev.agent
+    if agent not in _GOOD_IDS:
+        if not _id_ok(agent):
+            raise _regex_error(ID_PATTERN, "agent")
+        _good(_GOOD_IDS, agent)

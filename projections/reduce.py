@@ -90,15 +90,22 @@ def fold_batch(
 
     ``notes`` must hold the current state of every note the batch touches (absent: unknown),
     ``already_seen`` every event_id of the batch that an earlier batch applied.
+    """
+    out = BatchResult()
+    out.applied, out.duplicates = _fold(out.notes, notes, set(), already_seen, out.seen,
+                                        out.dead, entries)
+    return out
+
+
+def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_now: set[str],
+          already_seen: set[str] | frozenset[str], seen_list: list[str], dead: list[DeadLetter],
+          entries: Iterable[tuple[str, Event | Undecodable, bytes]]) -> tuple[int, int]:
+    """The fold itself: new states into ``touched`` (read first, then ``notes``), applied
+    event ids into ``seen_now`` and ``seen_list``; returns (applied, duplicates).
 
     Every event of a projection passes here once, so the common case (a use of a live note)
     is handled inline; it does exactly what ``apply_event`` does for it.
     """
-    out = BatchResult()
-    touched = out.notes
-    seen_now: set[str] = set()
-    seen_list = out.seen
-    dead = out.dead
     applied = duplicates = 0
     replace = msgspec.structs.replace
     for entry_id, ev, raw in entries:
@@ -128,9 +135,10 @@ def fold_batch(
         else:
             touched[nid] = res
             applied += 1
-    out.applied = applied
-    out.duplicates = duplicates
-    return out
+    return applied, duplicates
+
+
+_NONE_SEEN: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -148,3 +156,10 @@ class Projection:
         self.seen.update(res.seen)
         self.dead.extend(res.dead)
         return res
+
+    def absorb(self, entries: Iterable[tuple[str, Event | Undecodable, bytes]]) -> int:
+        """``feed`` folding straight into this projection, keeping no delta (a replay's fold
+        of a whole log); returns the number of duplicates."""
+        _, duplicates = _fold(self.notes, self.notes, self.seen, _NONE_SEEN, [], self.dead,
+                              entries)
+        return duplicates

@@ -45,7 +45,7 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
         events = dups = 0
         last = ""
         for decoded in chunks:
-            dups += proj.feed(decoded).duplicates
+            dups += proj.absorb(decoded)
             events += len(decoded)
             last = decoded[-1][0]
             if len(decoded) == chunk and on_chunk is not None:

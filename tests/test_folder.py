@@ -174,3 +174,17 @@ def test_a_folder_whose_lease_was_taken_cannot_commit(store: Any, tmp_path: Path
     g.close()
     _exactly_once(log, 1_000)
     _assert_exact(store, [exp])
+
+
+def test_a_catch_up_folder_sends_nothing_past_its_target(store: Any, tmp_path: Path) -> None:
+    _ingest(store, tmp_path, 1_000, "a", seed=27)
+    target = parse_pos(store.xrange(keys.stream(NS), count=300)[-1][0])  # in the 4th batch
+    f = Folder(store, NS, 97, until=target)
+    infos: list[BatchInfo] = []
+    while not infos or parse_pos(infos[-1].last) < target:
+        info = f.step()
+        assert info is not None and info.committed
+        infos.append(info)
+    assert not f.in_flight and f.close() is None  # no batch folded past the target
+    assert checkpoint(store, NS) == parse_pos(infos[-1].last)
+    assert sum(i.count for i in infos) == 4 * 97

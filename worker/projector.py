@@ -81,7 +81,7 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) ->
     # commit asks whether the lease is still ours. ``close`` waits for the commit still in
     # flight, so every commit has run before the lease is given back.
     events = 0
-    folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms)
+    folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms, until)
     reached: Position | None = None
     try:
         for left in range(s.max_batches_per_job, 0, -1):

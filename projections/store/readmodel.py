@@ -392,9 +392,12 @@ class Folder:
     """
 
     def __init__(self, r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
-                 token: str | None = None, lease_ms: int = 0) -> None:
+                 token: str | None = None, lease_ms: int = 0,
+                 until: Position | None = None) -> None:
         self.r, self.ns, self.batch_size = r, ns, batch_size
         self.token, self.lease_ms = token, lease_ms
+        self.until = until
+        """Send no commit behind one that reaches this position (a catch-up's target)."""
         self._wire: _Wire | _Calls = (_Calls(r, ns) if isinstance(r, redis.cluster.RedisCluster)
                                       else _Wire(r, ns))
         self._next: _Next | None = None
@@ -595,7 +598,7 @@ class Folder:
             seen = {e for e, f in zip(sent.event_ids, flags, strict=True) if f}
             if prep.result.seen:
                 seen |= set(prep.result.seen).intersection(sent.event_ids)
-            if more:
+            if more and (self.until is None or parse_pos(prep.new_checkpoint) < self.until):
                 nprep, nargv = self._fold(expected, sent.ahead, (current, seen))
                 self._send(nprep, nargv, entries, t1, prep.result.notes)
             else:

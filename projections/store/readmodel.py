@@ -265,9 +265,10 @@ def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
     return _info(prep, commit(r, prep, int(time.time() * 1000), token, lease_ms), t0)
 
 
-KNOWN_MAX_NOTES = 100_000
-"""Most note states a folder keeps between batches (then it starts over)."""
-KNOWN_MAX_BYTES = 64 * 2**20
+KNOWN_MAX_NOTES = 20_000
+"""Most note states a folder keeps between batches (then it starts over): a few percent of
+projection time, so kept small (a worker's memory is for its indexes)."""
+KNOWN_MAX_BYTES = 16 * 2**20
 """Most text bytes (plus ``KNOWN_NOTE_OVERHEAD`` per note) it keeps between batches."""
 KNOWN_NOTE_OVERHEAD = 300
 """Rough bytes of one kept note besides its text (the struct, its strings and datetimes)."""

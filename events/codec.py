@@ -7,7 +7,7 @@ from datetime import UTC
 import msgspec
 
 from hivemind_memory.events.errors import EventError
-from hivemind_memory.events.schema import Event
+from hivemind_memory.events.schema import Event, check_ids
 from hivemind_memory.events.times import to_utc
 
 _json_decode = msgspec.json.Decoder(Event).decode
@@ -22,6 +22,13 @@ def _to_utc(ev: Event) -> Event:
     return msgspec.structs.replace(ev, at=to_utc(ev.at, "at"))
 
 
+def _decoded(ev: Event) -> Event:
+    """A freshly decoded event, its ids checked (``msgspec.ValidationError``) and ``at`` in
+    UTC (``ValueError``)."""
+    check_ids(ev)
+    return _to_utc(ev)
+
+
 def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
     """One JSON object -> a validated event with ``at`` in UTC.
 
@@ -31,6 +38,7 @@ def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
     where = f"line {lineno}: " if lineno is not None else ""
     try:
         ev = _json_decode(line)
+        check_ids(ev)
     except msgspec.ValidationError as exc:
         raise EventError(f"{where}invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
@@ -49,7 +57,7 @@ def encode_event(ev: Event) -> bytes:
 def decode_event(data: bytes) -> Event:
     """Inverse of ``encode_event`` (``at`` in UTC); raises msgspec errors for entries this
     version can't read and ``ValueError`` for an ``at`` out of range in UTC."""
-    return _to_utc(_unpack(data))
+    return _decoded(_unpack(data))
 
 
 def event_to_json(ev: Event) -> bytes:

@@ -92,24 +92,53 @@ def fold_batch(
     ``already_seen`` every event_id of the batch that an earlier batch applied.
     """
     out = BatchResult()
-    seen_now: set[str] = set()
+    out.applied, out.duplicates = _fold(out.notes, notes, set(), already_seen, out.seen,
+                                        out.dead, entries)
+    return out
+
+
+def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_now: set[str],
+          already_seen: set[str] | frozenset[str], seen_list: list[str], dead: list[DeadLetter],
+          entries: Iterable[tuple[str, Event | Undecodable, bytes]]) -> tuple[int, int]:
+    """The fold itself: new states into ``touched`` (read first, then ``notes``), applied
+    event ids into ``seen_now`` and ``seen_list``; returns (applied, duplicates).
+
+    Every event of a projection passes here once, so the common case (a use of a live note)
+    is handled inline; it does exactly what ``apply_event`` does for it.
+    """
+    applied = duplicates = 0
+    replace = msgspec.structs.replace
     for entry_id, ev, raw in entries:
         if isinstance(ev, Undecodable):
-            out.dead.append(DeadLetter(entry_id, ev.reason, ev.raw))
+            dead.append(DeadLetter(entry_id, ev.reason, ev.raw))
             continue
-        if ev.event_id in already_seen or ev.event_id in seen_now:
-            out.duplicates += 1
+        eid = ev.event_id
+        if eid in seen_now or eid in already_seen:
+            duplicates += 1
             continue
-        seen_now.add(ev.event_id)
-        out.seen.append(ev.event_id)
-        current = out.notes.get(ev.note_id, notes.get(ev.note_id))
+        seen_now.add(eid)
+        seen_list.append(eid)
+        nid = ev.note_id
+        current = touched.get(nid)
+        if current is None:
+            current = notes.get(nid)
+        if type(ev) is NoteUsed and current is not None and not current.forgotten:
+            last = current.last_used_at
+            at = ev.at
+            touched[nid] = replace(current, uses=current.uses + 1,
+                                   last_used_at=at if last is None or at > last else last)
+            applied += 1
+            continue
         res = apply_event(current, ev)
         if isinstance(res, Rejected):
-            out.dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
+            dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
         else:
-            out.notes[ev.note_id] = res
-            out.applied += 1
-    return out
+            touched[nid] = res
+            applied += 1
+    return applied, duplicates
+
+
+_NONE_SEEN: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -127,3 +156,10 @@ class Projection:
         self.seen.update(res.seen)
         self.dead.extend(res.dead)
         return res
+
+    def absorb(self, entries: Iterable[tuple[str, Event | Undecodable, bytes]]) -> int:
+        """``feed`` folding straight into this projection, keeping no delta (a replay's fold
+        of a whole log); returns the number of duplicates."""
+        _, duplicates = _fold(self.notes, self.notes, self.seen, _NONE_SEEN, [], self.dead,
+                              entries)
+        return duplicates

@@ -20,10 +20,12 @@ def tier_of(uses: int, kind: str, cfg: RankingConfig) -> Tier:
     return "scratch" if kind == "scratch" else "short"
 
 
-class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False, gc=False):
     """Everything a query needs about one note, folded from its events (facts only: the tier
     depends on the ranking config and is computed where it is used). Unknown fields are ignored
-    on decode, so read models written by older versions (which stored a tier) still load."""
+    on decode, so read models written by older versions (which stored a tier) still load.
+    ``gc=False``: only strings, numbers, datetimes and a list of floats inside, never part of
+    a reference cycle, so the garbage collector need not track the many a projection makes."""
 
     note_id: str
     agent: str

@@ -181,20 +181,23 @@ def test_threads_never_fold_one_namespace_at_once(cluster_store: Any,
     active: Counter[str] = Counter()
     overlaps: list[str] = []
     guard = threading.Lock()
-    orig = readmodel.project_batch
+    orig = readmodel.Folder.step
+    steps: Counter[str] = Counter()
 
-    def instrumented(rr: Any, ns: str, size: int, token: str | None = None) -> Any:
+    def instrumented(self: readmodel.Folder, more: bool = True) -> Any:
+        ns = self.ns
         with guard:
             active[ns] += 1
+            steps[ns] += 1
             if active[ns] > 1:
                 overlaps.append(ns)
         try:
-            return orig(rr, ns, size, token)
+            return orig(self, more)
         finally:
             with guard:
                 active[ns] -= 1
 
-    monkeypatch.setattr("hivemind_memory.worker.projector.project_batch", instrumented)
+    monkeypatch.setattr(readmodel.Folder, "step", instrumented)
     outcomes: list[dict[str, Any]] = []
     errors: list[BaseException] = []
 
@@ -211,6 +214,7 @@ def test_threads_never_fold_one_namespace_at_once(cluster_store: Any,
     for t in threads:
         t.join(timeout=120)
     assert not errors and not overlaps
+    assert all(steps[ns] > 1 for ns in nss)  # the instrumented fold really ran
     assert sum(o["events"] for o in outcomes) == len(evs)  # every event folded exactly once
     for ns in nss:
         assert read_notes(r, ns) == fold_log(r, ns).projection.notes

@@ -5,18 +5,26 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import fakeredis
+import msgspec
 import pytest
 
 from hivemind_memory.events.codec import decode_event, encode_event, parse_json_event
 from hivemind_memory.events.errors import EventError
-from hivemind_memory.events.schema import MAX_TEXT_BYTES, NoteCreated, event_type, token_estimate
+from hivemind_memory.events.schema import (
+    ID_PATTERN,
+    MAX_TEXT_BYTES,
+    NS_PATTERN,
+    NoteCreated,
+    event_type,
+    token_estimate,
+)
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.ingest import ingest
 from hivemind_memory.projections.store.log import iter_all
-from tests.factories import created, forgotten, jsonl, used
+from tests.factories import T0, created, forgotten, jsonl, used
 
 
 def test_roundtrip_through_stream_encoding_keeps_every_field() -> None:
@@ -66,6 +74,44 @@ def test_invalid_field_is_named(patch: dict[str, Any], field: str) -> None:
     msg = str(ei.value)
     assert msg.startswith("line 12: ")
     assert field in msg
+
+
+class _StrictIds(msgspec.Struct):
+    """What the event structs declared before the codec checked ids itself: msgspec's own
+    pattern check, whose wording the codec's must keep."""
+
+    event_id: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "e1"
+    ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] = "t"
+    note_id: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "n1"
+    agent: Annotated[str, msgspec.Meta(pattern=ID_PATTERN)] = "a"
+
+
+@pytest.mark.parametrize(("field", "bad"), [
+    ("event_id", "has space"), ("event_id", "u9\n"), ("event_id", "x" * 129),
+    ("event_id", "-lead"), ("ns", "Upper"), ("ns", "t\n"), ("ns", "a" * 65),
+    ("note_id", ""), ("note_id", "é"), ("agent", "a b"), ("agent", "a\n")])
+def test_id_errors_are_worded_as_msgspec_words_them(field: str, bad: str) -> None:
+    with pytest.raises(msgspec.ValidationError) as strict:
+        msgspec.convert({field: bad}, _StrictIds)
+    d = used("n1", "e1")
+    d[field] = bad
+    with pytest.raises(EventError) as parsed:  # JSON in (ingest, the client, HTTP, MCP)
+        parse_json_event(json.dumps(d), lineno=4)
+    assert str(parsed.value) == f"line 4: invalid event: {strict.value}"
+    blob = msgspec.msgpack.encode({**d, "at": T0})  # a rogue entry on the stream
+    with pytest.raises(msgspec.ValidationError) as decoded:
+        decode_event(blob)
+    assert str(decoded.value) == str(strict.value)
+
+
+def test_a_string_valid_as_an_id_is_still_checked_as_a_namespace() -> None:
+    ok = parse_json_event(json.dumps(used("n1", "e1", agent="Upper")))
+    assert ok.agent == "Upper"  # "Upper" is a good id (and remembered as one) ...
+    d = used("n1", "e2")
+    d["ns"] = "Upper"
+    with pytest.raises(EventError, match=r"\$\.ns"):  # ... and never a namespace
+        parse_json_event(json.dumps(d))
+    assert parse_json_event(json.dumps(used("Upper", "e3"))).note_id == "Upper"
 
 
 def test_missing_field_is_named() -> None:
@@ -133,12 +179,40 @@ def test_ingest_skip_invalid_appends_the_good_and_reports_every_bad(tmp_path: Pa
     assert rep.namespaces == {"t", "other"}
 
 
+@pytest.mark.parametrize("skip_invalid", [False, True])
+def test_ingest_schedules_every_chunk_before_and_after_it_lands(tmp_path: Path,
+                                                                skip_invalid: bool) -> None:
+    r = fakeredis.FakeRedis()
+    # chunk 1: namespace a only; chunk 2: a and b; chunk 3: b only (chunks of 1,000)
+    rows = ([created(f"a{i}", eid=f"a{i}", ns="a") for i in range(1500)]
+            + [created(f"b{i}", eid=f"b{i}", ns="b") for i in range(1200)])
+    calls: list[tuple[int, int, set[str]]] = []
+
+    def on_chunk(nss: set[str]) -> None:
+        calls.append((_stream_len(r, "a"), _stream_len(r, "b"), nss))
+
+    rep = ingest(r, _write(tmp_path, jsonl(rows)), skip_invalid=skip_invalid,
+                 on_error=pytest.fail, on_chunk=on_chunk)
+    assert rep.appended == 2700
+    assert calls == [(0, 0, {"a"}),              # before chunk 1
+                     (1000, 0, {"a", "b"}),      # after chunk 1 and before chunk 2
+                     (1500, 500, {"a", "b"}),    # after chunk 2 and before chunk 3
+                     (1500, 1200, {"b"})]        # after chunk 3
+
+
 def test_ingest_chunks_preserve_file_order(tmp_path: Path) -> None:
     r = fakeredis.FakeRedis()
     n = 2500  # spans three append chunks
     rows = [created(f"n{i}", eid=f"e{i}") for i in range(n)]
-    chunks: list[set[str]] = []
-    rep = ingest(r, _write(tmp_path, jsonl(rows)), on_error=pytest.fail, on_chunk=chunks.append)
-    assert rep.appended == n and len(chunks) == 6  # each chunk: scheduled before and after
+    landed: list[tuple[int, set[str]]] = []  # (entries in the log, namespaces) at each call
+
+    def on_chunk(nss: set[str]) -> None:
+        landed.append((_stream_len(r, "t"), nss))
+
+    rep = ingest(r, _write(tmp_path, jsonl(rows)), on_error=pytest.fail, on_chunk=on_chunk)
+    # each chunk is scheduled before its first entry lands and after its last one has (one
+    # call between two chunks stands for both)
+    assert rep.appended == n and landed == [(0, {"t"}), (1000, {"t"}), (2000, {"t"}),
+                                            (2500, {"t"})]
     ids = [decode_event(f[b"d"]).event_id for _, f in iter_all(r, "t", chunk=700)]
     assert ids == [f"e{i}" for i in range(n)]

@@ -306,6 +306,30 @@ def test_replay_write_back_needs_the_lease(store: Any) -> None:
     assert read_notes(store, "t") == rb.projection.notes
 
 
+def test_a_write_back_raced_by_a_commit_writes_nothing(store: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from hivemind_memory.projections.store import rebuild
+
+    append(store, [ev(created("n1")), ev(used("n1", "u1"))])
+    assert project_batch(store, "t", 1) is not None
+    rb = fold_log(store, "t", until=checkpoint(store, "t"))
+    before = (store.get(keys.checkpoint("t")), store.hgetall(keys.notes("t")),
+              store.smembers(keys.seen("t")), store.get(keys.generation("t")))
+    orig = rebuild._write_commands
+
+    def raced(*args: Any) -> Any:  # the checkpoint is WATCHed and read, then a batch commits
+        assert project_batch(store, "t", 1) is not None
+        yield from orig(*args)
+
+    monkeypatch.setattr(rebuild, "_write_commands", raced)
+    assert write_back(store, "t", rb) is False
+    after_commit = (store.get(keys.checkpoint("t")), store.hgetall(keys.notes("t")),
+                    store.smembers(keys.seen("t")), store.get(keys.generation("t")))
+    assert after_commit != before and after_commit[3] == before[3]  # the commit alone landed
+    assert read_notes(store, "t")["n1"].uses == 1
+    assert checkpoint(store, "t") == tail(store, "t")
+
+
 def test_ensure_projected_to_a_position_past_the_log_fails_fast(store: Any) -> None:
     from hivemind_memory.events.errors import CatchUpTimeout
     from hivemind_memory.events.positions import format_pos

@@ -147,3 +147,14 @@ def test_any_batching_folds_like_one_pass(events: list[dict], cuts: list[int]) -
     assert many.notes == one.notes
     assert many.seen == one.seen
     assert [d.entry_id for d in many.dead] == [d.entry_id for d in one.dead]
+    # the replay's in-place fold (no delta kept) does exactly the same, chunk by chunk
+    absorbed, i, k, dups = Projection(), 0, 0, 0
+    while i < len(entries):
+        size = cuts[k % len(cuts)]
+        dups += absorbed.absorb(entries[i:i + size])
+        i += size
+        k += 1
+    assert absorbed.notes == one.notes and absorbed.seen == one.seen
+    assert absorbed.dead == one.dead
+    assert dups == len(entries) - len(one.seen) - sum(
+        isinstance(e, Undecodable) for _, e, _ in entries)

@@ -4,11 +4,9 @@ audit event in one MULTI per namespace."""
 
 from __future__ import annotations
 
-import gc
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,6 +36,7 @@ from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
 from hivemind_memory.projections.store import audit, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.probe import probe
+from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
@@ -48,23 +47,6 @@ AS_OF_CACHE = 4
 """How many ``--as-of`` folds a worker keeps (keyed by namespace, position, time)."""
 REFRESH_TRIES = 5
 """Extra index refreshes per batch while projection commits keep racing the refresh."""
-
-
-@contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a job answers and publishes (reference
-    counting still frees everything). A batch allocates thousands of result structs; the
-    collector, triggered by those allocations, ran full collections over the worker's heap
-    every few queries (about a tenth of a common-word batch). Answering builds no reference
-    cycles; any a library makes meanwhile are collected once the collector is back on.
-    Whoever found it enabled turns it back on."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass(slots=True)
@@ -107,7 +89,7 @@ class QueryEngine:
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
         error object, one broken query never takes the batch down."""
-        with _no_cycle_collection():
+        with no_cycle_collection():  # result structs by the thousand
             todo = self.answer(envelopes)
             self._publish(todo)
         ok = sum(q.result is not None for q in todo)

@@ -22,7 +22,7 @@ from rq import Queue
 from hivemind_memory.api_stub.protocol.jobs import enqueue_projection, schedule_projection
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout
-from hivemind_memory.events.positions import Position, format_pos
+from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.lease import (
     WAIT_SLICE_S,
@@ -35,9 +35,10 @@ from hivemind_memory.projections.store.lease import (
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import (
     BatchInfo,
+    Folder,
     checkpoint,
     lagging,
-    project_batch,
+    no_cycle_collection,
 )
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
@@ -71,18 +72,36 @@ def _log_batch(info: BatchInfo) -> None:
 def fold_with_lease(r: Store, held: Lease, s: Settings,
                     until: Position | None = None) -> int:
     """Fold batches while holding ``held`` (up to the batch cap, or until ``until``)."""
+    with no_cycle_collection():
+        return _fold_batches(r, held, s, until)
+
+
+def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) -> int:
+    # One commit in flight at a time, each renewing the lease; only a batch that did not
+    # commit asks whether the lease is still ours. ``close`` waits for the commit still in
+    # flight, so every commit has run before the lease is given back.
     events = 0
-    for _ in range(s.max_batches_per_job):
-        if until is not None and checkpoint(r, held.ns) >= until:
-            break
-        info = project_batch(r, held.ns, s.batch_size, held.token)
-        if info is None:
-            break
-        _log_batch(info)
-        events += info.count
-        if not held.renew():
-            log.warning("projection_lease_lost", ns=held.ns)
-            break
+    folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms, until)
+    reached: Position | None = None
+    try:
+        for left in range(s.max_batches_per_job, 0, -1):
+            if until is not None and (reached if reached is not None
+                                      else checkpoint(r, held.ns)) >= until:
+                break
+            info = folder.step(more=left > 1)
+            if info is None:
+                break
+            _log_batch(info)
+            events += info.count
+            reached = parse_pos(info.last) if info.committed else None
+            if not info.committed and not held.renew():
+                log.warning("projection_lease_lost", ns=held.ns)
+                break
+    finally:
+        last = folder.close()
+        if last is not None:
+            _log_batch(last)
+            events += last.count
     return events
 
 

@@ -149,6 +149,17 @@ def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> boo
 
 
 def schedule_namespaces(r: Store, q: Queue, nss: Iterable[str]) -> None:
-    """``schedule_projection`` for each namespace an append just touched (sorted order)."""
-    for ns in sorted(set(nss)):
-        schedule_projection(r, q, ns)
+    """``schedule_projection`` for each namespace an append just touched (sorted order), the
+    markers set in one round trip (a non-transactional pipeline of single-key SET NX, so a
+    cluster client splits it by node) and a job enqueued for each marker that was not set."""
+    names = sorted(set(nss))
+    if len(names) <= 1:
+        for ns in names:
+            schedule_projection(r, q, ns)
+        return
+    p = r.pipeline(transaction=False)
+    for ns in names:
+        p.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS)
+    for ns, was_set in zip(names, p.execute(), strict=True):
+        if was_set:
+            enqueue_projection(q, ns)

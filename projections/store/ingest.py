@@ -13,16 +13,17 @@ import os
 import struct
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import redis
 from tqdm import tqdm
 
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import AppendFailed, EventError
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.store.log import append_encoded
+from hivemind_memory.projections.store.log import ChunkSender, append_encoded
 from hivemind_memory.projections.store.types import Store
 
 CHUNK = 1000
@@ -60,52 +61,104 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 
-def _append_chunk(r: Store, chunk: list[tuple[str, bytes]], report: IngestReport,
-                  on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
-    """Append one chunk of encoded events, counting exactly what landed. Its namespaces are
-    scheduled before the first entry can land and again after (a job that ran in between
-    found nothing)."""
-    if not chunk:
+def _append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: IngestReport,
+                   on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
+    """Append chunks of encoded events in order, counting exactly what landed.
+
+    Every chunk's namespaces are scheduled before its first entry can land and again after
+    its last one has (a job that ran in between found nothing). Between two chunks one call
+    does both, for the namespaces of either: no entry lands between the two calls it stands
+    for, so it is the same guarantee for half the round trips.
+    """
+    if appender is append_encoded and isinstance(r, redis.Redis):
+        _append_overlapped(r, chunks, report, on_chunk)
         return
-    nss = {ns for ns, _ in chunk}
-    if on_chunk is not None:
-        on_chunk(nss)
+    pending: set[str] = set()
+    """Namespaces of the chunk just appended, still to be scheduled after it."""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        nss = {ns for ns, _ in chunk}
+        if on_chunk is not None:
+            on_chunk(pending | nss)
+        try:
+            appender(r, chunk)
+        except AppendFailed as exc:
+            report.appended += exc.appended
+            if exc.appended:
+                report.namespaces |= nss
+            raise
+        report.appended += len(chunk)
+        report.namespaces |= nss
+        pending = nss
+    if on_chunk is not None and pending:
+        on_chunk(pending)
+
+
+def _append_overlapped(r: redis.Redis, chunks: Iterable[list[tuple[str, bytes]]],
+                       report: IngestReport,
+                       on_chunk: Callable[[set[str]], None] | None) -> None:
+    """``_append_chunks`` with the default appender on one plain Redis: the same order of
+    scheduling calls and appends, and the same exact counts, but each chunk is read (parsed)
+    and packed while Redis appends the one before (``log.ChunkSender``)."""
+    sender = ChunkSender(r)
+    broken = True
     try:
-        appender(r, chunk)
+        pending: set[str] = set()
+        """Namespaces of the chunk in flight, to be scheduled after it."""
+        for chunk in chunks:
+            if not chunk:
+                continue
+            nss = {ns for ns, _ in chunk}
+            packed = sender.pack(chunk)
+            _landed(sender, report, pending)
+            if on_chunk is not None:
+                on_chunk(pending | nss)
+            sender.send(nss, packed, len(chunk))
+            pending = nss
+        _landed(sender, report, pending)
+        if on_chunk is not None and pending:
+            on_chunk(pending)
+        broken = False
+    finally:
+        sender.close(broken)
+
+
+def _landed(sender: ChunkSender, report: IngestReport, nss: set[str]) -> None:
+    """Count the chunk in flight (if any) once its replies are read."""
+    try:
+        n = sender.finish()
     except AppendFailed as exc:
         report.appended += exc.appended
         if exc.appended:
             report.namespaces |= nss
         raise
-    report.appended += len(chunk)
-    report.namespaces |= nss
-    if on_chunk is not None:
-        on_chunk(nss)
+    report.appended += n
+    if n:
+        report.namespaces |= nss
 
 
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
                  bar: Any, on_chunk: Callable[[set[str]], None] | None,
                  appender: Appender) -> None:
-    chunk: list[Event] = []
+    def chunks() -> Iterator[list[tuple[str, bytes]]]:
+        chunk: list[tuple[str, bytes]] = []
+        for _lineno, item, nbytes in iter_events(fh):
+            if bar is not None:
+                bar.update(nbytes)
+            if isinstance(item, EventError):
+                if str(item):
+                    report.rejected += 1
+                    on_error(str(item))
+                continue
+            report.lines += 1
+            chunk.append((item.ns, encode_event(item)))
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+        yield chunk
 
-    def flush() -> None:
-        _append_chunk(r, [(e.ns, encode_event(e)) for e in chunk], report, on_chunk,
-                      appender)
-        chunk.clear()
-
-    for _lineno, item, nbytes in iter_events(fh):
-        if bar is not None:
-            bar.update(nbytes)
-        if isinstance(item, EventError):
-            if str(item):
-                report.rejected += 1
-                on_error(str(item))
-            continue
-        report.lines += 1
-        chunk.append(item)
-        if len(chunk) >= CHUNK:
-            flush()
-    flush()
+    _append_chunks(r, chunks(), report, on_chunk, appender)
 
 
 _FRAME = struct.Struct("<II")
@@ -133,19 +186,18 @@ def _spool_pass(fh: IO[bytes], out: IO[bytes], on_error: Callable[[str], None],
 
 def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
                   on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
-    chunk: list[tuple[str, bytes]] = []
+    def chunks() -> Iterator[list[tuple[str, bytes]]]:
+        chunk: list[tuple[str, bytes]] = []
+        while head := spool.read(_FRAME.size):
+            n_ns, n_blob = _FRAME.unpack(head)
+            chunk.append((spool.read(n_ns).decode(), spool.read(n_blob)))
+            report.lines += 1
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+        yield chunk
 
-    def flush() -> None:
-        _append_chunk(r, chunk, report, on_chunk, appender)
-        chunk.clear()
-
-    while head := spool.read(_FRAME.size):
-        n_ns, n_blob = _FRAME.unpack(head)
-        chunk.append((spool.read(n_ns).decode(), spool.read(n_blob)))
-        report.lines += 1
-        if len(chunk) >= CHUNK:
-            flush()
-    flush()
+    _append_chunks(r, chunks(), report, on_chunk, appender)
 
 
 def ingest(r: Store, source: str, *, skip_invalid: bool = False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis
 
@@ -73,6 +74,78 @@ def append_encoded(r: Store, events: Sequence[tuple[str, bytes]],
         raise AppendFailed(f"{len(ids)} of {len(events)} event(s) appended, then "
                            f"{type(first).__name__}: {_server_words(first)}", len(ids), ids)
     return ids
+
+
+class ChunkSender:
+    """Appends chunks of encoded events on one connection of a plain Redis, each chunk written
+    before the previous one's replies are read, so the caller prepares the next chunk (reads,
+    parses, packs it) while Redis appends this one. Same rules as ``append_encoded``:
+    namespaces are registered before any of their entries is sent, and a chunk that failed
+    part-way raises ``AppendFailed`` with the exact number that landed (nothing of a later
+    chunk is sent before this one's replies are read: ``finish`` first).
+
+    ``pack`` (any time), then ``finish`` (the chunk in flight, if any), then ``send``;
+    ``close`` at the end (``broken``: replies may be left unread, drop the connection).
+    """
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r = r
+        self.pool = r.connection_pool
+        self.conn: Any = self.pool.get_connection()
+        self.registered: set[str] = set()
+        self.in_flight = 0
+        """Entries sent whose replies are not read yet."""
+
+    def pack(self, events: Sequence[tuple[str, bytes]]) -> list[bytes]:
+        """The XADD commands of a chunk, packed."""
+        return self.conn.pack_commands(  # type: ignore[no-any-return]
+            [("XADD", keys.stream(ns), "*", FIELD, blob) for ns, blob in events])
+
+    def finish(self) -> int:
+        """Read the replies of the chunk in flight; how many entries landed (all of them, or
+        ``AppendFailed``)."""
+        n, self.in_flight = self.in_flight, 0
+        landed: list[str] = []
+        first: Exception | None = None
+        for _ in range(n):
+            try:
+                reply = self.conn.read_response()
+            except redis.ResponseError as exc:
+                first = first or exc
+                continue
+            except redis.RedisError as exc:  # the connection died: the rest is unknown
+                raise AppendFailed(f"append failed after {len(landed)} of {n} event(s), an "
+                                   f"unknown number of the others may have landed: "
+                                   f"{type(exc).__name__}: {exc}", len(landed),
+                                   landed) from exc
+            landed.append(reply.decode() if isinstance(reply, bytes) else str(reply))
+        if first is not None:
+            raise AppendFailed(f"{len(landed)} of {n} event(s) appended, then "
+                               f"{type(first).__name__}: {_server_words(first)}",
+                               len(landed), landed)
+        return n
+
+    def send(self, nss: set[str], packed: list[bytes], count: int) -> None:
+        """Register the namespaces not registered yet (one round trip, only then), then write
+        a packed chunk of ``count`` entries."""
+        assert self.in_flight == 0, "finish the chunk in flight first"
+        new = sorted(nss - self.registered)
+        if new:
+            register_namespaces(self.r, new)
+            self.registered.update(new)
+        self.in_flight = count
+        try:
+            self.conn.send_packed_command(packed)
+        except redis.RedisError as exc:
+            raise AppendFailed(f"append failed, an unknown number of {count} event(s) may "
+                               f"have landed: {type(exc).__name__}: {exc}", 0, []) from exc
+
+    def close(self, broken: bool) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            if broken:
+                conn.disconnect()
+            self.pool.release(conn)
 
 
 def _server_words(exc: Exception) -> str:

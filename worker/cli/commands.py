@@ -25,9 +25,9 @@ from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.cluster import append_encoded_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.ingest import IngestReport, ingest
+from hivemind_memory.projections.store.ingest import Appender, IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
-from hivemind_memory.projections.store.log import namespaces
+from hivemind_memory.projections.store.log import append_encoded, namespaces
 from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
@@ -71,9 +71,11 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
-    def appender(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
+    def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
         return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
 
+    # without WAIT the plain appender, which ingest overlaps with reading the file
+    appender: Appender = replicated if s.wait_replicas > 0 else append_encoded
     rep = IngestReport()
     try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,

@@ -16,15 +16,22 @@
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
 -- ARGV[4] changes stream MAXLEN (approximate)
 -- ARGV[5] the committer's lease token ("" = the caller holds no lease: not checked)
--- ARGV[6] n_notes, then n_notes pairs: note_id, blob
+-- ARGV[6] lease renewal in ms ("0" = leave the lease's TTL alone); only with a token
+-- ARGV[7] n_notes, then n_notes pairs: note_id, blob
 -- then    n_seen,  then n_seen event_ids
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- then    the number of stream entries in the batch (added to KEYS[7])
+-- then    the touched note ids joined by spaces (the changes entry's 'notes' field)
 -- Returns 1 when applied, 0 when the checkpoint had moved or the lease was lost (nothing
 -- written). Both checkpoint and generation must match: a replay may write back the very
 -- checkpoint string a stale batch read, but never without bumping the generation. The lease
 -- fences a projector whose lease expired mid-batch: it cannot commit, even before the new
--- holder has committed anything.
+-- holder has committed anything. A commit that applied also renews the lease (one round
+-- trip per batch instead of two).
+--
+-- Notes and seen ids are written with variadic HSET / SADD over slices of ARGV (one call per
+-- CHUNK values instead of one per item): a call from Lua costs far more than an argument.
+local CHUNK = 4000  -- values per call; well under Lua's unpack limit (LUAI_MAXCSTACK 8000)
 if ARGV[5] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[5] then
   return 0
 end
@@ -32,18 +39,20 @@ local current = (redis.call('GET', KEYS[1]) or '') .. '|' .. (redis.call('GET', 
 if current ~= ARGV[1] then
   return 0
 end
-local i = 6
+local i = 7
 local n = tonumber(ARGV[i]); i = i + 1
-local touched = {}
-for _ = 1, n do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  touched[#touched + 1] = ARGV[i]
-  i = i + 2
+local last = i + 2 * n - 1
+while i <= last do
+  local j = math.min(i + CHUNK - 1, last)
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
 end
 n = tonumber(ARGV[i]); i = i + 1
-for _ = 1, n do
-  redis.call('SADD', KEYS[3], ARGV[i])
-  i = i + 1
+last = i + n - 1
+while i <= last do
+  local j = math.min(i + CHUNK - 1, last)
+  redis.call('SADD', KEYS[3], unpack(ARGV, i, j))
+  i = j + 1
 end
 n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
@@ -54,5 +63,8 @@ end
 redis.call('INCRBY', KEYS[7], ARGV[i])
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
-           'notes', table.concat(touched, ' '))
+           'notes', ARGV[i + 1])
+if ARGV[5] ~= '' and ARGV[6] ~= '0' then
+  redis.call('PEXPIRE', KEYS[8], ARGV[6])
+end
 return 1

@@ -17,6 +17,7 @@ from hivemind_memory.projections.store.types import (
     Store,
     StreamEntry,
     as_bytes,
+    give_back,
     stream_entries,
 )
 
@@ -143,9 +144,7 @@ class ChunkSender:
     def close(self, broken: bool) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
-            if broken:
-                conn.disconnect()
-            self.pool.release(conn)
+            give_back(self.pool, conn, broken=broken)
 
 
 def _server_words(exc: Exception) -> str:

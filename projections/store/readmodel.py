@@ -27,7 +27,13 @@ from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script, source
-from hivemind_memory.projections.store.types import Pipe, Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import (
+    Pipe,
+    Store,
+    as_bytes,
+    give_back,
+    stream_entries,
+)
 
 DEFAULT_BATCH = 2000
 """Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""
@@ -339,9 +345,7 @@ class _Wire:
         """Give the connection back (``broken``: replies may be unread; drop it)."""
         conn, self.conn = self.conn, None
         if conn is not None:
-            if broken:
-                conn.disconnect()
-            self.pool.release(conn)
+            give_back(self.pool, conn, broken=broken)
 
 
 class _Calls:

@@ -18,7 +18,7 @@ from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.readmodel import decode_entries, no_cycle_collection
-from hivemind_memory.projections.store.types import Store, as_bytes
+from hivemind_memory.projections.store.types import Store, as_bytes, give_back
 
 
 @dataclass
@@ -78,10 +78,8 @@ def _xrange_chunks(r: Store, ns: str, until: Position | None, chunk: int) -> Ite
                               chunk)
             yield reply
         broken = False
-    finally:
-        if broken:  # the caller stopped early: a reply is left unread
-            conn.disconnect()
-        pool.release(conn)
+    finally:  # broken: the caller stopped early, a reply is left unread
+        give_back(pool, conn, broken=broken)
 
 
 def fold_entries(entries: Iterable[tuple[str, Event | Undecodable, bytes]], *,
@@ -237,9 +235,7 @@ def _write_back_packed(r: redis.Redis, ns: str, rebuilt: Rebuilt, token: str | N
             raise first
         return done is not None  # None: a watched key changed, nothing was written
     finally:
-        if not clean:
-            conn.disconnect()
-        pool.release(conn)
+        give_back(pool, conn, broken=not clean)
 
 
 def _write_commands(ns: str, rebuilt: Rebuilt, live_cp: Position,

@@ -76,3 +76,11 @@ def xread_entries(reply: object) -> list[StreamEntry]:
         entries = item if isinstance(reply, dict) else item[1]
         out.extend(stream_entries(entries))
     return out
+
+
+def give_back(pool: Any, conn: Any, *, broken: bool) -> None:
+    """Return a connection taken from ``pool`` by hand (to write packed commands straight onto
+    it); ``broken``: replies may be left unread on it, so it is closed instead of reused."""
+    if broken:
+        conn.disconnect()
+    pool.release(conn)

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 import redis.cluster
+from hiredis import pack_command as _pack
 from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.codec import decode_event
@@ -215,21 +216,20 @@ def _commit_keys(ns: str) -> list[str]:
 def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:
     """ARGV of ``commit_batch.lua`` (its header documents the layout)."""
     res = prep.result
-    touched = sorted(res.notes)
+    notes = res.notes  # in the order the batch first touched them: deterministic, no sort
     argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN,
-                       token or "", lease_ms if token else 0, len(touched)]
-    notes = res.notes
+                       token or "", lease_ms if token else 0, len(notes)]
     append = argv.append
-    for nid in touched:
+    for nid, state in notes.items():
         append(nid)
-        append(pack_note(notes[nid]))
+        append(pack_note(state))
     append(len(res.seen))
     argv += res.seen
     append(len(res.dead))
     for d in res.dead:
         argv += [d.entry_id, d.reason, d.raw]
     append(prep.count)
-    append(" ".join(touched))
+    append(" ".join(notes))
     return argv
 
 
@@ -330,7 +330,8 @@ class _Wire:
             self.sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         ckeys = _commit_keys(self.ns)
         commit_cmd = ("EVALSHA", self.sha, len(ckeys), *ckeys, *argv)
-        self.conn.send_packed_command(self.conn.pack_commands([*reads, commit_cmd]))
+        # packed by hiredis itself: redis-py's packer looks at every argument in Python first
+        self.conn.send_packed_command([_pack(cmd) for cmd in (*reads, commit_cmd)])
 
     def read(self) -> Any:
         return self.conn.read_response()

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import msgspec
@@ -21,6 +22,7 @@ from hiredis import pack_command as _pack
 from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.codec import decode_event
+from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
@@ -173,6 +175,13 @@ def _queue_prior_reads(p: Pipe, ns: str, note_ids: list[str], event_ids: list[st
     return bool(note_ids) + bool(event_ids)
 
 
+def _flagged(ids: list[str], flags: Sequence[Any]) -> set[str]:
+    """Those of ``ids`` whose SMISMEMBER flag is set."""
+    if len(flags) != len(ids):
+        raise StoreError(f"SMISMEMBER answered {len(flags)} flags for {len(ids)} ids")
+    return set(compress(ids, flags))
+
+
 def _priors(note_ids: list[str], event_ids: list[str], replies: Sequence[Any]
             ) -> tuple[dict[str, NoteState], set[str]]:
     """The replies of ``_queue_prior_reads`` as (current states by note id, event ids already
@@ -180,7 +189,7 @@ def _priors(note_ids: list[str], event_ids: list[str], replies: Sequence[Any]
     blobs = replies[0] if note_ids else []
     flags = replies[-1] if event_ids else []
     current = {nid: unpack_note(b) for nid, b in zip(note_ids, blobs, strict=True) if b}
-    seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
+    seen = _flagged(event_ids, flags)
     return current, seen
 
 
@@ -468,11 +477,10 @@ class Folder:
 
     def _committed(self, prep: Prepared) -> None:
         """Batch ``prep`` applied: its notes are stored as folded."""
-        known = self._known
-        for nid, state in prep.result.notes.items():
-            if nid not in known:
-                self._known_bytes += len(state.text) + KNOWN_NOTE_OVERHEAD
-            known[nid] = state
+        known, folded = self._known, prep.result.notes
+        self._known_bytes += sum(len(folded[nid].text) + KNOWN_NOTE_OVERHEAD
+                                 for nid in folded.keys() - known.keys())
+        known.update(folded)
         self._known_at = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
         if len(known) > KNOWN_MAX_NOTES or self._known_bytes > KNOWN_MAX_BYTES:
             known.clear()  # bounded memory; they are read again when touched
@@ -501,7 +509,7 @@ class Folder:
         flags = got[n - 1] if event_ids else []
         held = {nid: known[nid] for nid in note_ids if nid in known}
         current = _states(fetch, got[0] if fetch else [], held, {})
-        nxt.priors = current, {e for e, f in zip(event_ids, flags, strict=True) if f}
+        nxt.priors = current, _flagged(event_ids, flags)
         nxt.ahead = decode_entries(got[n], self.ns)
 
     def _fold(self, expected: str, batch: list[Decoded],
@@ -597,7 +605,7 @@ class Folder:
             blobs = replies[0] if sent.fetch else []
             flags = replies[1 if sent.fetch else 0] if sent.event_ids else []
             current = _states(sent.fetch, blobs, sent.held, prep.result.notes)
-            seen = {e for e, f in zip(sent.event_ids, flags, strict=True) if f}
+            seen = _flagged(sent.event_ids, flags)
             if prep.result.seen:
                 seen |= set(prep.result.seen).intersection(sent.event_ids)
             if more and (self.until is None or parse_pos(prep.new_checkpoint) < self.until):

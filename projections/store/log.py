@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command as _pack
 
 from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed
@@ -77,6 +78,12 @@ def append_encoded(r: Store, events: Sequence[tuple[str, bytes]],
     return ids
 
 
+def _pack_xadd(key: str, blob: bytes) -> bytes:
+    cmd: tuple[Any, ...] = ("XADD", key, "*", FIELD, blob)
+    packed: bytes = _pack(cmd)
+    return packed
+
+
 class ChunkSender:
     """Appends chunks of encoded events on one connection of a plain Redis, each chunk written
     before the previous one's replies are read, so the caller prepares the next chunk (reads,
@@ -98,9 +105,8 @@ class ChunkSender:
         """Entries sent whose replies are not read yet."""
 
     def pack(self, events: Sequence[tuple[str, bytes]]) -> list[bytes]:
-        """The XADD commands of a chunk, packed."""
-        return self.conn.pack_commands(  # type: ignore[no-any-return]
-            [("XADD", keys.stream(ns), "*", FIELD, blob) for ns, blob in events])
+        """The XADD commands of a chunk, packed (by hiredis itself, in one buffer)."""
+        return [b"".join([_pack_xadd(keys.stream(ns), blob) for ns, blob in events])]
 
     def finish(self) -> int:
         """Read the replies of the chunk in flight; how many entries landed (all of them, or

@@ -13,13 +13,16 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import msgspec
 import redis.cluster
+from hiredis import pack_command as _pack
 from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.codec import decode_event
+from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
@@ -178,6 +181,13 @@ def _queue_prior_reads(p: Pipe, ns: str, note_ids: list[str], event_ids: list[st
     return bool(note_ids) + bool(event_ids)
 
 
+def _flagged(ids: list[str], flags: Sequence[Any]) -> set[str]:
+    """Those of ``ids`` whose SMISMEMBER flag is set."""
+    if len(flags) != len(ids):
+        raise StoreError(f"SMISMEMBER answered {len(flags)} flags for {len(ids)} ids")
+    return set(compress(ids, flags))
+
+
 def _priors(note_ids: list[str], event_ids: list[str], replies: Sequence[Any]
             ) -> tuple[dict[str, NoteState], set[str]]:
     """The replies of ``_queue_prior_reads`` as (current states by note id, event ids already
@@ -185,7 +195,7 @@ def _priors(note_ids: list[str], event_ids: list[str], replies: Sequence[Any]
     blobs = replies[0] if note_ids else []
     flags = replies[-1] if event_ids else []
     current = {nid: unpack_note(b) for nid, b in zip(note_ids, blobs, strict=True) if b}
-    seen = {e for e, f in zip(event_ids, flags, strict=True) if f}
+    seen = _flagged(event_ids, flags)
     return current, seen
 
 
@@ -221,21 +231,20 @@ def _commit_keys(ns: str) -> list[str]:
 def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:
     """ARGV of ``commit_batch.lua`` (its header documents the layout)."""
     res = prep.result
-    touched = sorted(res.notes)
+    notes = res.notes  # in the order the batch first touched them: deterministic, no sort
     argv: list[Any] = [prep.expected, prep.new_checkpoint, now_ms, keys.CHANGES_MAXLEN,
-                       token or "", lease_ms if token else 0, len(touched)]
-    notes = res.notes
+                       token or "", lease_ms if token else 0, len(notes)]
     append = argv.append
-    for nid in touched:
+    for nid, state in notes.items():
         append(nid)
-        append(pack_note(notes[nid]))
+        append(pack_note(state))
     append(len(res.seen))
     argv += res.seen
     append(len(res.dead))
     for d in res.dead:
         argv += [d.entry_id, d.reason, d.raw]
     append(prep.count)
-    append(" ".join(touched))
+    append(" ".join(notes))
     return argv
 
 
@@ -336,7 +345,8 @@ class _Wire:
             self.sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         ckeys = _commit_keys(self.ns)
         commit_cmd = ("EVALSHA", self.sha, len(ckeys), *ckeys, *argv)
-        self.conn.send_packed_command(self.conn.pack_commands([*reads, commit_cmd]))
+        # packed by hiredis itself: redis-py's packer looks at every argument in Python first
+        self.conn.send_packed_command([_pack(cmd) for cmd in (*reads, commit_cmd)])
 
     def read(self) -> Any:
         return self.conn.read_response()
@@ -471,11 +481,10 @@ class Folder:
 
     def _committed(self, prep: Prepared) -> None:
         """Batch ``prep`` applied: its notes are stored as folded."""
-        known = self._known
-        for nid, state in prep.result.notes.items():
-            if nid not in known:
-                self._known_bytes += len(state.text) + KNOWN_NOTE_OVERHEAD
-            known[nid] = state
+        known, folded = self._known, prep.result.notes
+        self._known_bytes += sum(len(folded[nid].text) + KNOWN_NOTE_OVERHEAD
+                                 for nid in folded.keys() - known.keys())
+        known.update(folded)
         self._known_at = prep.new_checkpoint + "|" + prep.expected.split("|", 1)[1]
         if len(known) > KNOWN_MAX_NOTES or self._known_bytes > KNOWN_MAX_BYTES:
             known.clear()  # bounded memory; they are read again when touched
@@ -504,7 +513,7 @@ class Folder:
         flags = got[n - 1] if event_ids else []
         held = {nid: known[nid] for nid in note_ids if nid in known}
         current = _states(fetch, got[0] if fetch else [], held, {})
-        nxt.priors = current, {e for e, f in zip(event_ids, flags, strict=True) if f}
+        nxt.priors = current, _flagged(event_ids, flags)
         nxt.ahead = decode_entries(got[n], self.ns)
 
     def _fold(self, expected: str, batch: list[Decoded],
@@ -600,7 +609,7 @@ class Folder:
             blobs = replies[0] if sent.fetch else []
             flags = replies[1 if sent.fetch else 0] if sent.event_ids else []
             current = _states(sent.fetch, blobs, sent.held, prep.result.notes)
-            seen = {e for e, f in zip(sent.event_ids, flags, strict=True) if f}
+            seen = _flagged(sent.event_ids, flags)
             if prep.result.seen:
                 seen |= set(prep.result.seen).intersection(sent.event_ids)
             if more and (self.until is None or parse_pos(prep.new_checkpoint) < self.until):

@@ -32,9 +32,20 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free right now (all held until all are drawn, so two draws never
+    hand out the same port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass
@@ -133,16 +144,25 @@ class ClusterProc:
 
     def start(self) -> None:
         n = self.masters * (1 + self.replicas)
-        self.nodes, self.procs, self.bus = [], {}, {}
-        for i in range(n):
-            d = self.dir / f"node{i}"
-            d.mkdir(parents=True, exist_ok=True)
-            node = RedisProc(free_port(), d, appendonly=False)
-            self.nodes.append(node)
-            self.bus[node.port] = free_port()
-            self.procs[node.port] = self._spawn(node, self.bus[node.port])
-        for node in self.nodes:
-            _wait_ping(node.port, self.procs[node.port])
+        for attempt in range(3):  # a port may be taken between drawing it and binding it
+            ports = free_ports(2 * n)
+            self.nodes, self.procs, self.bus = [], {}, {}
+            for i in range(n):
+                d = self.dir / f"node{i}"
+                shutil.rmtree(d, ignore_errors=True)
+                d.mkdir(parents=True)
+                node = RedisProc(ports[2 * i], d, appendonly=False)
+                self.nodes.append(node)
+                self.bus[node.port] = ports[2 * i + 1]
+                self.procs[node.port] = self._spawn(node, self.bus[node.port])
+            try:
+                for node in self.nodes:
+                    _wait_ping(node.port, self.procs[node.port])
+                break
+            except RuntimeError:
+                self.stop()
+                if attempt == 2:
+                    raise
         cli = shutil.which("redis-cli")
         assert cli is not None, "redis-cli not found"
         out = subprocess.run(

@@ -391,9 +391,10 @@ class _Reduction(msgspec.Struct, frozen=True):
 class _Fixing:
     """Martello–Toth style variable fixing from the Dantzig (LP) bound and a lower bound.
 
-    For an item of the greedy prefix (the items that fit whole in density order), the LP bound
-    of the instance *without* it; for any other item, its value plus the LP bound of the rest
-    with its cost taken out of the budget. A bound below ``lower`` (the value of a known
+    For an item of the LP solution (the greedy prefix of items that fit whole in density order,
+    and the break item after it), the LP bound of the instance *without* it; for the break item
+    and every item after it, its value plus the LP bound of the rest with its cost taken out of
+    the budget. A bound below ``lower`` (the value of a known
     packing) proves that every optimal packing takes (resp. leaves) the item. Bounds are
     computed in float64 from integer prefix sums and compared with a safety margin, so an item
     is fixed only when the proof holds with room to spare: fixing fewer keeps exactness.

@@ -26,7 +26,7 @@ from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import Store, as_bytes, newest_pos, stream_entries
 
 DRAFT_TTL_S = 600
 """A snapshot draft older than this is dropped (its writer died, or took far too long)."""
@@ -45,7 +45,7 @@ def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
     # decoded one at a time in note id order, each dropped once it is in the columns
     ordered = sorted(raw)
     idx.reset((unpack_note(raw.pop(k)) for k in ordered), parse_pos(cp),
-              parse_pos(last_change[0][0]) if last_change else ZERO, ordered=True)
+              newest_pos(last_change), ordered=True)
     del raw, ordered
     if snapshot:
         write_snapshot(r, idx)
@@ -159,5 +159,4 @@ def refresh_index(r: Store, idx: NamespaceIndex) -> None:
 def changes_last(r: Store, ns: str) -> Position:
     """Id of the namespace's newest changes entry (``ZERO`` if none): an index whose
     ``changes_seen`` equals it holds exactly the read model at its checkpoint."""
-    last = stream_entries(r.xrevrange(keys.changes(ns), count=1))
-    return parse_pos(last[0].id) if last else ZERO
+    return newest_pos(r.xrevrange(keys.changes(ns), count=1))

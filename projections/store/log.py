@@ -19,6 +19,7 @@ from hivemind_memory.projections.store.types import (
     StreamEntry,
     as_bytes,
     give_back,
+    newest_pos,
     stream_entries,
 )
 
@@ -161,8 +162,7 @@ def _server_words(exc: Exception) -> str:
 
 def tail(r: Store, ns: str) -> Position:
     """Position of the newest entry of the namespace's stream ((0, 0) if none)."""
-    got = stream_entries(r.xrevrange(keys.stream(ns), count=1))
-    return parse_pos(got[0].id) if got else ZERO
+    return newest_pos(r.xrevrange(keys.stream(ns), count=1))
 
 
 def read_after(r: Store, ns: str, after: Position, count: int,

@@ -7,9 +7,9 @@ projection commit writes its notes, checkpoint and changes entry atomically)."""
 
 from __future__ import annotations
 
-from hivemind_memory.events.positions import ZERO, Position, parse_pos
+from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import Store, as_bytes, newest_pos
 
 
 def probe(r: Store, ns: str) -> tuple[Position, Position]:
@@ -19,6 +19,4 @@ def probe(r: Store, ns: str) -> tuple[Position, Position]:
     p.get(keys.checkpoint(ns))
     p.xrevrange(keys.changes(ns), count=1)
     cp, last = p.execute()
-    entries = stream_entries(last)
-    return (parse_pos(None if cp is None else as_bytes(cp)),
-            parse_pos(entries[0].id) if entries else ZERO)
+    return parse_pos(None if cp is None else as_bytes(cp)), newest_pos(last)

@@ -16,6 +16,7 @@ import redis.client
 import redis.cluster
 
 from hivemind_memory.events.errors import StoreError
+from hivemind_memory.events.positions import ZERO, Position, parse_pos
 
 Store: TypeAlias = redis.Redis | redis.cluster.RedisCluster
 """A connection to the data store (streams, read model, results): one Redis or a cluster."""
@@ -56,6 +57,13 @@ def stream_entries(reply: Sequence[Any] | None) -> list[StreamEntry]:
         as_bytes(k)
         as_bytes(v)
     return [StreamEntry(entry_id, _field_map(fields)) for entry_id, fields in reply]
+
+
+def newest_pos(reply: Sequence[Any] | None) -> Position:
+    """The id of the entry of an ``XREVRANGE ... COUNT 1`` reply (``ZERO`` for an empty
+    stream)."""
+    entries = stream_entries(reply)
+    return parse_pos(entries[0].id) if entries else ZERO
 
 
 def _field_map(fields: Any) -> dict[bytes, bytes]:

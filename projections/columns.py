@@ -456,7 +456,7 @@ class Columns:
             if len(slots):
                 acc[slots] += w * (tfs / (tfs + base + slope * dl[slots]))
                 hit[slots] = True
-        out = np.flatnonzero(hit)
+        out = hit.nonzero()[0]
         if not len(out):
             return empty
         return out, acc[out] / max_score

@@ -104,11 +104,11 @@ def _break_density(costs: IntArray, density: FloatArray, budget: int) -> float |
     k = min(n, max(64, int(2 * budget / max(mean, 1.0)) + 16))  # ~twice the items that fit
     neg = -density
     while True:
-        top = np.argpartition(neg, k - 1)[:k] if k < n else np.arange(n)
-        top = top[np.argsort(neg[top], kind="stable")]
-        pcs = np.cumsum(costs[top])
+        top = neg.argpartition(k - 1)[:k] if k < n else np.arange(n)
+        top = top[neg[top].argsort(kind="stable")]
+        pcs = costs[top].cumsum()
         if len(pcs) and pcs[-1] > budget:
-            return float(density[top[int(np.searchsorted(pcs, budget, side="right"))]])
+            return float(density[top[int(pcs.searchsorted(budget, side="right"))]])
         if k >= n:
             return None
         k = min(n, 4 * k)
@@ -153,7 +153,7 @@ def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
     above = density > d
     room = budget - int(costs[above].sum())
     low = int(values[above].sum())
-    fits = np.flatnonzero(~above & (costs <= room))
+    fits = (~above & (costs <= room)).nonzero()[0]
     while room > 0 and len(fits):  # greedy over the order, sorted a chunk at a time
         if len(fits) > FILL_FROM:  # the densest (ties included: a threshold, not a count)
             t = -np.partition(-density[fits], FILL_FROM - 1)[FILL_FROM - 1]
@@ -173,7 +173,7 @@ def _survivors(costs: IntArray, values: IntArray, density: FloatArray,
     out = (density < d) & (g + (lag + 1e-9 * abs(lag) + 16.0) < low)
     if not out.any():
         return None
-    return np.flatnonzero(~out)
+    return (~out).nonzero()[0]
 
 
 def lp_bound(items: list[Item], budget: int) -> float:
@@ -228,7 +228,7 @@ def _best_removal(
         if values[i] < values[best_i]:
             best_i = i
         suf_idx[pos] = best_i
-    at = np.searchsorted(costs[by_cost], need, side="left")
+    at = costs[by_cost].searchsorted(need, side="left")
     idx = suf_idx[np.minimum(at, len(by_cost) - 1)]  # meaningless where nothing frees enough
     val = np.where(at < len(by_cost), values[idx], np.iinfo(np.int64).max)
     return idx, val
@@ -253,8 +253,8 @@ def _improve_arrays(
     by_value = np.arange(n)  # items are already in value-desc order
     dense = np.array(by_density, np.int64)
     while True:
-        chosen = np.flatnonzero(in_set)
-        out = np.flatnonzero(~in_set)
+        chosen = in_set.nonzero()[0]
+        out = (~in_set).nonzero()[0]
         if len(out) == 0:
             break
         slack = budget - int(costs[chosen].sum())
@@ -270,7 +270,7 @@ def _improve_arrays(
         core_mask = np.zeros(n, dtype=np.bool_)
         core_mask[by_value[~in_set[by_value]][:SWAP_PAIR_CORE]] = True
         core_mask[dense[~in_set[dense]][:SWAP_PAIR_CORE]] = True
-        core = np.flatnonzero(core_mask)
+        core = core_mask.nonzero()[0]
         a, b = np.triu_indices(len(core), k=1)
         if len(a):
             pa, pb = core[a], core[b]
@@ -283,7 +283,7 @@ def _improve_arrays(
             break
         in_set[remove] = False
         in_set[add] = True
-    return [int(i) for i in np.flatnonzero(in_set)]
+    return [int(i) for i in in_set.nonzero()[0]]
 
 
 
@@ -294,7 +294,7 @@ Keys = Callable[[IntArray], list[str]]
 def _canonical_order(keys: Keys, values: FloatArray) -> IntArray:
     """Indices in canonical order: value descending, then key (code point order). Keys are
     read only for runs of equal values, so distinct values cost one numpy argsort."""
-    order = np.argsort(-values, kind="stable")
+    order = (-values).argsort(kind="stable")
     sv = values[order]
     tie = sv[1:] == sv[:-1]
     if not tie.any():
@@ -302,8 +302,8 @@ def _canonical_order(keys: Keys, values: FloatArray) -> IntArray:
     in_run = np.zeros(len(order), np.bool_)
     in_run[1:] |= tie
     in_run[:-1] |= tie
-    pos = np.flatnonzero(in_run)  # sorted positions inside a run of equal values
-    run_id = np.cumsum(np.concatenate(([True], ~tie)))[pos]  # same id within a run
+    pos = in_run.nonzero()[0]  # sorted positions inside a run of equal values
+    run_id = np.concatenate(([True], ~tie)).cumsum()[pos]  # same id within a run
     ks = np.array(keys(order[pos]), dtype=np.str_)
     out = order.copy()
     out[pos] = order[pos][np.lexsort((ks, run_id))]
@@ -408,9 +408,9 @@ class _Fixing:
         c = costs[by_density]
         v = values[by_density]
         n = len(c)
-        pc = np.concatenate(([0], np.cumsum(c)))  # pc[k]: cost of the first k items
-        pv = np.concatenate(([0], np.cumsum(v)))
-        b = int(np.searchsorted(pc, budget, side="right")) - 1  # items fitting whole: 0..b-1
+        pc = np.concatenate(([0], c.cumsum()))  # pc[k]: cost of the first k items
+        pv = np.concatenate(([0], v.cumsum()))
+        b = int(pc.searchsorted(budget, side="right")) - 1  # items fitting whole: 0..b-1
         vf = v.astype(np.float64)
         cf = c.astype(np.float64)
 
@@ -440,19 +440,19 @@ class _Fixing:
         # without any other the LP bound stays the same. Only the items from b on can be
         # proven out: with a prefix item forced in it stays the same too.
         pos = np.arange(n)
-        rest = np.flatnonzero(~(self.fix_in | self.fix_out))
+        rest = (~(self.fix_in | self.fix_out)).nonzero()[0]
         self.rp = rp = rest[pos[rest] <= b]
         self.ro = ro = rest[pos[rest] >= b]
         self.ub_rp = without[rp]  # bound with the item left out
         self.ub_ro = (without + g)[ro]  # bound with the item taken
         if len(rp):  # drop the item; the prefix runs on over its freed room
             cp, vp = c[rp], v[rp]
-            m0 = np.searchsorted(pc, budget + cp, side="right") - 1
+            m0 = pc.searchsorted(budget + cp, side="right") - 1
             u0 = (pv[m0] - vp).astype(np.float64) + lp_rest(m0, budget - (pc[m0] - cp))
             self.ub_rp = np.minimum(self.ub_rp, u0)
         if len(ro):  # take the item; the rest fills budget - its cost
             rc, rv = c[ro], v[ro]
-            m1 = np.searchsorted(pc, budget - rc, side="right") - 1
+            m1 = pc.searchsorted(budget - rc, side="right") - 1
             u1 = (rv + pv[m1]).astype(np.float64) + lp_rest(m1, budget - rc - pc[m1])
             self.ub_ro = np.minimum(self.ub_ro, u1)
         self.tighten(lower)
@@ -493,16 +493,16 @@ def _window_lower(costs: IntArray, values: IntArray, density: FloatArray,
     in_core[red.core] = True
     cd = by_density[in_core[by_density]]
     cd = cd[costs[cd] <= room]
-    pcs = np.cumsum(costs[cd])
-    k = int(np.searchsorted(pcs, room, side="right"))  # cd[:k] fits whole
+    pcs = costs[cd].cumsum()
+    k = int(pcs.searchsorted(room, side="right"))  # cd[:k] fits whole
     if k >= len(cd):
         return None
     neg = -density[cd]  # non-decreasing
     d = neg[k]
-    lo = max(0, int(np.searchsorted(neg, d, side="left")) - WINDOW)
-    hi = min(len(cd), int(np.searchsorted(neg, d, side="right")) + WINDOW)
-    lo = int(np.searchsorted(neg, neg[lo], side="left"))  # whole runs of equal density
-    hi = int(np.searchsorted(neg, neg[hi - 1], side="right"))
+    lo = max(0, int(neg.searchsorted(d, side="left")) - WINDOW)
+    hi = min(len(cd), int(neg.searchsorted(d, side="right")) + WINDOW)
+    lo = int(neg.searchsorted(neg[lo], side="left"))  # whole runs of equal density
+    hi = int(neg.searchsorted(neg[hi - 1], side="right"))
     if lo == 0 and hi == len(cd):
         return None
     before, window = cd[:lo], cd[lo:hi]
@@ -518,7 +518,7 @@ def _greedy_arrays(costs: IntArray, by_density: IntArray, budget: int) -> list[i
     """Density greedy that skips what does not fit: the prefix that fits whole (one cumsum),
     then the first item that still fits, again and again (the room is small by then)."""
     c = costs[by_density]
-    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    b = int(c.cumsum().searchsorted(budget, side="right"))
     chosen: list[int] = [int(i) for i in by_density[:b]]
     room = budget - int(c[:b].sum())
     rest = np.arange(b, len(c))
@@ -582,7 +582,7 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
-    ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+    ok = ((costs <= budget) & (values > 0.0)).nonzero()[0]
     c = costs[ok].astype(np.int64)
     f = values[ok]
     n = len(ok)
@@ -592,7 +592,7 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
         keep = _survivors(c, scaled, density, budget) if n >= PRUNE_FROM else None
         if keep is not None:  # the same items the exact path of ``pack`` keeps
             ok, c, f, scaled, density = ok[keep], c[keep], f[keep], scaled[keep], density[keep]
-        by_density = np.argsort(-density)
+        by_density = (-density).argsort()
         greedy = _greedy_arrays(c, by_density, budget)
         lower = max(int(scaled[greedy].sum()), int(scaled.max()))
         live = ok
@@ -611,7 +611,7 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 total_cost=int(c[idx].sum()),
                 upper_bound=math.fsum(f[idx].tolist()),
             ), ok[idx]
-        ok = np.flatnonzero((costs <= budget) & (values > 0.0))
+        ok = ((costs <= budget) & (values > 0.0)).nonzero()[0]
         f = values[ok]
     canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
     res, at = _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
@@ -635,14 +635,14 @@ def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int
         # value per token, descending; ties keep the canonical order (value desc, then key),
         # exactly the order of _density_key; a free item is infinitely dense
         density = np.divide(floats, costs, out=np.full(n, np.inf), where=costs > 0)
-        by_density = np.argsort(-density, kind="stable")
+        by_density = (-density).argsort(kind="stable")
         if cap > 0:  # exact over the items that may belong to an optimum
             keep = _survivors(costs, values, density, budget) if n >= PRUNE_FROM else None
             if keep is None:
                 kc, kv, kd, kbd = costs, values, density, by_density
             else:
                 kc, kv, kd = costs[keep], values[keep], density[keep]
-                kbd = np.argsort(-kd, kind="stable")
+                kbd = (-kd).argsort(kind="stable")
             kg = _greedy_arrays(kc, kbd, budget)
             got = _solve_reduced(kc, kv, kbd, budget, max(int(kv[kg].sum()), int(kv.max())),
                                  cap, kd)
@@ -679,7 +679,7 @@ def _lp_bound_arrays(costs: IntArray, floats: FloatArray, by_density: IntArray,
                      budget: int) -> float:
     """``_lp_bound`` over arrays: the same additions in the same order."""
     c = costs[by_density]
-    b = int(np.searchsorted(np.cumsum(c), budget, side="right"))
+    b = int(c.cumsum().searchsorted(budget, side="right"))
     bound = 0.0
     for v in floats[by_density[:b]].tolist():
         bound += v

@@ -67,7 +67,7 @@ def rounded(x: FloatArray) -> list[float]:
     ``round`` itself."""
     y = x * _SCALE
     out: list[float] = (np.rint(y) / _SCALE).tolist()
-    near = np.flatnonzero(np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0))
+    near = (np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0)).nonzero()[0]
     for i in near.tolist():
         out[i] = round(float(x[i]), DECIMALS)
     return out
@@ -87,7 +87,7 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
     the rest in numpy."""
     rec = np.ones(len(tier), np.float64)
     for code, decay in ((0, cfg.short), (1, cfg.scratch)):
-        at = np.flatnonzero(tier == code)
+        at = (tier == code).nonzero()[0]
         if len(at):
             x = (np.maximum(age[at], 0.0) / decay.half_life_days).tolist()
             p = np.fromiter(map(math.pow, repeat(0.5), x), np.float64, len(x))
@@ -112,7 +112,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     else:  # tier and age only where the memo has no recency yet
         known = memo.array(cols, now_us, cfg)
         rec = known[s]
-        miss = np.flatnonzero(np.isnan(rec))
+        miss = np.isnan(rec).nonzero()[0]
         if len(miss):
             rec[miss] = _recency(*_tier_age(cols, s[miss], now_us, cfg), cfg)
             known[s[miss]] = rec[miss]

@@ -12,7 +12,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import Envelope
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.config import DEFAULT
-from hivemind_memory.projections.store import index_loader
+from hivemind_memory.projections.store import index_loader, results
 from hivemind_memory.projections.store.log import tail
 from hivemind_memory.worker import engine as engine_mod
 from hivemind_memory.worker.engine import QueryEngine
@@ -140,3 +140,30 @@ def test_a_job_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(
         assert not gc.isenabled()  # it was off: it stays off
     finally:
         gc.enable()
+
+
+def test_answers_are_published_a_wave_at_a_time(store: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # the results of a wave are in Redis while later waves are still being ranked
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    monkeypatch.setattr(engine_mod, "WAVE", 2)
+    envs = _envelopes(store, c, [{"ns": "a", "text": f"redis {i}", "budget": 50}
+                                 for i in range(7)])
+    ids = [e.query_id for e in envs]
+    there: list[list[bool]] = []
+    real = QueryEngine._rank
+
+    def spy(self: QueryEngine, q: Any, *a: Any, **kw: Any) -> None:
+        there.append([results.read_result(store, "a", i) is not None for i in ids])
+        real(self, q, *a, **kw)
+
+    monkeypatch.setattr(QueryEngine, "_rank", spy)
+    assert QueryEngine(store, DEFAULT, Settings()).serve(envs) == {"ok": 7, "failed": 0}
+    # ranking query k (wave k // 2): every wave before the previous one has been settled
+    for k, seen in enumerate(there):
+        settled = max(0, 2 * (k // 2 - 1))
+        assert all(seen[:settled]) and not any(seen[k:]), (k, seen)
+    assert there[0] == [False] * 7 and there[6][:4] == [True] * 4
+    assert all(results.read_result(store, "a", i) is not None for i in ids)
+    assert store.xlen("hm:{a}:audit") == 7

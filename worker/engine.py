@@ -1,14 +1,15 @@
 """Answering a job's queries in phases over the whole batch: parse every request, catch each
-namespace up once, refresh each index once, rank each query, then publish every result and
-audit event in one MULTI per namespace."""
+namespace up once, refresh each index once, then rank the queries a wave at a time, each wave's
+results and audit events published in one MULTI per namespace while the next wave is ranked."""
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 import structlog
 
@@ -45,6 +46,8 @@ from hivemind_memory.worker.projector import ensure_projected
 log = structlog.get_logger("hivemind.query")
 AS_OF_CACHE = 4
 """How many ``--as-of`` folds a worker keeps (keyed by namespace, position, time)."""
+WAVE = 20
+"""Queries ranked before their answers are handed to Redis (``QueryEngine.serve``)."""
 REFRESH_TRIES = 5
 """Extra index refreshes per batch while projection commits keep racing the refresh."""
 
@@ -88,24 +91,30 @@ class QueryEngine:
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
-        error object, one broken query never takes the batch down."""
-        with no_cycle_collection():  # result structs by the thousand
-            todo = self.answer(envelopes)
-            self._publish(todo)
+        error object, one broken query never takes the batch down. Answers go out a wave at
+        a time (``WAVE``), one wave in flight while the next is ranked."""
+        with no_cycle_collection(), results.Publisher(self.r) as pub:  # structs by the 1,000
+            todo = self.answer(envelopes, lambda wave: self._publish(wave, pub))
         ok = sum(q.result is not None for q in todo)
         return {"ok": ok, "failed": len(todo) - ok}
 
-    def answer(self, envelopes: Sequence[Envelope]) -> list[Pending]:
+    def answer(self, envelopes: Sequence[Envelope],
+               publish: Callable[[list[Pending]], None] | None = None) -> list[Pending]:
         """The phases before publishing: parse all, catch up and refresh once per namespace,
-        rank each. Every returned query has its ``body``."""
+        rank each (``publish``, if given, is handed each wave of ``WAVE`` queries once they
+        have their answers). Every returned query has its ``body``."""
         todo = [self._parse(env) for env in envelopes]
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
         memo = RecencyMemo()  # the indexes do not change until the next batch refreshes them
-        for q in todo:
-            if q.body is None:
-                self._rank(q, live, now, memo)
+        for start in range(0, len(todo), WAVE):
+            wave = todo[start:start + WAVE]
+            for q in wave:
+                if q.body is None:
+                    self._rank(q, live, now, memo)
+            if publish is not None:
+                publish(wave)
         return todo
 
     def _parse(self, env: Envelope) -> Pending:
@@ -220,8 +229,9 @@ class QueryEngine:
             got = self.recorded[ns] = audit.recorded(self.r, ns)
         return got
 
-    def _publish(self, todo: list[Pending]) -> None:
-        """Every result, done marker and audit event: one MULTI per namespace (one slot)."""
+    def _publish(self, todo: list[Pending], pub: results.Publisher) -> None:
+        """Every result, done marker and audit event of a wave: one MULTI per namespace (one
+        slot), sent by ``pub``; logged and counted once Redis has applied it."""
         ttl = self.settings.result_ttl_seconds
         by_ns: dict[str, list[Pending]] = {}
         for q in todo:
@@ -229,7 +239,7 @@ class QueryEngine:
         served_at = utcnow()
         base = self.base_digest
         for ns, group in sorted(by_ns.items()):
-            p = self.r.pipeline(transaction=True)
+            p = pub.pipeline()
             configs: dict[str, RankingConfig] = {}
             embeddings: dict[str, list[float]] = {}
             for q in group:
@@ -246,6 +256,8 @@ class QueryEngine:
                 results.stage_audit(p, ns, encode(served(
                     q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
                     base_digest=base, embedding=emb, served_at=served_at)))
+            new_cfg: dict[str, RankingConfig] = {}
+            new_emb: dict[str, list[float]] = {}
             if configs:
                 have_cfg, have_emb = self._recorded(ns)
                 new_cfg = {d: c for d, c in sorted(configs.items()) if d not in have_cfg}
@@ -254,20 +266,26 @@ class QueryEngine:
                     audit.stage_config(p, ns, digest, encode(cfg))
                 for digest, vec in new_emb.items():
                     audit.stage_embedding(p, ns, digest, encode(vec))
-            p.execute()
-            if configs:  # filed only once the MULTI went through
-                have_cfg.update(new_cfg)
-                have_emb.update(new_emb)
-        answered: dict[tuple[str, bool], int] = {}
-        for q in todo:
+            pub.send(p, partial(self._published, ns, group, new_cfg, new_emb))
+
+    def _published(self, ns: str, group: list[Pending], new_cfg: dict[str, RankingConfig],
+                   new_emb: dict[str, list[float]]) -> None:
+        """After a namespace's MULTI went through: the digests it filed are known from now
+        on, and each query is logged and counted."""
+        if new_cfg or new_emb:
+            have_cfg, have_emb = self._recorded(ns)
+            have_cfg.update(new_cfg)
+            have_emb.update(new_emb)
+        answered: dict[bool, int] = {}
+        for q in group:
             seconds = time.perf_counter() - q.started
             ok = q.result is not None
-            answered[q.ns, ok] = answered.get((q.ns, ok), 0) + 1
+            answered[ok] = answered.get(ok, 0) + 1
             metrics.LATENCY.observe(seconds)
             log.info("query_served", query_id=q.env.query_id, ok=ok,
                      notes=len(q.result.notes) if q.result else 0,
                      duration_ms=round(seconds * 1000, 2))
-        for (ns, ok), n in answered.items():
+        for ok, n in answered.items():
             metrics.observe_queries(ns, ok, n)
 
 

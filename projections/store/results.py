@@ -3,11 +3,16 @@ audit stream. All keys of one namespace (one hash slot), so one MULTI can carry 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import redis.cluster
+from hiredis import pack_command as _pack
+
+from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import BLOCK_SLICE_S
-from hivemind_memory.projections.store.types import Pipe, Store, as_bytes
+from hivemind_memory.projections.store.types import Pipe, Store, as_bytes, give_back
 
 INVALID_NS = "_invalid"
 """Pseudo-namespace of the result keys of requests whose namespace itself is invalid."""
@@ -67,3 +72,90 @@ def wait_result(r: Store, ns: str, query_id: str,
     p.get(keys.result(ns, query_id))
     _, body = p.execute()
     return True, None if body is None else as_bytes(body)
+
+
+class Publisher:
+    """Writes MULTI blocks with one in flight: ``send`` takes the reply of the block sent
+    before (its callback runs once that block went through), then writes the new one without
+    waiting for its reply. A query job ranks its next queries while Redis applies the answers
+    of the previous ones, instead of waiting for every write.
+
+    Commands are staged on ``pipeline()`` (a redis-py pipeline used only to record them, so
+    the same ``stage_*`` helpers serve both paths) and sent packed by hiredis onto one
+    connection taken from the pool. A failed block raises at the next ``send`` or at
+    ``close``, and the connection (its later replies unread) is dropped. On a Redis Cluster
+    every block runs at once, as a MULTI of its own slot (nothing overlapped).
+    """
+
+    def __init__(self, r: Store) -> None:
+        self.r = r
+        self._pool = None if isinstance(r, redis.cluster.RedisCluster) else r.connection_pool
+        self._conn: Any = None
+        self._pending: tuple[int, Callable[[], None]] | None = None
+        """The block in flight: how many commands it holds, and its callback."""
+
+    def pipeline(self) -> Pipe:
+        """A pipeline to stage one block's commands on (all of one namespace: one slot)."""
+        return self.r.pipeline(transaction=True)
+
+    def send(self, p: Pipe, on_ok: Callable[[], None] = lambda: None) -> None:
+        """Settle the block in flight, then write ``p``'s commands as one MULTI."""
+        self.settle()
+        if self._pool is None or not len(p):
+            if len(p):  # a cluster's block runs at once
+                p.execute()
+            on_ok()
+            return
+        cmds = [args for args, _ in p.command_stack]
+        if self._conn is None:
+            self._conn = self._pool.get_connection()
+        try:
+            self._conn.send_packed_command(
+                [_pack(("MULTI",)), *(_pack(c) for c in cmds), _pack(("EXEC",))])
+        except BaseException:
+            self._drop()
+            raise
+        self._pending = (len(cmds), on_ok)
+
+    def settle(self) -> None:
+        """Take the reply of the block in flight (raise if it failed) and run its callback."""
+        if self._pending is None:
+            return
+        (n, on_ok), self._pending = self._pending, None
+        try:
+            for _ in range(n + 1):  # +OK of MULTI, then QUEUED for each command
+                self._conn.read_response()
+            replies = self._conn.read_response()  # EXEC
+        except BaseException:
+            self._drop()
+            raise
+        if replies is None:
+            raise StoreError("a MULTI publishing results was aborted (EXEC returned nil)")
+        for got in replies:
+            if isinstance(got, Exception):
+                raise StoreError(f"a command publishing results failed: {got}")
+        on_ok()
+
+    def close(self) -> None:
+        """Settle the block in flight and give the connection back."""
+        try:
+            self.settle()
+        finally:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                give_back(self._pool, conn, broken=False)
+
+    def _drop(self) -> None:
+        self._pending = None
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            give_back(self._pool, conn, broken=True)
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self._drop()

@@ -364,20 +364,22 @@ def worker_process(redis_url: str, logdir: Path) -> Iterator[subprocess.Popen[by
 
 
 def served_ms(logfile: Path, ids: Sequence[str]) -> list[float]:
-    """The worker's own ``duration_ms`` of the given queries, from its ``query_served`` log
+    """The worker's own ``duration_ms`` of the given queries, from its ``queries_served`` log
     lines (answer + result write, without the RQ job overhead or the client's round trips)."""
     want = set(ids)
     out: list[float] = []
     with open(logfile, "rb") as fh:
         for line in fh:
-            if b'"query_served"' not in line:
+            if b'"queries_served"' not in line:
                 continue
             try:
                 obj = _dec.decode(line)
             except msgspec.DecodeError:
                 continue
-            if isinstance(obj, dict) and obj.get("query_id") in want:
-                out.append(float(obj.get("duration_ms", 0.0)) / 1000)
+            if isinstance(obj, dict):
+                out += [float(ms) / 1000 for qid, ms in zip(
+                    obj.get("query_ids", []), obj.get("duration_ms", []), strict=False)
+                    if qid in want]
     return out
 
 
@@ -390,7 +392,7 @@ def _worker_side(logfile: Path | None, ids: Sequence[str]) -> str:
             break
         time.sleep(0.025)
         got = served_ms(logfile, ids)
-    return f"\n  worker-side (query_served duration_ms) {ms_summary(got)}" if got else ""
+    return f"\n  worker-side (queries_served duration_ms) {ms_summary(got)}" if got else ""
 
 
 def _check(body: bytes) -> bool:

@@ -28,7 +28,7 @@ LABELS = (
     "batch query_chunk=",
     "batch query_chunk=1 (",
     ", the same 4 queries",
-    "worker-side (query_served duration_ms)",
+    "worker-side (queries_served duration_ms)",
     "rq no-op baseline",
     "ratios to the no-op job",
     "total ",

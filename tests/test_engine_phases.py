@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import structlog.testing
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import Envelope
@@ -159,7 +160,13 @@ def test_answers_are_published_a_wave_at_a_time(store: Any,
         real(self, q, *a, **kw)
 
     monkeypatch.setattr(QueryEngine, "_rank", spy)
-    assert QueryEngine(store, DEFAULT, Settings()).serve(envs) == {"ok": 7, "failed": 0}
+    with structlog.testing.capture_logs() as logged:
+        assert QueryEngine(store, DEFAULT, Settings()).serve(envs) == {"ok": 7, "failed": 0}
+    # one log line per wave, naming its queries (with their notes and durations)
+    lines = [e for e in logged if e["event"] == "queries_served"]
+    assert [e["query_ids"] for e in lines] == [ids[0:2], ids[2:4], ids[4:6], ids[6:7]]
+    assert all(e["ns"] == "a" and e["failed"] == 0 and e["notes"] == [1] * len(e["query_ids"])
+               and len(e["duration_ms"]) == len(e["query_ids"]) for e in lines)
     # ranking query k (wave k // 2): every wave before the previous one has been settled
     for k, seen in enumerate(there):
         settled = max(0, 2 * (k // 2 - 1))

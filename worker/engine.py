@@ -276,17 +276,20 @@ class QueryEngine:
             have_cfg, have_emb = self._recorded(ns)
             have_cfg.update(new_cfg)
             have_emb.update(new_emb)
-        answered: dict[bool, int] = {}
+        ok_n = 0
+        durations: list[float] = []
         for q in group:
             seconds = time.perf_counter() - q.started
-            ok = q.result is not None
-            answered[ok] = answered.get(ok, 0) + 1
+            ok_n += q.result is not None
+            durations.append(round(seconds * 1000, 2))
             metrics.LATENCY.observe(seconds)
-            log.info("query_served", query_id=q.env.query_id, ok=ok,
-                     notes=len(q.result.notes) if q.result else 0,
-                     duration_ms=round(seconds * 1000, 2))
-        for ok, n in answered.items():
-            metrics.observe_queries(ns, ok, n)
+        # one line per namespace and wave (a line per query cost ~75 us, 4-5 % of a query)
+        log.info("queries_served", ns=ns, query_ids=[q.env.query_id for q in group],
+                 notes=[len(q.result.notes) if q.result else 0 for q in group],
+                 duration_ms=durations, failed=len(group) - ok_n)
+        for ok, n in ((True, ok_n), (False, len(group) - ok_n)):
+            if n:
+                metrics.observe_queries(ns, ok, n)
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,

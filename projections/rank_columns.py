@@ -36,24 +36,40 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
-class RecencyMemo:
-    """Recency per slot of tables at one instant, filled as queries need it: the queries of a
-    batch share ``now`` and (mostly) their candidates, so each ``math.pow`` runs once per note
-    and batch instead of once per query. Valid only while the tables do not change (a query
-    job refreshes its indexes before ranking any query); entries are keyed by the table
-    object (held, so its id is never reused), ``now`` and the decay settings."""
+class BatchMemo:
+    """What the queries of a batch share, filled as they need it: recency per slot of tables
+    at one instant (the queries share ``now`` and, mostly, their candidates, so each
+    ``math.pow`` runs once per note and batch instead of once per query), and the creation
+    times of the notes they return. Valid only while the tables do not change (a query job
+    refreshes its indexes before ranking any query); entries are keyed by the table object
+    (held, so its id is never reused), and recency also by ``now`` and the decay settings."""
 
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
+        self._times: dict[int, tuple[Columns, dict[int, datetime]]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
-        """The memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed yet."""
+        """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
+        yet."""
         key = (id(cols), now_us, cfg.short, cfg.scratch, cfg.longterm_uses)
         got = self._by.get(key)
         if got is None or len(got[1]) != len(cols):
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
+
+    def created_at(self, cols: Columns, slots: list[int]) -> list[datetime]:
+        """``from_micros`` of the creation time of each of ``slots`` (a slot's note and its
+        creation time never change while the table lives)."""
+        got = self._times.get(id(cols))
+        if got is None:
+            got = self._times[id(cols)] = (cols, {})
+        known = got[1]
+        missing = [s for s in slots if s not in known]
+        if missing:
+            for s, us in zip(missing, cols.created_us[missing].tolist(), strict=True):
+                known[s] = from_micros(us)
+        return [known[s] for s in slots]
 
 
 _SCALE = 10.0**DECIMALS
@@ -97,7 +113,7 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
 
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True, memo: RecencyMemo | None = None) -> RankResult:
+               explain: bool = True, memo: BatchMemo | None = None) -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
     the queries of a batch over unchanged indexes."""
@@ -130,18 +146,19 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         at = np.sort(picked_at)
         chosen = [True] * len(at)
     sa = s[at]
+    shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
-    rows = zip(sa.tolist(), tier.tolist(), rounded(rel[at]), rounded(rec[at]),
+    created = (memo.created_at(cols, shown) if memo is not None
+               else [from_micros(us) for us in cols.created_us[sa].tolist()])
+    rows = zip(shown, tier.tolist(), rounded(rel[at]), rounded(rec[at]),
                rounded(score[at]), rounded(age), costs[at].tolist(), chosen,
-               cols.texts.many(sa.tolist()), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
-               cols.created_us[sa].tolist(), strict=True)
+               cols.texts.many(shown), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
+               created, strict=True)
     every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, created in rows:
-        key = ids[slot]
+    for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, when in rows:
         every.append(ScoredNote(
-            note_id=key, text=text, tokens=tokens, cost=cost, score=sc, relevance=r,
-            recency=rc, tier=_TIERS[t], uses=uses, age_days=a, created_at=from_micros(created),
-            chosen=ch))
+            note_id=ids[slot], text=text, tokens=tokens, cost=cost, score=sc, relevance=r,
+            recency=rc, tier=_TIERS[t], uses=uses, age_days=a, created_at=when, chosen=ch))
     picked = [c for c in every if c.chosen] if explain else every
     candidates = by_score(every) if explain else []
     return RankResult(

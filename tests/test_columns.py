@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
+from hivemind_memory.projections.rank_columns import BatchMemo, rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.factories import T0
 from tests.reference import LexicalIndex, rank, scores_over
@@ -154,14 +154,14 @@ def test_rank_index_equals_rank(notes: list[NoteState], q: list[str], agent: str
                           st.sampled_from(["", *AGENTS]), st.integers(0, 200), CONFIGS,
                           st.sampled_from([0, 0, 86400 * 30])),
                 min_size=1, max_size=6))
-def test_rank_index_sharing_a_recency_memo_equals_rank(
+def test_rank_index_sharing_a_batch_memo_equals_rank(
         notes: list[NoteState], queries: list[tuple[list[str], str, int, RankingConfig, int]]
 ) -> None:
     # one memo across a batch: other agents, budgets, configs (other decays) and instants
     idx = NamespaceIndex("t")
     for n in notes:
         idx.put(n)
-    memo = RecencyMemo()
+    memo = BatchMemo()
     for q, agent, budget, cfg, later in queries:
         now = NOW + timedelta(seconds=later)
         slots, rel = idx.relevance_slots(" ".join(q), None, cfg, agent)

@@ -33,7 +33,7 @@ from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.rank import RankResult
-from hivemind_memory.projections.rank_columns import RecencyMemo, rank_index
+from hivemind_memory.projections.rank_columns import BatchMemo, rank_index
 from hivemind_memory.projections.store import audit, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.probe import probe
@@ -107,7 +107,7 @@ class QueryEngine:
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
-        memo = RecencyMemo()  # the indexes do not change until the next batch refreshes them
+        memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
         for start in range(0, len(todo), WAVE):
             wave = todo[start:start + WAVE]
             for q in wave:
@@ -203,7 +203,7 @@ class QueryEngine:
         return idx
 
     def _rank(self, q: Pending, live: dict[str, NamespaceIndex], now: datetime,
-              memo: RecencyMemo | None = None) -> None:
+              memo: BatchMemo | None = None) -> None:
         assert q.req is not None and q.cfg is not None
         try:
             if q.req.as_of is None:
@@ -293,7 +293,7 @@ class QueryEngine:
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
-             now: datetime, memo: RecencyMemo | None = None) -> RankResult:
+             now: datetime, memo: BatchMemo | None = None) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline (``memo``: recency shared
     by the queries of one batch)."""
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent)

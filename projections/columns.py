@@ -407,44 +407,46 @@ class Columns:
             self._english_len = (key, self.doc_len[:n] - minus)
         return self._stem_terms, self._english_len[1]
 
-    def bm25(self, query: str, cfg: RankingConfig, agent: str) -> tuple[IntArray, FloatArray]:
+    def bm25(self, query: str, cfg: RankingConfig, agent: str,
+             cache: TermCache | None = None) -> tuple[IntArray, FloatArray]:
         """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with
         ``query``: (slots, relevance), slots ascending (``tests.reference.scores_over``).
 
         Under the ``english`` analyzer a term is a stem: its postings are the merged postings
         of the plain terms with that stem (tf summed), a note's length counts its non-stop
-        tokens, and the statistics are those of the visible corpus as analysed."""
+        tokens, and the statistics are those of the visible corpus as analysed.
+
+        ``cache`` (optional, valid only while the table does not change: one batch of
+        queries) keeps each term's visible slots and ``tf / ((tf + base) + slope * dl)`` for
+        the next query with that term, analyzer, audience and ``k1``/``b``; a query then
+        multiplies by its own weights, so the result is the same to the bit."""
         o = self.agents.get(agent, -1) if agent else -1
-        vis = self.visible(agent)
         n_docs = self.shared_n + self.private_n.get(o, 0)
-        runs: list[tuple[IntArray, FloatArray]] = []
+        stem_terms: dict[str, list[int]] | None = None
         if cfg.analyzer == "plain":
             total_len = self.shared_len + self.private_len.get(o, 0)
             dl = self.doc_len
-            for term in dict.fromkeys(tokenize(query)):
-                slots, tfs = self.postings(term)
-                keep = vis[slots]
-                runs.append((slots[keep], tfs[keep]))
+            words = list(dict.fromkeys(tokenize(query)))
         else:
             stem_terms, dl = self._english()
-            total_len = int(dl[vis].sum())
-            for stem in dict.fromkeys(analyze(tokenize(query), cfg.analyzer)):
-                got = [self.postings_of(t) for t in stem_terms.get(stem, [])]
-                slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
-                tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
-                keep = vis[slots]
-                slots, tfs = slots[keep], tfs[keep]
-                if len(got) > 1:  # a note holding several forms of the stem: one tf
-                    merged, inv = np.unique(slots, return_inverse=True)
-                    tfs = np.bincount(inv, weights=tfs, minlength=len(merged)).astype(np.float64)
-                    slots = merged.astype(np.int64)
-                runs.append((slots, tfs))
+            total_len = int(dl[self.visible(agent)].sum())
+            words = list(dict.fromkeys(analyze(tokenize(query), cfg.analyzer)))
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
         if total_len == 0:
             return empty
         k1, b = cfg.bm25_k1, cfg.bm25_b
         base = k1 * (1.0 - b)
         slope = k1 * b * n_docs / total_len
+        runs: list[tuple[IntArray, FloatArray]] = []
+        for word in words:
+            key = (cfg.analyzer, word, o, k1, b)
+            got = None if cache is None else cache.get(key)
+            if got is None:
+                slots, tfs = self._visible_postings(word, agent, stem_terms)
+                got = (slots, tfs / (tfs + base + slope * dl[slots]))
+                if cache is not None:
+                    cache[key] = got
+            runs.append(got)
         weights = [idf(n_docs, len(slots)) for slots, _ in runs]
         max_score = 0.0
         for w in weights:
@@ -452,14 +454,41 @@ class Columns:
         n = len(self.ids)
         acc = np.zeros(n, np.float64)
         hit = np.zeros(n, np.bool_)
-        for w, (slots, tfs) in zip(weights, runs, strict=True):
+        for w, (slots, part) in zip(weights, runs, strict=True):
             if len(slots):
-                acc[slots] += w * (tfs / (tfs + base + slope * dl[slots]))
+                acc[slots] += w * part
                 hit[slots] = True
         out = hit.nonzero()[0]
         if not len(out):
             return empty
         return out, acc[out] / max_score
+
+    def _visible_postings(self, word: str, agent: str,
+                          stem_terms: dict[str, list[int]] | None
+                          ) -> tuple[IntArray, FloatArray]:
+        """The postings of a query word that ``agent`` may see: of the plain term, or with
+        ``stem_terms`` (english: stem -> plain term ids) merged over the plain terms of the
+        stem (tf summed)."""
+        vis = self.visible(agent)
+        if stem_terms is None:
+            slots, tfs = self.postings(word)
+            keep = vis[slots]
+            return slots[keep], tfs[keep]
+        got = [self.postings_of(t) for t in stem_terms.get(word, [])]
+        slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
+        tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
+        keep = vis[slots]
+        slots, tfs = slots[keep], tfs[keep]
+        if len(got) > 1:  # a note holding several forms of the stem: one tf
+            merged, inv = np.unique(slots, return_inverse=True)
+            tfs = np.bincount(inv, weights=tfs, minlength=len(merged)).astype(np.float64)
+            slots = merged.astype(np.int64)
+        return slots, tfs
+
+
+TermCache = dict[tuple[str, str, int, float, float], tuple[IntArray, FloatArray]]
+"""``Columns.bm25``'s per-batch cache: (analyzer, word, audience, k1, b) -> (visible slots,
+``tf / ((tf + base) + slope * dl)``)."""
 
 
 class NotesView(Mapping[str, NoteState]):

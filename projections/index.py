@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 
 from hivemind_memory.events.positions import ZERO, Position
-from hivemind_memory.projections.columns import Columns, FloatArray, IntArray, NotesView
+from hivemind_memory.projections.columns import (
+    Columns,
+    FloatArray,
+    IntArray,
+    NotesView,
+    TermCache,
+)
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.state import NoteState
 
@@ -92,7 +98,8 @@ class NamespaceIndex:
         return self._vectors[dim]
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
-                        cfg: RankingConfig, agent: str = "") -> tuple[IntArray, FloatArray]:
+                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None
+                        ) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
         ``--as-of``).
@@ -103,9 +110,9 @@ class NamespaceIndex:
         ``projections.relevance``); BM25 (``Columns.bm25``, equal to the tests' ``scores_over``)
         otherwise. BM25 statistics come from the notes ``agent`` may see (shared + its own
         private ones) and other agents' private notes get no lexical score at all (the ranking
-        drops them anyway).
+        drops them anyway). ``cache``: see ``Columns.bm25``.
         """
-        lex_slots, lex = self.cols.bm25(text, cfg, agent)
+        lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
         if embedding is None:
             return lex_slots, lex
         slots, m, norms = self._matrix(len(embedding))

@@ -22,6 +22,7 @@ from hivemind_memory.projections.columns import (
     Columns,
     FloatArray,
     IntArray,
+    TermCache,
     from_micros,
     micros,
 )
@@ -39,15 +40,16 @@ _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 class BatchMemo:
     """What the queries of a batch share, filled as they need it: recency per slot of tables
     at one instant (the queries share ``now`` and, mostly, their candidates, so each
-    ``math.pow`` runs once per note and batch instead of once per query), and the creation
-    times of the notes they return. Valid only while the tables do not change (a query job
-    refreshes its indexes before ranking any query); entries are keyed by the table object
-    (held, so its id is never reused), and recency also by ``now`` and the decay settings."""
+    ``math.pow`` runs once per note and batch instead of once per query), each query word's
+    BM25 part (``Columns.bm25``'s cache), and the text and creation time of the notes they
+    return. Valid only while the tables do not change (a query job refreshes its indexes
+    before ranking any query); entries are keyed by the table object (held, so its id is
+    never reused), and recency also by ``now`` and the decay settings."""
 
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
-        self._times: dict[int, tuple[Columns, dict[int, datetime]]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache, dict[int, tuple[str, datetime]]]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
@@ -58,18 +60,27 @@ class BatchMemo:
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
 
-    def created_at(self, cols: Columns, slots: list[int]) -> list[datetime]:
-        """``from_micros`` of the creation time of each of ``slots`` (a slot's note and its
-        creation time never change while the table lives)."""
-        got = self._times.get(id(cols))
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, tuple[str, datetime]]]:
+        got = self._tables.get(id(cols))
         if got is None:
-            got = self._times[id(cols)] = (cols, {})
-        known = got[1]
+            got = self._tables[id(cols)] = (cols, {}, {})
+        return got
+
+    def terms(self, cols: Columns) -> TermCache:
+        """The BM25 parts of the query words seen so far on ``cols``."""
+        return self._table(cols)[1]
+
+    def shown(self, cols: Columns, slots: list[int]) -> tuple[list[str], list[datetime]]:
+        """The text and ``from_micros`` creation time of each of ``slots`` (a slot's note,
+        its text and its creation time never change while the table lives)."""
+        known = self._table(cols)[2]
         missing = [s for s in slots if s not in known]
         if missing:
-            for s, us in zip(missing, cols.created_us[missing].tolist(), strict=True):
-                known[s] = from_micros(us)
-        return [known[s] for s in slots]
+            for s, text, us in zip(missing, cols.texts.many(missing),
+                                   cols.created_us[missing].tolist(), strict=True):
+                known[s] = (text, from_micros(us))
+        got = [known[s] for s in slots]
+        return [g[0] for g in got], [g[1] for g in got]
 
 
 _SCALE = 10.0**DECIMALS
@@ -148,12 +159,11 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
-    created = (memo.created_at(cols, shown) if memo is not None
-               else [from_micros(us) for us in cols.created_us[sa].tolist()])
+    texts, created = (memo.shown(cols, shown) if memo is not None else (
+        cols.texts.many(shown), [from_micros(us) for us in cols.created_us[sa].tolist()]))
     rows = zip(shown, tier.tolist(), rounded(rel[at]), rounded(rec[at]),
-               rounded(score[at]), rounded(age), costs[at].tolist(), chosen,
-               cols.texts.many(shown), cols.tokens[sa].tolist(), cols.uses[sa].tolist(),
-               created, strict=True)
+               rounded(score[at]), rounded(age), costs[at].tolist(), chosen, texts,
+               cols.tokens[sa].tolist(), cols.uses[sa].tolist(), created, strict=True)
     every: list[ScoredNote] = []
     for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, when in rows:
         every.append(ScoredNote(

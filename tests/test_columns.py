@@ -231,3 +231,29 @@ def test_bulk_load_names_duplicate_ids() -> None:
     a = note(1, ["redis"], "alice", False, False, 0, 10)
     with pytest.raises(ValueError, match=r"^duplicate note ids in a bulk load$"):
         Columns.bulk([a, a])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(NOTE, max_size=25),
+       st.lists(st.tuples(st.lists(st.sampled_from([*WORDS, "streams", "the", "deploys"]),
+                                   min_size=1, max_size=4),
+                          st.sampled_from(["", *AGENTS, "stranger"]),
+                          st.sampled_from(["plain", "english"]), st.sampled_from([1.2, 2.0]),
+                          st.sampled_from([0.75, 0.3])),
+                min_size=1, max_size=8))
+def test_bm25_with_a_batch_term_cache_is_bit_identical(
+        notes: list[NoteState], queries: list[tuple[list[str], str, str, float, float]]) -> None:
+    # one cache for a batch of queries over other words, agents, analyzers and BM25 settings
+    idx = NamespaceIndex("t")
+    for n in notes:
+        idx.put(n)
+    memo = BatchMemo()
+    found = False
+    for words, agent, analyzer, k1, b in queries:
+        cfg = RankingConfig(analyzer=analyzer, bm25_k1=k1, bm25_b=b)  # type: ignore[arg-type]
+        want = idx.cols.bm25(" ".join(words), cfg, agent)
+        got = idx.relevance_slots(" ".join(words), None, cfg, agent, memo.terms(idx.cols))
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tobytes() == want[1].tobytes()
+        found = found or bool(len(want[0]))
+    assert bool(memo.terms(idx.cols)) or not found  # what was found went through the cache

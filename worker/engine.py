@@ -294,9 +294,10 @@ class QueryEngine:
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
              now: datetime, memo: BatchMemo | None = None) -> RankResult:
-    """Relevance over the index, then the pure ranking pipeline (``memo``: recency shared
-    by the queries of one batch)."""
-    slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent)
+    """Relevance over the index, then the pure ranking pipeline (``memo``: what the queries
+    of one batch share: recency, the query words' BM25 parts, the returned notes' texts)."""
+    slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
+                                     None if memo is None else memo.terms(idx.cols))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo)
 

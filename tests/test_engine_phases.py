@@ -53,7 +53,7 @@ def test_one_catch_up_and_one_refresh_per_namespace(store: Any,
     reqs.append({"ns": "a", "text": "redis", "budget": 50, "as_of": "2026-06-01T00:00:00Z"})
     eng = QueryEngine(store, DEFAULT, Settings())
     out = eng.serve(_envelopes(store, c, reqs))
-    assert out == {"ok": 6, "failed": 0}
+    assert out == {"ok": 6, "failed": 0, "already": 0}
     assert sorted(calls["catch_up"]) == ["a", "b"]  # live queries only, once per namespace
     assert sorted(calls["refresh"]) == ["a", "b"]
     # every answer was published, and each served query left one audit event
@@ -132,7 +132,7 @@ def test_a_job_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(
     eng = QueryEngine(store, DEFAULT, Settings())
     assert gc.isenabled()
     assert eng.serve(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}])) == \
-        {"ok": 1, "failed": 0}
+        {"ok": 1, "failed": 0, "already": 0}
     assert seen == [False] and gc.isenabled()
     c._qq.empty()
     gc.disable()
@@ -161,7 +161,8 @@ def test_answers_are_published_a_wave_at_a_time(store: Any,
 
     monkeypatch.setattr(QueryEngine, "_rank", spy)
     with structlog.testing.capture_logs() as logged:
-        assert QueryEngine(store, DEFAULT, Settings()).serve(envs) == {"ok": 7, "failed": 0}
+        out = QueryEngine(store, DEFAULT, Settings()).serve(envs)
+    assert out == {"ok": 7, "failed": 0, "already": 0}
     # one log line per wave, naming its queries (with their notes and durations)
     lines = [e for e in logged if e["event"] == "queries_served"]
     assert [e["query_ids"] for e in lines] == [ids[0:2], ids[2:4], ids[4:6], ids[6:7]]
@@ -174,3 +175,36 @@ def test_answers_are_published_a_wave_at_a_time(store: Any,
     assert there[0] == [False] * 7 and there[6][:4] == [True] * 4
     assert all(results.read_result(store, "a", i) is not None for i in ids)
     assert store.xlen("hm:{a}:audit") == 7
+
+
+def test_a_job_run_again_answers_only_what_it_had_not_published(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # at-least-once delivery: a wave's MULTI fails after the first went out, RQ runs the job
+    # again; every query ends with one result and exactly one audit event
+    c = Client(store, settings=Settings())
+    c.append([created("a1", ns="a", text="redis stream")])
+    monkeypatch.setattr(engine_mod, "WAVE", 2)
+    envs = _envelopes(store, c, [{"ns": "a", "text": f"redis {i}", "budget": 50}
+                                 for i in range(5)])
+    real_send = results.Publisher.send
+    sent: list[int] = []
+
+    def failing_send(self: results.Publisher, p: Any, on_ok: Any = None) -> None:
+        sent.append(len(p))
+        if len(sent) == 2:
+            raise ConnectionError("redis went away")
+        real_send(self, p, on_ok)
+
+    monkeypatch.setattr(results.Publisher, "send", failing_send)
+    eng = QueryEngine(store, DEFAULT, Settings())
+    with pytest.raises(ConnectionError):
+        eng.serve(envs)
+    assert store.xlen("hm:{a}:audit") == 2  # the first wave went out, the second did not
+    monkeypatch.setattr(results.Publisher, "send", real_send)
+    assert eng.serve(envs) == {"ok": 3, "failed": 0, "already": 2}
+    assert store.xlen("hm:{a}:audit") == 5
+    events = [msgspec.json.decode(e[1][results.AUDIT_FIELD]) for e in store.xrange("hm:{a}:audit")]
+    assert sorted(e["query_id"] for e in events) == sorted(e.query_id for e in envs)
+    # and once more: nothing left to answer, nothing written
+    assert eng.serve(envs) == {"ok": 0, "failed": 0, "already": 5}
+    assert store.xlen("hm:{a}:audit") == 5

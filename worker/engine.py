@@ -69,6 +69,9 @@ class Pending:
     started: float = 0.0
     seen: str = ""
     """Log position of the state it was ranked on (see ``QueryServed.seen``)."""
+    before: bool = False
+    """Answered and published by an earlier run of its job (then ``body`` is empty and
+    nothing is ranked or published again)."""
 
     def fail(self, code: str, message: str) -> None:
         """Answer with an error object (the phases after this skip the query)."""
@@ -96,7 +99,8 @@ class QueryEngine:
         with no_cycle_collection(), results.Publisher(self.r) as pub:  # structs by the 1,000
             todo = self.answer(envelopes, lambda wave: self._publish(wave, pub))
         ok = sum(q.result is not None for q in todo)
-        return {"ok": ok, "failed": len(todo) - ok}
+        before = sum(q.before for q in todo)
+        return {"ok": ok, "failed": len(todo) - ok - before, "already": before}
 
     def answer(self, envelopes: Sequence[Envelope],
                publish: Callable[[list[Pending]], None] | None = None) -> list[Pending]:
@@ -104,6 +108,7 @@ class QueryEngine:
         rank each (``publish``, if given, is handed each wave of ``WAVE`` queries once they
         have their answers). Every returned query has its ``body``."""
         todo = [self._parse(env) for env in envelopes]
+        self._skip_answered(todo)
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
@@ -130,6 +135,21 @@ class QueryEngine:
         except QueryError as exc:
             q.fail(exc.code, exc.message)
         return q
+
+    def _skip_answered(self, todo: list[Pending]) -> None:
+        """Leave out the queries whose result key exists: a job that runs again (its worker
+        died, or a wave's MULTI failed, after earlier waves went out) does not answer twice
+        what it already published, audit event included (a wave's result keys and audit
+        events are written by one MULTI). One round trip per namespace."""
+        by_ns: dict[str, list[Pending]] = {}
+        for q in todo:
+            if q.body is None:
+                by_ns.setdefault(q.ns, []).append(q)
+        for ns, group in sorted(by_ns.items()):
+            there = results.existing(self.r, ns, [q.env.query_id for q in group])
+            for q, done in zip(group, there, strict=True):
+                if done:
+                    q.before, q.body = True, b""
 
     def _catch_up(self, todo: list[Pending]) -> set[str]:
         """Project each namespace once, up to the newest position its live queries saw.
@@ -235,7 +255,8 @@ class QueryEngine:
         ttl = self.settings.result_ttl_seconds
         by_ns: dict[str, list[Pending]] = {}
         for q in todo:
-            by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
+            if not q.before:
+                by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
         served_at = utcnow()
         base = self.base_digest
         for ns, group in sorted(by_ns.items()):

@@ -29,7 +29,7 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout, QueryError
-from hivemind_memory.events.positions import Position, format_pos, parse_pos
+from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.index import NamespaceIndex, build_index
 from hivemind_memory.projections.rank import RankResult
@@ -108,7 +108,6 @@ class QueryEngine:
         rank each (``publish``, if given, is handed each wave of ``WAVE`` queries once they
         have their answers). Every returned query has its ``body``."""
         todo = [self._parse(env) for env in envelopes]
-        self._skip_answered(todo)
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
@@ -136,47 +135,42 @@ class QueryEngine:
             q.fail(exc.code, exc.message)
         return q
 
-    def _skip_answered(self, todo: list[Pending]) -> None:
-        """Leave out the queries whose result key exists: a job that runs again (its worker
-        died, or a wave's MULTI failed, after earlier waves went out) does not answer twice
-        what it already published, audit event included (a wave's result keys and audit
-        events are written by one MULTI). One round trip per namespace."""
-        by_ns: dict[str, list[Pending]] = {}
-        for q in todo:
-            if q.body is None:
-                by_ns.setdefault(q.ns, []).append(q)
-        for ns, group in sorted(by_ns.items()):
-            there = results.existing(self.r, ns, [q.env.query_id for q in group])
-            for q, done in zip(group, there, strict=True):
-                if done:
-                    q.before, q.body = True, b""
-
     def _catch_up(self, todo: list[Pending]) -> set[str]:
         """Project each namespace once, up to the newest position its live queries saw.
 
-        One round trip per namespace first (``probe``): when its checkpoint is already there
-        nothing is projected, and when its live index has folded in the newest changes entry
-        too, the namespace is returned (its index is current: no refresh needed)."""
-        targets: dict[str, Position] = {}
+        One round trip per namespace first (``probe``). Queries that already have a result
+        are left out (``Pending.before``): a job that runs again (its worker died, or a wave's
+        MULTI failed after earlier waves went out) does not answer twice what it published,
+        audit event included (a wave's results and audit events go in one MULTI). When the
+        checkpoint is already past the live queries nothing is projected, and when the live
+        index has folded in the newest changes entry too, the namespace is returned (its index
+        is current: no refresh needed)."""
+        pending: dict[str, list[Pending]] = {}
         for q in todo:
-            if q.body is None and q.req is not None and q.req.as_of is None:
-                pos = parse_pos(q.env.position)
-                targets[q.ns] = max(targets.get(q.ns, pos), pos)
+            if q.body is None:
+                pending.setdefault(q.ns, []).append(q)
         current: set[str] = set()
-        for ns, target in sorted(targets.items()):
-            cp, last_change = probe(self.r, ns)
-            if cp >= target:
+        for ns, group in sorted(pending.items()):
+            got = probe(self.r, ns, [q.env.query_id for q in group])
+            live: list[Pending] = []
+            for q, done in zip(group, got.answered, strict=True):
+                if done:
+                    q.before, q.body = True, b""
+                elif q.req is not None and q.req.as_of is None:
+                    live.append(q)
+            if not live:
+                continue
+            target = max(parse_pos(q.env.position) for q in live)
+            if got.checkpoint >= target:
                 idx = self.live.get(ns)
-                if idx is not None and idx.changes_seen == last_change:
+                if idx is not None and idx.changes_seen == got.last_change:
                     current.add(ns)
                 continue
             try:
                 ensure_projected(self.r, ns, target, self.settings)
             except CatchUpTimeout as exc:
-                for q in todo:
-                    if q.ns == ns and q.body is None and q.req is not None \
-                            and q.req.as_of is None:
-                        q.fail("catch_up_timeout", str(exc))
+                for q in live:
+                    q.fail("catch_up_timeout", str(exc))
         return current
 
     def _refresh(self, todo: list[Pending], current: set[str]) -> dict[str, NamespaceIndex]:

@@ -1,22 +1,38 @@
-"""What a query job must do before ranking, in one round trip: the namespace's checkpoint and
-the id of its newest changes entry, read together (one MULTI, one hash slot).
+"""What a query job must do before ranking, in one round trip: the namespace's checkpoint, the
+id of its newest changes entry and which of the job's queries already have a result, read
+together (one MULTI, one hash slot).
 
 A checkpoint at or past every live query's position means nothing to catch up; a newest
 changes entry equal to the one a live index last folded in means nothing to refresh (each
-projection commit writes its notes, checkpoint and changes entry atomically)."""
+projection commit writes its notes, checkpoint and changes entry atomically); a query with a
+result was answered by an earlier run of its job."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store, as_bytes, newest_pos
 
 
-def probe(r: Store, ns: str) -> tuple[Position, Position]:
-    """(checkpoint, id of the newest changes entry) of ``ns``, as of one instant (``ZERO``
-    for either when there is none)."""
+class Probe(NamedTuple):
+    checkpoint: Position
+    """``ZERO`` when there is none."""
+    last_change: Position
+    """Id of the newest changes entry (``ZERO`` when there is none)."""
+    answered: list[bool]
+    """Whether each of the queries asked about has a result key."""
+
+
+def probe(r: Store, ns: str, query_ids: Sequence[str] = ()) -> Probe:
+    """The state of ``ns`` a query job checks first, as of one instant."""
     p = r.pipeline(transaction=True)
     p.get(keys.checkpoint(ns))
     p.xrevrange(keys.changes(ns), count=1)
-    cp, last = p.execute()
-    return parse_pos(None if cp is None else as_bytes(cp)), newest_pos(last)
+    for q in query_ids:
+        p.exists(keys.result(ns, q))
+    cp, last, *there = p.execute()
+    return Probe(parse_pos(None if cp is None else as_bytes(cp)), newest_pos(last),
+                 [bool(n) for n in there])

@@ -53,16 +53,6 @@ def result_exists(r: Store, ns: str, query_id: str) -> bool:
     return bool(r.exists(keys.result(ns, query_id)))
 
 
-def existing(r: Store, ns: str, query_ids: Sequence[str]) -> list[bool]:
-    """``result_exists`` of several queries of one namespace, in one round trip."""
-    if not query_ids:
-        return []
-    p = r.pipeline(transaction=False)
-    for q in query_ids:
-        p.exists(keys.result(ns, q))
-    return [bool(n) for n in p.execute()]
-
-
 def wait_done(r: Store, ns: str, query_id: str, timeout_s: float) -> bool:
     """Block up to ``timeout_s`` (at most ``BLOCK_SLICE_S``, whatever the socket timeout) on
     the query's done list; True when it was pushed. Leaves the marker in place for other

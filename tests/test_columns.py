@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hivemind_memory.projections.columns import Columns
 from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.rank_columns import BatchMemo, rank_index
@@ -257,3 +258,30 @@ def test_bm25_with_a_batch_term_cache_is_bit_identical(
         assert got[1].tobytes() == want[1].tobytes()
         found = found or bool(len(want[0]))
     assert bool(memo.terms(idx.cols)) or not found  # what was found went through the cache
+
+
+def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = NamespaceIndex("t")
+    for i, (words, agent, private) in enumerate([(["redis", "stream"], "alice", False),
+                                                 (["redis"], "bob", True),
+                                                 (["stream", "lease"], "bob", False)]):
+        idx.put(note(i, words, agent, private, False, 0, 3600))
+    calls: list[str] = []
+    real = Columns._visible_postings
+
+    def spy(self: Columns, word: str, *a: Any) -> Any:
+        calls.append(word)
+        return real(self, word, *a)
+
+    monkeypatch.setattr(Columns, "_visible_postings", spy)
+    memo, cfg = BatchMemo(), RankingConfig()
+    for q in ["redis stream", "stream redis", "redis"]:
+        idx.relevance_slots(q, None, cfg, "alice", memo.terms(idx.cols))
+    assert calls == ["redis", "stream"]  # once each, then from the cache
+    idx.relevance_slots("redis", None, cfg, "bob", memo.terms(idx.cols))  # another audience
+    idx.relevance_slots("redis", None, RankingConfig(bm25_b=0.3), "alice", memo.terms(idx.cols))
+    assert calls == ["redis", "stream", "redis", "redis"]
+    other = BatchMemo()  # a new batch starts empty
+    idx.relevance_slots("redis", None, cfg, "alice", other.terms(idx.cols))
+    assert len(calls) == 5

@@ -285,3 +285,28 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
     other = BatchMemo()  # a new batch starts empty
     idx.relevance_slots("redis", None, cfg, "alice", other.terms(idx.cols))
     assert len(calls) == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(NOTE, NOTE), min_size=1, max_size=15),
+       st.lists(st.tuples(st.booleans(), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+                          st.sampled_from(["", *AGENTS]), st.integers(0, 200)),
+                min_size=1, max_size=8))
+def test_one_batch_memo_over_two_tables_of_the_same_size(
+        pairs: list[tuple[NoteState, NoteState]],
+        queries: list[tuple[bool, list[str], str, int]]) -> None:
+    # a batch with queries on two namespaces (or a live and an as-of index) at one instant:
+    # tables of the same size must not share recency, BM25 parts or texts
+    tables = [NamespaceIndex("a"), NamespaceIndex("b")]
+    for first, second in pairs:
+        tables[0].put(first)
+        tables[1].put(msgspec.structs.replace(second, note_id=first.note_id))
+    memo, cfg = BatchMemo(), RankingConfig()
+    for which, words, agent, budget in queries:
+        idx = tables[which]
+        q = " ".join(words)
+        got = rank_index(idx, *idx.relevance_slots(q, None, cfg, agent, memo.terms(idx.cols)),
+                         agent=agent, now=NOW, budget=budget, cfg=cfg, explain=True, memo=memo)
+        want = rank_index(idx, *idx.relevance_slots(q, None, cfg, agent), agent=agent, now=NOW,
+                          budget=budget, cfg=cfg, explain=True)
+        assert got == want

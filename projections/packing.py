@@ -97,23 +97,34 @@ def _scaled(values: FloatArray) -> IntArray:
 def _break_density(costs: IntArray, density: FloatArray, budget: int) -> float | None:
     """The density of the LP break item: ``r`` with the items denser than ``r`` fitting
     whole in ``budget`` and those at least as dense not fitting (it does not depend on how
-    ties are ordered). None when everything fits. Sorts only the densest items, more of them
-    until the break is among them."""
+    ties are ordered). None when everything fits. Sorts only the items at least as dense as
+    a threshold read off a sample (``BREAK_SAMPLE``), lower thresholds until those items no
+    longer fit: a mask and a sum per try, where numpy's (arg)partition took ~0.1 ms per call
+    on a common-word query's ~7,000 candidates."""
     n = len(costs)
-    # dense items are mostly cheap ones: sized by the mean cost, the first try held too few
-    # items in 85 % of common-word queries and sorted again; the lower quartile rarely does
-    low = float(np.partition(costs, (n - 1) // 4)[(n - 1) // 4]) if n else 1.0
-    k = min(n, max(64, int(2 * budget / max(low, 1.0)) + 16))  # ~twice the items that fit
-    neg = -density
+    if int(costs.sum()) <= budget:
+        return None
+    step = max(1, n // BREAK_SAMPLE)
+    sampled = density[::step]
+    by = (-sampled).argsort()
+    est = costs[::step][by].cumsum() * step  # the cost of the items at least this dense, roughly
+    want = 2 * budget
     while True:
-        top = neg.argpartition(k - 1)[:k] if k < n else np.arange(n)
-        top = top[neg[top].argsort(kind="stable")]
-        pcs = costs[top].cumsum()
-        if len(pcs) and pcs[-1] > budget:
-            return float(density[top[int(pcs.searchsorted(budget, side="right"))]])
-        if k >= n:
-            return None
-        k = min(n, 4 * k)
+        i = int(est.searchsorted(want, side="right"))
+        if i >= len(by):  # every item: their total cost exceeds the budget
+            top = np.arange(n)
+            break
+        top = (density >= sampled[by[i]]).nonzero()[0]
+        if int(costs[top].sum()) > budget:
+            break
+        want *= 4
+    top = top[(-density[top]).argsort()]
+    pcs = costs[top].cumsum()
+    return float(density[top[int(pcs.searchsorted(budget, side="right"))]])
+
+
+BREAK_SAMPLE = 256
+"""``_break_density`` reads its first density threshold off about this many items."""
 
 
 PRUNE_FROM = 1_500

@@ -53,10 +53,11 @@ class ScoredNote(NoteSignals, frozen=True):
 
 
 class RankResult(msgspec.Struct, frozen=True):
-    """The packed notes in context order, and every candidate with its signals."""
+    """The packed notes in context order (their signals, as a result lists them), and every
+    candidate with its signals and whether it was packed."""
 
     used: int
     method: Method
     upper_bound: float
-    notes: list[ScoredNote]
+    notes: list[NoteSignals]
     candidates: list[ScoredNote]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from itertools import repeat
+from itertools import repeat, starmap
 
 import numpy as np
 
@@ -30,7 +30,13 @@ from hivemind_memory.projections.config import RankingConfig, TierDecay
 from hivemind_memory.projections.index import NamespaceIndex
 from hivemind_memory.projections.ordering import by_score, order
 from hivemind_memory.projections.packing import pack_positions
-from hivemind_memory.projections.rank import DECIMALS, PRINTS_AS_ZERO, RankResult, ScoredNote
+from hivemind_memory.projections.rank import (
+    DECIMALS,
+    PRINTS_AS_ZERO,
+    NoteSignals,
+    RankResult,
+    ScoredNote,
+)
 from hivemind_memory.projections.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.state import Tier
 
@@ -155,22 +161,23 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         chosen = flags.tolist()
     else:  # only the packed notes become structs
         at = np.sort(picked_at)
-        chosen = [True] * len(at)
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
     texts, created = (memo.shown(cols, shown) if memo is not None else (
         cols.texts.many(shown), [from_micros(us) for us in cols.created_us[sa].tolist()]))
-    rows = zip(shown, tier.tolist(), rounded(rel[at]), rounded(rec[at]),
-               rounded(score[at]), rounded(age), costs[at].tolist(), chosen, texts,
-               cols.tokens[sa].tolist(), cols.uses[sa].tolist(), created, strict=True)
-    every: list[ScoredNote] = []
-    for slot, t, r, rc, sc, a, cost, ch, text, tokens, uses, when in rows:
-        every.append(ScoredNote(
-            note_id=ids[slot], text=text, tokens=tokens, cost=cost, score=sc, relevance=r,
-            recency=rc, tier=_TIERS[t], uses=uses, age_days=a, created_at=when, chosen=ch))
-    picked = [c for c in every if c.chosen] if explain else every
-    candidates = by_score(every) if explain else []
+    # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
+    fields = ([ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
+              rounded(score[at]), rounded(rel[at]), rounded(rec[at]),
+              [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), rounded(age),
+              created)
+    if explain:
+        every = list(starmap(ScoredNote, zip(*fields, chosen, strict=True)))
+        picked = [c.signals() for c in every if c.chosen]
+        candidates = by_score(every)
+    else:  # a packed note as the result lists it
+        picked = list(starmap(NoteSignals, zip(*fields, strict=True)))
+        candidates = []
     return RankResult(
         used=packed.total_cost,
         method=packed.method,

@@ -309,7 +309,7 @@ def rank(
         cfg.exact_max_cells,
     )
     chosen = set(packed.chosen)
-    picked = [_scored(c, c.note.tokens + overhead, True) for c in raw
+    picked = [_scored(c, c.note.tokens + overhead, True).signals() for c in raw
               if c.note.note_id in chosen]
     candidates: list[ScoredNote] = []
     if explain:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.config import DEFAULT, RankingConfig, TierDecay
 from hivemind_memory.projections.index import build_index
-from hivemind_memory.projections.rank import RankResult, ScoredNote
+from hivemind_memory.projections.rank import NoteSignals, RankResult, ScoredNote
 from hivemind_memory.projections.state import NoteState
 from tests.reference import visible
 from tests.support import rank_notes
@@ -208,7 +208,8 @@ def test_candidates_mark_chosen_and_notes_are_the_chosen_ones() -> None:
     notes = [mk("a", tokens=60), mk("b", tokens=60), mk("c", tokens=30)]
     res = run(notes, {"a": 0.9, "b": 0.8, "c": 0.1}, budget=100)
     assert {c.note_id: c.chosen for c in res.candidates} == {"a": True, "b": False, "c": True}
-    assert all(n.chosen for n in res.notes)
+    assert [n.note_id for n in res.notes] == ["a", "c"]
+    assert [type(n) for n in res.notes] == [NoteSignals, NoteSignals]  # no ``chosen`` field
     assert res.used == 90 and res.method == "exact"
     assert res.upper_bound == pytest.approx(1.0)
 

@@ -319,10 +319,9 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
     """The contract's result object."""
-    notes = [n.signals() for n in res.notes]
     return QueryResult(query_id=query_id, ns=req.ns, agent=req.agent, text=req.text,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
-                       notes=notes, upper_bound=res.upper_bound,
+                       notes=res.notes, upper_bound=res.upper_bound,
                        candidates=list(res.candidates) if req.explain else None)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, Protocol, TypeVar
 
 
@@ -21,9 +22,15 @@ class Orderable(Protocol):
 T = TypeVar("T", bound=Orderable)
 
 
+_ID = attrgetter("note_id")
+_SCORE = attrgetter("score")
+_CREATED = attrgetter("created_at")
+
+
 def by_score(scored: Iterable[T]) -> list[T]:
-    """Score descending, then note id ascending."""
-    return sorted(scored, key=lambda s: (-s.score, s.note_id))
+    """Score descending, then note id ascending (two stable sorts with C key functions:
+    ``reverse`` keeps equal scores in note id order; no Python call per note)."""
+    return sorted(sorted(scored, key=_ID), key=_SCORE, reverse=True)
 
 
 def order(scored: Iterable[T], how: Literal["edges", "score", "chronological"]) -> list[T]:
@@ -40,5 +47,5 @@ def order(scored: Iterable[T], how: Literal["edges", "score", "chronological"]) 
         ranked = by_score(scored)
         return ranked[0::2] + ranked[1::2][::-1]
     if how == "chronological":
-        return sorted(scored, key=lambda s: (s.created_at, s.note_id))
+        return sorted(sorted(scored, key=_ID), key=_CREATED)
     raise ValueError(f"unknown order {how!r}; expected 'edges', 'score' or 'chronological'")

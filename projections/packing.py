@@ -575,28 +575,42 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     return [*red.fixed_in.tolist(), *core[picked].tolist()]
 
 
+class Packed(msgspec.Struct, frozen=True):
+    """A packing by position (``pack_positions``): what ``PackResult`` says, with the chosen
+    items as ascending positions in the given arrays instead of keys in canonical order."""
+
+    at: IntArray
+    method: Method
+    total_value: float
+    total_cost: int
+    upper_bound: float
+
+
 def pack_arrays(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
                 exact_max_cells: int) -> PackResult:
     """``pack`` over parallel arrays; ``keys(idx)`` lists the keys of items ``idx`` (keys
     unique, costs >= 0, values finite; not checked). Keys are read only to break ties and
     to name the chosen. See ``pack_positions``."""
-    return pack_positions(keys, costs, values, budget, exact_max_cells)[0]
+    got = pack_positions(keys, costs, values, budget, exact_max_cells)
+    at = got.at[_canonical_order(lambda i: keys(got.at[i]), values[got.at])]
+    return PackResult(chosen=tuple(keys(at)), method=got.method, total_value=got.total_value,
+                      total_cost=got.total_cost, upper_bound=got.upper_bound)
 
 
 def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
-                   exact_max_cells: int) -> tuple[PackResult, IntArray]:
-    """``pack_arrays``, and the positions of the chosen items in the given arrays (in the
-    order of ``chosen``).
+                   exact_max_cells: int) -> Packed:
+    """``pack_arrays``'s packing, by position: the chosen items are not named (keys are read
+    only to break ties of value).
 
     The reduction needs no canonical order (the LP bound does not depend on how density ties
-    are ordered, and any packing is a lower bound), so only the core and the chosen items are
-    put in canonical order; the result is the one ``pack`` returns. When the core is too large
-    it falls back to ``pack``'s path over every item in canonical order.
+    are ordered, and any packing is a lower bound), so only the core is put in canonical
+    order; the packing is the one ``pack`` returns. When the core is too large it falls back
+    to ``pack``'s path over every item in canonical order.
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
     ok = ((costs <= budget) & (values > 0.0)).nonzero()[0]
-    c = costs[ok].astype(np.int64)
+    c = costs[ok].astype(np.int64, copy=False)
     f = values[ok]
     n = len(ok)
     if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
@@ -616,20 +630,20 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
         found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
                                density, canonical)
         if found is not None:
-            idx = canonical(np.array(found, np.int64))
-            return PackResult(
-                chosen=tuple(keys(ok[idx])),
-                method="exact",
-                total_value=math.fsum(f[idx].tolist()),
-                total_cost=int(c[idx].sum()),
-                upper_bound=math.fsum(f[idx].tolist()),
-            ), ok[idx]
+            idx = np.array(found, np.int64)
+            idx.sort()
+            total = math.fsum(f[idx].tolist())
+            return Packed(at=ok[idx], method="exact", total_value=total,
+                          total_cost=int(c[idx].sum()), upper_bound=total)
         ok = ((costs <= budget) & (values > 0.0)).nonzero()[0]
         f = values[ok]
     canon = ok[_canonical_order(lambda i: keys(ok[i]), f)]
     res, at = _pack_canonical(lambda j: keys(canon[j]), costs[canon].astype(np.int64),
                               values[canon], budget, exact_max_cells)
-    return res, canon[at]
+    chosen = canon[at]
+    chosen.sort()
+    return Packed(at=chosen, method=res.method, total_value=res.total_value,
+                  total_cost=res.total_cost, upper_bound=res.upper_bound)
 
 
 def _pack_canonical(keys: Keys, costs: IntArray, floats: FloatArray, budget: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from itertools import repeat, starmap
+from operator import itemgetter
 
 import numpy as np
 
@@ -55,7 +56,8 @@ class BatchMemo:
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
-        self._tables: dict[int, tuple[Columns, TermCache, dict[int, tuple[str, datetime]]]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache, dict[int, str],
+                                      dict[int, datetime]]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
@@ -66,10 +68,11 @@ class BatchMemo:
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
 
-    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, tuple[str, datetime]]]:
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, str],
+                                             dict[int, datetime]]:
         got = self._tables.get(id(cols))
         if got is None:
-            got = self._tables[id(cols)] = (cols, {}, {})
+            got = self._tables[id(cols)] = (cols, {}, {}, {})
         return got
 
     def terms(self, cols: Columns) -> TermCache:
@@ -79,14 +82,18 @@ class BatchMemo:
     def shown(self, cols: Columns, slots: list[int]) -> tuple[list[str], list[datetime]]:
         """The text and ``from_micros`` creation time of each of ``slots`` (a slot's note,
         its text and its creation time never change while the table lives)."""
-        known = self._table(cols)[2]
-        missing = [s for s in slots if s not in known]
+        _, _, texts, created = self._table(cols)
+        if not slots:
+            return [], []
+        missing = list(set(slots).difference(texts))
         if missing:
-            for s, text, us in zip(missing, cols.texts.many(missing),
-                                   cols.created_us[missing].tolist(), strict=True):
-                known[s] = (text, from_micros(us))
-        got = [known[s] for s in slots]
-        return [g[0] for g in got], [g[1] for g in got]
+            texts.update(zip(missing, cols.texts.many(missing), strict=True))
+            created.update(zip(missing, map(from_micros, cols.created_us[missing].tolist()),
+                               strict=True))
+        if len(slots) == 1:
+            return [texts[slots[0]]], [created[slots[0]]]
+        get = itemgetter(*slots)
+        return list(get(texts)), list(get(created))
 
 
 _SCALE = 10.0**DECIMALS
@@ -152,15 +159,15 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     score = rel * rec
     ids = cols.ids
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
-    packed, picked_at = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs,
-                                       score, budget, cfg.exact_max_cells)
+    packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
+                            cfg.exact_max_cells)
     if explain:
         at = np.arange(len(s))
         flags = np.zeros(len(s), np.bool_)
-        flags[picked_at] = True
+        flags[packed.at] = True
         chosen = flags.tolist()
     else:  # only the packed notes become structs
-        at = np.sort(picked_at)
+        at = packed.at
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)

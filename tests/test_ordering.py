@@ -92,6 +92,9 @@ def test_edges_is_a_permutation_with_the_top_two_at_the_ends(
     by_score = ids(order(notes, "score"))
     edges = ids(order(notes, "edges"))
     assert sorted(edges) == sorted(by_score) == sorted(d)
+    # score descending, ties by note id, whatever order the notes came in
+    assert by_score == [k for _, k in sorted((-score, k) for k, (score, _) in d.items())]
+    assert ids(order(notes[::-1], "score")) == by_score
     if len(notes) >= 2:
         assert edges[0] == by_score[0]
         assert edges[-1] == by_score[1]

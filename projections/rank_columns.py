@@ -48,16 +48,16 @@ class BatchMemo:
     """What the queries of a batch share, filled as they need it: recency per slot of tables
     at one instant (the queries share ``now`` and, mostly, their candidates, so each
     ``math.pow`` runs once per note and batch instead of once per query), each query word's
-    BM25 part (``Columns.bm25``'s cache), and the text and creation time of the notes they
-    return. Valid only while the tables do not change (a query job refreshes its indexes
-    before ranking any query); entries are keyed by the table object (held, so its id is
-    never reused), and recency also by ``now`` and the decay settings."""
+    BM25 part (``Columns.bm25``'s cache), and the creation time of the notes they return
+    (their texts: ``TextColumn.many`` keeps what it decoded). Valid only while the tables do
+    not change (a query job refreshes its indexes before ranking any query); entries are
+    keyed by the table object (held, so its id is never reused), and recency also by ``now``
+    and the decay settings."""
 
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
-        self._tables: dict[int, tuple[Columns, TermCache, dict[int, str],
-                                      dict[int, datetime]]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache, dict[int, datetime]]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
@@ -68,11 +68,10 @@ class BatchMemo:
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
 
-    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, str],
-                                             dict[int, datetime]]:
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, datetime]]:
         got = self._tables.get(id(cols))
         if got is None:
-            got = self._tables[id(cols)] = (cols, {}, {}, {})
+            got = self._tables[id(cols)] = (cols, {}, {})
         return got
 
     def terms(self, cols: Columns) -> TermCache:
@@ -80,20 +79,19 @@ class BatchMemo:
         return self._table(cols)[1]
 
     def shown(self, cols: Columns, slots: list[int]) -> tuple[list[str], list[datetime]]:
-        """The text and ``from_micros`` creation time of each of ``slots`` (a slot's note,
-        its text and its creation time never change while the table lives)."""
-        _, _, texts, created = self._table(cols)
+        """The text (``TextColumn.many``, which keeps what it decoded) and ``from_micros``
+        creation time of each of ``slots``."""
+        created = self._table(cols)[2]
         if not slots:
             return [], []
-        missing = list(set(slots).difference(texts))
+        missing = list(set(slots).difference(created))
         if missing:
-            texts.update(zip(missing, cols.texts.many(missing), strict=True))
             created.update(zip(missing, map(from_micros, cols.created_us[missing].tolist()),
                                strict=True))
+        texts = cols.texts.many(slots)
         if len(slots) == 1:
-            return [texts[slots[0]]], [created[slots[0]]]
-        get = itemgetter(*slots)
-        return list(get(texts)), list(get(created))
+            return texts, [created[slots[0]]]
+        return texts, list(itemgetter(*slots)(created))
 
 
 _SCALE = 10.0**DECIMALS
@@ -174,9 +172,11 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     texts, created = (memo.shown(cols, shown) if memo is not None else (
         cols.texts.many(shown), [from_micros(us) for us in cols.created_us[sa].tolist()]))
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
+    m = len(at)
+    four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split
     fields = ([ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
-              rounded(score[at]), rounded(rel[at]), rounded(rec[at]),
-              [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), rounded(age),
+              four[:m], four[m:2 * m], four[2 * m:3 * m],
+              [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), four[3 * m:],
               created)
     if explain:
         every = list(starmap(ScoredNote, zip(*fields, chosen, strict=True)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,9 @@ IntArray = npt.NDArray[np.int64]
 TEXT_CHUNK = 4 << 20
 """Bytes of text per chunk (a tail this large is sealed; snapshots store one field per chunk,
 so a reader never holds more than one chunk twice while a reply is parsed)."""
+DECODED_CHARS = 8 << 20
+"""``TextColumn.many`` keeps the texts it decoded, up to this many characters in all (then
+it starts over): the notes queries return repeat from query to query and batch to batch."""
 
 
 class TextColumn:
@@ -36,6 +40,9 @@ class TextColumn:
         """Text of sealed slot ``s``: bytes ``off[s]:off[s + 1]`` of the concatenation."""
         self.tail: list[bytes] = []
         self._tail_bytes = 0
+        self._decoded: dict[int, str] = {}
+        """Texts ``many`` decoded, by slot (a slot's text never changes)."""
+        self._decoded_chars = 0
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> TextColumn:
@@ -107,7 +114,27 @@ class TextColumn:
         return self.chunks[k][int(self.off[s]) - at:int(self.off[s + 1]) - at].decode()
 
     def many(self, slots: Sequence[int]) -> list[str]:
-        """The texts of ``slots``."""
+        """The texts of ``slots`` (decoded once, then kept: ``DECODED_CHARS``)."""
+        if not slots:
+            return []
+        known = self._decoded
+        missing = list(set(slots).difference(known))
+        if missing:
+            got = self._decode(missing)
+            size = sum(map(len, got))
+            if self._decoded_chars + size > DECODED_CHARS:  # start over with these slots
+                known.clear()
+                missing = list(set(slots))
+                got = self._decode(missing)
+                size = sum(map(len, got))
+                self._decoded_chars = 0
+            known.update(zip(missing, got, strict=True))
+            self._decoded_chars += size
+        if len(slots) == 1:
+            return [known[slots[0]]]
+        return list(itemgetter(*slots)(known))
+
+    def _decode(self, slots: Sequence[int]) -> list[str]:
         sealed = self.sealed
         if any(s >= sealed for s in slots):
             return [self.get(s) for s in slots]

@@ -63,6 +63,36 @@ def test_text_column_gives_back_every_text(texts: list[str], chunk: int, target:
         texts_mod.TEXT_CHUNK = old
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=30), st.integers(0, 40),
+       st.lists(st.lists(st.integers(0, 29), max_size=12), max_size=8))
+def test_text_column_keeps_what_it_decoded_within_its_bound(
+        texts: list[str], cap: int, reads: list[list[int]]) -> None:
+    # reads that repeat slots, sealed and unsealed, while the kept texts outgrow a small bound
+    old = texts_mod.DECODED_CHARS
+    texts_mod.DECODED_CHARS = cap
+    try:
+        col = TextColumn()
+        half = len(texts) // 2
+        for t in texts[:half]:
+            col.append(t)
+        col.seal()
+        for t in texts[half:]:
+            col.append(t)  # the tail: not sealed
+        biggest = 0
+        for slots in reads:
+            some = [s for s in slots if s < len(texts)]
+            biggest = max(biggest, sum(len(texts[s]) for s in set(some)))
+            assert col.many(some) == [texts[s] for s in some]
+            kept = col._decoded
+            assert all(kept[s] == texts[s] for s in kept)
+            # within the bound, unless one read alone holds more
+            assert col._decoded_chars == sum(len(t) for t in kept.values())
+            assert col._decoded_chars <= max(cap, biggest)
+    finally:
+        texts_mod.DECODED_CHARS = old
+
+
 def test_text_parts_that_do_not_fit_are_refused() -> None:
     col = TextColumn.of(["alpha", "beta", "gamma"])
     chunks, first, off = col.parts()

@@ -452,15 +452,18 @@ class Columns:
         for w in weights:
             max_score += w
         n = len(self.ids)
-        acc = np.zeros(n, np.float64)
-        hit = np.zeros(n, np.bool_)
-        for w, (slots, part) in zip(weights, runs, strict=True):
-            if len(slots):
-                acc[slots] += w * part
-                hit[slots] = True
-        out = hit.nonzero()[0]
-        if not len(out):
+        hits = [slots for slots, _ in runs]
+        if not any(len(h) for h in hits):
             return empty
+        # one accumulation over every word's postings, in word order per slot: the same
+        # additions in the same order as adding word after word (a word's slots are distinct)
+        parts = [w * part for w, (_, part) in zip(weights, runs, strict=True)]
+        every = np.concatenate(hits)
+        acc = np.bincount(every, weights=np.concatenate(parts), minlength=n)
+        if all(p.min() > 0.0 for p in parts if len(p)):  # a sum of positive terms is > 0
+            out = (acc > 0.0).nonzero()[0]
+        else:  # a part underflowed to 0 (absurd k1): count the postings instead
+            out = np.bincount(every, minlength=n).nonzero()[0]
         return out, acc[out] / max_score
 
     def _visible_postings(self, word: str, agent: str,

@@ -123,11 +123,10 @@ class TextColumn:
             got = self._decode(missing)
             size = sum(map(len, got))
             if self._decoded_chars + size > DECODED_CHARS:  # start over with these slots
+                kept = {s: known[s] for s in set(slots).difference(missing)}
                 known.clear()
-                missing = list(set(slots))
-                got = self._decode(missing)
-                size = sum(map(len, got))
-                self._decoded_chars = 0
+                known.update(kept)
+                self._decoded_chars = sum(map(len, kept.values()))
             known.update(zip(missing, got, strict=True))
             self._decoded_chars += size
         if len(slots) == 1:

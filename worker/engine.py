@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from operator import attrgetter
 
 import structlog
 
@@ -49,8 +48,6 @@ AS_OF_CACHE = 4
 """How many ``--as-of`` folds a worker keeps (keyed by namespace, position, time)."""
 WAVE = 20
 """Queries ranked before their answers are handed to Redis (``QueryEngine.serve``)."""
-_ID = attrgetter("note_id")
-_SCORE = attrgetter("score")
 REFRESH_TRIES = 5
 """Extra index refreshes per batch while projection commits keep racing the refresh."""
 
@@ -333,10 +330,9 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
            served_at: datetime) -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
     (``worker.audit``)."""
-    chosen = list(zip(map(_ID, res.notes), map(_SCORE, res.notes), strict=True))
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,
-                       method=res.method, chosen=chosen,
+                       method=res.method, chosen=[(n.note_id, n.score) for n in res.notes],
                        served_at=served_at, requested_as_of=req.as_of, seen=seen,
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,

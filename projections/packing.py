@@ -24,8 +24,11 @@ key, which makes the result independent of the input order. Items with cost > bu
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Literal
 
 import msgspec
@@ -40,6 +43,16 @@ MAX_SCALED_TOTAL = 2.0**62
 """The scale shrinks so that the scaled sum of all values stays below this (int64 safe)."""
 SWAP_PAIR_CORE = 96
 """Unchosen items considered for one-for-two swaps: this many by value, this many by density."""
+
+native: ModuleType | None = None
+"""The exact path in C (``projections/_knapsack.c``), when it was built and not turned off
+with ``HIVEMIND_PACKER=numpy``; otherwise the numpy code below (the reference: the tests run
+both and require the same packing)."""
+if os.environ.get("HIVEMIND_PACKER", "") != "numpy":
+    try:
+        native = importlib.import_module("hivemind_memory.projections._knapsack")
+    except ImportError:  # pragma: no cover - an install without a C compiler
+        native = None
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -575,6 +588,29 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     return [*red.fixed_in.tolist(), *core[picked].tolist()]
 
 
+def _solve_native(costs: IntArray, values: IntArray, density: FloatArray, budget: int,
+                  cap: int, canonical: Callable[[IntArray], IntArray]) -> list[int] | None:
+    """``pack_positions``' exact path in C (``_knapsack``): ``_survivors``, the density
+    greedy, ``_solve_reduced``'s fixing and window lower bound in one call (``reduce``), the
+    core put in canonical order here, then ``_dp`` over it (``dp``). None when the core's
+    table exceeds ``cap`` cells (or the reduction found no room), as ``_solve_reduced``."""
+    assert native is not None
+    state = np.empty(len(costs), np.int8)
+    room = native.reduce(costs, values, density, budget, cap, PRUNE_FROM, WINDOW_FROM_CELLS,
+                         FILL_FROM, state)
+    if room < 0:
+        return None
+    core = canonical((state == 2).nonzero()[0])
+    core = core[costs[core] <= room]
+    width = min(room, int(costs[core].sum()))
+    if len(core) * width > cap:
+        return None
+    picked = np.zeros(len(core), np.int8)
+    if len(core):
+        native.dp(costs[core], values[core], width, picked)
+    return [*(state == 1).nonzero()[0].tolist(), *core[picked.view(np.bool_)].tolist()]
+
+
 class Packed(msgspec.Struct, frozen=True):
     """A packing by position (``pack_positions``): what ``PackResult`` says, with the chosen
     items as ascending positions in the given arrays instead of keys in canonical order."""
@@ -616,19 +652,23 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
         scaled = _scaled(f)
         density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
-        keep = _survivors(c, scaled, density, budget) if n >= PRUNE_FROM else None
+        keep = (_survivors(c, scaled, density, budget)
+                if n >= PRUNE_FROM and native is None else None)
         if keep is not None:  # the same items the exact path of ``pack`` keeps
             ok, c, f, scaled, density = ok[keep], c[keep], f[keep], scaled[keep], density[keep]
-        by_density = (-density).argsort()
-        greedy = _greedy_arrays(c, by_density, budget)
-        lower = max(int(scaled[greedy].sum()), int(scaled.max()))
         live = ok
 
         def canonical(sub: IntArray) -> IntArray:
             return sub[_canonical_order(lambda i: keys(live[sub[i]]), f[sub])]
 
-        found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
-                               density, canonical)
+        if native is not None:
+            found = _solve_native(c, scaled, density, budget, exact_max_cells, canonical)
+        else:
+            by_density = (-density).argsort()
+            greedy = _greedy_arrays(c, by_density, budget)
+            lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+            found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
+                                   density, canonical)
         if found is not None:
             idx = np.array(found, np.int64)
             idx.sort()

@@ -110,9 +110,26 @@ static void select_first(Key *a, i64 m, i64 k) {
 
 /* ---- _survivors ---------------------------------------------------------------------------- */
 
-static int desc_double(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return (a < b) - (a > b);
+/* The k-th largest of a[0:n] (0-based; a is reordered): quickselect, median of three. */
+static double kth_largest(double *a, i64 n, i64 k) {
+    i64 lo = 0, hi = n - 1;
+    while (lo < hi) {
+        i64 mid = lo + (hi - lo) / 2;
+        double x = a[lo], y = a[mid], z = a[hi], p;
+        if ((x <= y && y <= z) || (z <= y && y <= x)) p = y;
+        else if ((y <= x && x <= z) || (z <= x && x <= y)) p = x;
+        else p = z;
+        i64 i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > p) i++;
+            while (a[j] < p) j--;
+            if (i <= j) { double t = a[i]; a[i] = a[j]; a[j] = t; i++; j--; }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return a[k];
+    }
+    return a[k];
 }
 
 /* A density threshold read off a sample of about SAMPLE of the m densities d[k * stride]
@@ -120,10 +137,10 @@ static int desc_double(const void *pa, const void *pb) {
 static double sampled_threshold(const double *d, i64 m, size_t stride, i64 want,
                                 double *sample) {
     i64 step = m / SAMPLE > 1 ? m / SAMPLE : 1, ns = 0;
-    for (i64 k = 0; k < m; k += step) sample[ns++] = *(const double *)((const char *)d + (size_t)k * stride);
-    qsort(sample, (size_t)ns, sizeof(double), desc_double);
+    for (i64 k = 0; k < m; k += step)
+        sample[ns++] = *(const double *)((const char *)d + (size_t)k * stride);
     i64 at = want / step;
-    return sample[at < ns ? at : ns - 1];
+    return kth_largest(sample, ns, at < ns ? at : ns - 1);
 }
 
 /* Greedy fill of `room` over fits[0:m] in fill_cmp order (density desc, value desc, cost

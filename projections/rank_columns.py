@@ -57,7 +57,7 @@ class BatchMemo:
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
-        self._tables: dict[int, tuple[Columns, TermCache, dict[int, datetime]]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache, _Created]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
@@ -68,30 +68,48 @@ class BatchMemo:
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
 
-    def _table(self, cols: Columns) -> tuple[Columns, TermCache, dict[int, datetime]]:
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache, _Created]:
         got = self._tables.get(id(cols))
         if got is None:
-            got = self._tables[id(cols)] = (cols, {}, {})
+            got = self._tables[id(cols)] = (cols, {}, _Created(len(cols)))
         return got
 
     def terms(self, cols: Columns) -> TermCache:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
 
-    def shown(self, cols: Columns, slots: list[int]) -> tuple[list[str], list[datetime]]:
+    def shown(self, cols: Columns, sa: IntArray,
+              slots: list[int]) -> tuple[list[str], list[datetime]]:
         """The text (``TextColumn.many``, which keeps what it decoded) and ``from_micros``
-        creation time of each of ``slots``."""
-        created = self._table(cols)[2]
+        creation time of each of the slots ``sa`` (``slots``: the same as a list)."""
         if not slots:
             return [], []
-        missing = list(set(slots).difference(created))
-        if missing:
-            created.update(zip(missing, map(from_micros, cols.created_us[missing].tolist()),
-                               strict=True))
+        created = self._table(cols)[2]
+        if len(created.known) != len(cols):  # not expected within a batch; stay right
+            created = _Created(len(cols))
+            self._tables[id(cols)] = (*self._tables[id(cols)][:2], created)
+        missing = sa[~created.known[sa]]
+        if len(missing):
+            at = created.at
+            for i, when in zip(missing.tolist(), map(from_micros, cols.created_us[missing]
+                                                      .tolist()), strict=True):
+                at[i] = when
+            created.known[missing] = True
         texts = cols.texts.many(slots)
         if len(slots) == 1:
-            return texts, [created[slots[0]]]
-        return texts, list(itemgetter(*slots)(created))
+            return texts, [created.at[slots[0]]]
+        return texts, list(itemgetter(*slots)(created.at))
+
+
+class _Created:
+    """``BatchMemo``'s creation times of one table: ``at[slot]`` where ``known[slot]``."""
+
+    def __init__(self, n: int) -> None:
+        self.at: list[datetime] = [_EPOCH] * n
+        self.known = np.zeros(n, np.bool_)
+
+
+_EPOCH = from_micros(0)
 
 
 _SCALE = 10.0**DECIMALS
@@ -169,7 +187,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
-    texts, created = (memo.shown(cols, shown) if memo is not None else (
+    texts, created = (memo.shown(cols, sa, shown) if memo is not None else (
         cols.texts.many(shown), [from_micros(us) for us in cols.created_us[sa].tolist()]))
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)

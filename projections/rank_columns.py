@@ -95,7 +95,7 @@ class BatchMemo:
                                                       .tolist()), strict=True):
                 at[i] = when
             created.known[missing] = True
-        texts = cols.texts.many(slots)
+        texts = cols.texts.many(slots, sa)
         if len(slots) == 1:
             return texts, [created.at[slots[0]]]
         return texts, list(itemgetter(*slots)(created.at))
@@ -188,7 +188,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
     texts, created = (memo.shown(cols, sa, shown) if memo is not None else (
-        cols.texts.many(shown), [from_micros(us) for us in cols.created_us[sa].tolist()]))
+        cols.texts.many(shown, sa), [from_micros(us) for us in cols.created_us[sa].tolist()]))
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)
     four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split

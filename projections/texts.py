@@ -40,8 +40,9 @@ class TextColumn:
         """Text of sealed slot ``s``: bytes ``off[s]:off[s + 1]`` of the concatenation."""
         self.tail: list[bytes] = []
         self._tail_bytes = 0
-        self._decoded: dict[int, str] = {}
-        """Texts ``many`` decoded, by slot (a slot's text never changes)."""
+        self._text_at: list[str] = []
+        """Texts ``many`` decoded, by slot where ``_known`` (a slot's text never changes)."""
+        self._known = np.zeros(0, np.bool_)
         self._decoded_chars = 0
 
     @classmethod
@@ -113,25 +114,44 @@ class TextColumn:
         at = self.start[k]
         return self.chunks[k][int(self.off[s]) - at:int(self.off[s + 1]) - at].decode()
 
-    def many(self, slots: Sequence[int]) -> list[str]:
-        """The texts of ``slots`` (decoded once, then kept: ``DECODED_CHARS``)."""
+    def many(self, slots: Sequence[int], at: IntArray | None = None) -> list[str]:
+        """The texts of ``slots`` (``at``: the same as an array, if the caller has it),
+        decoded once, then kept (``DECODED_CHARS``): a list by slot and a mask of the slots
+        it holds, so a read of slots it knows is one gather."""
         if not slots:
             return []
-        known = self._decoded
-        missing = list(set(slots).difference(known))
-        if missing:
+        a = np.asarray(slots, np.int64) if at is None else at
+        known = self._known
+        if len(known) < len(self):  # slots appended since: not decoded yet
+            grow = len(self) - len(known)
+            known = self._known = np.concatenate((known, np.zeros(grow, np.bool_)))
+            self._text_at.extend([""] * grow)
+        miss = a[~known[a]]
+        if len(miss):
+            missing = list(dict.fromkeys(miss.tolist()))  # a slot may be asked twice
             got = self._decode(missing)
             size = sum(map(len, got))
-            if self._decoded_chars + size > DECODED_CHARS:  # start over with these slots
-                kept = {s: known[s] for s in set(slots).difference(missing)}
-                known.clear()
-                known.update(kept)
-                self._decoded_chars = sum(map(len, kept.values()))
-            known.update(zip(missing, got, strict=True))
+            text_at = self._text_at
+            if self._decoded_chars + size > DECODED_CHARS:  # start over, keeping these slots
+                keep = list(dict.fromkeys(a[known[a]].tolist()))
+                kept = [text_at[s] for s in keep]
+                text_at = self._text_at = [""] * len(known)
+                known[:] = False
+                for s, t in zip(keep, kept, strict=True):
+                    text_at[s] = t
+                known[keep] = True
+                self._decoded_chars = sum(map(len, kept))
+            for s, t in zip(missing, got, strict=True):
+                text_at[s] = t
+            known[missing] = True
             self._decoded_chars += size
         if len(slots) == 1:
-            return [known[slots[0]]]
-        return list(itemgetter(*slots)(known))
+            return [self._text_at[slots[0]]]
+        return list(itemgetter(*slots)(self._text_at))
+
+    def kept(self) -> dict[int, str]:
+        """The texts ``many`` holds, by slot (for tests and inspection)."""
+        return {s: self._text_at[s] for s in self._known.nonzero()[0].tolist()}
 
     def _decode(self, slots: Sequence[int]) -> list[str]:
         sealed = self.sealed

@@ -84,7 +84,7 @@ def test_text_column_keeps_what_it_decoded_within_its_bound(
             some = [s for s in slots if s < len(texts)]
             biggest = max(biggest, sum(len(texts[s]) for s in set(some)))
             assert col.many(some) == [texts[s] for s in some]
-            kept = col._decoded
+            kept = col.kept()
             assert all(kept[s] == texts[s] for s in kept)
             # within the bound, unless one read alone holds more
             assert col._decoded_chars == sum(len(t) for t in kept.values())

@@ -28,6 +28,8 @@
 #include <string.h>
 
 #define WINDOW 8
+#define VALUE_SCALE 1e9            /* packing.VALUE_SCALE */
+#define MAX_SCALED_TOTAL 4611686018427387904.0  /* packing.MAX_SCALED_TOTAL, 2**62 */
 #define SAMPLE 256
 
 typedef int64_t i64;
@@ -312,41 +314,30 @@ static i64 upper(const i64 *pc, i64 m, i64 x) {
     return lo;
 }
 
-static PyObject *knap_reduce(PyObject *self, PyObject *args) {
-    Py_buffer bc, bv, bd, bs;
-    long long budget, cap, prune_from, window_from, fill_chunk;
-    if (!PyArg_ParseTuple(args, "y*y*y*LLLLLw*", &bc, &bv, &bd, &budget, &cap, &prune_from,
-                          &window_from, &fill_chunk, &bs))
-        return NULL;
-    PyObject *ret = NULL;
-    i64 n = bc.len / 8;
+/* The reduction of items 0..n-1 (all eligible: cost <= budget, value > 0): state[i] as in
+ * `reduce`, *room_out the room the fixed items leave (-1: none). 0, or -1 out of memory. */
+static int reduce_core(const i64 *costs, const i64 *values, const double *density, i64 n,
+                       i64 budget, i64 cap, i64 prune_from, i64 window_from, i64 fill_chunk,
+                       signed char *state, i64 *room_out) {
+    int status = -1;
     Key *keys = NULL;
     i64 *mem = NULL;
     double *ub = NULL;
     char *fin = NULL, *fout = NULL;
-    if (bv.len != bc.len || bd.len != bc.len || bs.len != n || bc.len % 8 || budget < 0
-            || fill_chunk < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "reduce: arrays of different lengths, budget < 0 or fill_chunk < 1");
-        goto done;
-    }
-    const i64 *costs = bc.buf, *values = bv.buf;
-    const double *density = bd.buf;
-    signed char *state = bs.buf;
     keys = PyMem_Malloc(sizeof(Key) * ((size_t)n + 1));
-    if (!keys) { PyErr_NoMemory(); goto done; }
+    if (!keys) goto done;
     memset(state, 0, (size_t)n);
     i64 total = 0;
     for (i64 i = 0; i < n; i++) total += costs[i];
     /* n < prune_from: every item (survivors' total <= budget case) */
     i64 m = survivors(costs, values, density, n, budget, n >= prune_from ? total : 0,
                       fill_chunk, keys);
-    if (m < 0 || sort_by_density(keys, m) < 0) { PyErr_NoMemory(); goto done; }
+    if (m < 0 || sort_by_density(keys, m) < 0) goto done;
     mem = PyMem_Malloc(sizeof(i64) * (5 * (size_t)m + 2));
     ub = PyMem_Malloc(sizeof(double) * ((size_t)m + 1) * 4);
     fin = PyMem_Malloc((size_t)m + 1);
     fout = PyMem_Malloc((size_t)m + 1);
-    if (!mem || !ub || !fin || !fout) { PyErr_NoMemory(); goto done; }
+    if (!mem || !ub || !fin || !fout) goto done;
     Order o = {m, 0, mem, mem + m, mem + 2 * m, mem + 3 * m, mem + 4 * m + 1};
     o.pc[0] = o.pv[0] = 0;
     i64 vmax = 0;
@@ -409,11 +400,11 @@ static PyObject *knap_reduce(PyObject *self, PyObject *args) {
             else if (!fout[j]) ncore++;
         }
         room = budget - fixed_c;
-        if (room < 0) { ret = PyLong_FromLongLong(-1); goto done; }
+        if (room < 0) { *room_out = -1; status = 0; goto done; }
         if (pass == 1 || !(ncore > 2 * WINDOW && ncore * room > window_from)) break;
         /* _window_lower: the core's items that fit the room, in density order */
         i64 *cd = PyMem_Malloc(sizeof(i64) * ((size_t)ncore + 1));
-        if (!cd) { PyErr_NoMemory(); goto done; }
+        if (!cd) goto done;
         i64 nc = 0;
         for (i64 j = 0; j < m; j++)
             if (!fin[j] && !fout[j] && o.c[j] <= room) cd[nc++] = j;
@@ -437,7 +428,7 @@ static PyObject *knap_reduce(PyObject *self, PyObject *args) {
                 i64 width = spare < win_c ? spare : win_c;
                 if (width >= 0 && (hi - lo) * width <= cap) {
                     i64 *wc = PyMem_Malloc(sizeof(i64) * (2 * (size_t)(hi - lo) + (size_t)width + 1));
-                    if (!wc) { PyMem_Free(cd); PyErr_NoMemory(); goto done; }
+                    if (!wc) { PyMem_Free(cd); goto done; }
                     i64 *wv = wc + (hi - lo), *best = wv + (hi - lo);
                     for (i64 q = lo; q < hi; q++) { wc[q - lo] = o.c[cd[q]]; wv[q - lo] = o.v[cd[q]]; }
                     better = fixed_v + before_v + dp_value(wc, wv, hi - lo, width, best);
@@ -451,17 +442,118 @@ static PyObject *knap_reduce(PyObject *self, PyObject *args) {
     }
     for (i64 j = 0; j < m; j++)
         state[o.idx[j]] = (signed char)(fin[j] ? 1 : (fout[j] ? 0 : 2));
-    ret = PyLong_FromLongLong(room);
+    *room_out = room;
+    status = 0;
 done:
     PyMem_Free(keys);
     PyMem_Free(mem);
     PyMem_Free(ub);
     PyMem_Free(fin);
     PyMem_Free(fout);
+    return status;
+}
+
+static PyObject *knap_reduce(PyObject *self, PyObject *args) {
+    Py_buffer bc, bv, bd, bs;
+    long long budget, cap, prune_from, window_from, fill_chunk;
+    if (!PyArg_ParseTuple(args, "y*y*y*LLLLLw*", &bc, &bv, &bd, &budget, &cap, &prune_from,
+                          &window_from, &fill_chunk, &bs))
+        return NULL;
+    PyObject *ret = NULL;
+    i64 n = bc.len / 8, room = -1;
+    if (bv.len != bc.len || bd.len != bc.len || bs.len != n || bc.len % 8 || budget < 0
+            || fill_chunk < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "reduce: arrays of different lengths, budget < 0 or fill_chunk < 1");
+    } else if (reduce_core(bc.buf, bv.buf, bd.buf, n, budget, cap, prune_from, window_from,
+                           fill_chunk, bs.buf, &room) < 0) {
+        PyErr_NoMemory();
+    } else {
+        ret = PyLong_FromLongLong(room);
+    }
     PyBuffer_Release(&bc);
     PyBuffer_Release(&bv);
     PyBuffer_Release(&bd);
     PyBuffer_Release(&bs);
+    return ret;
+}
+
+/* solve(costs int64[n], values float64[n], budget, cap, prune_from, window_from, fill_chunk,
+ *       state int8[n] (out), scaled int64[n] (out)) -> room
+ * pack_positions' exact path from its raw arrays: the eligible items (cost <= budget, value
+ * > 0), their values as integers (packing._scaled: rint(value * VALUE_SCALE)) and densities,
+ * then `reduce` over them; ineligible items get state 0 and scaled 0. Returns -2 where the
+ * numpy path must decide (no eligible item, nothing costs anything, or values so large that
+ * _scaled would shrink its scale). */
+static PyObject *knap_solve(PyObject *self, PyObject *args) {
+    Py_buffer bc, bf, bs, bsc;
+    long long budget, cap, prune_from, window_from, fill_chunk;
+    if (!PyArg_ParseTuple(args, "y*y*LLLLLw*w*", &bc, &bf, &budget, &cap, &prune_from,
+                          &window_from, &fill_chunk, &bs, &bsc))
+        return NULL;
+    PyObject *ret = NULL;
+    i64 n = bc.len / 8, room = -2;
+    i64 *cc = NULL, *vv = NULL, *at = NULL;
+    double *dd = NULL;
+    signed char *st = NULL;
+    if (bf.len != bc.len || bs.len != n || bsc.len != bc.len || bc.len % 8 || budget < 0
+            || fill_chunk < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "solve: arrays of different lengths, budget < 0 or fill_chunk < 1");
+        goto done;
+    }
+    const i64 *costs = bc.buf;
+    const double *floats = bf.buf;
+    signed char *state = bs.buf;
+    i64 *scaled = bsc.buf;
+    cc = PyMem_Malloc(sizeof(i64) * ((size_t)n + 1));
+    vv = PyMem_Malloc(sizeof(i64) * ((size_t)n + 1));
+    at = PyMem_Malloc(sizeof(i64) * ((size_t)n + 1));
+    dd = PyMem_Malloc(sizeof(double) * ((size_t)n + 1));
+    st = PyMem_Malloc((size_t)n + 1);
+    if (!cc || !vv || !at || !dd || !st) { PyErr_NoMemory(); goto done; }
+    i64 m = 0, cost_sum = 0;
+    double sum = 0.0;
+    for (i64 i = 0; i < n; i++) {
+        state[i] = 0;
+        scaled[i] = 0;
+        if (costs[i] <= budget && floats[i] > 0.0) {
+            at[m] = i;
+            cc[m] = costs[i];
+            cost_sum += costs[i];
+            sum += floats[i];
+            m++;
+        }
+    }
+    /* _scaled's scale is VALUE_SCALE unless the total nears MAX_SCALED_TOTAL / VALUE_SCALE:
+     * that (never with scores in [0, 1]) is left to the numpy code */
+    if (m == 0 || cost_sum == 0 || !(sum * (1 + 1e-5) < MAX_SCALED_TOTAL / VALUE_SCALE)) {
+        ret = PyLong_FromLongLong(-2);
+        goto done;
+    }
+    for (i64 j = 0; j < m; j++) {
+        double f = floats[at[j]];
+        vv[j] = (i64)nearbyint(f * VALUE_SCALE);
+        dd[j] = cc[j] > 0 ? f / (double)cc[j] : INFINITY;
+        scaled[at[j]] = vv[j];
+    }
+    if (reduce_core(cc, vv, dd, m, budget, cap, prune_from, window_from, fill_chunk, st,
+                    &room) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i64 j = 0; j < m; j++) state[at[j]] = st[j];
+    ret = PyLong_FromLongLong(room);
+done:
+    PyMem_Free(cc);
+    PyMem_Free(vv);
+    PyMem_Free(at);
+    PyMem_Free(dd);
+    PyMem_Free(st);
+    PyBuffer_Release(&bc);
+    PyBuffer_Release(&bf);
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bsc);
     return ret;
 }
 
@@ -511,6 +603,9 @@ static PyMethodDef methods[] = {
     {"reduce", knap_reduce, METH_VARARGS,
      "reduce(costs, values, density, budget, cap, prune_from, state) -> room (-1: failed)"},
     {"dp", knap_dp, METH_VARARGS, "dp(costs, values, width, chosen) -> None"},
+    {"solve", knap_solve, METH_VARARGS,
+     "solve(costs, values, budget, cap, prune_from, window_from, fill_chunk, state, scaled)"
+     " -> room (-1: failed, -2: left to the numpy code)"},
     {NULL, NULL, 0, NULL},
 };
 

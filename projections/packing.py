@@ -588,27 +588,38 @@ def _solve_reduced(costs: IntArray, values: IntArray, by_density: IntArray, budg
     return [*red.fixed_in.tolist(), *core[picked].tolist()]
 
 
-def _solve_native(costs: IntArray, values: IntArray, density: FloatArray, budget: int,
-                  cap: int, canonical: Callable[[IntArray], IntArray]) -> list[int] | None:
-    """``pack_positions``' exact path in C (``_knapsack``): ``_survivors``, the density
-    greedy, ``_solve_reduced``'s fixing and window lower bound in one call (``reduce``), the
-    core put in canonical order here, then ``_dp`` over it (``dp``). None when the core's
-    table exceeds ``cap`` cells (or the reduction found no room), as ``_solve_reduced``."""
+def _exact_native(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
+                  cap: int) -> Packed | None:
+    """``pack_positions``' exact path in C (``_knapsack.solve``): eligibility, ``_scaled``,
+    density, ``_survivors``, the density greedy, ``_solve_reduced``'s fixing and window lower
+    bound in one call over the raw arrays; then the core is put in canonical order here and
+    ``_dp`` runs over it in C (``dp``). None where ``pack_positions``' numpy code must decide:
+    the core's table exceeds ``cap`` cells (as ``_solve_reduced``), the reduction failed, or
+    the instance is one ``solve`` leaves to it (nothing eligible, nothing costs anything,
+    totals near ``MAX_SCALED_TOTAL``)."""
     assert native is not None
-    state = np.empty(len(costs), np.int8)
-    room = native.reduce(costs, values, density, budget, cap, PRUNE_FROM, WINDOW_FROM_CELLS,
-                         FILL_FROM, state)
+    c = np.ascontiguousarray(costs, np.int64)
+    f = np.ascontiguousarray(values, np.float64)
+    state = np.empty(len(c), np.int8)
+    scaled = np.empty(len(c), np.int64)
+    room = native.solve(c, f, budget, cap, PRUNE_FROM, WINDOW_FROM_CELLS, FILL_FROM, state,
+                        scaled)
     if room < 0:
         return None
-    core = canonical((state == 2).nonzero()[0])
-    core = core[costs[core] <= room]
-    width = min(room, int(costs[core].sum()))
+    core = (state == 2).nonzero()[0]
+    core = core[_canonical_order(lambda i: keys(core[i]), f[core])]
+    core = core[c[core] <= room]
+    width = min(room, int(c[core].sum()))
     if len(core) * width > cap:
         return None
     picked = np.zeros(len(core), np.int8)
     if len(core):
-        native.dp(costs[core], values[core], width, picked)
-    return [*(state == 1).nonzero()[0].tolist(), *core[picked.view(np.bool_)].tolist()]
+        native.dp(c[core], scaled[core], width, picked)
+    at = np.concatenate(((state == 1).nonzero()[0], core[picked.view(np.bool_)]))
+    at.sort()
+    total = math.fsum(f[at].tolist())
+    return Packed(at=at, method="exact", total_value=total, total_cost=int(c[at].sum()),
+                  upper_bound=total)
 
 
 class Packed(msgspec.Struct, frozen=True):
@@ -645,6 +656,10 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    if native is not None and exact_max_cells > 0 and budget > 0:
+        got = _exact_native(keys, costs, values, budget, exact_max_cells)
+        if got is not None:
+            return got
     ok = ((costs <= budget) & (values > 0.0)).nonzero()[0]
     c = costs[ok].astype(np.int64, copy=False)
     f = values[ok]
@@ -652,8 +667,7 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
     if n and exact_max_cells > 0 and min(budget, int(c.sum())) > 0:
         scaled = _scaled(f)
         density = np.divide(f, c, out=np.full(n, np.inf), where=c > 0)
-        keep = (_survivors(c, scaled, density, budget)
-                if n >= PRUNE_FROM and native is None else None)
+        keep = _survivors(c, scaled, density, budget) if n >= PRUNE_FROM else None
         if keep is not None:  # the same items the exact path of ``pack`` keeps
             ok, c, f, scaled, density = ok[keep], c[keep], f[keep], scaled[keep], density[keep]
         live = ok
@@ -661,14 +675,11 @@ def pack_positions(keys: Keys, costs: IntArray, values: FloatArray, budget: int,
         def canonical(sub: IntArray) -> IntArray:
             return sub[_canonical_order(lambda i: keys(live[sub[i]]), f[sub])]
 
-        if native is not None:
-            found = _solve_native(c, scaled, density, budget, exact_max_cells, canonical)
-        else:
-            by_density = (-density).argsort()
-            greedy = _greedy_arrays(c, by_density, budget)
-            lower = max(int(scaled[greedy].sum()), int(scaled.max()))
-            found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
-                                   density, canonical)
+        by_density = (-density).argsort()
+        greedy = _greedy_arrays(c, by_density, budget)
+        lower = max(int(scaled[greedy].sum()), int(scaled.max()))
+        found = _solve_reduced(c, scaled, by_density, budget, lower, exact_max_cells,
+                               density, canonical)
         if found is not None:
             idx = np.array(found, np.int64)
             idx.sort()

@@ -169,3 +169,42 @@ def test_the_numpy_path_can_be_forced() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=items_strategy(40, 120), budget=st.integers(1, 700))
+def test_solve_reads_the_raw_arrays_as_the_numpy_path_does(native: ModuleType,
+                                                           items: list[Item],
+                                                           budget: int) -> None:
+    # eligibility (cost <= budget, value > 0), _scaled's integers and the reduction of the
+    # eligible items, from arrays that also hold items over the budget and worthless ones
+    costs = np.array([it.cost for it in items], np.int64)
+    floats = np.array([it.value for it in items], np.float64)
+    state = np.full(len(items), 7, np.int8)
+    scaled = np.full(len(items), 7, np.int64)
+    room = native.solve(costs, floats, budget, 10**9, 0, 0, 2, state, scaled)
+    ok = ((costs <= budget) & (floats > 0.0)).nonzero()[0]
+    if not len(ok) or not costs[ok].sum():
+        assert room == -2
+        return
+    assert scaled[ok].tolist() == packing._scaled(floats[ok]).tolist()
+    out = np.ones(len(items), np.bool_)
+    out[ok] = False
+    assert not state[out].any() and not scaled[out].any()
+    want_room, want_state = _reduce(native, [items[i] for i in ok.tolist()], budget)
+    assert room == want_room
+    assert state[ok].tolist() == want_state.tolist()
+
+
+def test_solve_leaves_values_near_the_scaling_limit_to_the_numpy_path(
+        native: ModuleType) -> None:
+    # _scaled shrinks its scale there; solve does not guess, and pack_positions still packs
+    n = 4
+    costs = np.array([1, 2, 3, 4], np.int64)
+    floats = np.full(n, packing.MAX_SCALED_TOTAL / packing.VALUE_SCALE / 2)
+    state, scaled = np.empty(n, np.int8), np.empty(n, np.int64)
+    assert native.solve(costs, floats, 6, 10**9, 0, 0, 2, state, scaled) == -2
+    got, want = _both([Item(f"k{i}", int(c), float(v)) for i, (c, v) in
+                       enumerate(zip(costs, floats, strict=True))], 6, 10**9)
+    _same(got, want)
+    assert got.at.tolist() == [0, 1, 2]  # equal values: the most items that fit, 1 + 2 + 3

@@ -437,30 +437,33 @@ class Columns:
         k1, b = cfg.bm25_k1, cfg.bm25_b
         base = k1 * (1.0 - b)
         slope = k1 * b * n_docs / total_len
-        runs: list[tuple[IntArray, FloatArray]] = []
+        runs: list[tuple[IntArray, FloatArray, float]] = []
         for word in words:
             key = (cfg.analyzer, word, o, k1, b)
             got = None if cache is None else cache.get(key)
             if got is None:
                 slots, tfs = self._visible_postings(word, agent, stem_terms)
-                got = (slots, tfs / (tfs + base + slope * dl[slots]))
+                part = tfs / (tfs + base + slope * dl[slots])
+                got = (slots, part, float(part.min()) if len(part) else 1.0)
                 if cache is not None:
                     cache[key] = got
             runs.append(got)
-        weights = [idf(n_docs, len(slots)) for slots, _ in runs]
+        weights = [idf(n_docs, len(slots)) for slots, _, _ in runs]
         max_score = 0.0
         for w in weights:
             max_score += w
         n = len(self.ids)
-        hits = [slots for slots, _ in runs]
+        hits = [slots for slots, _, _ in runs]
         if not any(len(h) for h in hits):
             return empty
         # one accumulation over every word's postings, in word order per slot: the same
         # additions in the same order as adding word after word (a word's slots are distinct)
-        parts = [w * part for w, (_, part) in zip(weights, runs, strict=True)]
+        parts = [w * part for w, (_, part, _) in zip(weights, runs, strict=True)]
         every = np.concatenate(hits)
         acc = np.bincount(every, weights=np.concatenate(parts), minlength=n)
-        if all(p.min() > 0.0 for p in parts if len(p)):  # a sum of positive terms is > 0
+        # a sum of positive terms is > 0; min(w * part) is w * min(part) (w > 0, rounding is
+        # monotonic), so the minimum kept with the part says whether one underflowed to 0
+        if all(w * low > 0.0 for w, (_, _, low) in zip(weights, runs, strict=True)):
             out = (acc > 0.0).nonzero()[0]
         else:  # a part underflowed to 0 (absurd k1): count the postings instead
             out = np.bincount(every, minlength=n).nonzero()[0]
@@ -489,9 +492,9 @@ class Columns:
         return slots, tfs
 
 
-TermCache = dict[tuple[str, str, int, float, float], tuple[IntArray, FloatArray]]
+TermCache = dict[tuple[str, str, int, float, float], tuple[IntArray, FloatArray, float]]
 """``Columns.bm25``'s per-batch cache: (analyzer, word, audience, k1, b) -> (visible slots,
-``tf / ((tf + base) + slope * dl)``)."""
+``tf / ((tf + base) + slope * dl)``, its minimum (1.0 when empty))."""
 
 
 class NotesView(Mapping[str, NoteState]):

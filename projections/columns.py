@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,10 @@ def from_micros(us: int) -> datetime:
     return EPOCH + timedelta(0, 0, us)
 
 
+_EPOCH = from_micros(0)
+"""A placeholder in ``Columns.created``'s list (never returned)."""
+
+
 class Columns:
     """One row per note slot; see the module docstring."""
 
@@ -116,6 +121,9 @@ class Columns:
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
         self._english_len: tuple[int, IntArray] | None = None
+        self._created_at: list[datetime] = []
+        """``from_micros(created_us[s])`` where ``_created_known[s]`` (``created``)."""
+        self._created_known = np.zeros(0, np.bool_)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -363,6 +371,28 @@ class Columns:
             vis = self.live[:n] & (~self.private[:n] | (self.owner[:n] == o))
             self._vis[agent] = vis
         return vis
+
+    def created(self, at: IntArray, slots: list[int]) -> list[datetime]:
+        """The creation time of slots ``at`` (``slots``: the same as a list), each converted
+        once and kept (a slot's creation time never changes; one ``datetime`` per slot read
+        at most)."""
+        if not slots:
+            return []
+        known = self._created_known
+        if len(known) < len(self):
+            grow = len(self) - len(known)
+            known = self._created_known = np.concatenate((known, np.zeros(grow, np.bool_)))
+            self._created_at.extend([_EPOCH] * grow)
+        miss = at[~known[at]]
+        if len(miss):
+            kept = self._created_at
+            for s, when in zip(miss.tolist(), map(from_micros, self.created_us[miss].tolist()),
+                               strict=True):
+                kept[s] = when
+            known[miss] = True
+        if len(slots) == 1:
+            return [self._created_at[slots[0]]]
+        return list(itemgetter(*slots)(self._created_at))
 
     def postings(self, term: str) -> tuple[IntArray, FloatArray]:
         """Slots and term frequencies of ``term`` (dead slots included)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from itertools import repeat, starmap
-from operator import itemgetter
 
 import numpy as np
 
@@ -24,7 +23,6 @@ from hivemind_memory.projections.columns import (
     FloatArray,
     IntArray,
     TermCache,
-    from_micros,
     micros,
 )
 from hivemind_memory.projections.config import RankingConfig, TierDecay
@@ -47,17 +45,17 @@ _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 class BatchMemo:
     """What the queries of a batch share, filled as they need it: recency per slot of tables
     at one instant (the queries share ``now`` and, mostly, their candidates, so each
-    ``math.pow`` runs once per note and batch instead of once per query), each query word's
-    BM25 part (``Columns.bm25``'s cache), and the creation time of the notes they return
-    (their texts: ``TextColumn.many`` keeps what it decoded). Valid only while the tables do
-    not change (a query job refreshes its indexes before ranking any query); entries are
-    keyed by the table object (held, so its id is never reused), and recency also by ``now``
-    and the decay settings."""
+    ``math.pow`` runs once per note and batch instead of once per query) and each query
+    word's BM25 part (``Columns.bm25``'s cache); the texts and creation times of the notes
+    they return are kept by the table itself (``TextColumn.many``, ``Columns.created``).
+    Valid only while the tables do not change (a query job refreshes its indexes before
+    ranking any query); entries are keyed by the table object (held, so its id is never
+    reused), and recency also by ``now`` and the decay settings."""
 
     def __init__(self) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
-        self._tables: dict[int, tuple[Columns, TermCache, _Created]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache]] = {}
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
@@ -68,48 +66,15 @@ class BatchMemo:
             got = self._by[key] = (cols, np.full(len(cols), np.nan))
         return got[1]
 
-    def _table(self, cols: Columns) -> tuple[Columns, TermCache, _Created]:
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache]:
         got = self._tables.get(id(cols))
         if got is None:
-            got = self._tables[id(cols)] = (cols, {}, _Created(len(cols)))
+            got = self._tables[id(cols)] = (cols, {})
         return got
 
     def terms(self, cols: Columns) -> TermCache:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
-
-    def shown(self, cols: Columns, sa: IntArray,
-              slots: list[int]) -> tuple[list[str], list[datetime]]:
-        """The text (``TextColumn.many``, which keeps what it decoded) and ``from_micros``
-        creation time of each of the slots ``sa`` (``slots``: the same as a list)."""
-        if not slots:
-            return [], []
-        created = self._table(cols)[2]
-        if len(created.known) != len(cols):  # not expected within a batch; stay right
-            created = _Created(len(cols))
-            self._tables[id(cols)] = (*self._tables[id(cols)][:2], created)
-        missing = sa[~created.known[sa]]
-        if len(missing):
-            at = created.at
-            for i, when in zip(missing.tolist(), map(from_micros, cols.created_us[missing]
-                                                      .tolist()), strict=True):
-                at[i] = when
-            created.known[missing] = True
-        texts = cols.texts.many(slots, sa)
-        if len(slots) == 1:
-            return texts, [created.at[slots[0]]]
-        return texts, list(itemgetter(*slots)(created.at))
-
-
-class _Created:
-    """``BatchMemo``'s creation times of one table: ``at[slot]`` where ``known[slot]``."""
-
-    def __init__(self, n: int) -> None:
-        self.at: list[datetime] = [_EPOCH] * n
-        self.known = np.zeros(n, np.bool_)
-
-
-_EPOCH = from_micros(0)
 
 
 _SCALE = 10.0**DECIMALS
@@ -187,8 +152,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
-    texts, created = (memo.shown(cols, sa, shown) if memo is not None else (
-        cols.texts.many(shown, sa), [from_micros(us) for us in cols.created_us[sa].tolist()]))
+    texts, created = cols.texts.many(shown, sa), cols.created(sa, shown)
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)
     four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split

@@ -313,3 +313,27 @@ def test_one_batch_memo_over_two_tables_of_the_same_size(
         want = rank_index(idx, *idx.relevance_slots(q, None, cfg, agent), agent=agent, now=NOW,
                           budget=budget, cfg=cfg, explain=True)
         assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(NOTE, min_size=1, max_size=20), st.lists(NOTE, max_size=10),
+       st.lists(st.lists(st.integers(0, 29), max_size=8), max_size=6))
+def test_created_converts_each_slot_once_and_reads_as_from_micros(
+        first: list[NoteState], later: list[NoteState], reads: list[list[int]]) -> None:
+    # reads that repeat slots, before and after more notes are put (the table grows)
+    import numpy as np
+
+    from hivemind_memory.projections.columns import from_micros
+
+    cols = Columns()
+    for n in first:
+        cols.put(n)
+    for k, slots in enumerate(reads):
+        if k == len(reads) // 2:
+            for n in later:
+                cols.put(n)
+        some = [s for s in slots if s < len(cols)]
+        got = cols.created(np.array(some, np.int64), some)
+        assert got == [from_micros(int(cols.created_us[s])) for s in some]
+        again = cols.created(np.array(some, np.int64), some)  # from what it kept
+        assert again == got and all(a is b for a, b in zip(again, got, strict=True))

@@ -15,7 +15,11 @@ asserts timings.
 4. Batch throughput: ``Client.submit_batch`` + ``batch_results`` with the default
    ``query_chunk``; then a smaller set with ``query_chunk=1`` (one RQ job per query) and the
    same set again with the default chunk.
-5. Baseline: no-op jobs (``bench.noop``) drained by a plain RQ SimpleWorker process.
+5. Batch with common words, and the baseline: ``--rounds`` rounds (default 3), each a batch
+   of queries drawn like the corpus (most notes are candidates) followed by no-op jobs
+   (``bench.noop``) drained by a plain RQ SimpleWorker process. The VM's speed drifts between
+   minutes, so the ratios compare the medians of the rounds, and each round's own ratio is
+   printed too.
 
 Without ``--redis-url`` a private ``redis-server`` is started on a free port in a temp dir and
 stopped at the end. With ``--redis-url`` the bench writes only namespaces with a fresh random
@@ -433,23 +437,26 @@ def batch(client: Any, reqs: list[dict[str, Any]], label: str,
     return qps
 
 
-def noop_baseline(rt: Any, n: int, redis_url: str, singles: int = 0) -> tuple[float, float]:
-    """Enqueue ``n`` no-op jobs at once for a plain RQ worker (``bench.noop``, same worker class
-    and serializer as ``hivemind worker``); its drain rate (jobs/s). Then ``singles`` no-op
-    jobs one at a time, measured like a single query end to end: ``Queue.enqueue`` and
-    RQ's own blocking wait for the job's result (``Job.latest_result``, an XREAD BLOCK on
-    the job's result stream); their p50 in seconds (0 when ``singles`` is 0)."""
-    q: Queue = noop.queue(rt.rq)
-    datas = [Queue.prepare_data(noop.JOB, result_ttl=60, failure_ttl=600,
-                                description="bench noop") for _ in range(n)]
+@contextmanager
+def noop_worker(redis_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A plain RQ worker for the no-op jobs (``bench.noop``, same worker class and serializer
+    as ``hivemind worker``), stopped on exit."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen([sys.executable, "-m", "bench.noop", redis_url], env=env)
     try:
-        rate = _drain_noops(rt, q, datas, n, proc)
-        return rate, _single_noops(q, singles) if singles else 0.0
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def drain_noops(rt: Any, n: int, proc: subprocess.Popen[bytes]) -> float:
+    """Enqueue ``n`` no-op jobs at once for ``proc`` (``noop_worker``); its drain rate
+    (jobs/s)."""
+    q: Queue = noop.queue(rt.rq)
+    datas = [Queue.prepare_data(noop.JOB, result_ttl=60, failure_ttl=600,
+                                description="bench noop") for _ in range(n)]
+    return _drain_noops(rt, q, datas, n, proc)
 
 
 def _single_noops(q: Queue, n: int) -> float:
@@ -503,6 +510,7 @@ class Options:
     batch_chunk1: int
     noop: int
     seed: int
+    rounds: int = 3
 
 
 def run(url: str, opts: Options, prefix: str) -> list[str]:
@@ -545,15 +553,28 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
         qps1 = batch(one, small, f"query_chunk=1 ({ns})", wlog)
         batch(client, small, f"query_chunk={s.query_chunk}, the same {len(small):,} queries",
               wlog)
-        common = query_requests(ns, opts.batch, corpus, rng, skip=0)
-        qps_common = batch(client, common, f"query_chunk={s.query_chunk}, common words "
-                           f"included ({ns})", wlog)
-        rate, noop_p50 = noop_baseline(rt, opts.noop, url, opts.e2e)
+        # the common-word batch and the no-op drain, alternated: the VM's speed drifts from
+        # one minute to the next and the ratio compares the two, so each round measures both
+        # back to back and the medians are compared
+        commons: list[float] = []
+        rates: list[float] = []
+        with noop_worker(url) as noop_proc:
+            for k in range(opts.rounds):
+                common = query_requests(ns, opts.batch, corpus, rng, skip=0)
+                commons.append(batch(client, common, f"query_chunk={s.query_chunk}, common "
+                                     f"words included ({ns}), round {k + 1}", wlog))
+                rates.append(drain_noops(rt, opts.noop, noop_proc))
+            noop_p50 = _single_noops(noop.queue(rt.rq), opts.e2e)
+    rate, qps_common = statistics.median(rates), statistics.median(commons)
     print("ratios to the no-op job:")
+    print(f"  no-op drain rate, median of {len(rates)} rounds: {rate:,.0f} jobs/s "
+          f"({', '.join(f'{r:,.0f}' for r in rates)})")
     print(f"  single query end to end p50 = {p50 * rate:.1f} no-op jobs at the drain rate; "
           f"{p50 / noop_p50:.2f} x a single no-op job end to end")
     print(f"  batch (chunk {s.query_chunk}) = {qps / rate:.1f}x the no-op job rate; "
-          f"chunk 1 = {qps1 / rate:.2f}x; common words included = {qps_common / rate:.1f}x")
+          f"chunk 1 = {qps1 / rate:.2f}x; common words included = {qps_common / rate:.1f}x "
+          f"(median of {len(commons)} rounds; each round "
+          f"{', '.join(f'{c / r:.1f}x' for c, r in zip(commons, rates, strict=True))})")
     return nss
 
 
@@ -597,6 +618,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="queries of the query_chunk=1 batch run")
     ap.add_argument("--noop", type=int, default=500, help="no-op jobs of the baseline")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of the common-word batch and the no-op drain, alternated "
+                         "(the ratio compares their medians)")
     ap.add_argument("--redis-url", default=None,
                     help="use this Redis (default: a private redis-server, stopped at the end)")
     return ap
@@ -611,10 +635,10 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(level="warning")
     queries = _per_size(ap, "--queries", args.queries, args.sizes, 200, 30)
     common = _per_size(ap, "--common", args.common, args.sizes, 10, 2)
-    if min(args.e2e, args.batch, args.batch_chunk1, args.noop) < 1:
-        ap.error("--e2e, --batch, --batch-chunk1 and --noop must be >= 1")
+    if min(args.e2e, args.batch, args.batch_chunk1, args.noop, args.rounds) < 1:
+        ap.error("--e2e, --batch, --batch-chunk1, --noop and --rounds must be >= 1")
     opts = Options(args.sizes, queries, common, args.e2e, args.batch, args.batch_chunk1,
-                   args.noop, args.seed)
+                   args.noop, args.seed, args.rounds)
     # SIGTERM (e.g. a timeout) must still stop the worker subprocess and the server
     old = signal.signal(signal.SIGTERM, _terminate)
     try:

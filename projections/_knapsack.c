@@ -186,19 +186,21 @@ static i64 survivors(const i64 *costs, const i64 *values, const double *density,
     if (!sample || !work) goto done;
     /* the break density among the items at least as dense as a sampled threshold whose
      * cost exceeds the budget (the break item is one of them) */
-    i64 nw = 0, want = 2 * budget;
-    double d;
+    i64 nw = 0;
+    double want = 2.0 * (double)budget, d;  /* a double: no overflow however large */
     int found = 0;
     for (;;) {
         /* est. count of the densest items costing ~want: want / mean cost */
-        i64 count = (i64)((double)want * (double)n / (double)total) + 1;
-        double t = count >= n ? -INFINITY : sampled_threshold(density, n, sizeof(double), count, sample);
+        double est = want * (double)n / (double)total;
+        i64 count = est >= (double)n ? n : (i64)est + 1;
+        double t = count >= n ? -INFINITY
+                              : sampled_threshold(density, n, sizeof(double), count, sample);
         i64 cw = 0;
         nw = 0;
         for (i64 i = 0; i < n; i++)
             if (density[i] >= t) { work[nw++] = i; cw += costs[i]; }
         if (cw > budget || t == -INFINITY) break;
-        want *= 4;
+        want *= 4.0;
     }
     d = break_density(costs, density, work, nw, budget, &found);
     if (!found || !isfinite(d)) goto all;

@@ -208,3 +208,14 @@ def test_solve_leaves_values_near_the_scaling_limit_to_the_numpy_path(
                        enumerate(zip(costs, floats, strict=True))], 6, 10**9)
     _same(got, want)
     assert got.at.tolist() == [0, 1, 2]  # equal values: the most items that fit, 1 + 2 + 3
+
+
+@pytest.mark.timeout(60, method="thread")  # a loop in C never returns to a signal handler
+def test_absurd_budgets_and_costs_pack_as_the_numpy_path(native: ModuleType) -> None:
+    # the survivors' sampled target cost grows as 2 * budget * 4^k: no int64 overflow (it
+    # made the sample's index negative and the selection loop forever)
+    items = [Item(f"k{i}", 2**60 + i, 0.5 + i / 100) for i in range(5)]
+    items += [Item(f"s{i}", i + 1, 0.01) for i in range(5)]
+    for _ in small_thresholds():
+        for budget in (2**61, 2**62, 2**63 - 1):
+            _same(*_both(items, budget, 10**9))

@@ -381,8 +381,8 @@ class Columns:
         known = self._created_known
         if len(known) < len(self):
             grow = len(self) - len(known)
+            self._created_at.extend([_EPOCH] * grow)  # the list first: never shorter
             known = self._created_known = np.concatenate((known, np.zeros(grow, np.bool_)))
-            self._created_at.extend([_EPOCH] * grow)
         miss = at[~known[at]]
         if len(miss):
             kept = self._created_at

@@ -16,6 +16,10 @@
   improves, so it is never worse than plain greedy. ``upper_bound`` is the fractional (LP)
   relaxation, so ``total_value / upper_bound`` bounds the gap to the optimum.
 
+The exact path of ``pack_positions`` (the query path) runs in C where the extension
+``projections/_knapsack.c`` was built (``native``): the same reduction and DP, so the same
+packing; the numpy code here is its reference and fallback (``HIVEMIND_PACKER=numpy``).
+
 Values are compared as integers (``round(value * scale)``, scale 1e9 unless the total is huge)
 so results are exact and reproducible. Ties go to the canonical order, value descending then
 key, which makes the result independent of the input order. Items with cost > budget or value

@@ -124,8 +124,8 @@ class TextColumn:
         known = self._known
         if len(known) < len(self):  # slots appended since: not decoded yet
             grow = len(self) - len(known)
+            self._text_at.extend([""] * grow)  # the list first: never shorter than the mask
             known = self._known = np.concatenate((known, np.zeros(grow, np.bool_)))
-            self._text_at.extend([""] * grow)
         miss = a[~known[a]]
         if len(miss):
             missing = list(dict.fromkeys(miss.tolist()))  # a slot may be asked twice

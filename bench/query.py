@@ -510,7 +510,7 @@ class Options:
     batch_chunk1: int
     noop: int
     seed: int
-    rounds: int = 3
+    rounds: int
 
 
 def run(url: str, opts: Options, prefix: str) -> list[str]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from hivemind_memory.projections.analyzer import analyze, english_term
 from hivemind_memory.projections.config import RankingConfig
 from hivemind_memory.projections.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
-from hivemind_memory.projections.texts import TextColumn
+from hivemind_memory.projections.texts import SlotMemo, TextColumn
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -121,9 +120,8 @@ class Columns:
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
         self._english_len: tuple[int, IntArray] | None = None
-        self._created_at: list[datetime] = []
-        """``from_micros(created_us[s])`` where ``_created_known[s]`` (``created``)."""
-        self._created_known = np.zeros(0, np.bool_)
+        self._created: SlotMemo[datetime] = SlotMemo(_EPOCH)
+        """``from_micros(created_us[s])`` of the slots ``created`` read."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -374,25 +372,14 @@ class Columns:
 
     def created(self, at: IntArray, slots: list[int]) -> list[datetime]:
         """The creation time of slots ``at`` (``slots``: the same as a list), each converted
-        once and kept (a slot's creation time never changes; one ``datetime`` per slot read
-        at most)."""
+        once and kept (``SlotMemo``: one ``datetime`` per slot read at most)."""
         if not slots:
             return []
-        known = self._created_known
-        if len(known) < len(self):
-            grow = len(self) - len(known)
-            self._created_at.extend([_EPOCH] * grow)  # the list first: never shorter
-            known = self._created_known = np.concatenate((known, np.zeros(grow, np.bool_)))
-        miss = at[~known[at]]
+        kept = self._created
+        miss = kept.missing(at, len(self))
         if len(miss):
-            kept = self._created_at
-            for s, when in zip(miss.tolist(), map(from_micros, self.created_us[miss].tolist()),
-                               strict=True):
-                kept[s] = when
-            known[miss] = True
-        if len(slots) == 1:
-            return [self._created_at[slots[0]]]
-        return list(itemgetter(*slots)(self._created_at))
+            kept.put(miss.tolist(), map(from_micros, self.created_us[miss].tolist()))
+        return kept.get(slots)
 
     def postings(self, term: str) -> tuple[IntArray, FloatArray]:
         """Slots and term frequencies of ``term`` (dead slots included)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,45 @@ so a reader never holds more than one chunk twice while a reply is parsed)."""
 DECODED_CHARS = 8 << 20
 """``TextColumn.many`` keeps the texts it decoded, up to this many characters in all (then
 it starts over): the notes queries return repeat from query to query and batch to batch."""
+
+
+T = TypeVar("T")
+
+
+class SlotMemo(Generic[T]):
+    """Values worked out once per slot and kept (a slot's value never changes, slots are only
+    appended): a list by slot and a numpy mask of the slots it holds, so a read of slots it
+    holds is one gather (``TextColumn.many``, ``Columns.created``)."""
+
+    def __init__(self, blank: T) -> None:
+        self._blank = blank
+        self.at: list[T] = []
+        """The value of slot ``s`` where ``known[s]`` (``blank`` elsewhere)."""
+        self.known = np.zeros(0, np.bool_)
+
+    def missing(self, a: IntArray, n: int) -> IntArray:
+        """The slots of ``a`` not held (repeats kept), once it covers ``n`` slots."""
+        if len(self.known) < n:
+            grow = n - len(self.known)
+            self.at.extend([self._blank] * grow)  # the list first: never shorter than the mask
+            self.known = np.concatenate((self.known, np.zeros(grow, np.bool_)))
+        return a[~self.known[a]]
+
+    def put(self, slots: list[int], values: Iterable[T]) -> None:
+        at = self.at
+        for s, v in zip(slots, values, strict=True):
+            at[s] = v
+        self.known[slots] = True
+
+    def get(self, slots: Sequence[int]) -> list[T]:
+        """The values of ``slots``, all held."""
+        if len(slots) <= 1:
+            return [self.at[s] for s in slots]
+        return list(itemgetter(*slots)(self.at))
+
+    def clear(self) -> None:
+        self.at = [self._blank] * len(self.known)
+        self.known[:] = False
 
 
 class TextColumn:
@@ -40,9 +80,8 @@ class TextColumn:
         """Text of sealed slot ``s``: bytes ``off[s]:off[s + 1]`` of the concatenation."""
         self.tail: list[bytes] = []
         self._tail_bytes = 0
-        self._text_at: list[str] = []
-        """Texts ``many`` decoded, by slot where ``_known`` (a slot's text never changes)."""
-        self._known = np.zeros(0, np.bool_)
+        self._kept: SlotMemo[str] = SlotMemo("")
+        """The texts ``many`` decoded."""
         self._decoded_chars = 0
 
     @classmethod
@@ -116,42 +155,29 @@ class TextColumn:
 
     def many(self, slots: Sequence[int], at: IntArray | None = None) -> list[str]:
         """The texts of ``slots`` (``at``: the same as an array, if the caller has it),
-        decoded once, then kept (``DECODED_CHARS``): a list by slot and a mask of the slots
-        it holds, so a read of slots it knows is one gather."""
+        decoded once, then kept (``SlotMemo``, up to ``DECODED_CHARS``)."""
         if not slots:
             return []
         a = np.asarray(slots, np.int64) if at is None else at
-        known = self._known
-        if len(known) < len(self):  # slots appended since: not decoded yet
-            grow = len(self) - len(known)
-            self._text_at.extend([""] * grow)  # the list first: never shorter than the mask
-            known = self._known = np.concatenate((known, np.zeros(grow, np.bool_)))
-        miss = a[~known[a]]
+        kept = self._kept
+        miss = kept.missing(a, len(self))
         if len(miss):
             missing = list(dict.fromkeys(miss.tolist()))  # a slot may be asked twice
             got = self._decode(missing)
             size = sum(map(len, got))
-            text_at = self._text_at
             if self._decoded_chars + size > DECODED_CHARS:  # start over, keeping these slots
-                keep = list(dict.fromkeys(a[known[a]].tolist()))
-                kept = [text_at[s] for s in keep]
-                text_at = self._text_at = [""] * len(known)
-                known[:] = False
-                for s, t in zip(keep, kept, strict=True):
-                    text_at[s] = t
-                known[keep] = True
-                self._decoded_chars = sum(map(len, kept))
-            for s, t in zip(missing, got, strict=True):
-                text_at[s] = t
-            known[missing] = True
+                keep = list(dict.fromkeys(a[kept.known[a]].tolist()))
+                texts = kept.get(keep)
+                kept.clear()
+                kept.put(keep, texts)
+                self._decoded_chars = sum(map(len, texts))
+            kept.put(missing, got)
             self._decoded_chars += size
-        if len(slots) == 1:
-            return [self._text_at[slots[0]]]
-        return list(itemgetter(*slots)(self._text_at))
+        return kept.get(slots)
 
     def kept(self) -> dict[int, str]:
         """The texts ``many`` holds, by slot (for tests and inspection)."""
-        return {s: self._text_at[s] for s in self._known.nonzero()[0].tolist()}
+        return {s: self._kept.at[s] for s in self._kept.known.nonzero()[0].tolist()}
 
     def _decode(self, slots: Sequence[int]) -> list[str]:
         sealed = self.sealed

@@ -7,9 +7,10 @@
  * the numpy path is ~100 array calls of a few microseconds each; the work itself is tiny.
  *
  * Two functions, over C-contiguous buffers (numpy arrays):
- *   reduce(costs int64[n], values int64[n], density float64[n], budget, cap, prune_from,
- *          window_from, fill_chunk, state int8[n] (out)) -> room
- *       (the last three: packing.PRUNE_FROM, WINDOW_FROM_CELLS, FILL_FROM)
+ *   solve(costs int64[n], values float64[n], budget, cap, prune_from, window_from,
+ *         fill_chunk, state int8[n] (out), scaled int64[n] (out)) -> room
+ *       (prune_from, window_from, fill_chunk: packing.PRUNE_FROM, WINDOW_FROM_CELLS,
+ *       FILL_FROM; see knap_solve)
  *       state[i] = 1: every optimal packing takes item i; 2: left open (the core); 0: no
  *       optimal packing takes it. Returns the room left by the fixed items, or -1 when the
  *       reduction failed (the caller falls back to the numpy path).
@@ -317,7 +318,7 @@ static i64 upper(const i64 *pc, i64 m, i64 x) {
 }
 
 /* The reduction of items 0..n-1 (all eligible: cost <= budget, value > 0): state[i] as in
- * `reduce`, *room_out the room the fixed items leave (-1: none). 0, or -1 out of memory. */
+ * `solve`, *room_out the room the fixed items leave (-1: none). 0, or -1 out of memory. */
 static int reduce_core(const i64 *costs, const i64 *values, const double *density, i64 n,
                        i64 budget, i64 cap, i64 prune_from, i64 window_from, i64 fill_chunk,
                        signed char *state, i64 *room_out) {
@@ -455,36 +456,11 @@ done:
     return status;
 }
 
-static PyObject *knap_reduce(PyObject *self, PyObject *args) {
-    Py_buffer bc, bv, bd, bs;
-    long long budget, cap, prune_from, window_from, fill_chunk;
-    if (!PyArg_ParseTuple(args, "y*y*y*LLLLLw*", &bc, &bv, &bd, &budget, &cap, &prune_from,
-                          &window_from, &fill_chunk, &bs))
-        return NULL;
-    PyObject *ret = NULL;
-    i64 n = bc.len / 8, room = -1;
-    if (bv.len != bc.len || bd.len != bc.len || bs.len != n || bc.len % 8 || budget < 0
-            || fill_chunk < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "reduce: arrays of different lengths, budget < 0 or fill_chunk < 1");
-    } else if (reduce_core(bc.buf, bv.buf, bd.buf, n, budget, cap, prune_from, window_from,
-                           fill_chunk, bs.buf, &room) < 0) {
-        PyErr_NoMemory();
-    } else {
-        ret = PyLong_FromLongLong(room);
-    }
-    PyBuffer_Release(&bc);
-    PyBuffer_Release(&bv);
-    PyBuffer_Release(&bd);
-    PyBuffer_Release(&bs);
-    return ret;
-}
-
 /* solve(costs int64[n], values float64[n], budget, cap, prune_from, window_from, fill_chunk,
  *       state int8[n] (out), scaled int64[n] (out)) -> room
  * pack_positions' exact path from its raw arrays: the eligible items (cost <= budget, value
  * > 0), their values as integers (packing._scaled: rint(value * VALUE_SCALE)) and densities,
- * then `reduce` over them; ineligible items get state 0 and scaled 0. Returns -2 where the
+ * then the reduction (reduce_core) over them; ineligible items get state 0 and scaled 0. Returns -2 where the
  * numpy path must decide (no eligible item, nothing costs anything, or values so large that
  * _scaled would shrink its scale). */
 static PyObject *knap_solve(PyObject *self, PyObject *args) {
@@ -602,8 +578,6 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"reduce", knap_reduce, METH_VARARGS,
-     "reduce(costs, values, density, budget, cap, prune_from, state) -> room (-1: failed)"},
     {"dp", knap_dp, METH_VARARGS, "dp(costs, values, width, chosen) -> None"},
     {"solve", knap_solve, METH_VARARGS,
      "solve(costs, values, budget, cap, prune_from, window_from, fill_chunk, state, scaled)"

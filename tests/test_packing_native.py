@@ -96,15 +96,15 @@ def test_c_path_packs_as_the_numpy_path_on_query_sized_instances(
     assert got.method == "exact"
 
 
-def _reduce(native: ModuleType, items: list[Item], budget: int,
-            prune_from: int = 0) -> tuple[int, np.ndarray]:
+def _solve(native: ModuleType, items: list[Item], budget: int,
+           prune_from: int = 0) -> tuple[int, np.ndarray, np.ndarray]:
+    """``solve`` over ``items`` with a large cap: (room, state, scaled)."""
     costs = np.array([it.cost for it in items], np.int64)
     floats = np.array([it.value for it in items], np.float64)
-    density = np.divide(floats, costs, out=np.full(len(items), np.inf), where=costs > 0)
     state = np.full(len(items), 7, np.int8)
-    room = native.reduce(costs, packing._scaled(floats), density, budget, 10**9, prune_from,
-                         0, 2, state)
-    return room, state
+    scaled = np.full(len(items), 7, np.int64)
+    room = native.solve(costs, floats, budget, 10**9, prune_from, 0, 2, state, scaled)
+    return room, state, scaled
 
 
 @settings(max_examples=300, deadline=None)
@@ -112,9 +112,9 @@ def _reduce(native: ModuleType, items: list[Item], budget: int,
 def test_reduction_fixes_in_only_what_the_optimum_takes_and_out_only_what_it_leaves(
         native: ModuleType, items: list[Item], budget: int) -> None:
     items = [it for it in items if it.cost <= budget and it.value > 0]
-    if not items:
+    if not any(it.cost for it in items):  # left to the numpy code (room -2)
         return
-    room, state = _reduce(native, items, budget)
+    room, state, _ = _solve(native, items, budget)
     assert set(state.tolist()) <= {0, 1, 2}
     optimum = set(pack_full_table([(it.key, it.cost, it.value) for it in items], budget))
     fixed_in = {it.key for it, s in zip(items, state.tolist(), strict=True) if s == 1}
@@ -127,7 +127,7 @@ def test_reduction_fixes_in_only_what_the_optimum_takes_and_out_only_what_it_lea
 def test_reduction_of_a_query_sized_instance_leaves_a_small_core(native: ModuleType) -> None:
     # the point of the reduction: thousands of candidates, a core of tens
     items = [it for it in query_like(random.Random(5), 8_000) if it.value > 0]
-    room, state = _reduce(native, items, 8_000, prune_from=packing.PRUNE_FROM)
+    room, state, _ = _solve(native, items, 8_000, prune_from=packing.PRUNE_FROM)
     assert 0 <= room <= 8_000
     assert 0 < int((state == 2).sum()) < 200
     assert int((state == 1).sum()) > 10
@@ -152,9 +152,9 @@ def test_bad_arguments_are_refused_with_a_clear_error(native: ModuleType) -> Non
     c = np.array([1, 2, 3], np.int64)
     d = np.array([1.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="different lengths"):
-        native.reduce(c, c[:2].copy(), d, 5, 100, 0, 0, 2, np.zeros(3, np.int8))
+        native.solve(c, d[:2].copy(), 5, 100, 0, 0, 2, np.zeros(3, np.int8), c.copy())
     with pytest.raises(ValueError, match="budget < 0"):
-        native.reduce(c, c, d, -1, 100, 0, 0, 2, np.zeros(3, np.int8))
+        native.solve(c, d, -1, 100, 0, 0, 2, np.zeros(3, np.int8), c.copy())
     with pytest.raises(ValueError, match="different lengths"):
         native.dp(c, c, 5, np.zeros(2, np.int8))
     with pytest.raises(ValueError, match="width < 0"):
@@ -178,11 +178,9 @@ def test_solve_reads_the_raw_arrays_as_the_numpy_path_does(native: ModuleType,
                                                            budget: int) -> None:
     # eligibility (cost <= budget, value > 0), _scaled's integers and the reduction of the
     # eligible items, from arrays that also hold items over the budget and worthless ones
+    room, state, scaled = _solve(native, items, budget)
     costs = np.array([it.cost for it in items], np.int64)
     floats = np.array([it.value for it in items], np.float64)
-    state = np.full(len(items), 7, np.int8)
-    scaled = np.full(len(items), 7, np.int64)
-    room = native.solve(costs, floats, budget, 10**9, 0, 0, 2, state, scaled)
     ok = ((costs <= budget) & (floats > 0.0)).nonzero()[0]
     if not len(ok) or not costs[ok].sum():
         assert room == -2
@@ -191,9 +189,11 @@ def test_solve_reads_the_raw_arrays_as_the_numpy_path_does(native: ModuleType,
     out = np.ones(len(items), np.bool_)
     out[ok] = False
     assert not state[out].any() and not scaled[out].any()
-    want_room, want_state = _reduce(native, [items[i] for i in ok.tolist()], budget)
+    # the same as solve over the eligible items alone
+    want_room, want_state, want_scaled = _solve(native, [items[i] for i in ok.tolist()], budget)
     assert room == want_room
     assert state[ok].tolist() == want_state.tolist()
+    assert scaled[ok].tolist() == want_scaled.tolist()
 
 
 def test_solve_leaves_values_near_the_scaling_limit_to_the_numpy_path(

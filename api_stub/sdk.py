@@ -2,7 +2,7 @@
 
 ::
 
-    from hivemind_memory.api_stub.sdk import Memory
+    from hivemind_memory import Memory
 
     mem = Memory("http://127.0.0.1:8080", ns="team-a", token="...")   # or redis://, memory://
     nid = mem.remember("Deploys happen on Tuesdays after 14:00 UTC")
@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -101,6 +101,31 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
                   result=dict(res))
 
 
+class EmbeddedWorker(Protocol):
+    """A worker running in this process (what ``memory://`` needs: no other process can
+    reach its store)."""
+
+    def kick(self) -> None:
+        """Work is waiting (called after every append and query submission)."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop and wait for the worker's thread."""
+
+
+EmbeddedWorkerFactory = Callable[[Any, Any], EmbeddedWorker]
+"""``(settings, store) -> a started EmbeddedWorker``."""
+
+_embedded_worker: EmbeddedWorkerFactory | None = None
+
+
+def use_embedded_worker(factory: EmbeddedWorkerFactory) -> None:
+    """Register how a ``Memory`` over ``memory://`` starts its in-process worker. The SDK
+    sits beside the worker and never imports it; ``hivemind_memory/__init__`` (the package
+    root, above both) injects ``worker.inprocess.start_embedded`` here."""
+    global _embedded_worker
+    _embedded_worker = factory
+
+
 class _Transport:
     """How a Memory reaches hivemind."""
 
@@ -131,10 +156,11 @@ class _StoreTransport(_Transport):
             s = settings if settings is not None else Settings.from_env(redis_url=url)
             client = Client.connect(replace(s, redis_url=url))  # with RQ apart if rq_url
             if url.startswith("memory://"):
-                from hivemind_memory.worker import runtime
-                from hivemind_memory.worker.inprocess import InProcessWorker
-
-                self._worker = InProcessWorker(runtime.build(s, client.store)).start()
+                if _embedded_worker is None:
+                    raise StoreError(
+                        "memory:// runs its worker in this process, and none is registered: "
+                        "import Memory from hivemind_memory (the package root registers it)")
+                self._worker = _embedded_worker(s, client.store)
                 self.on_write = self._worker.kick
         self.client = client
 

@@ -38,7 +38,7 @@ import redis
 from bench.data import Expected, generate
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.reduce import Projection
 from hivemind_memory.projections.state import NoteState, tier_of
 from hivemind_memory.projections.store import keys

@@ -58,7 +58,7 @@ from hivemind_memory.api_stub.protocol.messages import Envelope, parse_request, 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.positions import format_pos
 from hivemind_memory.events.schema import Event, Kind, NoteCreated, NoteForgotten, NoteUsed, Scope
-from hivemind_memory.projections.index import NamespaceIndex
+from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.store.index_loader import load_index, read_snapshot
 from hivemind_memory.projections.store.log import tail
 from hivemind_memory.worker.engine import QueryEngine, run_rank
@@ -326,7 +326,7 @@ def index_rss_mib(redis_url: str, ns: str) -> float:
         "from hivemind_memory.api_stub.protocol.settings import Settings\n"
         "from hivemind_memory.projections.store.connection import connect\n"
         "from hivemind_memory.worker import runtime\n"
-        "from hivemind_memory.projections.index import NamespaceIndex\n"
+        "from hivemind_memory.projections.ranking.index import NamespaceIndex\n"
         "from hivemind_memory.projections.store.index_loader import refresh_index\n"
         "s = Settings.from_env(redis_url=sys.argv[1])\n"
         "rt = runtime.build(s, connect(s.redis_url))\n"

@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from hivemind_memory.projections.config import DEFAULT, RankingConfig
-from hivemind_memory.projections.index import build_index
-from hivemind_memory.projections.packing import Item, pack
-from hivemind_memory.projections.rank_columns import rank_index
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.packing import Item, pack
+from hivemind_memory.projections.ranking.ranker import rank_index
 from hivemind_memory.projections.state import NoteState
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

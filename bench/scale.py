@@ -48,7 +48,7 @@ from bench.data import _WORDS, generate
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import ingest

@@ -8,7 +8,7 @@ from typing import Literal
 import msgspec
 
 from hivemind_memory.events.schema import Kind, Scope
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig
 
 Tier = Literal["longterm", "short", "scratch"]
 

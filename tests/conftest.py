@@ -1,6 +1,6 @@
 """Fixtures: one contract suite per store (fakeredis and a real redis-server started here).
 
-The helpers behind them live in ``tests/support.py``; every fixture that installs a global
+The helpers behind them live in ``tests/support/__init__.py``; every fixture that installs a global
 (the worker runtime) restores it afterwards.
 """
 
@@ -23,11 +23,12 @@ import pytest
 class _MutantsFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Under mutmut (``MUTANT_UNDER_TEST`` set) the tests run inside ``mutants/``, next to
     mutated copies of the product folders. mutmut names a mutant after its file
-    (``projections/recency.py`` -> ``projections.recency``) and its trampolines compare that
-    with the function's ``__module__``, so ``hivemind_memory.X`` is imported as the plain
-    module ``X`` from this tree and the same module object is returned under both names (see
-    tests/MUTATION.md). Folders not copied into ``mutants/`` (``worker``, ``api_stub``) still
-    come from the editable install; their imports of the core land here too."""
+    (``projections/ranking/recency.py`` -> ``projections.ranking.recency``) and its trampolines
+    compare that with the function's ``__module__``, so ``hivemind_memory.X`` is imported as
+    the plain module ``X`` from this tree and the same module object is returned under both
+    names (see tests/MUTATION.md). Folders not copied into ``mutants/`` (``worker``,
+    ``api_stub``) still come from the editable install; their imports of the core land here
+    too."""
 
     def __init__(self, tree: Path) -> None:
         self.tree = tree
@@ -77,6 +78,15 @@ from tests.support import (  # noqa: E402  (after the mutants hook)
     need_binary,
     need_cluster_tools,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The packer the environment asks for (``HIVEMIND_PACKER=numpy`` under mutmut, see
+    tests/MUTATION.md), through the settings like every entry point."""
+    from hivemind_memory.api_stub.protocol.settings import Settings
+    from hivemind_memory.projections.ranking.packing import use_packer
+
+    use_packer(Settings.from_env().packer)
 
 
 @pytest.fixture(autouse=True)

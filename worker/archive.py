@@ -25,14 +25,14 @@ from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError, HivemindError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import EVENT_TYPES, Event
-from hivemind_memory.projections.config import RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.reduce import Undecodable
-from hivemind_memory.projections.store import audit as audit_store
+from hivemind_memory.projections.store import audit_trail as audit_store
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import append, iter_all
 from hivemind_memory.projections.store.readmodel import decode_entry
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker.audit import all_served
+from hivemind_memory.worker.reproduce import all_served
 
 CHUNK = 1000
 """Events per pipelined append on import."""

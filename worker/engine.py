@@ -30,11 +30,11 @@ from hivemind_memory.api_stub.protocol.messages import (
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
-from hivemind_memory.projections.config import RankingConfig
-from hivemind_memory.projections.index import NamespaceIndex, build_index
-from hivemind_memory.projections.rank import RankResult
-from hivemind_memory.projections.rank_columns import BatchMemo, rank_index
-from hivemind_memory.projections.store import audit, results
+from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
+from hivemind_memory.projections.ranking.signals import RankResult
+from hivemind_memory.projections.store import audit_trail, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
@@ -240,7 +240,7 @@ class QueryEngine:
         workers may both file a new one, which readers take as one)."""
         got = self.recorded.get(ns)
         if got is None:
-            got = self.recorded[ns] = audit.recorded(self.r, ns)
+            got = self.recorded[ns] = audit_trail.recorded(self.r, ns)
         return got
 
     def _publish(self, todo: list[Pending], pub: results.Publisher) -> None:
@@ -278,9 +278,9 @@ class QueryEngine:
                 new_cfg = {d: c for d, c in sorted(configs.items()) if d not in have_cfg}
                 new_emb = {d: e for d, e in sorted(embeddings.items()) if d not in have_emb}
                 for digest, cfg in new_cfg.items():
-                    audit.stage_config(p, ns, digest, encode(cfg))
+                    audit_trail.stage_config(p, ns, digest, encode(cfg))
                 for digest, vec in new_emb.items():
-                    audit.stage_embedding(p, ns, digest, encode(vec))
+                    audit_trail.stage_embedding(p, ns, digest, encode(vec))
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb))
 
     def _published(self, ns: str, group: list[Pending], new_cfg: dict[str, RankingConfig],
@@ -329,7 +329,7 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
            body: bytes, seen: str, base_digest: str, embedding: str,
            served_at: datetime) -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
-    (``worker.audit``)."""
+    (``worker.reproduce``)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,
                        method=res.method, chosen=[(n.note_id, n.score) for n in res.notes],

@@ -18,12 +18,14 @@ from __future__ import annotations
 import threading
 
 import structlog
-from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
-from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.ranking.packing import use_packer
+from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.projector import behind, sweep
+from hivemind_memory.worker.projector import behind, enqueue_behind
+from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.inprocess")
 
@@ -31,8 +33,8 @@ POLL_S = 0.05
 """How often the idle thread looks at the queue lengths."""
 
 
-class _ThreadWorker(SimpleWorker):
-    """A SimpleWorker that can run outside the main thread."""
+class _ThreadWorker(HivemindWorker):
+    """hivemind's worker (``SafeJob`` allowlist, JSON, heartbeats) outside the main thread."""
 
     death_penalty_class = TimerDeathPenalty
 
@@ -54,7 +56,7 @@ class InProcessWorker:
         ``memory://PATH`` store) has been projected."""
 
     def start(self) -> InProcessWorker:
-        if not sweep(self.rt.store, self.rt.project_queue):
+        if not enqueue_behind(self.rt.store, self.rt.project_queue):
             self.caught_up.set()
         self._thread.start()
         self.kick()
@@ -85,10 +87,16 @@ class InProcessWorker:
                 return
             try:
                 while self._pending() and not self._stop.is_set():
-                    w = _ThreadWorker(queues, connection=self.rt.rq, serializer=JSONSerializer)
+                    w = _ThreadWorker(queues, connection=self.rt.rq)
                     w.work(burst=True, with_scheduler=False, logging_level="WARNING")
                     self.bursts += 1
                 if not self.caught_up.is_set() and not behind(self.rt.store):
                     self.caught_up.set()
             except Exception:  # keep serving: the next kick retries; the job keeps its retries
                 log.exception("inprocess_worker_error")
+
+
+def start_embedded(settings: Settings, store: Store) -> InProcessWorker:
+    """A started in-process worker over ``store`` (what the SDK runs for ``memory://``)."""
+    use_packer(settings.packer)
+    return InProcessWorker(runtime.build(settings, store)).start()

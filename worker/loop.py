@@ -18,11 +18,11 @@ from typing import Any
 import structlog
 from rq.queue import Queue
 
-from hivemind_memory.projections.store.connection import redact
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.projector import behind, sweep
+from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.worker")
@@ -77,7 +77,7 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
     """
     queues = [rt.query_queue, rt.project_queue]
     name = worker_name()
-    late = sweep(rt.store, rt.project_queue)
+    late = enqueue_behind(rt.store, rt.project_queue)
     log.info("worker_started", name=name, queues=[q.name for q in queues],
              store=redact(rt.settings.redis_url), config_digest=rt.cfg.digest(),
              namespaces=len(namespaces(rt.store)), behind=late, burst=burst,
@@ -87,10 +87,11 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
     first = True
     while True:
         if not first:
-            sweep(rt.store, rt.project_queue)
+            enqueue_behind(rt.store, rt.project_queue)
         first = False
         w = LoopWorker(queues, rt.rq, name=name,
-                       on_idle=None if burst else lambda: sweep(rt.store, rt.project_queue),
+                       on_idle=None if burst else
+                       lambda: enqueue_behind(rt.store, rt.project_queue),
                        idle_s=idle_s)
         try:
             w.work(burst=burst, with_scheduler=False, logging_level="WARNING")

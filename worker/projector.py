@@ -51,7 +51,7 @@ def behind(r: Store) -> list[str]:
     return lagging(r, namespaces(r))
 
 
-def sweep(r: Store, q: Queue) -> list[str]:
+def enqueue_behind(r: Store, q: Queue) -> list[str]:
     """Schedule a projection job for every namespace that is behind (used at worker start)."""
     late = behind(r)
     for ns in late:

@@ -14,7 +14,8 @@ from rq import Queue, get_current_job
 
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.config import RankingConfig, load_config
+from hivemind_memory.projections.ranking.config import RankingConfig, load_config
+from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.types import QueueConn, Store
 
@@ -85,6 +86,7 @@ def current() -> Runtime:
         if job is None:
             raise RuntimeError("no hivemind runtime installed and no current RQ job")
         s = Settings.from_env()
+        use_packer(s.packer)
         # a plain `rq worker`: the job's connection is RQ's; the store is the same Redis
         # unless the settings name another one (always so for a cluster)
         store = job.connection if s.rq_url is None else connect(s.redis_url)

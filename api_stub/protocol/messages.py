@@ -17,8 +17,8 @@ import msgspec
 from hivemind_memory.events.errors import ConfigError, QueryError
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
 from hivemind_memory.events.times import to_utc
-from hivemind_memory.projections.config import DEFAULT, RankingConfig, with_overrides
-from hivemind_memory.projections.rank import NoteSignals
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
+from hivemind_memory.projections.ranking.signals import NoteSignals
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""

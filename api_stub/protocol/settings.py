@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from hivemind_memory.events.errors import ConfigError
+from hivemind_memory.projections.ranking.packing import PACKERS
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.cluster import is_cluster_url
+from hivemind_memory.projections.store.urls import redact
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
@@ -43,6 +45,9 @@ class Settings:
     """How long a query job waits for the projection to reach its submission position."""
     job_timeout_s: int = 600
     """RQ job timeout."""
+    packer: str = "c"
+    """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
+    reference code); the entry points pass it to ``packing.use_packer``."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -61,6 +66,7 @@ class Settings:
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
+            "HIVEMIND_PACKER": ("packer", str),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -75,6 +81,9 @@ class Settings:
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
         s.check_urls()
+        if s.packer not in PACKERS:
+            raise ConfigError(f"HIVEMIND_PACKER / packer must be one of {', '.join(PACKERS)}, "
+                              f"got {s.packer!r}")
         if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")
@@ -84,7 +93,7 @@ class Settings:
         """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,
         and may never name a cluster itself."""
         if self.rq_url is not None and is_cluster_url(self.rq_url):
-            raise ConfigError(f"rq_url {self.rq_url!r} names a Redis Cluster: RQ needs a "
+            raise ConfigError(f"rq_url {redact(self.rq_url)!r} names a Redis Cluster: RQ needs a "
                               "plain Redis (its keys cross slots)")
         if self.rq_url is None and is_cluster_url(self.redis_url):
             raise ConfigError("the store is a Redis Cluster: set HIVEMIND_RQ_URL / --rq-url "

@@ -30,6 +30,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD, append_encoded
 from hivemind_memory.projections.store.types import Store, as_bytes
+from hivemind_memory.projections.store.urls import redact
 
 SCHEMES = ("redis+cluster://", "rediss+cluster://")
 """URL schemes that name a Redis Cluster (the second one with TLS)."""
@@ -44,7 +45,8 @@ def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     """The startup nodes and the connection options of a cluster URL; ``ConfigError`` naming
     what is wrong with it."""
     if not is_cluster_url(url):
-        raise ConfigError(f"{url!r} is not a cluster URL (expected redis+cluster://...)")
+        raise ConfigError(f"{redact(url)!r} is not a cluster URL (expected "
+                          "redis+cluster://...)")
     tls = url.startswith("rediss+")
     rest = url.split("://", 1)[1]
     rest = rest.split("/", 1)[0].split("?", 1)[0]
@@ -61,23 +63,23 @@ def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     for part in rest.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"cluster URL {url!r}: node {part!r} must be host:port")
+            raise ConfigError(f"cluster URL {redact(url)!r}: node {part!r} must be "
+                              "host:port")
         nodes.append(node(host.strip("[]"), int(port)))
     return nodes, opts
 
 
-def connect_cluster(url: str, options: dict[str, Any] | None = None,
-                    shown: str | None = None) -> RedisCluster:
+def connect_cluster(url: str, options: dict[str, Any] | None = None) -> RedisCluster:
     """A cluster client for ``url`` that has already discovered the slot map. ``options``
     are the connection settings every hivemind client gets (``connection.client_options``:
-    timeouts, retries with backoff, health checks); ``shown`` is the URL as errors may print
-    it (without its password)."""
+    timeouts, retries with backoff, health checks). Errors show the URL without its
+    password."""
     nodes, opts = parse_cluster_url(url)
     try:
         rc = RedisCluster(startup_nodes=nodes, **{**(options or {}), **opts})
         rc.ping()
     except (redis.RedisError, ValueError) as exc:
-        raise StoreError(f"cannot connect to the cluster {shown or url}: "
+        raise StoreError(f"cannot connect to the cluster {redact(url)}: "
                          f"{type(exc).__name__}") from None
     return rc
 

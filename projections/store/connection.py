@@ -17,14 +17,12 @@ and retries that silently stretch a timed-out wait to a minute).
   connection the server (or a proxy) dropped is replaced instead of failing a command.
 
 ``redis://``, ``rediss://`` (TLS) and ACL URLs (``redis://user:password@host:port/db``) are
-passed to redis-py as they are; a URL is never printed with its password (``redact``).
+passed to redis-py as they are; a URL is never printed with its password (``urls.redact``).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from urllib.parse import unquote
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -34,6 +32,7 @@ from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store.cluster import connect_cluster, is_cluster_url
 from hivemind_memory.projections.store.embedded import Embedded
 from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.projections.store.urls import redact, scrub
 
 SOCKET_CONNECT_TIMEOUT_S = 5.0
 """TCP (and TLS) connect timeout."""
@@ -51,17 +50,6 @@ HEALTH_CHECK_INTERVAL_S = 15
 """A connection idle this long is PINGed before it is used again."""
 
 _EMBEDDED: dict[str, Embedded] = {}
-_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/]*@)")
-
-
-def redact(url: str) -> str:
-    """``url`` without its password (``redis://user:***@host``), for logs and errors."""
-    m = _USERINFO.match(url)
-    if m is None:
-        return url
-    user, sep, _password = m.group("userinfo")[:-1].partition(":")
-    shown = f"{user}:***@" if sep else "***@"  # no colon: redis-py may read it as a password
-    return m.group("scheme") + shown + url[m.end():]
 
 
 def client_options() -> dict[str, Any]:
@@ -82,7 +70,7 @@ def connect(url: str) -> Store:
     URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``);
     ``redis+cluster://`` / ``rediss+cluster://`` a Redis Cluster (see ``store.cluster``)."""
     if is_cluster_url(url):
-        return connect_cluster(url, client_options(), redact(url))
+        return connect_cluster(url, client_options())
     if url.startswith("memory://"):
         if url not in _EMBEDDED:
             _EMBEDDED[url] = Embedded(url)
@@ -93,7 +81,7 @@ def connect(url: str) -> Store:
     except (redis.RedisError, ValueError) as exc:
         # the exception text may quote the URL (a password with it): say only what failed
         raise StoreError(f"cannot connect to {redact(url)}: {type(exc).__name__}: "
-                         f"{_scrub(str(exc), url)}") from None
+                         f"{scrub(str(exc), url)}") from None
     return r
 
 
@@ -103,19 +91,6 @@ def connect_queue(url: str) -> QueueConn:
     if not isinstance(r, redis.Redis):
         raise StoreError(f"{redact(url)} is a Redis Cluster: RQ needs a plain Redis")
     return r
-
-
-def _scrub(text: str, url: str) -> str:
-    """An error text with any credential of ``url`` replaced by ``***``."""
-    m = _USERINFO.match(url)
-    if m is None:
-        return text
-    user, sep, password = m.group("userinfo")[:-1].partition(":")
-    secrets = {password, unquote(password)} if sep else {user, unquote(user)}
-    text = text.replace(url, redact(url))
-    for secret in sorted(secrets - {""}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def close_embedded(url: str) -> None:

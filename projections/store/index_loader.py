@@ -22,8 +22,8 @@ from collections.abc import Callable
 import redis
 
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
-from hivemind_memory.projections.index import NamespaceIndex
-from hivemind_memory.projections.snapshot import decode_index, snapshot_fields
+from hivemind_memory.projections.ranking.index import NamespaceIndex
+from hivemind_memory.projections.ranking.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store, as_bytes, newest_pos, stream_entries

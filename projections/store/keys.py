@@ -8,7 +8,7 @@ connection (plain Redis; RQ does not run on Cluster); queue names are in
 
 from __future__ import annotations
 
-from hivemind_memory.projections.snapshot import SNAPSHOT_VERSION
+from hivemind_memory.projections.ranking.snapshot import SNAPSHOT_VERSION
 
 PREFIX = "hm"
 """Prefix of every hivemind key."""
@@ -95,7 +95,7 @@ def query_embeddings(ns: str) -> str:
 
 
 def index_snapshot(ns: str) -> str:
-    """The worker's index of the namespace as one hash (``projections.snapshot``),
+    """The worker's index of the namespace as one hash (``projections.ranking.snapshot``),
     versioned; written lazily by a worker after a full load, deleted by ``replay``'s
     write-back."""
     return f"{_ns(ns)}:index:v{SNAPSHOT_VERSION}"

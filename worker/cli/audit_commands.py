@@ -1,5 +1,6 @@
 """CLI commands of the audit trail: ``audit list|reproduce``, ``export``, ``import``, ``sweep``,
-``show``. Thin: the work is in ``worker.audit``, ``worker.archive`` and ``worker.sweep``."""
+``show``. Thin: the work is in ``worker.reproduce``, ``worker.archive`` and
+``worker.config_sweep``."""
 
 from __future__ import annotations
 
@@ -13,21 +14,21 @@ from tqdm import tqdm
 
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.config import load_config
+from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import archive, runtime
-from hivemind_memory.worker import sweep as sweeping
-from hivemind_memory.worker.audit import (
+from hivemind_memory.worker import config_sweep as sweeping
+from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
+from hivemind_memory.worker.reproduce import (
     Auditor,
     Reproduction,
-    Served,
+    ServedEntry,
     all_served,
     list_served,
     note_history,
 )
-from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 
 _json = msgspec.json.Encoder()
 
@@ -90,7 +91,7 @@ def cmd_audit(args: argparse.Namespace, s: Settings) -> int:
     return _audit_reproduce(args, s)
 
 
-def _summary(x: Served) -> dict[str, Any]:
+def _summary(x: ServedEntry) -> dict[str, Any]:
     d: dict[str, Any] = msgspec.to_builtins(x.event)
     return {"audit_id": x.audit_id, "live": x.live, **d}
 
@@ -233,7 +234,7 @@ def cmd_sweep(args: argparse.Namespace, s: Settings) -> int:
     bar = None
     if sys.stderr.isatty():
         bar = tqdm(total=len(served), unit="q", desc="sweep", file=sys.stderr)
-    rows = sweeping.sweep(auditor, served, combos,
+    rows = sweeping.sweep_configs(auditor, served, combos,
                           on_query=(lambda: bar.update(1)) if bar is not None else None)
     if bar is not None:
         bar.close()

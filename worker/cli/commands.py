@@ -19,8 +19,8 @@ from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_na
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
-from hivemind_memory.projections import curves
-from hivemind_memory.projections.config import load_config
+from hivemind_memory.projections.ranking import curves
+from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.cluster import append_encoded_replicated

@@ -25,7 +25,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryResult
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.rank import ScoredNote
+from hivemind_memory.projections.ranking.signals import ScoredNote
 from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import ingest

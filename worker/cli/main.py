@@ -14,6 +14,7 @@ import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
+from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import audit_commands, commands, serve
 from hivemind_memory.worker.cli.args import (
@@ -182,7 +183,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves"):
         return int(handler(args))
-    return int(handler(args, _settings(args)))
+    s = _settings(args)
+    use_packer(s.packer)
+    return int(handler(args, s))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,8 +15,8 @@ from typing import Any
 import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.api_stub.tokens import TokenTable, load_tokens
-from hivemind_memory.projections.store.connection import redact
+from hivemind_memory.api_stub.server.tokens import TokenTable, load_tokens
+from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker.cli.args import fail
 
 log = structlog.get_logger("hivemind.serve")
@@ -34,7 +34,7 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass
-class Served:
+class ServerApp:
     """An assembled server: the ASGI app and what must be stopped with it."""
 
     app: Any
@@ -47,12 +47,12 @@ class Served:
 
 
 def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1",
-          max_body: int | None = None, query_timeout_s: float = 30.0) -> Served:
+          max_body: int | None = None, query_timeout_s: float = 30.0) -> ServerApp:
     """Connect, start the in-process worker on the embedded store, assemble HTTP + MCP."""
     from hivemind_memory.api_stub.client import Client
-    from hivemind_memory.api_stub.http import MAX_BODY_BYTES, ServerOptions, create_app
-    from hivemind_memory.api_stub.mcp import build_server, token_resolver
     from hivemind_memory.api_stub.sdk import Memory
+    from hivemind_memory.api_stub.server.http import MAX_BODY_BYTES, ServerOptions, create_app
+    from hivemind_memory.api_stub.server.mcp import build_server, token_resolver
     from hivemind_memory.worker import runtime
     from hivemind_memory.worker.inprocess import InProcessWorker
 
@@ -79,7 +79,7 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     [route] = [r for r in star.routes if getattr(r, "path", None) == "/mcp"]
     opts.mcp_app = route.app  # type: ignore[attr-defined]  # the Route's ASGI endpoint
     opts.mcp_lifespan = mcp.session_manager.run
-    return Served(create_app(client, opts), client, worker)
+    return ServerApp(create_app(client, opts), client, worker)
 
 
 def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
@@ -109,8 +109,8 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, s: Settings) -> int:
-    from hivemind_memory.api_stub.mcp import build_server, fixed_resolver
     from hivemind_memory.api_stub.sdk import Memory
+    from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
 
     mem = Memory(s.redis_url, ns=args.ns, agent=args.agent, timeout=args.timeout, settings=s)
     try:

@@ -1,0 +1,1 @@
+../../api_stub/public/__init__.py

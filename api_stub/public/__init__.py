@@ -1,0 +1,33 @@
+"""hivemind: event-sourced shared memory for AI agents. The public face of the package::
+
+    from hivemind_memory import Memory
+
+    mem = Memory("memory://", ns="team-a", agent="alice")   # or http://..., redis://...
+    mem.remember("Deploys happen on Tuesdays after 14:00 UTC")
+    print(mem.recall("when do we deploy?", budget=500).context)
+
+This module is the package root (``api_stub/public/__init__.py``, installed as
+``hivemind_memory/__init__.py``). It sits above the client side and the worker side and wires
+them together: the SDK never imports the worker, so the in-process worker that ``memory://``
+needs is injected here.
+"""
+
+from __future__ import annotations
+
+from hivemind_memory.api_stub import sdk
+from hivemind_memory.api_stub.sdk import AsyncMemory, Memory, Recall, RecalledNote
+from hivemind_memory.events.errors import (
+    AccessDenied,
+    EventError,
+    HivemindError,
+    QueryError,
+    QueryTimeout,
+    StoreError,
+    TooLarge,
+)
+from hivemind_memory.worker.inprocess import start_embedded
+
+sdk.use_embedded_worker(start_embedded)
+
+__all__ = ["AccessDenied", "AsyncMemory", "EventError", "HivemindError", "Memory",
+           "QueryError", "QueryTimeout", "Recall", "RecalledNote", "StoreError", "TooLarge"]

@@ -1,0 +1,564 @@
+"""``hivemind serve``: the HTTP JSON API (Starlette on uvicorn). No ranking here: every endpoint
+validates, checks the token, and calls the Python client or reads the store.
+
+Why Starlette + msgspec rather than Litestar: the MCP SDK already brings Starlette and uvicorn
+(so no second framework), the MCP streamable-HTTP app mounts into it as is, and the contract's
+error object, status codes and body caps are ours to write instead of a framework's to
+override. The OpenAPI document is built from the same msgspec structs the code validates with.
+
+Identity: the agent of every event and query is the bearer token's. A body may omit
+``agent`` (and ``ns``); if it names them they must match (another agent: 403, another
+namespace: 422). Without a tokens file the server is for one trusted user on loopback: the
+agent is whatever the body names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import anyio.to_thread
+import msgspec
+import redis
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.messages import (
+    MAX_BUDGET,
+    QueryResult,
+    ns_of,
+    parse_request,
+)
+from hivemind_memory.api_stub.server.tokens import OPEN_GRANT, Grant, Right, TokenTable
+from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout
+from hivemind_memory.events.schema import (
+    ID_PATTERN,
+    NS_PATTERN,
+    Embedding,
+    Event,
+    UtcDatetime,
+)
+from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.state import NoteRow, note_row
+from hivemind_memory.projections.store import keys, results
+from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
+from hivemind_memory.projections.store.log import tail
+from hivemind_memory.projections.store.readmodel import checkpoint, read_notes
+from hivemind_memory.projections.store.results import AUDIT_FIELD
+from hivemind_memory.worker import metrics
+
+log = structlog.get_logger("hivemind.http")
+
+MAX_BODY_BYTES = 1024 * 1024
+"""Largest request body (bytes) by default; ``--max-body`` changes it. Over it: 413."""
+MAX_EVENTS = 1000
+"""Most events in one ``POST .../events``; more: 413."""
+MAX_QUERIES = 100
+"""Most queries in one ``POST .../queries``; more: 413."""
+MAX_WAIT_S = 30.0
+"""Longest ``?wait=`` of ``GET .../results/{id}``."""
+MAX_AUDIT = 1000
+"""Most audit entries in one ``GET .../audit``."""
+
+
+class ApiError(Exception):
+    """An error answered as the contract's ``{"error": {"code", "message"}}``."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# -- bodies (the OpenAPI document is generated from these) ------------------------------------
+class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A query; ``ns`` and ``agent`` come from the path and the token (if given, must match)."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=16_384)]
+    budget: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUDGET)]
+    as_of: UtcDatetime | None = None
+    explain: bool = False
+    embedding: Embedding | None = None
+    config: dict[str, Any] | None = None
+    ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] | None = None
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+
+
+class Appended(msgspec.Struct):
+    appended: int
+
+
+class ErrorDetail(msgspec.Struct):
+    code: str
+    message: str
+
+
+class ErrorResponse(msgspec.Struct):
+    error: ErrorDetail
+
+
+class Health(msgspec.Struct):
+    ok: bool
+    detail: str = ""
+
+
+class AuditEntry(msgspec.Struct):
+    id: str
+    event: dict[str, Any]
+
+
+@dataclass
+class ServerOptions:
+    """What ``create_app`` needs besides the client."""
+
+    tokens: TokenTable | None = None
+    """None: no authentication (loopback only, the CLI enforces it)."""
+    max_body: int = MAX_BODY_BYTES
+    query_timeout_s: float = 30.0
+    on_write: Callable[[], None] = field(default=lambda: None)
+    """Called after an append or a query submission (wakes an in-process worker)."""
+    workers_alive: Callable[[], int] | None = None
+    """How many workers serve the queues (default: RQ's registered workers)."""
+    caught_up: Callable[[], bool] = field(default=lambda: True)
+    """False while the read model is still being rebuilt after a start (readyz: 503)."""
+    mcp_app: ASGIApp | None = None
+    """The MCP streamable-HTTP app to mount at ``/mcp`` (token-checked here first)."""
+    mcp_lifespan: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None
+
+
+_json = msgspec.json.Encoder()
+
+
+def _respond(obj: Any, status: int = 200) -> Response:
+    return Response(_json.encode(obj), status_code=status, media_type="application/json")
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(_json.encode(ErrorResponse(ErrorDetail(code, message))), status_code=status,
+                    media_type="application/json", headers=headers)
+
+
+class Api:
+    """The endpoints, bound to one client and options."""
+
+    def __init__(self, client: Client, opts: ServerOptions) -> None:
+        self.client = client
+        self.opts = opts
+        self.cfg = load_config(client.settings.config_path)
+        """The ranking config the notes listing computes tiers with."""
+
+    # -- helpers ---------------------------------------------------------------------------
+    def grant(self, request: Request) -> Grant:
+        """The caller's grant (401 without a known bearer token)."""
+        return grant_of(self.opts.tokens, request.headers.get("authorization"))
+
+    def authorize(self, request: Request, right: Right) -> tuple[str, Grant]:
+        g = self.grant(request)  # 401 before anything else is looked at
+        ns = request.path_params["ns"]
+        if not re.fullmatch(NS_PATTERN, ns):
+            raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
+        if not g.may(ns, right):
+            raise ApiError(403, "forbidden",
+                           f"this token lacks the {right} right in namespace {ns!r}")
+        return ns, g
+
+    async def body(self, request: Request) -> Any:
+        cl = request.headers.get("content-length")
+        if cl is not None and cl.isdigit() and int(cl) > self.opts.max_body:
+            raise ApiError(413, "too_large", f"request body over {self.opts.max_body} bytes")
+        chunks: list[bytes] = []
+        n = 0
+        async for chunk in request.stream():
+            n += len(chunk)
+            if n > self.opts.max_body:
+                raise ApiError(413, "too_large", f"request body over {self.opts.max_body} bytes")
+            chunks.append(chunk)
+        try:
+            return msgspec.json.decode(b"".join(chunks))
+        except msgspec.DecodeError as exc:
+            raise ApiError(400, "malformed_json", f"body is not JSON: {exc}") from exc
+
+    @staticmethod
+    def identity(g: Grant, claimed: Any, where: str) -> str:
+        """The agent to act as: the token's; a body naming another agent is refused."""
+        if not g.agent:  # open (no tokens): the body names the agent
+            if claimed is None:
+                return ""
+            if not isinstance(claimed, str):
+                raise ApiError(422, "invalid_request", f"{where}.agent must be a string")
+            return claimed
+        if claimed is not None and claimed != g.agent:
+            raise ApiError(403, "forbidden_agent",
+                           f"{where}.agent is {claimed!r} but this token is agent {g.agent!r}")
+        return g.agent
+
+    @staticmethod
+    def same_ns(ns: str, claimed: Any, where: str) -> None:
+        if claimed is not None and claimed != ns:
+            raise ApiError(422, "invalid_request",
+                           f"{where}.ns is {claimed!r} but the path names namespace {ns!r}")
+
+    def query_request(self, ns: str, g: Grant, obj: Any, where: str
+                      ) -> dict[str, Any] | QueryError:
+        """The request to submit, or (in a batch) the ``QueryError`` that takes its place.
+
+        Who and where (agent, namespace) are checked for the whole request; a batch item that
+        is otherwise invalid gets its error object in place, as in ``hivemind batch``."""
+        if not isinstance(obj, dict):
+            raise ApiError(422, "invalid_request", f"{where} must be a JSON object")
+        self.same_ns(ns, obj.get("ns"), where)
+        req = {**obj, "ns": ns, "agent": self.identity(g, obj.get("agent"), where)}
+        try:
+            parse_request(req)
+        except QueryError as exc:
+            err = QueryError(exc.code, f"{where}: {exc.message}")
+            if where == "query":
+                raise ApiError(422, err.code, err.message) from exc
+            return err
+        return req
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(fn)
+
+    # -- endpoints -------------------------------------------------------------------------
+    async def events(self, request: Request) -> Response:
+        ns, g = self.authorize(request, "write")
+        data = await self.body(request)
+        if not isinstance(data, list):
+            raise ApiError(422, "invalid_request", "body must be a JSON array of events")
+        if len(data) > MAX_EVENTS:
+            raise ApiError(413, "too_large", f"{len(data)} events; at most {MAX_EVENTS} a request")
+        evs: list[Event] = []
+        for i, obj in enumerate(data):
+            where = f"events[{i}]"
+            if not isinstance(obj, dict):
+                raise ApiError(422, "invalid_event", f"{where}: an event must be a JSON object")
+            self.same_ns(ns, obj.get("ns"), where)
+            agent = self.identity(g, obj.get("agent"), where)
+            ev = {**obj, "ns": ns}
+            if agent:
+                ev["agent"] = agent
+            try:
+                evs.append(parse_json_event(_json.encode(ev)))
+            except EventError as exc:
+                raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
+        if evs:
+            await self.run(lambda: self.client.append(evs))
+            self.opts.on_write()
+        return _respond(Appended(len(evs)))
+
+    async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
+        def go() -> list[bytes]:
+            ids = self.client.submit_batch(reqs)
+            self.opts.on_write()
+            return list(self.client.batch_results(ids, self.opts.query_timeout_s))
+
+        return list(await self.run(go))
+
+    async def query(self, request: Request) -> Response:
+        ns, g = self.authorize(request, "query")
+        [body] = await self._answer([self.query_request(ns, g, await self.body(request),
+                                                        "query")])
+        obj = msgspec.json.decode(body)
+        if "error" in obj:
+            code = obj["error"]["code"]
+            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504}.get(
+                code, 500)
+            return Response(body, status_code=status, media_type="application/json")
+        return Response(body, media_type="application/json")
+
+    async def queries(self, request: Request) -> Response:
+        ns, g = self.authorize(request, "query")
+        data = await self.body(request)
+        if not isinstance(data, list):
+            raise ApiError(422, "invalid_request", "body must be a JSON array of queries")
+        if len(data) > MAX_QUERIES:
+            raise ApiError(413, "too_large",
+                           f"{len(data)} queries; at most {MAX_QUERIES} a request")
+        reqs = [self.query_request(ns, g, obj, f"queries[{i}]") for i, obj in enumerate(data)]
+        bodies = await self._answer(reqs) if reqs else []
+        return Response(b"[" + b",".join(bodies) + b"]", media_type="application/json")
+
+    async def result(self, request: Request) -> Response:
+        ns, g = self.authorize(request, "query")
+        qid = request.path_params["query_id"]
+        try:
+            if ns_of(qid) != ns:
+                raise ApiError(404, "not_found", f"query {qid!r} is not in namespace {ns!r}")
+        except QueryError as exc:
+            raise ApiError(404, "not_found", exc.message) from exc
+        raw_wait = request.query_params.get("wait", "0")
+        try:
+            wait = float(raw_wait)
+        except ValueError:
+            raise ApiError(400, "invalid_request", f"wait={raw_wait!r} is not a number") from None
+        if not 0 <= wait <= MAX_WAIT_S:
+            raise ApiError(400, "invalid_request", f"wait must be within 0..{MAX_WAIT_S:g}")
+
+        def get() -> bytes | None:
+            body = results.read_result(self.client.store, ns, qid)
+            if body is None and wait > 0:
+                results.wait_done(self.client.store, ns, qid, wait)
+                body = results.read_result(self.client.store, ns, qid)
+            return body
+
+        body = await self.run(get)
+        if body is not None and g.agent and "admin" not in g.rights:
+            owner = msgspec.json.decode(body).get("agent")
+            if owner is not None and owner != g.agent:
+                body = None  # another agent's answer (it may hold their private notes)
+        if body is None:
+            raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
+        return Response(body, media_type="application/json")
+
+    def wait_projected(self, ns: str) -> None:
+        """Block until the worker has projected every event appended before now (read your
+        writes for the notes view); 504 after ``query_timeout_s``. Waits, never projects."""
+        store = self.client.store
+        target = tail(store, ns)
+        deadline = time.monotonic() + self.opts.query_timeout_s
+        after = changes_tail(store, ns)
+        while checkpoint(store, ns) < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ApiError(504, "catch_up_timeout",
+                               f"namespace {ns!r} not projected in time (is a worker running?)")
+            after = wait_for_change(store, ns, after, min(remaining, 1.0))
+
+    async def notes(self, request: Request) -> Response:
+        ns, _ = self.authorize(request, "admin")
+
+        def read() -> dict[str, Any]:
+            self.wait_projected(ns)
+            return read_notes(self.client.store, ns)
+
+        notes = await self.run(read)
+        return _respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
+
+    async def audit(self, request: Request) -> Response:
+        ns, _ = self.authorize(request, "admin")
+        raw_limit = request.query_params.get("limit", "100")
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_AUDIT:
+            raise ApiError(400, "invalid_request", f"limit must be an integer 1..{MAX_AUDIT}")
+        entries = await self.run(lambda: self.client.store.xrevrange(
+            keys.audit(ns), count=int(raw_limit)))
+        out = [AuditEntry(eid.decode(), msgspec.json.decode(f.get(AUDIT_FIELD, b"{}")))
+               for eid, f in reversed(entries)]
+        return _respond(out)
+
+    async def healthz(self, request: Request) -> Response:
+        return _respond(Health(True))
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        body = await self.run(metrics.render)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
+    async def readyz(self, request: Request) -> Response:
+        def check() -> Health:
+            try:
+                self.client.store.ping()
+            except redis.RedisError as exc:
+                return Health(False, f"store unreachable: {exc}")
+            if self.opts.workers_alive is not None:
+                n = self.opts.workers_alive()
+            else:
+                from rq import Worker
+
+                n = len(Worker.all(connection=self.client.rq))
+            if n < 1:
+                return Health(False, "no worker is running (start `hivemind worker`)")
+            if not self.opts.caught_up():
+                return Health(False, "rebuilding the read model from the log")
+            return Health(True, f"{n} worker(s)")
+
+        h = await self.run(check)
+        return _respond(h, 200 if h.ok else 503)
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def docs(self, request: Request) -> Response:
+        return HTMLResponse(docs_page())
+
+
+def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
+    """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
+    if tokens is None:
+        return OPEN_GRANT
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
+    g = tokens.lookup(authorization[7:].strip())
+    if g is None:
+        raise ApiError(401, "unauthorized", "unknown token")
+    return g
+
+
+class _McpGate:
+    """Checks the bearer token before a request reaches the MCP app."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenTable | None) -> None:
+        self.app, self.tokens = app, tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            hdrs = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            try:
+                grant_of(self.tokens, hdrs.get("authorization"))
+            except ApiError as exc:
+                await _error(exc.status, exc.code, exc.message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except ApiError as exc:
+            return _error(exc.status, exc.code, exc.message)
+        except QueryTimeout as exc:
+            return _error(504, "timeout", str(exc))
+        except redis.RedisError as exc:
+            log.warning("store_error", error=str(exc))
+            return _error(503, "store_unavailable", f"the store failed: {type(exc).__name__}")
+
+    return endpoint
+
+
+def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
+    """The ASGI application of ``hivemind serve``."""
+    opts = opts or ServerOptions()
+    api = Api(client, opts)
+    metrics.watch_store(client.store, client.rq)
+    ns = "/v1/ns/{ns}"
+    routes: list[BaseRoute] = [
+        Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
+        Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
+        Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
+        Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
+        Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
+        Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
+        Route("/healthz", _wrap(api.healthz), methods=["GET"]),
+        Route("/metrics", _wrap(api.metrics), methods=["GET"]),
+        Route("/readyz", _wrap(api.readyz), methods=["GET"]),
+        Route("/openapi.json", _wrap(api.openapi), methods=["GET"]),
+        Route("/docs", _wrap(api.docs), methods=["GET"]),
+    ]
+    if opts.mcp_app is not None:
+        routes.append(Route("/mcp", endpoint=_McpGate(opts.mcp_app, opts.tokens)))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if opts.mcp_lifespan is not None:
+            async with opts.mcp_lifespan():
+                yield
+        else:
+            yield
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                     lifespan=lifespan)
+
+
+# -- OpenAPI -----------------------------------------------------------------------------------
+_EVENT_DOC = ("An event in the `hivemind ingest` format; `ns` and `agent` may be omitted (the "
+              "path and the token supply them) and must match when present.")
+
+
+def openapi_document() -> dict[str, Any]:
+    """OpenAPI 3.1 for the API, its schemas generated from the msgspec structs."""
+    (refs, comps) = msgspec.json.schema_components(
+        [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
+         list[NoteRow], list[AuditEntry]],
+        ref_template="#/components/schemas/{name}")
+    for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
+        c = comps[name]
+        c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
+        c["description"] = _EVENT_DOC
+    events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
+        notes_ref, audit_ref = refs
+    err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
+
+    def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
+        return {"description": desc, "content": {"application/json": {"schema": schema}}}
+
+    ns_param = {"name": "ns", "in": "path", "required": True,
+                "schema": {"type": "string", "pattern": NS_PATTERN}}
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
+    errs = {str(s): err for s in (400, 401, 403, 404, 413, 422, 503, 504)}
+
+    def op(summary: str, responses: dict[str, Any], body: dict[str, Any] | None = None,
+           params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        o: dict[str, Any] = {"summary": summary, "parameters": [ns_param, *(params or [])],
+                             "responses": {**responses, **errs}, "security": secured}
+        if body is not None:
+            o["requestBody"] = {"required": True,
+                                "content": {"application/json": {"schema": body}}}
+        return o
+
+    p = "/v1/ns/{ns}"
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "hivemind", "version": "1",
+                 "description": "Event-sourced shared memory for AI agents."},
+        "paths": {
+            f"{p}/events": {"post": op(
+                "Append events (all or nothing; 422 names the index and field)",
+                {"200": ok(appended_ref)}, body=events_ref)},
+            f"{p}/query": {"post": op(
+                "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
+                body=query_ref)},
+            f"{p}/queries": {"post": op(
+                "Many queries; results (or error objects) in order",
+                {"200": ok({"type": "array", "items": {}})}, body=queries_ref)},
+            f"{p}/results/{{query_id}}": {"get": op(
+                "A result by id (404 until it exists)", {"200": ok(result_ref)},
+                params=[{"name": "query_id", "in": "path", "required": True,
+                         "schema": {"type": "string"}},
+                        {"name": "wait", "in": "query", "required": False,
+                         "schema": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_S}}])},
+            f"{p}/notes": {"get": op(
+                "The projected notes, once every event appended before the request is "
+                "projected (admin)", {"200": ok(notes_ref)})},
+            f"{p}/audit": {"get": op(
+                "The newest audit entries, oldest first (admin)", {"200": ok(audit_ref)},
+                params=[{"name": "limit", "in": "query", "required": False,
+                         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT}}])},
+            "/healthz": {"get": {"summary": "The process is up",
+                                 "responses": {"200": ok(health_ref)}}},
+            "/readyz": {"get": {"summary": "The store answers and a worker runs",
+                                "responses": {"200": ok(health_ref), "503": ok(health_ref)}}},
+        },
+        "components": {"schemas": comps,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def docs_page() -> str:
+    """A plain page listing the endpoints (no external assets)."""
+    doc = openapi_document()
+    rows = "".join(
+        f"<tr><td><code>{m.upper()}</code></td><td><code>{html.escape(path)}</code></td>"
+        f"<td>{html.escape(o.get('summary', ''))}</td></tr>"
+        for path, ops in doc["paths"].items() for m, o in ops.items())
+    return ("<!doctype html><title>hivemind API</title><h1>hivemind API</h1>"
+            "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a>. "
+            "Send <code>Authorization: Bearer TOKEN</code>.</p>"
+            f"<table>{rows}</table>")

@@ -1,0 +1,145 @@
+"""The worker's in-memory index of one namespace: note rows and lexical statistics. Pure: it
+is filled by ``projections.store.index_loader`` (full load, then incremental refresh from the
+changes stream) or from an in-memory fold (``--as-of``).
+
+Every field of every note lives in the columns (``projections.ranking.columns``): arrays, texts in
+UTF-8 chunks, embeddings as arrays; ``notes`` is a read-only view that builds a ``NoteState``
+only for the note read. So 100k notes cost no Python object each besides their ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hivemind_memory.events.positions import ZERO, Position
+from hivemind_memory.projections.ranking.columns import (
+    Columns,
+    FloatArray,
+    IntArray,
+    NotesView,
+    TermCache,
+)
+from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.state import NoteState
+
+
+@dataclass
+class NamespaceIndex:
+    """The notes of one namespace as a columnar table (``projections.ranking.columns``)."""
+
+    ns: str
+    cols: Columns = field(default_factory=Columns)
+    """Interned terms, postings and one array per field; BM25 per visible corpus."""
+    checkpoint: Position = ZERO
+    changes_seen: Position | None = None
+    """Id of the last changes entry folded in (None: never loaded)."""
+    full_loads: int = 0
+    snapshot_loads: int = 0
+    incremental_notes: int = 0
+    _vectors: dict[int, tuple[IntArray, Any, Any]] = field(default_factory=dict)
+    """Per embedding dimension: slots, their embeddings as one matrix, and their norms."""
+    _dirty_dims: set[int] = field(default_factory=set)
+
+    @property
+    def notes(self) -> NotesView:
+        """Note id -> ``NoteState`` (read-only; each built from the columns when read)."""
+        return NotesView(self.cols)
+
+    def put(self, note: NoteState) -> None:
+        """Add or replace one note (a forgotten note leaves the lexical index)."""
+        s = self.cols.slot.get(note.note_id)
+        old = None if s is None else self.cols.vec.get(s)
+        if old is not None:
+            self._dirty_dims.add(len(old))
+        if note.embedding is not None:
+            self._dirty_dims.add(len(note.embedding))
+        self.cols.put(note)
+
+    def reset(self, notes: Iterable[NoteState], checkpoint: Position,
+              changes_seen: Position, *, ordered: bool = False) -> None:
+        """Replace everything with ``notes`` (a full load), put in note id order (``ordered``:
+        they come in that order already, and are then consumed one at a time)."""
+        self.cols = Columns.bulk(notes if ordered else sorted(notes, key=lambda n: n.note_id))
+        self._vectors = {}
+        self._dirty_dims = {len(v) for v in self.cols.vec.values()}
+        self.checkpoint = checkpoint
+        self.changes_seen = changes_seen
+        self.full_loads += 1
+
+    def update(self, notes: Iterable[NoteState], checkpoint: Position,
+               changes_seen: Position) -> None:
+        """Apply the new states of some notes (an incremental refresh)."""
+        n = 0
+        for note in notes:
+            self.put(note)
+            n += 1
+        self.cols.compact()
+        self.incremental_notes += n
+        self.checkpoint = max(self.checkpoint, checkpoint)
+        self.changes_seen = changes_seen
+
+    def indexed(self) -> int:
+        """How many live notes the lexical index holds."""
+        return self.cols.shared_n + sum(self.cols.private_n.values())
+
+    def _matrix(self, dim: int) -> tuple[IntArray, Any, Any]:
+        if dim in self._dirty_dims or dim not in self._vectors:
+            cols = self.cols
+            ids, live, vec = cols.ids, cols.live, cols.vec
+            # live notes with an embedding of this dimension, in note id order
+            got = sorted((ids[s], s) for s, v in vec.items() if live[s] and len(v) == dim)
+            m = np.array([vec[s] for _, s in got], dtype=np.float64).reshape(len(got), dim)
+            slots = np.array([s for _, s in got], dtype=np.int64)
+            self._vectors[dim] = (slots, m, np.sqrt(np.einsum("ij,ij->i", m, m)))
+            self._dirty_dims.discard(dim)
+        return self._vectors[dim]
+
+    def relevance_slots(self, text: str, embedding: Sequence[float] | None,
+                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None
+                        ) -> tuple[IntArray, FloatArray]:
+        """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
+        ``cols`` and their relevance: the one relevance rule, used by every query (live and
+        ``--as-of``).
+
+        Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
+        carry embeddings of the same dimension, computed with numpy over one matrix per
+        dimension (its last bit may differ across CPUs and BLAS builds: see
+        ``projections.ranking.relevance``); BM25 (``Columns.bm25``, equal to the tests'
+        ``scores_over``) otherwise. BM25 statistics come from the notes ``agent`` may see
+        (shared + its own private ones) and other agents' private notes get no lexical score
+        at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.
+        """
+        lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
+        if embedding is None:
+            return lex_slots, lex
+        slots, m, norms = self._matrix(len(embedding))
+        q = np.asarray(embedding, dtype=np.float64)
+        qn = float(np.sqrt(np.dot(q, q)))
+        with_vec = np.zeros(len(self.cols), np.bool_)
+        with_vec[slots] = True
+        keep = ~with_vec[lex_slots]
+        lex_slots, lex = lex_slots[keep], lex[keep]
+        if not len(slots) or qn == 0.0:
+            return lex_slots, lex
+        dots = np.einsum("ij,j->i", m, q)
+        denom = norms * qn
+        cos = np.clip(np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0), 0.0, 1.0)
+        pos = cos > 0.0
+        return np.concatenate((lex_slots, slots[pos])), np.concatenate((lex, cos[pos]))
+
+    def relevance(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
+                  agent: str = "") -> dict[str, float]:
+        """``relevance_slots`` keyed by note id."""
+        slots, rel = self.relevance_slots(text, embedding, cfg, agent)
+        ids = self.cols.ids
+        return {ids[s]: v for s, v in zip(slots.tolist(), rel.tolist(), strict=True)}
+
+
+def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:
+    """An index over a given note set (``--as-of`` queries fold their own)."""
+    idx = NamespaceIndex(ns)
+    idx.reset(notes.values(), ZERO, ZERO)
+    return idx

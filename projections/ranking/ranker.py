@@ -1,0 +1,176 @@
+"""The ranking pipeline over a ``NamespaceIndex``'s columns: the rule of the per-note
+reference ``tests.support.reference.rank``, vectorised. Pure: ``now`` and the config are arguments.
+
+Tier, age, recency and score are computed with numpy over the candidates' slots, with the
+same IEEE operations in the same order as ``rank`` (``age_days``, ``recency``), except the
+power ``0.5 ** (age / half_life)``: numpy's vectorised ``power`` may differ from the C
+library's ``pow`` in the last bit (it does on AVX-512 machines), so it goes through
+``math.pow`` one candidate at a time. Packing runs on arrays (``pack_positions``); only the
+packed notes (and, with ``explain``, every candidate) become result structs. A differential
+test checks that the result equals ``rank`` over the same notes and relevance.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from itertools import repeat, starmap
+
+import numpy as np
+
+from hivemind_memory.projections.ranking.columns import (
+    Columns,
+    FloatArray,
+    IntArray,
+    TermCache,
+    micros,
+)
+from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
+from hivemind_memory.projections.ranking.index import NamespaceIndex
+from hivemind_memory.projections.ranking.ordering import by_score, order
+from hivemind_memory.projections.ranking.packing import pack_positions
+from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
+from hivemind_memory.projections.ranking.signals import (
+    DECIMALS,
+    PRINTS_AS_ZERO,
+    NoteSignals,
+    RankResult,
+    ScoredNote,
+)
+from hivemind_memory.projections.state import Tier
+
+_TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
+
+
+class BatchMemo:
+    """What the queries of a batch share, filled as they need it: recency per slot of tables
+    at one instant (the queries share ``now`` and, mostly, their candidates, so each
+    ``math.pow`` runs once per note and batch instead of once per query) and each query
+    word's BM25 part (``Columns.bm25``'s cache); the texts and creation times of the notes
+    they return are kept by the table itself (``TextColumn.many``, ``Columns.created``).
+    Valid only while the tables do not change (a query job refreshes its indexes before
+    ranking any query); entries are keyed by the table object (held, so its id is never
+    reused), and recency also by ``now`` and the decay settings."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
+                       tuple[Columns, FloatArray]] = {}
+        self._tables: dict[int, tuple[Columns, TermCache]] = {}
+
+    def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
+        """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed
+        yet."""
+        key = (id(cols), now_us, cfg.short, cfg.scratch, cfg.longterm_uses)
+        got = self._by.get(key)
+        if got is None or len(got[1]) != len(cols):
+            got = self._by[key] = (cols, np.full(len(cols), np.nan))
+        return got[1]
+
+    def _table(self, cols: Columns) -> tuple[Columns, TermCache]:
+        got = self._tables.get(id(cols))
+        if got is None:
+            got = self._tables[id(cols)] = (cols, {})
+        return got
+
+    def terms(self, cols: Columns) -> TermCache:
+        """The BM25 parts of the query words seen so far on ``cols``."""
+        return self._table(cols)[1]
+
+
+_SCALE = 10.0**DECIMALS
+
+
+def rounded(x: FloatArray) -> list[float]:
+    """``[round(v, DECIMALS) for v in x]``, vectorised: ``rint(v * 10**DECIMALS) / 10**DECIMALS``
+    is that (the division of two exact integers-as-floats rounds once, to the double nearest
+    the decimal, as ``round`` does) unless ``v * 10**DECIMALS`` was rounded across a half;
+    it is off by at most half an ulp, so only products that close to a half go through
+    ``round`` itself."""
+    y = x * _SCALE
+    out: list[float] = (np.rint(y) / _SCALE).tolist()
+    near = (np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0)).nonzero()[0]
+    for i in near.tolist():
+        out[i] = round(float(x[i]), DECIMALS)
+    return out
+
+
+def _tier_age(cols: Columns, s: IntArray, now_us: int,
+              cfg: RankingConfig) -> tuple[IntArray, FloatArray]:
+    """Tier code (0 short, 1 scratch, 2 longterm: ``tier_of``) and age in days (``age_days``:
+    ``(now - created_at).total_seconds() / SECONDS_PER_DAY``, clamped at 0) of slots ``s``."""
+    tier = np.where(cols.uses[s] >= cfg.longterm_uses, 2, np.where(cols.scratch[s], 1, 0))
+    age = np.maximum(((now_us - cols.created_us[s]) / 1e6) / SECONDS_PER_DAY, 0.0)
+    return tier, age
+
+
+def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
+    """``recency`` of each (tier code, age): ``math.pow`` per note (see the module docstring),
+    the rest in numpy."""
+    rec = np.ones(len(tier), np.float64)
+    for code, decay in ((0, cfg.short), (1, cfg.scratch)):
+        at = (tier == code).nonzero()[0]
+        if len(at):
+            x = (np.maximum(age[at], 0.0) / decay.half_life_days).tolist()
+            p = np.fromiter(map(math.pow, repeat(0.5), x), np.float64, len(x))
+            rec[at] = decay.floor + (1.0 - decay.floor) * p
+    return rec
+
+
+def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
+               now: datetime, budget: int, cfg: RankingConfig,
+               explain: bool = True, memo: BatchMemo | None = None) -> RankResult:
+    """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
+    from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
+    the queries of a batch over unchanged indexes."""
+    cols = idx.cols
+    keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
+            & cols.visible(agent)[slots])
+    s = slots[keep]
+    rel = relevance[keep]
+    now_us = micros(now)
+    if memo is None:
+        rec = _recency(*_tier_age(cols, s, now_us, cfg), cfg)
+    else:  # tier and age only where the memo has no recency yet
+        known = memo.array(cols, now_us, cfg)
+        rec = known[s]
+        miss = np.isnan(rec).nonzero()[0]
+        if len(miss):
+            rec[miss] = _recency(*_tier_age(cols, s[miss], now_us, cfg), cfg)
+            known[s[miss]] = rec[miss]
+    score = rel * rec
+    ids = cols.ids
+    costs = cols.tokens[s] + cfg.per_note_overhead_tokens
+    packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
+                            cfg.exact_max_cells)
+    if explain:
+        at = np.arange(len(s))
+        flags = np.zeros(len(s), np.bool_)
+        flags[packed.at] = True
+        chosen = flags.tolist()
+    else:  # only the packed notes become structs
+        at = packed.at
+    sa = s[at]
+    shown = sa.tolist()
+    tier, age = _tier_age(cols, sa, now_us, cfg)
+    texts, created = cols.texts.many(shown, sa), cols.created(sa, shown)
+    # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
+    m = len(at)
+    four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split
+    fields = ([ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
+              four[:m], four[m:2 * m], four[2 * m:3 * m],
+              [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), four[3 * m:],
+              created)
+    if explain:
+        every = list(starmap(ScoredNote, zip(*fields, chosen, strict=True)))
+        picked = [c.signals() for c in every if c.chosen]
+        candidates = by_score(every)
+    else:  # a packed note as the result lists it
+        picked = list(starmap(NoteSignals, zip(*fields, strict=True)))
+        candidates = []
+    return RankResult(
+        used=packed.total_cost,
+        method=packed.method,
+        upper_bound=round(packed.upper_bound, DECIMALS),
+        notes=order(picked, cfg.order),
+        candidates=candidates,
+    )

@@ -1,0 +1,63 @@
+"""What a ranking returns: the result structs and the rounding rule. The ranking itself is
+``projections.ranking.ranker.rank_index`` (pure: ``now`` and the config are arguments); the
+per-note pipeline it replaced lives on in ``tests/support/reference.py`` as the reference the tests
+compare it with.
+
+Floats in the output are rounded to 6 decimals so the JSON is byte-identical across machines;
+packing uses the unrounded scores. Ordering and the candidate list use the rounded scores (then
+note id), so what a reader sees is consistent with the order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from hivemind_memory.projections.ranking.packing import Method
+from hivemind_memory.projections.state import Tier
+
+DECIMALS = 6
+"""Output floats are rounded to this many decimals."""
+PRINTS_AS_ZERO = 0.5 * 10.0**-DECIMALS
+"""A relevance at or below this rounds to 0.0 at ``DECIMALS`` (so it is no candidate)."""
+
+
+class NoteSignals(msgspec.Struct, frozen=True):
+    """A packed note as a result lists it: every signal that ranked it (the contract's
+    ``notes`` fields, in order)."""
+
+    note_id: str
+    text: str
+    tokens: int
+    cost: int
+    score: float
+    relevance: float
+    recency: float
+    tier: Tier
+    uses: int
+    age_days: float
+    created_at: datetime
+
+    def signals(self) -> NoteSignals:
+        """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
+        return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
+                           self.relevance, self.recency, self.tier, self.uses, self.age_days,
+                           self.created_at)
+
+
+class ScoredNote(NoteSignals, frozen=True):
+    """A candidate: the signals plus whether the packer chose it (``candidates`` fields)."""
+
+    chosen: bool
+
+
+class RankResult(msgspec.Struct, frozen=True):
+    """The packed notes in context order (their signals, as a result lists them), and every
+    candidate with its signals and whether it was packed."""
+
+    used: int
+    method: Method
+    upper_bound: float
+    notes: list[NoteSignals]
+    candidates: list[ScoredNote]

@@ -1,0 +1,161 @@
+"""An index snapshot: a ``NamespaceIndex`` (columns, texts, embeddings, positions) as a few
+raw byte strings (the fields of one Redis hash), so a worker start or reset loads it in one
+read, without re-tokenizing a note or building a Python object per note. Pure; stored by
+``projections.store.index_loader``.
+
+Layout (``SNAPSHOT_VERSION`` 2): ``meta`` (msgpack: version, namespace, positions, slot
+count, agents, the first slot of each text chunk); ``ids`` and ``terms`` (``\\n``-joined
+UTF-8: neither a note id nor a term can hold a newline); one field per per-slot array and per
+CSR array (raw little-endian buffers of a fixed dtype); ``text_off`` plus one field per text
+chunk (``text.0``, ``text.1``, ...: no field is larger than a chunk or the postings, which
+bounds what a reader holds twice while the reply is parsed); ``vec_slot`` / ``vec_off`` /
+``vec_val`` for the embeddings. Loading is ``np.frombuffer`` over the reply: the CSR base and
+the texts are used in place (never written: compaction and sealing replace them), the small
+per-slot arrays are copied (``put`` writes them).
+
+The columns are compacted and the texts sealed first. ``SNAPSHOT_VERSION`` changes whenever
+the layout (or the tokenizer) changes; a snapshot of another version is ignored (and rebuilt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from itertools import pairwise
+
+import msgspec
+import numpy as np
+
+from hivemind_memory.events.positions import format_pos, parse_pos
+from hivemind_memory.projections.ranking.columns import SLOT_ARRAYS, Columns
+from hivemind_memory.projections.ranking.index import NamespaceIndex
+from hivemind_memory.projections.ranking.texts import TextColumn
+
+SNAPSHOT_VERSION = 2
+"""Layout version of a snapshot (part of its Redis key, and checked on decode). Version 1
+was one msgpack blob holding every ``NoteState``."""
+
+
+class Meta(msgspec.Struct, frozen=True, array_like=True):
+    """The small part of a snapshot (field ``meta``)."""
+
+    version: int
+    ns: str
+    checkpoint: str
+    changes_seen: str
+    slots: int
+    agents: list[str]
+    """Agents in id order."""
+    text_first: list[int]
+    """First slot of each text chunk (field ``text.K``)."""
+    tf_dtype: str
+    """dtype of ``base_tf``: the narrowest of ``u1``, ``<u2``, ``<i4`` that holds them."""
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_meta = msgspec.msgpack.Decoder(Meta).decode
+_CSR: dict[str, type[np.generic]] = {"base_ptr": np.int64, "base_slot": np.int32}
+_TF_DTYPES: dict[str, type[np.generic]] = {"u1": np.uint8, "<u2": np.uint16, "<i4": np.int32}
+
+
+def _le(a: np.ndarray, dtype: type[np.generic]) -> bytes:
+    return np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+
+
+def _view(b: bytes, dtype: type[np.generic], n: int | None = None) -> np.ndarray:
+    """``b`` as a read-only array of ``dtype`` (no copy on a little-endian machine)."""
+    a = np.frombuffer(b, dtype=np.dtype(dtype).newbyteorder("<"))
+    if n is not None and len(a) != n:
+        raise ValueError(f"{len(a)} values where {n} were expected")
+    return a if a.dtype == np.dtype(dtype) else a.astype(dtype)
+
+
+def _lines(b: bytes) -> list[str]:
+    return b.decode().split("\n") if b else []
+
+
+def encode_index(idx: NamespaceIndex) -> dict[bytes, bytes]:
+    """The snapshot of ``idx`` as hash fields (``snapshot_fields`` in a dict)."""
+    return dict(snapshot_fields(idx))
+
+
+def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
+    """The snapshot of ``idx``, one hash field at a time (so a writer holds one field's
+    bytes, not all of them); it compacts ``idx``'s columns and seals its texts first. ``idx``
+    must have been loaded and must not change until the last field."""
+    assert idx.changes_seen is not None
+    cols = idx.cols
+    cols.compact(force=True)
+    n = len(cols)
+    chunks, first, off = cols.texts.parts()
+    top = int(cols.base_tf.max()) if len(cols.base_tf) else 0
+    tf_dtype = "u1" if top < 1 << 8 else "<u2" if top < 1 << 16 else "<i4"
+    yield b"meta", _encode(Meta(
+        version=SNAPSHOT_VERSION, ns=idx.ns, checkpoint=format_pos(idx.checkpoint),
+        changes_seen=format_pos(idx.changes_seen), slots=n, agents=list(cols.agents),
+        text_first=first, tf_dtype=tf_dtype))
+    yield b"ids", "\n".join(cols.ids).encode()
+    yield b"terms", "\n".join(cols.terms).encode()
+    for k, t in SLOT_ARRAYS.items():
+        yield k.encode(), _le(getattr(cols, k)[:n], t)
+    for k, t in _CSR.items():
+        yield k.encode(), _le(getattr(cols, k), t)
+    yield b"base_tf", _le(cols.base_tf, _TF_DTYPES[tf_dtype])
+    yield b"text_off", _le(off, np.int64)
+    for i, chunk in enumerate(chunks):
+        yield b"text.%d" % i, chunk
+    vec_slots = sorted(s for s in cols.vec if s < n)
+    vecs = [cols.vec[s] for s in vec_slots]
+    vec_off = np.zeros(len(vecs) + 1, np.int64)
+    np.cumsum([len(v) for v in vecs], out=vec_off[1:])
+    yield b"vec_slot", _le(np.array(vec_slots, np.int64), np.int64)
+    yield b"vec_off", _le(vec_off, np.int64)
+    yield b"vec_val", _le(np.concatenate(vecs) if vecs else np.zeros(0), np.float64)
+
+
+def decode_index(fields: Mapping[bytes, bytes], ns: str) -> NamespaceIndex | None:
+    """The index in ``fields``, or None when it is of another version or namespace (or not a
+    snapshot at all, or damaged): the caller then loads in full."""
+    try:
+        meta = _decode_meta(fields[b"meta"])
+        if meta.version != SNAPSHOT_VERSION or meta.ns != ns:
+            return None
+        return _decode(fields, meta)
+    except (KeyError, ValueError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _decode(fields: Mapping[bytes, bytes], meta: Meta) -> NamespaceIndex:
+    n = meta.slots
+    cols = Columns()
+    cols.ids = _lines(fields[b"ids"])
+    if len(cols.ids) != n:
+        raise ValueError("ids do not match the slot count")
+    cols.slot = dict(zip(cols.ids, range(n), strict=True))  # a later slot of an id wins
+    terms = _lines(fields[b"terms"])
+    cols.terms = dict(zip(terms, range(len(terms)), strict=True))
+    cols.agents = {a: i for i, a in enumerate(meta.agents)}
+    for k, t in SLOT_ARRAYS.items():  # written in place by put: copied
+        setattr(cols, k, _view(fields[k.encode()], t, n).copy())
+    # the CSR base is only ever replaced (by compaction), never written: no copy
+    cols.base_ptr = _view(fields[b"base_ptr"], np.int64, len(terms) + 1)
+    cols.base_slot = _view(fields[b"base_slot"], np.int32)
+    cols.base_tf = _view(fields[b"base_tf"], _TF_DTYPES[meta.tf_dtype], len(cols.base_slot))
+    if int(cols.base_ptr[-1]) != len(cols.base_slot):
+        raise ValueError("postings do not match their pointers")
+    cols.texts = TextColumn.from_parts(
+        [fields[b"text.%d" % i] for i in range(len(meta.text_first))], meta.text_first,
+        _view(fields[b"text_off"], np.int64, n + 1))
+    vec_slot = _view(fields[b"vec_slot"], np.int64).tolist()
+    vec_off = _view(fields[b"vec_off"], np.int64, len(vec_slot) + 1).tolist()
+    vec_val = _view(fields[b"vec_val"], np.float64, vec_off[-1])
+    if any(not 0 <= x < n for x in vec_slot) or any(
+            a > b for a, b in pairwise(vec_off)):
+        raise ValueError("embeddings do not match the slots")
+    cols.vec = {s: vec_val[vec_off[i]:vec_off[i + 1]] for i, s in enumerate(vec_slot)}
+    cols._recount()
+    idx = NamespaceIndex(meta.ns)
+    idx.cols = cols
+    idx._dirty_dims = {len(v) for v in cols.vec.values()}
+    idx.checkpoint = parse_pos(meta.checkpoint)
+    idx.changes_seen = parse_pos(meta.changes_seen)
+    return idx

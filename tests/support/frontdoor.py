@@ -1,0 +1,125 @@
+"""Helpers of the front-door tests: a server on a real socket (in this process, or the
+``hivemind serve`` command) and a small HTTP caller."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.api_stub.server.tokens import TokenTable
+from hivemind_memory.projections.store.connection import close_embedded
+from hivemind_memory.worker.cli.serve import ServerApp, build
+from tests.support import HIVEMIND, free_port
+
+ALICE = "alice-secret-000000000"
+BOB = "bob-secret-00000000000"
+OPS = "ops-secret-00000000000"
+OTHER = "other-ns-secret-000000"
+TOKENS = TokenTable.from_entries([
+    {"secret": ALICE, "ns": ["team-a"], "agent": "alice", "rights": ["write", "query"]},
+    {"secret": BOB, "ns": ["team-a"], "agent": "bob", "rights": ["write", "query"]},
+    {"secret": OPS, "ns": ["*"], "agent": "ops", "rights": ["write", "query", "admin"]},
+    {"secret": OTHER, "ns": ["team-b"], "agent": "carol", "rights": ["write", "query"]},
+])
+
+
+def call(base: str, method: str, path: str, body: Any = None, token: str | None = None,
+         raw: bytes | None = None, headers: dict[str, str] | None = None
+         ) -> tuple[int, Any]:
+    """``(status, decoded JSON body)`` of one request."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@dataclass
+class Live:
+    """A server in this process on a free port (uvicorn in a thread)."""
+
+    base: str
+    served: ServerApp
+    server: uvicorn.Server
+    thread: threading.Thread
+    store_url: str
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.served.close()
+        if self.store_url.startswith("memory://"):
+            close_embedded(self.store_url)  # closes and unlocks the log file
+
+
+def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
+               max_body: int | None = None, query_timeout_s: float = 30.0) -> Live:
+    served = build(Settings.from_env({}, redis_url=store_url), tokens, max_body=max_body,
+                   query_timeout_s=query_timeout_s)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(served.app, host="127.0.0.1", port=port,
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)  # waiting for the server thread to bind its socket
+    return Live(f"http://127.0.0.1:{port}", served, server, thread, store_url)
+
+
+@dataclass
+class ServeProc:
+    """``hivemind serve`` as its own process."""
+
+    proc: subprocess.Popen[bytes]
+    base: str
+    stderr: Path
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def start_serve(args: list[str], cwd: Path, port: int) -> ServeProc:
+    """Run ``hivemind serve ARGS --port PORT`` in ``cwd``; return once /healthz answers."""
+    err = cwd / f"serve-{port}.err"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+    with err.open("wb") as fh:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([*HIVEMIND, "serve", *args, "--port", str(port)], cwd=cwd,
+                                stdout=subprocess.DEVNULL, stderr=fh, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/healthz", timeout=2):
+                return ServeProc(proc, base, err)
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("hivemind serve did not start: "
+                                   + err.read_text(errors="replace")[-2000:]) from None
+            time.sleep(0.05)  # waiting for an external process to open its port

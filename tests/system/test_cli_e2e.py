@@ -1,0 +1,181 @@
+"""The CLI as a user runs it, against a private redis-server: a worker in one process,
+ingest and query from others."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import HIVEMIND
+from tests.support.factories import created, forgotten, jsonl, used
+
+pytestmark = pytest.mark.redis_server
+
+
+def run(url: str, *args: str, stdin: str | None = None, timeout: float = 60,
+        **env: str) -> subprocess.CompletedProcess[str]:
+    e = {**os.environ, "HIVEMIND_REDIS_URL": url, **env}
+    return subprocess.run([*HIVEMIND, *args], input=stdin, capture_output=True, text=True,
+                          env=e, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def worker(server: str) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "HIVEMIND_REDIS_URL": server}
+    p = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    yield p
+    p.terminate()
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def test_ingest_then_query_from_another_shell_sees_the_new_note(
+        server: str, worker: Any, tmp_path: Path) -> None:
+    f = tmp_path / "ev.jsonl"
+    f.write_text(jsonl([created("n1", text="the deploy key lives in vault"),
+                        created("n2", text="lunch at noon")]))
+    r = run(server, "ingest", str(f))
+    assert r.returncode == 0, r.stderr
+    q = run(server, "query", "the deploy key", "--ns", "t", "--budget", "100",
+            "--json", "--timeout", "30")
+    assert q.returncode == 0, q.stderr + q.stdout
+    res = json.loads(q.stdout)
+    assert [n["note_id"] for n in res["notes"]] == ["n1"]
+    # written a moment before the next query, by yet another process
+    r = run(server, "ingest", "-", stdin=jsonl([created("n3", text="deploy key rotated")]))
+    assert r.returncode == 0, r.stderr
+    q = run(server, "query", "deploy key", "--ns", "t", "--budget", "100", "--json")
+    assert {n["note_id"] for n in json.loads(q.stdout)["notes"]} == {"n1", "n3"}
+    q = run(server, "query", "deploy key", "--ns", "t", "--budget", "100")
+    assert q.returncode == 0 and "used " in q.stdout and "n3" in q.stdout
+
+
+def test_ingest_exit_codes_and_all_or_nothing(server: str, tmp_path: Path) -> None:
+    f = tmp_path / "ev.jsonl"
+    f.write_text(jsonl([created("n1")]) + '{"type":"note.used","event_id":"x"}\n')
+    r = run(server, "ingest", str(f), "--no-schedule")
+    assert r.returncode == 1 and "line 2" in r.stderr and "nothing appended" in r.stderr
+    notes = run(server, "replay", "--ns", "t", "--verify")
+    assert "0 live note(s), 0 rebuilt" in notes.stdout
+    r = run(server, "ingest", str(f), "--skip-invalid", "--no-schedule")
+    assert r.returncode == 1 and "appended 1" in r.stderr
+    r = run(server, "ingest", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    r = run(server, "ingest", str(tmp_path))
+    assert r.returncode == 2 and "Is a directory" in r.stderr and "Traceback" not in r.stderr
+    r = run(server, "batch", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "cannot read" in r.stderr
+    r = run("redis://127.0.0.1:1/0", "ingest", str(f))
+    assert r.returncode == 2 and "cannot connect" in r.stderr
+
+
+def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
+    f = tmp_path / "ev.jsonl"
+    f.write_text(jsonl([created("a", scope="private", kind="scratch", tokens=42),
+                        *[used("a", f"u{i}") for i in range(5)], used("a", "u0"),
+                        created("b"), forgotten("b", "fb")]))
+    assert run(server, "ingest", str(f)).returncode == 0
+    b = run(server, "worker", "--burst")
+    assert b.returncode == 0, b.stderr
+    assert '"event": "projection_batch"' in b.stderr
+    out = run(server, "notes", "--ns", "t", "--json")
+    rows = [json.loads(x) for x in out.stdout.splitlines()]
+    assert list(rows[0]) == ["note_id", "agent", "scope", "kind", "tokens",
+                                          "created_at", "uses", "last_used_at", "tier",
+                                          "forgotten", "text"]
+    a, bb = rows
+    assert (a["uses"], a["tier"], a["scope"], a["kind"], a["tokens"]) == \
+        (5, "longterm", "private", "scratch", 42)
+    assert bb["forgotten"] is True
+    assert run(server, "replay", "--ns", "t", "--verify").returncode == 0
+    # another ranking config is not drift: the read model holds facts, tiers come from the
+    # config of whoever lists the notes
+    cfg = tmp_path / "ten.toml"
+    cfg.write_text("longterm_uses = 10\n")
+    assert run(server, "replay", "--ns", "t", "--verify", "--config", str(cfg)).returncode == 0
+    rows10 = [json.loads(x) for x in run(server, "notes", "--ns", "t", "--json", "--config",
+                                         str(cfg)).stdout.splitlines()]
+    assert (rows10[0]["uses"], rows10[0]["tier"]) == (5, "scratch")
+    import redis
+
+    redis.Redis.from_url(server).hdel("hm:{t}:notes", "a")
+    v = run(server, "replay", "--ns", "t", "--verify")
+    assert v.returncode == 1 and "1 difference" in v.stdout
+    assert run(server, "replay", "--ns", "t").returncode == 0
+    assert run(server, "replay", "--ns", "t", "--verify").returncode == 0
+    asof = run(server, "replay", "--ns", "t", "--as-of", "2026-01-01T12:00:00Z")
+    assert [json.loads(x)["uses"] for x in asof.stdout.splitlines()] == [0, 0]
+
+
+def test_query_errors_and_batch(server: str, tmp_path: Path) -> None:
+    q = run(server, "query", "x", "--ns", "t", "--budget", "0", "--json")
+    assert q.returncode == 1
+    err = json.loads(q.stdout)
+    assert err["error"]["code"] == "invalid_request" and "budget" in err["error"]["message"]
+    q = run(server, "query", "x", "--ns", "t", "--budget", "5", "--timeout", "0.3")
+    assert q.returncode == 1 and "timeout" in q.stdout  # no worker: a clear timeout, no hang
+    assert run(server, "ingest", "-", stdin=jsonl([created("n1", text="alpha")])).returncode == 0
+    bf = tmp_path / "q.jsonl"
+    bf.write_text('{"ns":"t","text":"alpha","budget":10}\nnot json\n'
+                  '{"ns":"t","text":"alpha","budget":10,"agent":"bad agent"}\n'
+                  '{"ns":"t","text":"beta","budget":10}\n')
+    env = {**os.environ, "HIVEMIND_REDIS_URL": server}
+    w = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        b = run(server, "batch", str(bf), "--timeout", "30")
+    finally:
+        w.terminate()
+        w.wait(timeout=15)
+    out, errtxt = b.stdout, b.stderr
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert len(lines) == 4 and b.returncode == 1, errtxt
+    assert [n["note_id"] for n in lines[0]["notes"]] == ["n1"]
+    assert "line 2" in lines[1]["error"]["message"]
+    assert "line 3" in lines[2]["error"]["message"] and "agent" in lines[2]["error"]["message"]
+    assert lines[3]["notes"] == []
+    assert "2 error(s)" in errtxt
+
+
+def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
+        redis_factory: Any, tmp_path: Path) -> None:
+    rp = redis_factory(appendonly=False)
+    rp.client().config_set("maxmemory", "2mb")
+    f = tmp_path / "big.jsonl"
+    f.write_text(jsonl([created(f"n{i}", text="x" * 500) for i in range(20_000)]))
+    r = run(rp.url, "ingest", str(f))
+    assert r.returncode == 2, r.stderr[-500:]
+    assert "then the store failed" in r.stderr and "maxmemory" in r.stderr
+    assert "Traceback" not in r.stderr and "XADD" not in r.stderr
+    # issue 8: the count said is the exact count in the log (it was under-reported)
+    said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
+    db = rp.client()
+    assert said == db.xlen("hm:{t}:events") > 0
+    # a NEW namespace hitting maxmemory mid-append: exact count, and if anything landed the
+    # namespace is registered and scheduled, so a worker projects it
+    g = tmp_path / "fresh.jsonl"
+    g.write_text(jsonl([created(f"m{i}", ns="fresh", text="y" * 500) for i in range(3000)]))
+    db.config_set("maxmemory", str(int(db.info("memory")["used_memory"]) + 150_000))
+    r = run(rp.url, "ingest", str(g))
+    assert r.returncode == 2, r.stderr[-500:]
+    said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
+    assert said == db.xlen("hm:{fresh}:events") > 0, r.stderr
+    assert db.sismember("hm:namespaces", "fresh")
+    assert db.exists("hm:{fresh}:scheduled")
+    db.config_set("maxmemory", "0")
+    w = run(rp.url, "worker", "--burst")
+    assert w.returncode == 0, w.stderr[-2000:]
+    for ns in ("t", "fresh"):
+        assert db.get(f"hm:{{{ns}}}:checkpoint") == db.xrevrange(
+            f"hm:{{{ns}}}:events", count=1)[0][0]

@@ -1,0 +1,349 @@
+"""The HTTP API over a real socket: the README's curl session as written, token isolation,
+caps, validation, and a ``serve`` on ``memory://PATH`` that keeps its data across a restart."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from hivemind_memory.api_stub.server.http import MAX_EVENTS
+from tests.support import IN_CI, RedisProc, free_port
+from tests.support.frontdoor import (
+    ALICE,
+    BOB,
+    OPS,
+    OTHER,
+    Live,
+    call,
+    start_live,
+    start_serve,
+)
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+AS_OF = "2026-06-01T00:00:00Z"
+
+
+def created(eid: str, nid: str, text: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "note.created", "event_id": eid, "note_id": nid,
+            "at": "2026-05-01T09:00:00Z", "text": text, **kw}
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    srv = start_live(f"memory://{tmp_path / 'store'}", max_body=64 * 1024)
+    yield srv
+    srv.stop()
+
+
+# -- the README ------------------------------------------------------------------------------
+def _session() -> tuple[str, list[tuple[str, str]]]:
+    """The tokens file and the ``(command, expected output)`` pairs of the README session."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("### A curl session")
+    section = text[start:text.index("\n### ", start + 5)]
+    toml = re.search(r"```toml\n(.*?)```", section, re.S)
+    console = re.search(r"```console\n(.*?)```", section, re.S)
+    assert toml and console
+    steps: list[tuple[str, str]] = []
+    lines = console.group(1).splitlines()
+    i = 0
+    while i < len(lines):
+        assert lines[i].startswith("$ "), lines[i]
+        cmd = lines[i][2:]
+        i += 1
+        while True:  # a command goes on until its quotes close
+            try:
+                shlex.split(cmd)
+                break
+            except ValueError:
+                cmd += "\n" + lines[i]
+                i += 1
+        out = []
+        while i < len(lines) and not lines[i].startswith("$ "):
+            out.append(lines[i])
+            i += 1
+        steps.append((cmd, "\n".join(out)))
+    return toml.group(1), steps
+
+
+def test_readme_curl_session(tmp_path: Path) -> None:
+    if shutil.which("curl") is None:
+        if IN_CI:
+            pytest.fail("curl not found (CI=true: the README session must run)")
+        pytest.skip("curl not found")
+    tokens, steps = _session()
+    (tmp_path / "tokens.toml").write_text(tokens)
+    serve_cmd, _ = steps[0]
+    assert serve_cmd.startswith("hivemind serve ") and serve_cmd.endswith(" &")
+    port = free_port()
+    srv = start_serve(shlex.split(serve_cmd[len("hivemind serve "):-2]), tmp_path, port)
+    try:
+        script = ""
+        for cmd, expected in steps[1:]:
+            script += cmd.replace("localhost:8080", f"127.0.0.1:{port}") + "\n"
+            if not expected:  # an assignment: carried into the next commands
+                continue
+            got = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                                 timeout=60, check=False)
+            script = "\n".join(line for line in script.splitlines()
+                               if re.match(r"^[A-Z]+=", line)) + "\n"
+            assert got.returncode == 0, got.stderr
+            assert got.stdout.strip() == expected.strip(), cmd
+    finally:
+        srv.stop()
+    # uvicorn shuts down gracefully, then re-raises SIGTERM to exit by it
+    assert srv.proc.returncode in (0, -15), srv.stderr.read_text()
+
+
+# -- tokens bind identity ---------------------------------------------------------------------
+def test_tokens_isolate_namespaces_agents_and_private_notes(live: Live) -> None:
+    b = live.base
+    ok = call(b, "POST", "/v1/ns/team-a/events", [
+        created("e1", "shared-deploy", "deploys happen on tuesday"),
+        created("e2", "alice-secret", "alice private deploy password hint", scope="private"),
+    ], token=ALICE)
+    assert ok == (200, {"appended": 2})
+
+    # wrong namespace: neither write nor read
+    st, body = call(b, "POST", "/v1/ns/team-b/events", [created("x", "x", "x")], token=ALICE)
+    assert st == 403 and body["error"]["code"] == "forbidden"
+    st, body = call(b, "POST", "/v1/ns/team-a/query", {"text": "deploy", "budget": 100},
+                    token=OTHER)
+    assert st == 403
+    assert call(b, "GET", "/v1/ns/team-a/notes", token=ALICE)[0] == 403  # admin only
+    # no token, unknown token
+    assert call(b, "POST", "/v1/ns/team-a/query", {"text": "d", "budget": 1})[0] == 401
+    assert call(b, "POST", "/v1/ns/team-a/query", {"text": "d", "budget": 1},
+                token="nope-nope-nope-nope")[0] == 401
+
+    # a body claiming another agent is refused, for events and for queries
+    st, body = call(b, "POST", "/v1/ns/team-a/events",
+                    [created("e3", "n3", "bob pretends", agent="alice")], token=BOB)
+    assert st == 403 and body["error"]["code"] == "forbidden_agent"
+    st, body = call(b, "POST", "/v1/ns/team-a/query",
+                    {"text": "password", "budget": 100, "agent": "alice"}, token=BOB)
+    assert st == 403 and body["error"]["code"] == "forbidden_agent"
+    st, body = call(b, "POST", "/v1/ns/team-a/queries",
+                    [{"text": "deploy", "budget": 100},
+                     {"text": "password", "budget": 100, "agent": "alice"}], token=BOB)
+    assert st == 403
+
+    # bob never gets alice's private note: not in notes, not among explained candidates
+    for q in ({"text": "alice private deploy password hint", "budget": 1000, "explain": True},
+              {"text": "deploy", "budget": 1000, "as_of": AS_OF, "explain": True}):
+        st, res = call(b, "POST", "/v1/ns/team-a/query", q, token=BOB)
+        assert st == 200, res
+        seen = {n["note_id"] for n in res["notes"]} | {
+            c["note_id"] for c in res.get("candidates") or []}
+        assert "alice-secret" not in seen
+        assert res["agent"] == "bob"
+    st, res = call(b, "POST", "/v1/ns/team-a/query", {"text": "password", "budget": 1000},
+                   token=ALICE)
+    assert st == 200 and [n["note_id"] for n in res["notes"]] == ["alice-secret"]
+    # ... nor alice's answer by its id
+    qid = res["query_id"]
+    assert call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=ALICE)[1] == res
+    st, body = call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=BOB)
+    assert st == 404 and "alice-secret" not in json.dumps(body)
+    assert call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=OPS)[0] == 200  # admin
+
+    # the events carry the token's agent
+    st, rows = call(b, "GET", "/v1/ns/team-a/notes", token=OPS)
+    assert st == 200 and {r["note_id"]: r["agent"] for r in rows} == {
+        "shared-deploy": "alice", "alice-secret": "alice"}
+
+
+def test_bodies_over_the_cap_get_413(live: Live) -> None:
+    host, port = live.base.removeprefix("http://").split(":")
+    big = json.dumps([created("e", "n", "x" * (65 * 1024))]).encode()
+    # with a Content-Length
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", raw=big, token=ALICE)
+    assert st == 413 and body["error"]["code"] == "too_large"
+    # chunked, no Content-Length: the server counts while it reads
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("POST", "/v1/ns/team-a/events")
+    conn.putheader("Authorization", f"Bearer {ALICE}")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    for i in range(0, len(big), 8192):
+        part = big[i:i + 8192]
+        conn.send(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+    conn.send(b"0\r\n\r\n")
+    resp = conn.getresponse()
+    assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "too_large"
+    conn.close()
+    # too many events or queries in one request
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [{}] * (MAX_EVENTS + 1),
+                    token=ALICE)
+    assert st == 413 and f"at most {MAX_EVENTS}" in body["error"]["message"]
+    st, body = call(live.base, "POST", "/v1/ns/team-a/queries",
+                    [{"text": "x", "budget": 1}] * 101, token=ALICE)
+    assert st == 413 and "at most 100" in body["error"]["message"]
+    assert call(live.base, "GET", "/v1/ns/team-a/notes", token=OPS) == (200, [])
+
+
+def test_invalid_events_name_index_and_field_and_append_nothing(live: Live) -> None:
+    b = live.base
+    st, body = call(b, "POST", "/v1/ns/team-a/events", [
+        created("e1", "n1", "fine"),
+        created("e2", "n2", "bad tokens", tokens=0),
+    ], token=ALICE)
+    assert st == 422
+    assert body["error"]["message"].startswith("events[1]: ")
+    assert "$.tokens" in body["error"]["message"]
+    st, body = call(b, "POST", "/v1/ns/team-a/events",
+                    [created("e1", "n1", "other ns", ns="team-b")], token=ALICE)
+    assert st == 422 and "events[0].ns" in body["error"]["message"]
+    st, body = call(b, "POST", "/v1/ns/team-a/events", raw=b"[{", token=ALICE)
+    assert st == 400 and body["error"]["code"] == "malformed_json"
+    st, body = call(b, "POST", "/v1/ns/team-a/query", {"text": " ", "budget": 5}, token=ALICE)
+    assert st == 422 and "text" in body["error"]["message"]
+    st, body = call(b, "POST", "/v1/ns/team-a/query", {"text": "x", "budget": 0}, token=ALICE)
+    assert st == 422 and "$.budget" in body["error"]["message"]
+    assert call(b, "GET", "/v1/ns/team-a/notes", token=OPS) == (200, [])
+    st, body = call(b, "GET", "/v1/ns/team-a/results/team-a.0000?wait=0.1", token=ALICE)
+    assert st == 404 and body["error"]["code"] == "not_found"
+    assert call(b, "GET", "/v1/ns/team-a/results/team-b.00?wait=0", token=ALICE)[0] == 404
+    assert call(b, "GET", "/v1/ns/team-a/results/team-a.00?wait=99", token=ALICE)[0] == 400
+    assert call(b, "DELETE", "/v1/ns/team-a/events", token=ALICE)[0] == 405
+
+
+def test_batch_queries_in_order_and_read_your_writes(live: Live) -> None:
+    b = live.base
+    assert call(b, "POST", "/v1/ns/team-a/events", [
+        created("e1", "redis", "redis persistence with aof"),
+        created("e2", "deploy", "deploy on tuesdays"),
+    ], token=BOB)[0] == 200
+    st, res = call(b, "POST", "/v1/ns/team-a/queries", [
+        {"text": "redis aof", "budget": 100}, {"text": "tuesdays", "budget": 100},
+        {"text": "nothing matches this", "budget": 100, "as_of": AS_OF}], token=BOB)
+    assert st == 200
+    assert [[n["note_id"] for n in r["notes"]] for r in res] == [["redis"], ["deploy"], []]
+    st, audit = call(b, "GET", "/v1/ns/team-a/audit?limit=2", token=OPS)
+    assert st == 200 and len(audit) == 2
+    assert {a["event"]["query_id"] for a in audit} <= {r["query_id"] for r in res}
+    st, h = call(b, "GET", "/readyz")
+    assert st == 200 and h["ok"]
+
+
+def test_serve_without_tokens_refuses_a_public_address(tmp_path: Path) -> None:
+    from tests.support import HIVEMIND
+
+    got = subprocess.run([*HIVEMIND, "serve", "--host", "0.0.0.0", "--redis-url", "memory://"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert got.returncode == 2 and "without --tokens" in got.stderr
+
+
+# -- memory://PATH across a restart -----------------------------------------------------------
+def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Path) -> None:
+    (tmp_path / "tokens.toml").write_text(
+        f'[[token]]\nsecret = "{OPS}"\nns = ["*"]\nagent = "ops"\n'
+        'rights = ["write", "query", "admin"]\n')
+    args = ["--redis-url", "memory://data", "--tokens", "tokens.toml"]
+    port = free_port()
+    srv = start_serve(args, tmp_path, port)
+    try:
+        events = [created(f"e{i}", f"n{i}", f"note {i} about redis and aof and deploys " * (i + 1),
+                          **({"scope": "private"} if i % 3 == 0 else {})) for i in range(12)]
+        events.append({"type": "note.used", "event_id": "u1", "note_id": "n2", "at": AS_OF})
+        events.append({"type": "note.forgotten", "event_id": "f1", "note_id": "n5", "at": AS_OF})
+        assert call(srv.base, "POST", "/v1/ns/t1/events", events, token=OPS)[0] == 200
+        assert call(srv.base, "POST", "/v1/ns/t2/events", events[:3], token=OPS)[0] == 200
+        q = {"text": "redis aof deploys", "budget": 120, "as_of": AS_OF, "explain": True}
+        st, first = call(srv.base, "POST", "/v1/ns/t1/query", q, token=OPS)
+        assert st == 200 and first["notes"]
+        raw_first = _raw(srv.base, "/v1/ns/t1/query", q)
+        # an as-of query folds the log itself; a live one waits for the projection (read
+        # your writes), after which the notes view is complete
+        assert call(srv.base, "POST", "/v1/ns/t1/query", {"text": "redis", "budget": 9},
+                    token=OPS)[0] == 200
+        notes1 = call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1]
+        assert len(notes1) == 12
+        audit1 = call(srv.base, "GET", "/v1/ns/t1/audit?limit=1000", token=OPS)[1]
+        assert audit1 and audit1[0]["event"]["query_id"] == first["query_id"]
+    finally:
+        srv.stop()
+    assert (tmp_path / "data" / "streams.log").stat().st_size > 0
+
+    srv = start_serve(args, tmp_path, free_port())
+    try:
+        # the same as-of query gives the same bytes (it waits for t1 to be rebuilt)
+        assert _raw(srv.base, "/v1/ns/t1/query", q) == raw_first
+        # ready once the worker has rebuilt every namespace from the replayed log
+        deadline = time.monotonic() + 60
+        while call(srv.base, "GET", "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, call(srv.base, "GET", "/readyz")
+            time.sleep(0.05)  # waiting for another process's worker thread
+        notes2 = call(srv.base, "GET", "/v1/ns/t1/notes", token=OPS)[1]
+        assert notes2 == notes1, (notes1, notes2)
+        assert len(call(srv.base, "GET", "/v1/ns/t2/notes", token=OPS)[1]) == 3
+        audit2 = call(srv.base, "GET", "/v1/ns/t1/audit?limit=1000", token=OPS)[1]
+        # every entry still there with the same id, then the one of the answer just given
+        assert audit2[:len(audit1)] == audit1
+        assert len(audit2) == len(audit1) + 1
+    finally:
+        srv.stop()
+
+
+def _raw(base: str, path: str, body: Any) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST")
+    req.add_header("Authorization", f"Bearer {OPS}")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        data: bytes = resp.read()
+        return data
+
+
+# -- on Redis: no worker, no store -------------------------------------------------------------
+@pytest.mark.redis_server
+def test_on_redis_without_worker_504_and_without_store_503(
+        redis_factory: Callable[..., RedisProc]) -> None:
+    rp = redis_factory(appendonly=False)
+    srv = start_live(rp.url, query_timeout_s=1.0)
+    try:
+        st, h = call(srv.base, "GET", "/readyz")
+        assert st == 503 and "no worker" in h["detail"]
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "text")],
+                    token=ALICE) == (200, {"appended": 1})
+        st, body = call(srv.base, "POST", "/v1/ns/team-a/query", {"text": "text", "budget": 9},
+                        token=ALICE)
+        assert st == 504 and body["error"]["code"] == "timeout"
+        rp.stop(sig_kill=True)
+        with capture_logs() as logs:
+            st, body = call(srv.base, "POST", "/v1/ns/team-a/events",
+                            [created("e2", "n2", "text")], token=ALICE)
+        assert st == 503 and body["error"]["code"] == "store_unavailable"
+        assert [e for e in logs if e["event"] == "store_error"]
+        st, h = call(srv.base, "GET", "/readyz")
+        assert st == 503 and "store unreachable" in h["detail"]
+    finally:
+        srv.stop()
+
+
+def test_open_mode_takes_the_agent_from_the_body(tmp_path: Path) -> None:
+    srv = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        st, body = call(srv.base, "POST", "/v1/ns/n/events", [created("e1", "n1", "x")])
+        assert st == 422 and "agent" in body["error"]["message"]
+        assert call(srv.base, "POST", "/v1/ns/n/events", [
+            created("e1", "mine", "private thing", agent="al", scope="private")])[0] == 200
+        st, res = call(srv.base, "POST", "/v1/ns/n/query",
+                       {"text": "private thing", "budget": 50, "agent": "al"})
+        assert st == 200 and [n["note_id"] for n in res["notes"]] == ["mine"]
+        st, res = call(srv.base, "POST", "/v1/ns/n/query", {"text": "private thing",
+                                                            "budget": 50})
+        assert st == 200 and res["notes"] == [] and res["agent"] == ""
+    finally:
+        srv.stop()

@@ -1,0 +1,229 @@
+"""The house rules of the layout, checked on the code itself (issue 7).
+
+Layers point down only; within a layer nothing forms a cycle; the client never imports the
+worker; the pure layers import neither Redis nor the clock; nothing generic is importable
+from the product; benchmarks are not in the product. Imports inside functions count too.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = "hivemind_memory"
+ROOT_PACKAGE = "<root>"
+"""How ``LAYERS`` names the package root, ``hivemind_memory`` itself."""
+
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("vocabulary", ("events",)),
+    ("pure core", ("projections",)),
+    ("storage", ("projections.store",)),
+    ("wire protocol", ("api_stub.protocol",)),
+    ("client and worker", ("api_stub", "worker")),
+    ("entry points", ("worker.cli", "api_stub.server", ROOT_PACKAGE)),
+]
+"""Layer of a module: the longest matching prefix (relative to ``hivemind_memory``) wins.
+The client side is the rest of ``api_stub`` (client, SDK); the servers sit above it and the
+worker; so does the package root, which wires the SDK to the in-process worker."""
+SIDES = {"api_stub": "client", "worker": "worker"}
+"""Modules side by side in one layer that must not import each other."""
+PURE_LAYERS = {"vocabulary", "pure core"}
+IMPURE_IMPORTS = ("redis", "rq", "fakeredis", "time")
+CLOCK_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"),
+               ("time", "time"), ("time", "monotonic"), ("time", "perf_counter")}
+
+
+def package_dirs() -> dict[str, Path]:
+    """Import name -> folder, from pyproject's package-dir (the single source of the layout)."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    return {name: ROOT / folder for name, folder in cfg["package-dir"].items()}
+
+
+def modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for pkg, folder in package_dirs().items():
+        for f in folder.glob("*.py"):
+            if f.stem == "__init__" and not f.read_text().strip():
+                continue  # an empty package marker belongs to no layer
+            name = pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"
+            out[name] = f
+    return out
+
+
+def _rel(module: str) -> str:
+    return ROOT_PACKAGE if module == PKG else module.removeprefix(PKG + ".")
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    rel = _rel(module)
+    best = (-1, "", "")
+    for rank, (name, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (rel == p or rel.startswith(p + ".")) and len(p) > len(best[2]):
+                best = (rank, name, p)
+    assert best[0] >= 0, f"{module} belongs to no layer: add it to LAYERS"
+    return best[0], best[1]
+
+
+def side_of(module: str) -> str | None:
+    rel = _rel(module)
+    if layer_of(module)[1] != "client and worker":
+        return None
+    return next(s for p, s in SIDES.items() if rel == p or rel.startswith(p + "."))
+
+
+def imports(path: Path, module: str) -> list[tuple[str, int]]:
+    """Every module imported by ``path`` (absolute names), with the line, at any depth."""
+    tree = ast.parse(path.read_text(), str(path))
+    pkg = module if path.stem == "__init__" else module.rpartition(".")[0]
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.append((base, node.lineno))
+            # "from pkg import module" imports that module
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+    return out
+
+
+def internal_edges() -> dict[str, set[str]]:
+    mods = modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for target, _line in imports(path, m):
+            if target in mods and target != m:
+                edges[m].add(target)
+    return edges
+
+
+def test_every_product_module_has_a_layer() -> None:
+    mods = modules()
+    assert len(mods) > 30
+    for m in mods:
+        layer_of(m)
+
+
+def test_imports_point_down_only_and_sides_stay_apart() -> None:
+    bad = []
+    for m, targets in internal_edges().items():
+        for t in targets:
+            if layer_of(t)[0] > layer_of(m)[0]:
+                bad.append(f"{m} ({layer_of(m)[1]}) imports {t} ({layer_of(t)[1]})")
+            s, st = side_of(m), side_of(t)
+            if s and st and s != st:
+                bad.append(f"{m} ({s}) imports {t} ({st}): the sides must not import each other")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycles() -> None:
+    edges = internal_edges()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(t):], t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    assert not cycles, "\n".join(cycles)
+
+
+def test_pure_layers_touch_no_redis_and_no_clock() -> None:
+    bad = []
+    for m, path in modules().items():
+        if layer_of(m)[1] not in PURE_LAYERS:
+            continue
+        for target, line in imports(path, m):
+            if target.split(".")[0] in IMPURE_IMPORTS:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    (node.value.id, node.attr) in CLOCK_CALLS:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} reads the clock "
+                           f"({node.value.id}.{node.attr})")
+    assert not bad, "\n".join(bad)
+
+
+def test_product_imports_only_its_own_root() -> None:
+    """No product module imports a generic top-level name (events, worker, bench, tests...)."""
+    generic = {"events", "projections", "worker", "api_stub", "bench", "tests"}
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {t}"
+           for m, path in modules().items() for t, line in imports(path, m)
+           if t.split(".")[0] in generic]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("target", ["hivemind_memory.worker.runtime",
+                                    "hivemind_memory.api_stub.client"])
+def test_the_layer_rule_would_catch_an_upward_import(target: str, tmp_path: Path) -> None:
+    """The checker itself: a vocabulary module importing from above, even inside a
+    function, is seen and ranks below its target."""
+    f = tmp_path / "bad.py"
+    mod, _, name = target.rpartition(".")
+    f.write_text(f"def f():\n    from {mod} import {name}\n")
+    found = [t for t, _ in imports(f, "hivemind_memory.events.bad")]
+    assert target in found
+    assert layer_of(target)[0] > layer_of("hivemind_memory.events.bad")[0]
+
+
+def test_the_client_side_never_imports_the_worker() -> None:
+    """Nothing of ``api_stub`` but its servers imports ``worker``: the SDK's embedded mode gets
+    its in-process worker injected by the package root."""
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {t}"
+           for m, path in modules().items()
+           if side_of(m) == "client"
+           for t, line in imports(path, m) if t.startswith(f"{PKG}.worker")]
+    assert not bad, "\n".join(bad)
+    assert side_of(f"{PKG}.api_stub.sdk") == side_of(f"{PKG}.api_stub.client") == "client"
+
+
+def test_the_servers_and_the_root_sit_above_client_and_worker() -> None:
+    top = layer_of(f"{PKG}.api_stub.server.http")[0]
+    assert top == layer_of(f"{PKG}.api_stub.server.mcp")[0] == layer_of(PKG)[0]
+    assert top > layer_of(f"{PKG}.api_stub.sdk")[0] == layer_of(f"{PKG}.worker.engine")[0]
+    assert side_of(f"{PKG}.api_stub.server.http") is None
+
+
+def test_the_side_rule_would_catch_the_sdk_importing_the_worker(tmp_path: Path) -> None:
+    f = tmp_path / "sdk.py"
+    f.write_text("def f():\n    from hivemind_memory.worker.inprocess import start_embedded\n")
+    found = {t for t, _ in imports(f, f"{PKG}.api_stub.sdk")}
+    assert f"{PKG}.worker.inprocess" in found
+    assert side_of(f"{PKG}.api_stub.sdk") != side_of(f"{PKG}.worker.inprocess")
+
+
+def test_the_typecheck_mirror_is_package_dir_exactly() -> None:
+    """``.typecheck/hivemind_memory`` (what mypy and basedpyright read) resolves every import
+    name of pyproject's package-dir to its folder, through relative symlinks that hold in any
+    clone, and holds nothing else."""
+    mirror = ROOT / ".typecheck" / PKG
+    dirs = package_dirs()
+    for name, folder in dirs.items():
+        if name == PKG:
+            init = mirror / "__init__.py"
+            assert init.is_symlink() and init.resolve() == (folder / "__init__.py").resolve()
+            continue
+        assert mirror.joinpath(*name.split(".")[1:]).resolve() == folder.resolve(), name
+    top = {name.split(".")[1] for name in dirs if name != PKG}
+    assert {p.name for p in mirror.iterdir()} == top | {"__init__.py"}
+    for p in mirror.iterdir():
+        assert p.is_symlink() and not Path(p.readlink()).is_absolute(), p

@@ -1,0 +1,192 @@
+"""The MCP tools from the SDK's own client: in process, over stdio (the README's config), and
+over streamable HTTP at ``/mcp`` of ``serve`` (token auth)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from hivemind_memory.api_stub.sdk import Memory
+from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
+from hivemind_memory.api_stub.server.tokens import TokenTable
+from tests.support import HIVEMIND
+from tests.support.frontdoor import start_live
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_mcp_config() -> dict[str, Any]:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("### MCP")
+    block = re.search(r"```json\n(.*?)```", text[start:], re.S)
+    assert block
+    cfg: dict[str, Any] = json.loads(block.group(1))["mcpServers"]
+    return cfg
+
+
+def _readme_tokens() -> TokenTable:
+    import tomllib
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("### A curl session")
+    block = re.search(r"```toml\n(.*?)```", text[start:], re.S)
+    assert block
+    return TokenTable.from_entries(tomllib.loads(block.group(1))["token"])
+
+
+def _text(res: Any) -> str:
+    return "".join(c.text for c in res.content if getattr(c, "type", "") == "text")
+
+
+async def _exercise(client: Client) -> None:
+    """remember / recall / used / forget as an agent would call them."""
+    tools = await client.list_tools()
+    names = {t.name for t in tools.tools}
+    assert names == {"remember", "recall", "used", "forget"}
+    remember = next(t for t in tools.tools if t.name == "remember")
+    assert {"text", "kind", "scope", "note_id"} <= set(remember.input_schema["properties"])
+
+    r1 = await client.call_tool("remember", {"text": "Deploys happen on Tuesdays after lunch"})
+    assert not r1.is_error, _text(r1)
+    nid = r1.structured_content["result"] if isinstance(r1.structured_content, dict) \
+        else _text(r1)
+    r2 = await client.call_tool("remember", {"text": "Scratch: try deploys with canary",
+                                             "kind": "scratch", "note_id": "canary-idea"})
+    assert not r2.is_error and "canary-idea" in _text(r2)
+
+    got = await client.call_tool("recall", {"query": "when do deploys happen", "budget": 200})
+    assert not got.is_error, _text(got)
+    out = got.structured_content
+    assert isinstance(out, dict)
+    ids = [n["note_id"] for n in out["notes"]]
+    assert nid in ids and "canary-idea" in ids
+    assert "Deploys happen on Tuesdays after lunch" in out["context"]
+    assert out["used_tokens"] <= out["budget"] == 200
+    assert all(0 < n["score"] <= 1 for n in out["notes"])
+
+    u = await client.call_tool("used", {"note_ids": [nid]})
+    assert not u.is_error and "1" in _text(u)
+    f = await client.call_tool("forget", {"note_id": "canary-idea"})
+    assert not f.is_error
+    again = await client.call_tool("recall", {"query": "deploys canary", "budget": 200})
+    assert [n["note_id"] for n in again.structured_content["notes"]] == [nid]
+
+    bad = await client.call_tool("remember", {"text": "x", "note_id": "bad id with spaces"})
+    assert bad.is_error and "note_id" in _text(bad)  # the store's own validation, named
+
+
+def _run(fn: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(fn)
+
+
+def test_tools_in_process(tmp_path: Path) -> None:
+    mem = Memory(f"memory://{tmp_path / 'store'}", ns="team-a", agent="alice")
+    server = build_server(fixed_resolver(mem))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await _exercise(client)
+
+    try:
+        _run(main)
+    finally:
+        mem.close()
+
+
+def test_tools_over_stdio_as_the_readme_configures_them(tmp_path: Path) -> None:
+    cfg = _readme_mcp_config()["hivemind"]
+    assert cfg["command"] == "hivemind"
+    params = StdioServerParameters(command=HIVEMIND[0], args=[*HIVEMIND[1:], *cfg["args"]],
+                                   cwd=str(tmp_path))
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=60) as client:
+            await _exercise(client)
+
+    _run(main)
+    assert (tmp_path / "hivemind-alice" / "streams.log").stat().st_size > 0
+
+
+def test_tools_over_http_with_the_readme_token(tmp_path: Path) -> None:
+    cfg = _readme_mcp_config()["hivemind-http"]
+    live = start_live(f"memory://{tmp_path / 'store'}", tokens=_readme_tokens())
+    url = cfg["url"].replace("http://localhost:8080", live.base)
+    try:
+        async def main() -> None:
+            http = create_mcp_http_client(headers=cfg["headers"])
+            async with http, Client(streamable_http_client(url, http_client=http),
+                                    read_timeout_seconds=60) as client:
+                await _exercise(client)
+
+        _run(main)
+
+        # what the tools wrote carries the token's agent
+        from tests.support.frontdoor import call
+
+        st, rows = call(live.base, "GET", "/v1/ns/team-a/notes",
+                        token="ops-0123456789abcdef00")
+        assert st == 200 and rows and {r["agent"] for r in rows} == {"alice"}
+
+        # no token, or an unknown one: refused before MCP
+        for headers in ({}, {"Authorization": "Bearer not-a-token-at-all"}):
+            resp = httpx.post(url, headers={**headers, "Accept": "application/json"},
+                              json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert resp.status_code == 401
+
+        # a namespace the token does not have: the tool call fails, naming why
+        async def wrong_ns() -> None:
+            headers = {**cfg["headers"], "X-Hivemind-Ns": "team-b"}
+            http = create_mcp_http_client(headers=headers)
+            async with http, Client(streamable_http_client(url, http_client=http),
+                                    read_timeout_seconds=60) as client:
+                res = await client.call_tool("recall", {"query": "deploys"})
+                assert res.is_error and "team-b" in _text(res)
+
+        _run(wrong_ns)
+    finally:
+        live.stop()
+
+
+@pytest.mark.parametrize("agent", ["", "bad agent"])
+def test_mcp_command_needs_a_valid_agent(agent: str, tmp_path: Path) -> None:
+    import subprocess
+
+    got = subprocess.run([*HIVEMIND, "mcp", "--ns", "team-a", "--agent", agent,
+                          "--redis-url", "memory://"], capture_output=True, text=True,
+                         timeout=60, check=False, stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert got.returncode == 2 and "agent" in got.stderr, (got.returncode, got.stderr)
+
+
+def test_http_without_tokens_takes_the_agent_from_a_header(tmp_path: Path) -> None:
+    """``serve`` without tokens (loopback, one trusted user): X-Hivemind-Agent names the
+    agent, X-Hivemind-Ns the namespace."""
+    live = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        async def main() -> None:
+            for headers, ok in (({"X-Hivemind-Ns": "team-a"}, False),
+                                ({"X-Hivemind-Ns": "team-a", "X-Hivemind-Agent": "al"}, True)):
+                http = create_mcp_http_client(headers=headers)
+                async with http, Client(streamable_http_client(live.base + "/mcp",
+                                                               http_client=http),
+                                        read_timeout_seconds=60) as client:
+                    res = await client.call_tool("remember", {"text": "open mode note"})
+                    assert res.is_error is not ok, _text(res)
+
+        _run(main)
+        from tests.support.frontdoor import call
+
+        st, rows = call(live.base, "GET", "/v1/ns/team-a/notes")
+        assert st == 200 and [r["agent"] for r in rows] == ["al"]
+    finally:
+        live.stop()

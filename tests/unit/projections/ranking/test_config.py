@@ -1,0 +1,164 @@
+"""Ranking config: defaults, TOML overrides, errors that name the key, and effect on results."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hivemind_memory.events.errors import ConfigError, HivemindError
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    RankingConfig,
+    TierDecay,
+    config_from_toml,
+    load_config,
+)
+from hivemind_memory.projections.ranking.recency import recency
+from hivemind_memory.projections.state import NoteState
+from tests.support import rank_notes
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def test_defaults_follow_the_contract() -> None:
+    assert DEFAULT.longterm_uses == 5
+    assert DEFAULT.short == TierDecay(half_life_days=180.0, floor=0.35)
+    assert DEFAULT.scratch == TierDecay(half_life_days=3.0, floor=0.0)
+    assert DEFAULT.min_relevance == 0.0
+    assert DEFAULT.per_note_overhead_tokens == 0
+    assert DEFAULT.order == "edges"
+    assert DEFAULT.exact_max_cells == 4_000_000
+    assert (DEFAULT.bm25_k1, DEFAULT.bm25_b) == (1.2, 0.75)
+
+
+def test_toml_overrides_only_what_it_names() -> None:
+    cfg = config_from_toml(
+        """
+        longterm_uses = 3
+        order = "chronological"
+        per_note_overhead_tokens = 7
+        min_relevance = 0.2
+        exact_max_cells = 100
+        bm25_k1 = 0.9
+        bm25_b = 0.5
+
+        [short]
+        half_life_days = 30
+        floor = 0.1
+        """
+    )
+    assert cfg.longterm_uses == 3 and cfg.order == "chronological"
+    assert cfg.per_note_overhead_tokens == 7 and cfg.min_relevance == 0.2
+    assert cfg.exact_max_cells == 100 and (cfg.bm25_k1, cfg.bm25_b) == (0.9, 0.5)
+    assert cfg.short == TierDecay(30.0, 0.1)
+    assert cfg.scratch == DEFAULT.scratch
+    assert config_from_toml("") == DEFAULT
+
+
+def test_a_tier_table_may_set_only_some_keys() -> None:
+    cfg = config_from_toml("[short]\nhalf_life_days = 10\n[scratch]\nfloor = 0.05")
+    assert cfg.short == TierDecay(10.0, DEFAULT.short.floor)
+    assert cfg.scratch == TierDecay(DEFAULT.scratch.half_life_days, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("toml", "names"),
+    [
+        ("[short]\nhalf_life_days = -1\nfloor = 0.3", ["half_life_days", "$.short"]),
+        ("[scratch]\nhalf_life_days = 0\nfloor = 0.0", ["half_life_days", "$.scratch"]),
+        ("[short]\nhalf_life_days = 10\nfloor = 1.5", ["floor", "$.short"]),
+        ("[scratch]\nhalf_life_days = 10\nfloor = -0.1", ["floor", "$.scratch"]),
+        ("[short]\nhalf_life_days = 10\nfloor = 0.1\nfloors = 2", ["floors"]),
+        ("bogus = 1", ["bogus"]),
+        ("longterm_uses = 0", ["longterm_uses"]),
+        ("min_relevance = 1.5", ["min_relevance"]),
+        ("min_relevance = -0.1", ["min_relevance"]),
+        ("per_note_overhead_tokens = -1", ["per_note_overhead_tokens"]),
+        ("exact_max_cells = -5", ["exact_max_cells"]),
+        ("bm25_k1 = -0.1", ["bm25_k1"]),
+        ("bm25_b = 1.01", ["bm25_b"]),
+        ('order = "random"', ["$.order"]),
+        ('longterm_uses = "five"', ["$.longterm_uses"]),
+        ("short = 3", ["$.short"]),
+        ("not toml = = 1", ["invalid ranking config"]),
+    ],
+)
+def test_invalid_values_name_the_key(toml: str, names: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_toml(toml, "team.toml")
+    msg = str(info.value)
+    assert msg.startswith("team.toml: invalid ranking config")
+    for name in names:
+        assert name in msg
+    assert isinstance(info.value, HivemindError)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"half_life_days": float("nan"), "floor": 0.1}, {"half_life_days": float("inf"), "floor": 0.1},
+     {"half_life_days": 1.0, "floor": float("nan")}],
+)
+def test_non_finite_decay_is_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"half_life_days|floor"):
+        TierDecay(**kwargs)
+
+
+def test_boundaries_are_accepted() -> None:
+    RankingConfig(short=TierDecay(1e-9, 0.0), scratch=TierDecay(1.0, 1.0), min_relevance=1.0,
+                  bm25_k1=0.0, bm25_b=0.0, exact_max_cells=0, longterm_uses=1)
+    RankingConfig(bm25_b=1.0, min_relevance=0.0, per_note_overhead_tokens=0)
+
+
+def test_load_config_from_file(tmp_path: Path) -> None:
+    assert load_config(None) is DEFAULT
+    p = tmp_path / "ranking.toml"
+    p.write_text("[scratch]\nhalf_life_days = 1\nfloor = 0.5\n", encoding="utf-8")
+    assert load_config(p).scratch == TierDecay(1.0, 0.5)
+    assert load_config(str(p)).scratch == TierDecay(1.0, 0.5)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("bm25_b = 7\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.toml: invalid ranking config: bm25_b"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read ranking config"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_digest_changes_with_any_value() -> None:
+    assert DEFAULT.digest() == RankingConfig().digest()
+    assert len(DEFAULT.digest()) == 16
+    assert RankingConfig(bm25_b=0.5).digest() != DEFAULT.digest()
+    assert RankingConfig(short=TierDecay(90.0, 0.35)).digest() != DEFAULT.digest()
+
+
+def test_config_changes_change_results() -> None:
+    note = NoteState(
+        note_id="n", agent="a", scope="shared", kind="note", text="t", tokens=100,
+        created_at=NOW - timedelta(days=90), uses=3,
+    )
+    cfg = config_from_toml("[short]\nhalf_life_days = 90\nfloor = 0.5\n")
+    assert recency("short", 90.0, cfg) == pytest.approx(0.75)
+    base = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=DEFAULT)
+    custom = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000, cfg=cfg)
+    assert custom.candidates[0].recency == 0.75 != base.candidates[0].recency
+    promoted = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+                    cfg=config_from_toml("longterm_uses = 3"))
+    assert promoted.candidates[0].tier == "longterm"
+    strict = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+                  cfg=config_from_toml("min_relevance = 0.9"))
+    assert strict.candidates == []
+    overhead = rank_notes([note], {"n": 0.8}, agent="a", now=NOW, budget=1000,
+                    cfg=config_from_toml("per_note_overhead_tokens = 950"))
+    assert overhead.notes == [] and overhead.candidates[0].cost == 1050
+
+
+def test_errors_without_a_source_say_config() -> None:
+    with pytest.raises(ConfigError, match=r"^<config>: invalid ranking config: .*bogus"):
+        config_from_toml("bogus = 1")
+
+
+def test_config_file_is_read_as_utf8(tmp_path: Path) -> None:
+    p = tmp_path / "ranking.toml"
+    p.write_bytes("# réglages — café\norder = \"score\"\n".encode())
+    assert load_config(p).order == "score"

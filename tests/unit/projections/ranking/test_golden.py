@@ -1,0 +1,99 @@
+"""Golden answers: as-of query results recorded before a refactor must stay byte-identical.
+
+The log and the queries are generated from a fixed seed (ages, lengths, uses, agents, scopes,
+kinds and forgets all vary).
+``HIVEMIND_REGEN_GOLDEN=1 pytest tests/unit/projections/ranking/test_golden.py`` rewrites
+``tests/golden/answers.jsonl``; do that only for a change that is meant to alter results, and
+say why in the commit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.loop import run_worker
+from tests.support.factories import T0, created, forgotten, iso, used
+
+GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "answers.jsonl"
+WORDS = ("redis", "stream", "checkpoint", "crash", "replay", "deploy", "worker", "budget",
+         "token", "packing", "decay", "half", "life", "floor", "scratch", "longterm", "agent",
+         "memory", "note", "query", "lease", "batch", "audit")
+
+
+def golden_log(seed: int = 7) -> list[dict[str, Any]]:
+    rnd = random.Random(seed)
+    evs: list[dict[str, Any]] = []
+    for i in range(120):
+        nid = f"n{i:03d}"
+        words = rnd.choices(WORDS, k=rnd.choice([3, 8, 20, 60]))
+        extra: dict[str, Any] = {}
+        if rnd.random() < 0.3:
+            extra["tokens"] = rnd.choice([5, 50, 400, 1500])
+        if rnd.random() < 0.15:
+            extra["scope"] = "private"
+        if rnd.random() < 0.2:
+            extra["kind"] = "scratch"
+        if rnd.random() < 0.1:
+            extra["embedding"] = [round(rnd.uniform(-1, 1), 3) for _ in range(4)]
+        evs.append(created(nid, agent=rnd.choice(["alice", "bob", "carol"]),
+                           at=T0 - timedelta(days=rnd.choice([0, 2, 30, 200, 400, 900]),
+                                             hours=rnd.randrange(24)),
+                           text=" ".join(words), **extra))
+        for u in range(rnd.choice([0, 0, 1, 4, 5, 9])):
+            evs.append(used(nid, f"u-{nid}-{u}", agent=rnd.choice(["alice", "bob"]),
+                            at=T0 + timedelta(days=u)))
+        if rnd.random() < 0.05:
+            evs.append(forgotten(nid, f"f-{nid}"))
+    return evs
+
+
+def golden_queries() -> list[dict[str, Any]]:
+    as_of = [iso(T0 + timedelta(days=d)) for d in (10, 100, 365)]
+    qs: list[dict[str, Any]] = []
+    for i, (text, budget) in enumerate([
+        ("redis stream checkpoint", 500), ("packing budget token", 2000),
+        ("decay half life floor", 120), ("agent memory audit", 8000),
+        ("crash replay lease", 40), ("scratch", 300),
+    ]):
+        for agent in ("", "alice", "bob"):
+            qs.append({"ns": "t", "text": text, "budget": budget, "agent": agent,
+                       "as_of": as_of[i % 3], "explain": i % 2 == 0})
+    qs.append({"ns": "t", "text": "redis worker", "budget": 3000, "agent": "carol",
+               "as_of": as_of[1], "config": {"exact_max_cells": 10}, "explain": True})
+    qs.append({"ns": "t", "text": "memory note", "budget": 700, "agent": "bob",
+               "as_of": as_of[2], "config": {"order": "chronological",
+                                             "short": {"half_life_days": 30}}})
+    qs.append({"ns": "t", "text": "query", "budget": 900, "agent": "alice",
+               "as_of": as_of[0], "embedding": [0.5, -0.2, 0.1, 0.9], "explain": True})
+    return qs
+
+
+def answers() -> list[bytes]:
+    store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    s = Settings()
+    rt = runtime.build(s, store)
+    runtime.install(rt)
+    c = Client(store, settings=s)
+    c.append(golden_log())
+    ids = c.submit_batch(golden_queries())
+    assert run_worker(rt, burst=True) == 0
+    return [c.result_json(q, timeout=5) for q in ids]
+
+
+def test_as_of_answers_match_the_golden_file() -> None:
+    got = answers()
+    if os.environ.get("HIVEMIND_REGEN_GOLDEN") == "1":
+        GOLDEN.write_bytes(b"".join(b + b"\n" for b in got))
+    want = GOLDEN.read_bytes().splitlines()
+    assert len(want) == len(got) == len(golden_queries())
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        assert g == w, f"query {i} differs from the golden answer"

@@ -1,0 +1,160 @@
+"""Pure reducers: promotion threshold on both sides, repeats, out-of-order times, rejections."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hivemind_memory.events.schema import token_estimate
+from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.reduce import Projection, Rejected, Undecodable, apply_event
+from hivemind_memory.projections.state import tier_of
+from tests.support.factories import T0, created, ev, forgotten, used
+
+CFG = RankingConfig()
+
+
+def _fold(dicts: list[dict]) -> Projection:  # type: ignore[type-arg]
+    p = Projection()
+    p.feed([(f"{i + 1}-0", ev(d), b"") for i, d in enumerate(dicts)])
+    return p
+
+
+def _tier(p: Projection, nid: str, cfg: RankingConfig) -> str:
+    """The tier a query under ``cfg`` gives the folded note (the fold itself has none)."""
+    n = p.notes[nid]
+    return tier_of(n.uses, n.kind, cfg)
+
+
+@pytest.mark.parametrize(("uses", "tier"), [(0, "short"), (4, "short"), (5, "longterm"),
+                                            (9, "longterm")])
+def test_promotion_at_threshold(uses: int, tier: str) -> None:
+    p = _fold([created("n"), *[used("n", f"u{i}") for i in range(uses)]])
+    assert p.notes["n"].uses == uses
+    assert _tier(p, "n", CFG) == tier
+
+
+@pytest.mark.parametrize(("uses", "tier"), [(0, "scratch"), (4, "scratch"), (5, "longterm")])
+def test_scratch_notes_earn_longterm_too(uses: int, tier: str) -> None:
+    p = _fold([created("n", kind="scratch"), *[used("n", f"u{i}") for i in range(uses)]])
+    assert _tier(p, "n", CFG) == tier
+
+
+def test_threshold_comes_from_config() -> None:
+    cfg = RankingConfig(longterm_uses=2)
+    assert _tier(_fold([created("n"), used("n", "u1")]), "n", cfg) == "short"
+    two = _fold([created("n"), used("n", "u1"), used("n", "u2")])
+    assert _tier(two, "n", cfg) == "longterm"
+    assert _tier(two, "n", CFG) == "short"  # the same folded facts, another config
+
+
+def test_repeated_event_id_applies_once() -> None:
+    p = _fold([created("n"), used("n", "u1"), used("n", "u1"), used("n", "u2"), used("n", "u1")])
+    assert p.notes["n"].uses == 2
+    assert p.seen == {"c-n", "u1", "u2"}
+
+
+def test_repeated_event_id_across_batches_applies_once() -> None:
+    p = Projection()
+    p.feed([("1-0", ev(created("n")), b""), ("2-0", ev(used("n", "u1")), b"")])
+    res = p.feed([("3-0", ev(used("n", "u1")), b""), ("4-0", ev(used("n", "u2")), b"")])
+    assert res.duplicates == 1 and p.notes["n"].uses == 2
+
+
+def test_out_of_order_at_keeps_latest_last_used() -> None:
+    late, early = T0 + timedelta(days=30), T0 + timedelta(days=3)
+    p = _fold([created("n"), used("n", "u1", at=late), used("n", "u2", at=early)])
+    assert p.notes["n"].last_used_at == late
+    assert p.notes["n"].uses == 2
+
+
+def test_created_fields_and_token_default() -> None:
+    p = _fold([created("a", text="x" * 41, agent="zed", scope="private", kind="scratch"),
+               created("b", text="y" * 41, tokens=900)])
+    a, b = p.notes["a"], p.notes["b"]
+    assert (a.agent, a.scope, a.kind, a.tokens) == ("zed", "private", "scratch",
+                                                     token_estimate("x" * 41))
+    assert a.tokens == 11 and b.tokens == 900
+    assert a.created_at == T0 and a.uses == 0 and a.last_used_at is None and not a.forgotten
+
+
+@pytest.mark.parametrize(
+    ("events", "reason"),
+    [
+        ([used("ghost", "u1")], "unknown_note"),
+        ([forgotten("ghost", "f1")], "unknown_note"),
+        ([created("n"), created("n", eid="c2")], "note_id_exists"),
+        ([created("n"), forgotten("n", "f1"), used("n", "u1")], "forgotten_note"),
+        ([created("n"), forgotten("n", "f1"), created("n", eid="c2")], "note_id_exists"),
+        ([created("n"), forgotten("n", "f1"), forgotten("n", "f2")], "forgotten_note"),
+    ],
+)
+def test_events_that_cannot_apply_are_dead_letters(events: list[dict], reason: str) -> None:  # type: ignore[type-arg]
+    p = _fold(events)
+    assert len(p.dead) == 1 and reason in p.dead[0].reason
+    assert p.dead[0].entry_id == f"{len(events)}-0"
+
+
+def test_rejection_changes_nothing() -> None:
+    base = _fold([created("n"), used("n", "u1")])
+    before = base.notes["n"]
+    res = apply_event(before, ev(created("n", eid="again", text="other")))
+    assert isinstance(res, Rejected)
+    assert base.notes["n"] == before
+
+
+def test_forget_keeps_uses_and_flags() -> None:
+    p = _fold([created("n"), used("n", "u1"), forgotten("n", "f1")])
+    assert p.notes["n"].forgotten and p.notes["n"].uses == 1
+
+
+def test_undecodable_entry_becomes_a_dead_letter() -> None:
+    p = Projection()
+    p.feed([("1-0", Undecodable(b"\x00", "undecodable: bad"), b"\x00"),
+            ("2-0", ev(created("n")), b"")])
+    assert [d.entry_id for d in p.dead] == ["1-0"] and "n" in p.notes
+
+
+# --- Hypothesis: how the stream is cut into batches never changes the fold -----------------
+
+NOTE_IDS = ["a", "b", "c"]
+EVENT = st.one_of(
+    st.builds(lambda n, k: created(n, eid=f"c{k}", kind="note"),
+              st.sampled_from([*NOTE_IDS, "d"]), st.integers(0, 3)),
+    st.builds(lambda n, k, d: used(n, f"u{k}", at=T0 + timedelta(days=d)),
+              st.sampled_from([*NOTE_IDS, "ghost"]), st.integers(0, 12), st.integers(-5, 400)),
+    st.builds(lambda n, k: forgotten(n, f"f{k}"), st.sampled_from(NOTE_IDS), st.integers(0, 2)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(EVENT, max_size=40), st.lists(st.integers(1, 7), min_size=1, max_size=10))
+def test_any_batching_folds_like_one_pass(events: list[dict], cuts: list[int]) -> None:  # type: ignore[type-arg]
+    entries = [(f"{i + 1}-0", ev(d), b"") for i, d in enumerate(events)]
+    one = Projection()
+    one.feed(entries)
+    many = Projection()
+    i = 0
+    k = 0
+    while i < len(entries):
+        size = cuts[k % len(cuts)]
+        many.feed(entries[i:i + size])
+        i += size
+        k += 1
+    assert many.notes == one.notes
+    assert many.seen == one.seen
+    assert [d.entry_id for d in many.dead] == [d.entry_id for d in one.dead]
+    # the replay's in-place fold (no delta kept) does exactly the same, chunk by chunk
+    absorbed, i, k, dups = Projection(), 0, 0, 0
+    while i < len(entries):
+        size = cuts[k % len(cuts)]
+        dups += absorbed.absorb(entries[i:i + size])
+        i += size
+        k += 1
+    assert absorbed.notes == one.notes and absorbed.seen == one.seen
+    assert absorbed.dead == one.dead
+    assert dups == len(entries) - len(one.seen) - sum(
+        isinstance(e, Undecodable) for _, e, _ in entries)

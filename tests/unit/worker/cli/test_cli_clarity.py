@@ -1,0 +1,188 @@
+"""One time parser and one error style for every command; a warning that names a namespace
+that has never seen an event; the listing labels context order and rank; progress bars only
+on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hivemind_memory.worker.cli import args as cli_args
+from hivemind_memory.worker.cli.args import parse_time, progress, time_arg
+from hivemind_memory.worker.cli.main import build_parser
+from hivemind_memory.worker.cli.output import print_result
+from tests.support import HIVEMIND, RedisProc, free_port
+from tests.support.factories import created, jsonl
+
+TIME_DESTS = {"as_of", "since", "until"}
+
+
+def run(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HIVEMIND, *args], input=stdin, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120, check=False)
+
+
+def test_parse_time_accepts_rfc3339_and_a_bare_date_and_names_what_is_wrong() -> None:
+    assert parse_time("2026-05-01") == datetime(2026, 5, 1, tzinfo=UTC)
+    assert parse_time("2026-05-01T12:00:00Z") == datetime(2026, 5, 1, 12, tzinfo=UTC)
+    t = parse_time("2026-05-01T14:00:00+02:00")
+    assert t == datetime(2026, 5, 1, 12, tzinfo=UTC) and t.tzinfo is UTC
+    assert parse_time("2026-05-01T14:00:00+02:00").utcoffset() == timedelta(0)
+    assert datetime(2026, 5, 1, 14, tzinfo=timezone(timedelta(hours=2))) == t
+    with pytest.raises(ValueError, match="no timezone"):
+        parse_time("2026-05-01T12:00:00")
+    with pytest.raises(ValueError, match="not a date"):
+        parse_time("2026-02-30")
+    with pytest.raises(ValueError, match="not an RFC 3339 time"):
+        parse_time("yesterday")
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    ap = build_parser()
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_time_argument_of_every_command_uses_the_one_parser() -> None:
+    seen = []
+    for name, p in _subcommands().items():
+        for a in p._actions:
+            if a.dest in TIME_DESTS:
+                assert a.type is time_arg, f"hivemind {name} {a.option_strings}"
+                seen.append(name)
+    assert {"query", "replay"} <= set(seen)
+
+
+def test_a_bare_date_means_the_same_for_query_and_replay() -> None:
+    ap = build_parser()
+    q = ap.parse_args(["query", "x", "--ns", "t", "--budget", "5", "--as-of", "2026-05-01"])
+    r = ap.parse_args(["replay", "--ns", "t", "--as-of", "2026-05-01"])
+    assert q.as_of == r.as_of == datetime(2026, 5, 1, tzinfo=UTC)
+
+
+def test_usage_errors_have_the_cli_error_style() -> None:
+    for argv in (["replay", "--ns", "t", "--as-of", "soon"],
+                 ["query", "x", "--ns", "t", "--budget", "5", "--as-of", "2026-05-01T10:00"]):
+        r = run(*argv, "--redis-url", "memory://")
+        assert r.returncode == 2
+        assert r.stderr.startswith("hivemind: argument --as-of: "), r.stderr
+        assert "--help" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_namespace_warns_names_it_and_still_answers_empty() -> None:
+    r = run("notes", "--ns", "nobody", "--redis-url", "memory://")
+    assert r.returncode == 0
+    assert "hivemind: warning: namespace 'nobody' has never seen an event" in r.stderr
+    assert "0 note(s) in nobody" in r.stdout
+    r = run("replay", "--ns", "nobody", "--as-of", "2026-01-01", "--redis-url", "memory://")
+    assert r.returncode == 0 and r.stdout == "" and "'nobody'" in r.stderr
+    err = io.StringIO()
+    assert cli_args.warn_unknown_namespaces(["demo", "dmeo", "dmeo"], ["demo", "ops"],
+                                            err) == ["dmeo"]
+    assert err.getvalue().count("\n") == 1 and "did you mean 'demo'?" in err.getvalue()
+
+
+@pytest.fixture
+def server_with_worker(redis_server: RedisProc) -> Iterator[str]:
+    c = redis_server.client()
+    c.flushall()
+    env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url}
+    w = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    yield redis_server.url
+    w.terminate()
+    w.wait(timeout=30)
+    c.flushall()
+    c.close()
+
+
+@pytest.mark.redis_server
+def test_query_on_a_mistyped_namespace_warns_and_exits_0_with_a_valid_empty_result(
+        server_with_worker: str) -> None:
+    url = server_with_worker
+    assert run("ingest", "-", stdin=jsonl([created("n1", ns="team", text="deploy key")]),
+               HIVEMIND_REDIS_URL=url).returncode == 0
+    r = run("query", "deploy", "--ns", "teem", "--budget", "50", "--json",
+            HIVEMIND_REDIS_URL=url)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["notes"] == []
+    assert "namespace 'teem' has never seen an event" in r.stderr
+    assert "did you mean 'team'?" in r.stderr
+    r = run("query", "deploy", "--ns", "team", "--budget", "50", HIVEMIND_REDIS_URL=url)
+    assert r.returncode == 0 and "warning" not in r.stderr and "n1" in r.stdout
+
+
+def test_listing_labels_context_order_and_rank() -> None:
+    notes = [{"note_id": nid, "text": nid, "tokens": 10, "score": sc, "tier": "short"}
+             for nid, sc in (("a", 0.9), ("b", 0.5), ("c", 0.7))]
+    body = json.dumps({"query_id": "t.1", "ns": "t", "as_of": "2026-01-01T00:00:00Z",
+                       "budget": 100, "used": 30, "method": "exact", "notes": notes}).encode()
+    out = io.StringIO()
+    assert print_result(body, False, out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[1].split()[:3] == ["ctx", "rank", "note_id"]
+    rows = [ln.split()[:3] for ln in lines[2:5]]
+    assert rows == [["1", "1", "a"], ["2", "3", "b"], ["3", "2", "c"]]
+    assert "ctx: position in the context" in out.getvalue()
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bars_only_on_a_terminal_and_only_for_big_work(monkeypatch: Any) -> None:
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert type(progress(1_000_000, "x")).__name__ == "_NoBar"
+    monkeypatch.setattr(sys, "stderr", _Tty())
+    assert type(progress(10, "x")).__name__ == "_NoBar"
+    bar = progress(1_000_000, "replay")
+    bar.update(5000)
+    bar.close()
+    assert "replay" in sys.stderr.getvalue()
+
+
+def test_replay_in_a_pipe_prints_no_progress_bar(tmp_path: Path) -> None:
+    r = run("replay", "--ns", "x", "--verify", "--redis-url", "memory://")
+    assert r.returncode == 0 and "\r" not in r.stderr and "it/s" not in r.stderr
+
+
+def test_a_busy_metrics_port_is_a_clear_usage_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run("worker", "--burst", "--metrics-port", str(port), "--redis-url", "memory://")
+    assert r.returncode == 2
+    [line] = [json.loads(ln) for ln in r.stderr.splitlines()]  # a worker's stderr is its log
+    assert line["event"] == "command_failed" and line["exit_status"] == 2
+    assert line["message"].startswith(f"cannot serve metrics on 127.0.0.1:{port}: ")
+
+
+def test_a_worker_that_cannot_reach_redis_says_so_in_one_json_line() -> None:
+    r = run("worker", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert r.returncode == 2
+    lines = [json.loads(ln) for ln in r.stderr.splitlines()]
+    assert [x["event"] for x in lines] == ["command_failed"]
+    assert lines[0]["message"].startswith("cannot connect to redis://127.0.0.1:")
+
+
+def test_export_and_sweep_warn_on_an_unknown_namespace_and_answer_empty() -> None:
+    r = run("export", "--ns", "nobody", "--redis-url", "memory://")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "namespace 'nobody' has never seen an event" in r.stderr
+    assert "\r" not in r.stderr  # no progress bar in a pipe
+    r = run("sweep", "--ns", "nobody", "--set", "bm25_k1=1.2", "--json",
+            "--redis-url", "memory://")
+    assert r.returncode == 0 and "namespace 'nobody' has never seen an event" in r.stderr

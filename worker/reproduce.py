@@ -1,0 +1,395 @@
+"""Audit replay: prove what an agent was shown by re-running a served query exactly as it ran.
+
+A ``query.served`` event records everything the answer depended on: the log position of the
+state it was ranked on (``seen``), ``now`` (``as_of``), the config digest (the config itself is
+in the namespace's config history), the request (agent, text, budget, explain, overrides, the
+embedding's digest) and the SHA-256 of the result bytes. Reproduction folds the log up to
+``seen`` (a live query: every entry up to it, whatever its ``at``, since the agent saw the log
+up to a position and a back-dated note ingested later must not leak in; an as-of query: the
+entries up to its position with ``at <= as_of``, as the worker did), then runs the worker's own
+ranking path (``engine.run_rank`` / ``engine.to_result``) and compares the bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from hivemind_memory.api_stub.protocol.messages import (
+    QueryRequest,
+    QueryResult,
+    QueryServed,
+    digest_bytes,
+    effective_config,
+    encode,
+)
+from hivemind_memory.events.errors import QueryError
+from hivemind_memory.events.positions import ZERO, Position, parse_pos
+from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.reduce import Projection, Undecodable
+from hivemind_memory.projections.state import NoteState
+from hivemind_memory.projections.store import audit_trail as audit_store
+from hivemind_memory.projections.store.log import iter_all, read_after
+from hivemind_memory.projections.store.readmodel import decode_entry, read_notes
+from hivemind_memory.projections.store.rebuild import fold_entries
+from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker.engine import run_rank, to_result
+
+_served = msgspec.json.Decoder(QueryServed).decode
+SINCE_SLACK_MS = 300_000
+"""``audit list --since`` stops scanning at entries appended this long before ``since``
+(workers' clocks and the server's may differ a little; entries are in append order)."""
+LEGACY = "served before audit replay recorded its inputs (no log position, config or now)"
+"""Cause given for audit events written by versions that did not record what replay needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedEntry:
+    """One audit entry: its id in the audit stream and the decoded event."""
+
+    audit_id: str
+    event: QueryServed
+
+    @property
+    def live(self) -> bool:
+        return self.event.requested_as_of is None
+
+    @property
+    def served_at(self) -> datetime:
+        """When it was served (the audit entry's time for events that do not record it)."""
+        if self.event.served_at is not None:
+            return self.event.served_at
+        return self.event.as_of if self.live else _entry_time(self.audit_id)
+
+
+def _entry_time(entry_id: str) -> datetime:
+    return datetime.fromtimestamp(parse_pos(entry_id).ms / 1000, UTC)
+
+
+def decode_served(audit_id: str, raw: bytes) -> ServedEntry:
+    """An audit entry's event; ``QueryError('bad_audit', ...)`` names the entry if unreadable."""
+    try:
+        return ServedEntry(audit_id, _served(raw))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise QueryError("bad_audit", f"audit entry {audit_id}: unreadable: {exc}") from exc
+
+
+def all_served(r: Store, ns: str) -> list[ServedEntry]:
+    """Every served query of the namespace, oldest first."""
+    return [decode_served(e.id.decode(), audit_store.audit_event(e))
+            for e in audit_store.iter_audit(r, ns)]
+
+
+def list_served(r: Store, ns: str, *, agent: str | None = None, since: datetime | None = None,
+                until: datetime | None = None, before: str | None = None,
+                limit: int = 20) -> tuple[list[ServedEntry], str | None]:
+    """One page of served queries, newest first, filtered; and the audit id to pass as
+    ``before`` for the next page (None: no more)."""
+    out: list[ServedEntry] = []
+    cursor = before
+    while len(out) < limit:
+        page = audit_store.audit_page(r, ns, cursor, max(limit * 2, 100))
+        if not page:
+            return out, None
+        for e in page:
+            cursor = e.id.decode()
+            s = decode_served(cursor, audit_store.audit_event(e))
+            t = s.served_at
+            if agent is not None and s.event.agent != agent:
+                continue
+            if since is not None and t < since:
+                if parse_pos(cursor).ms < since.timestamp() * 1000 - SINCE_SLACK_MS:
+                    return out, None  # appended long before ``since``: so is the rest
+                continue
+            if until is not None and t > until:
+                continue
+            out.append(s)
+            if len(out) == limit:
+                break
+    more = audit_store.audit_page(r, ns, cursor, 1) if cursor else []
+    return out, cursor if more else None
+
+
+class ConfigHistory:
+    """The namespace's config history, checked: an entry must hash to its digest."""
+
+    def __init__(self, filed: Sequence[tuple[str, bytes]]) -> None:
+        self._ok: dict[str, RankingConfig] = {}
+        self.problems: dict[str, str] = {}
+        for d, data in filed:  # every entry filed under a digest must hash to it
+            try:
+                cfg = msgspec.json.decode(data, type=RankingConfig)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                self.problems[d] = f"config history entry {d} is unreadable: {exc}"
+                continue
+            if cfg.digest() != d or encode(cfg) != data:
+                self.problems[d] = (f"config history entry {d} was altered: its content "
+                                    f"hashes to {cfg.digest()}")
+                continue
+            self._ok.setdefault(d, cfg)
+
+    @classmethod
+    def load(cls, r: Store, ns: str) -> ConfigHistory:
+        return cls(audit_store.read_configs(r, ns))
+
+    def get(self, digest: str) -> RankingConfig | str:
+        """The config with ``digest``, or why it cannot be had."""
+        if digest in self._ok:
+            return self._ok[digest]
+        return self.problems.get(digest, f"config {digest} is missing from the config history")
+
+
+class States:
+    """The ranking state each served query saw, rebuilt from the log.
+
+    The log is read once, up to the newest position asked for, and its decoded entries are
+    kept for the run (memory grows with the log read, which is the price of not folding it
+    again for every as-of query). Live states are folded incrementally (queries are visited
+    in log order, and the index is updated note by note as the worker's live index is);
+    as-of states are folds of a prefix filtered by ``at`` (``rebuild.fold_entries``, the
+    worker's own rule), the last few kept.
+    """
+
+    def __init__(self, r: Store, ns: str, chunk: int = 5000) -> None:
+        self.r, self.ns, self.chunk = r, ns, chunk
+        self.entries: list[tuple[str, Event | Undecodable, bytes]] = []
+        self.positions: list[Position] = []
+        self._reset()
+        self._as_of: dict[tuple[Position, datetime], tuple[NamespaceIndex,
+                                                           dict[str, NoteState]]] = {}
+
+    def _reset(self) -> None:
+        self.proj = Projection()
+        self.pos = ZERO
+        self.fed = 0
+        self.idx = build_index(self.ns, {})
+
+    def _read(self, pos: Position) -> int:
+        """Read the log up to ``pos``; the number of entries at or before it."""
+        while not self.positions or self.positions[-1] < pos:
+            after = self.positions[-1] if self.positions else ZERO
+            got = read_after(self.r, self.ns, after, self.chunk)
+            if not got:
+                break
+            for eid, fields in got:
+                ev, raw = decode_entry(fields, self.ns)
+                self.entries.append((eid.decode(), ev, raw))
+                self.positions.append(parse_pos(eid))
+        return bisect.bisect_right(self.positions, pos)
+
+    def live(self, pos: Position) -> tuple[NamespaceIndex, dict[str, NoteState]]:
+        """Index and notes of every log entry up to ``pos``."""
+        if pos < self.pos:
+            self._reset()
+        n = self._read(pos)
+        for i in range(self.fed, n, self.chunk):
+            res = self.proj.feed(self.entries[i:min(i + self.chunk, n)])
+            self.idx.update(res.notes.values(), self.positions[min(i + self.chunk, n) - 1],
+                            ZERO)
+        self.fed = max(self.fed, n)
+        self.pos = max(self.pos, pos)
+        return self.idx, self.proj.notes
+
+    def as_of(self, pos: Position, as_of: datetime
+              ) -> tuple[NamespaceIndex, dict[str, NoteState]]:
+        """Index and notes of the entries up to ``pos`` with ``at <= as_of``."""
+        key = (pos, as_of)
+        hit = self._as_of.get(key)
+        if hit is None:
+            n = self._read(pos)
+            rb = fold_entries(self.entries[:n], as_of=as_of, chunk=self.chunk)
+            hit = (build_index(self.ns, rb.projection.notes), rb.projection.notes)
+            if len(self._as_of) >= 4:
+                self._as_of.pop(next(iter(self._as_of)))
+            self._as_of[key] = hit
+        return hit
+
+    def of(self, s: QueryServed) -> tuple[NamespaceIndex, dict[str, NoteState]]:
+        """The state ``s`` was ranked on."""
+        pos = parse_pos(s.seen)
+        if s.requested_as_of is None:
+            return self.live(pos)
+        return self.as_of(pos, s.requested_as_of)
+
+
+def log_order(served: Iterable[ServedEntry]) -> list[ServedEntry]:
+    """Served queries ordered so the live fold only moves forward (then by audit id)."""
+    return sorted(served, key=lambda x: (parse_pos(x.event.seen), x.audit_id))
+
+
+@dataclass
+class Reproduction:
+    """The outcome of re-running one served query."""
+
+    served: ServedEntry
+    identical: bool
+    differences: list[str] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    result: QueryResult | None = None
+    legacy: bool = False
+
+
+def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryRequest:
+    """The request a served query ran."""
+    return QueryRequest(ns=ns, text=s.text, budget=s.budget, agent=s.agent,
+                        as_of=s.requested_as_of, explain=s.explain, embedding=embedding,
+                        config=s.overrides)
+
+
+class Auditor:
+    """Reproduces a namespace's served queries (and sweeps them, ``worker.config_sweep``)."""
+
+    def __init__(self, r: Store, ns: str, fallback: RankingConfig) -> None:
+        self.r, self.ns = r, ns
+        self.fallback = fallback
+        """The config a query is re-run under when its own is missing from the history."""
+        self.history = ConfigHistory.load(r, ns)
+        self.embeddings: dict[str, bytes | None] = {}
+        """Filed embeddings by digest (None: an entry under it does not hash to it)."""
+        for d, raw in audit_store.read_embeddings(r, ns):
+            ok = digest_bytes(raw)[:32] == d and self.embeddings.get(d, raw) is not None
+            self.embeddings[d] = raw if ok else None
+        self.states = States(r, ns)
+        self._current: dict[str, NoteState] | None = None
+
+    def current_notes(self) -> dict[str, NoteState]:
+        """The live read model (for 'forgotten since' causes), read once."""
+        if self._current is None:
+            self._current = read_notes(self.r, self.ns)
+        return self._current
+
+    def inputs(self, s: QueryServed) -> tuple[QueryRequest, RankingConfig, list[str]]:
+        """The request and the config to re-run ``s`` with, and any cause already known."""
+        causes: list[str] = []
+        emb: list[float] | None = None
+        if s.embedding_digest:
+            raw = self.embeddings.get(s.embedding_digest)
+            if raw is None:
+                causes.append(f"query embedding {s.embedding_digest} is missing or altered")
+            else:
+                emb = msgspec.json.decode(raw, type=list[float])
+        req = request_of(s, self.ns, emb)
+        got = self.history.get(s.config_digest)
+        if isinstance(got, str):
+            cfg = effective_config(self.fallback, s.overrides)
+            causes.append(f"{got}; re-ran under the current config {cfg.digest()} "
+                          "(config changed)")
+        else:
+            cfg = got
+        if s.seen and parse_pos(s.seen) != ZERO and \
+                not audit_store.log_entry_exists(self.r, self.ns, parse_pos(s.seen)):
+            causes.append(f"log rewritten: no entry at position {s.seen} any more")
+        return req, cfg, causes
+
+    def rerun(self, s: QueryServed, req: QueryRequest, cfg: RankingConfig
+              ) -> tuple[QueryResult, dict[str, NoteState]]:
+        """Run ``req`` under ``cfg`` on the state ``s`` saw, at the time it was served."""
+        idx, notes = self.states.of(s)
+        return to_result(s.query_id, req, s.as_of, run_rank(idx, req, cfg, s.as_of)), notes
+
+    def reproduce(self, served: Sequence[ServedEntry]) -> Iterator[Reproduction]:
+        """Re-run each served query (in log order, so the log is read once)."""
+        for x in log_order(served):
+            yield self.reproduce_one(x)
+
+    def reproduce_one(self, x: ServedEntry) -> Reproduction:
+        s = x.event
+        if not s.seen:
+            return Reproduction(x, identical=False, causes=[LEGACY], legacy=True)
+        req, cfg, causes = self.inputs(s)
+        res, notes = self.rerun(s, req, cfg)
+        body = encode(res)
+        diffs = compare(s, res)
+        if not diffs and digest_bytes(body) != s.result_digest:
+            diffs.append("result bytes differ (same notes, order, scores, used and method; "
+                         "a candidate or another field changed)")
+        if diffs:
+            causes += self._note_causes(s, res, notes)
+        elif causes:
+            # a damaged input fails the proof even when the re-run happens to agree
+            diffs.append("same answer, but not from intact inputs (see causes)")
+        return Reproduction(x, identical=not diffs, differences=diffs, causes=causes,
+                            result=res)
+
+    def _note_causes(self, s: QueryServed, res: QueryResult,
+                     notes: Mapping[str, NoteState]) -> list[str]:
+        out: list[str] = []
+        now_ids = {n.note_id for n in res.notes}
+        current = self.current_notes()
+        for nid, _ in s.chosen:
+            if nid in now_ids:
+                continue
+            n = notes.get(nid)
+            if n is None:
+                out.append(f"note {nid} is not in the log up to {s.seen} (log rewritten)")
+            elif n.forgotten:
+                out.append(f"note {nid} is forgotten in the log before {s.seen} "
+                           "(log rewritten)")
+            cur = current.get(nid)
+            if cur is not None and cur.forgotten and (n is None or not n.forgotten):
+                out.append(f"note {nid} forgotten since")
+        return out
+
+
+def compare(s: QueryServed, res: QueryResult) -> list[str]:
+    """Differences between what was served and a re-run: notes out and in, order, scores,
+    tokens used, method."""
+    out: list[str] = []
+    was = [nid for nid, _ in s.chosen]
+    now = [n.note_id for n in res.notes]
+    gone = [n for n in was if n not in set(now)]
+    new = [n for n in now if n not in set(was)]
+    if gone:
+        out.append("notes out: " + ", ".join(gone))
+    if new:
+        out.append("notes in: " + ", ".join(new))
+    if not gone and not new and was != now:
+        out.append(f"order changed: was {' '.join(was)}, now {' '.join(now)}")
+    scores = {n.note_id: n.score for n in res.notes}
+    for nid, score in s.chosen:
+        if nid in scores and scores[nid] != score:
+            out.append(f"score of {nid}: was {score:.6f}, now {scores[nid]:.6f}")
+    if s.used != res.used:
+        out.append(f"used: was {s.used}, now {res.used}")
+    if s.method != res.method:
+        out.append(f"method: was {s.method}, now {res.method}")
+    if s.upper_bound != res.upper_bound:
+        out.append(f"upper_bound: was {s.upper_bound:.6f}, now {res.upper_bound:.6f}")
+    return out
+
+
+@dataclass
+class NoteHistory:
+    """``hivemind show``: a note, its events in log order, the served queries that returned it."""
+
+    note: NoteState | None
+    events: list[tuple[str, dict[str, Any]]]
+    served: list[tuple[ServedEntry, int, float]]
+    """Each served query that returned the note, with its rank in context order and score."""
+
+
+def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
+    """Everything the namespace knows about one note (reads the whole log and audit)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    for entry in iter_all(r, ns):
+        ev, _ = decode_entry(entry.fields, ns)
+        if getattr(ev, "note_id", None) == note_id:
+            events.append((entry.id.decode(), msgspec.to_builtins(ev)))
+    hits: list[tuple[ServedEntry, int, float]] = []
+    for x in all_served(r, ns):
+        for i, (nid, score) in enumerate(x.event.chosen, start=1):
+            if nid == note_id:
+                hits.append((x, i, score))
+    note = read_notes(r, ns).get(note_id)
+    return NoteHistory(note=note, events=events, served=hits)
+
+
+__all__ = ["Auditor", "ConfigHistory", "NoteHistory", "Reproduction", "ServedEntry", "States",
+           "all_served", "compare", "list_served", "note_history"]

@@ -11,7 +11,7 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import core, query, ranking, scale
+from bench import core, quality, query, ranking, scale
 
 
 def all_(argv: list[str]) -> int:
@@ -43,6 +43,7 @@ def all_(argv: list[str]) -> int:
 
 
 COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main, "all": all_,
+            "quality": quality.main,
             "scale": scale.main}
 
 

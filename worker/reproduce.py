@@ -31,7 +31,11 @@ from hivemind_memory.api_stub.protocol.messages import (
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.events.positions import ZERO, Position, parse_pos
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.config import (
+    RankingConfig,
+    config_from_json,
+    filed_form,
+)
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState
@@ -125,11 +129,11 @@ class ConfigHistory:
         self.problems: dict[str, str] = {}
         for d, data in filed:  # every entry filed under a digest must hash to it
             try:
-                cfg = msgspec.json.decode(data, type=RankingConfig)
+                cfg = config_from_json(data)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 self.problems[d] = f"config history entry {d} is unreadable: {exc}"
                 continue
-            if cfg.digest() != d or encode(cfg) != data:
+            if cfg.digest() != d or not filed_form(cfg, data):
                 self.problems[d] = (f"config history entry {d} was altered: its content "
                                     f"hashes to {cfg.digest()}")
                 continue

@@ -17,7 +17,12 @@ import msgspec
 from hivemind_memory.events.errors import ConfigError, QueryError
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
 from hivemind_memory.events.times import to_utc
-from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    RankingConfig,
+    id_digest,
+    with_overrides,
+)
 from hivemind_memory.projections.ranking.signals import NoteSignals
 
 MAX_BUDGET = 1_000_000
@@ -172,7 +177,10 @@ def new_query_id(req: QueryRequest, log_length: int) -> str:
     # canonical: the config overrides as the config they make (key order and restated
     # defaults do not matter)
     canon = msgspec.structs.replace(req, config=None)
-    digest = effective_config(RankingConfig(), req.config).digest()
+    try:
+        digest = id_digest(req.config)
+    except msgspec.ValidationError as exc:
+        raise QueryError("invalid_request", f"invalid query: config: {exc}") from exc
     h = hashlib.sha256(encode(canon) + b"#" + digest.encode() + b"@" +
                        str(log_length).encode()).hexdigest()[:24]
     return f"{req.ns}.{h}"

@@ -19,6 +19,7 @@ from hivemind_memory.events.errors import ConfigError
 
 Order = Literal["edges", "score", "chronological"]
 Analyzer = Literal["plain", "english"]
+Relevance = Literal["calibrated", "bm25"]
 
 
 class TierDecay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -56,9 +57,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """BM25 term-frequency saturation."""
     bm25_b: float = 0.75
     """BM25 length normalisation (0 = none, 1 = full)."""
-    analyzer: Analyzer = "plain"
-    """How words match: ``plain`` (the tokens as they are) or ``english`` (Snowball English
-    stems, English stop words dropped; ``projections.ranking.analyzer``)."""
+    relevance: Relevance = "bm25"
+    """``bm25``: lexical BM25 in (0, 1] (cosine where the note and the query carry caller
+    embeddings), the relevance of the first releases; ``calibrated``: the probability that
+    a note is needed (``projections.ranking.calibrated``)."""
+    analyzer: Analyzer = "english"
+    """How words match: ``english`` (Snowball English stems, English stop words dropped;
+    ``projections.ranking.analyzer``) or ``plain`` (the tokens as they are)."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -77,16 +82,62 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"bm25_b must be within [0, 1], got {self.bm25_b}")
 
     def digest(self) -> str:
-        """A short stable fingerprint of every value (recorded with each served query). The
-        ``analyzer`` key counts only when it is not ``plain``, so configs written before it
-        existed keep their fingerprint (and as-of query ids)."""
-        raw = msgspec.to_builtins(self)
-        if raw["analyzer"] == "plain":
-            del raw["analyzer"]
-        return hashlib.sha256(msgspec.json.encode(raw)).hexdigest()[:16]
+        """A short stable fingerprint of every value (recorded with each served query). Keys
+        added after the first release count only when they differ from their value before
+        they existed (``LEGACY``), so configs written before them keep their fingerprint."""
+        return _digest(legacy_form(msgspec.to_builtins(self)))
 
 
 DEFAULT = RankingConfig()
+
+LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain"}
+"""Keys added after the first release and the value a config written before them meant."""
+
+
+def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` (a config as builtins) without the keys at their ``LEGACY`` value: what a
+    config written before those keys existed held."""
+    return {k: v for k, v in raw.items() if k not in LEGACY or v != LEGACY[k]}
+
+
+def _digest(raw: dict[str, Any]) -> str:
+    return hashlib.sha256(msgspec.json.encode(raw)).hexdigest()[:16]
+
+
+def id_digest(overrides: Mapping[str, Any] | None) -> str:
+    """The config part of an as-of query's id: the digest of the overrides applied to the
+    defaults as they were before the ``LEGACY`` keys existed, plus each ``LEGACY`` key the
+    overrides set (so restating another key's default changes nothing, as before, and a
+    request that sets a newer key never shares an id with one that does not). Raises
+    ``msgspec.ValidationError`` for bad overrides."""
+    raw = msgspec.to_builtins(with_overrides(DEFAULT, overrides or {}))
+    base = {**raw, **LEGACY}
+    named = sorted(k for k in (overrides or {}) if k in LEGACY)
+    extra = ";".join(f"{k}={msgspec.json.encode(raw[k]).decode()}" for k in named)
+    return _digest(legacy_form(base)) + (f"+{extra}" if extra else "")
+
+
+def config_from_json(data: bytes) -> RankingConfig:
+    """A config filed as JSON (the audit's config history): keys it lacks mean their
+    ``LEGACY`` value (it was written before they existed), the others the defaults."""
+    raw = msgspec.json.decode(data)
+    if not isinstance(raw, dict):
+        raise msgspec.ValidationError("a config must be a JSON object")
+    return msgspec.convert({**LEGACY, **raw}, RankingConfig)
+
+
+def filed_form(cfg: RankingConfig, data: bytes) -> bool:
+    """Whether ``data`` is ``cfg`` exactly as some version filed it: its canonical JSON, or
+    that JSON without the ``LEGACY`` keys ``data`` lacks (an older writer's)."""
+    if msgspec.json.encode(cfg) == data:
+        return True
+    raw = msgspec.json.decode(data)
+    if not isinstance(raw, dict):
+        return False
+    full = msgspec.to_builtins(cfg)
+    old = {k: v for k, v in full.items() if k in raw}
+    return all(k in LEGACY and full[k] == LEGACY[k] for k in full if k not in raw) and \
+        msgspec.json.encode(old) == data
 
 
 def with_overrides(base: RankingConfig, overrides: Mapping[str, Any]) -> RankingConfig:

@@ -24,7 +24,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.ordering import by_score, order
@@ -38,6 +38,16 @@ from hivemind_memory.projections.ranking.signals import (
     ScoredNote,
 )
 from hivemind_memory.projections.state import NoteState, Tier, tier_of
+
+
+def lexical(**kw: Any) -> RankingConfig:
+    """A config of the lexical relevance these references restate: ``relevance = "bm25"``,
+    ``analyzer = "plain"`` (the defaults they were written for), other keys from ``kw``."""
+    return RankingConfig(**{"relevance": "bm25", "analyzer": "plain", **kw})
+
+
+LEXICAL = lexical()
+"""The lexical relevance's config with every other key at its default."""
 
 
 def bm25(docs: dict[str, str], query: str, cfg: RankingConfig) -> dict[str, float]:

@@ -18,7 +18,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
 from hivemind_memory.projections.state import NoteState
 from tests.support.factories import T0
-from tests.support.reference import LexicalIndex, rank, scores_over
+from tests.support.reference import LexicalIndex, lexical, rank, scores_over
 from tests.unit.projections.ranking.test_packing import small_thresholds
 
 WORDS = ["redis", "stream", "Stream", "lease", "crash", "café", "deploy", "argo", "x_y", "v2"]
@@ -62,7 +62,7 @@ def test_bm25_is_bit_identical_to_scores_over(batches: list[list[NoteState]], q:
                                               audience_moves: bool, k1: float) -> None:
     # k1 = 1e308: the length norm overflows, every term's part is 0 and so is the score of
     # a note that shares a word with the query (it is still listed, as scores_over does)
-    cfg = RankingConfig(bm25_k1=k1)
+    cfg = lexical(bm25_k1=k1)
     idx = NamespaceIndex("t")
     truth: dict[str, NoteState] = {}
     for batch in batches:
@@ -91,7 +91,7 @@ def test_bm25_is_bit_identical_to_scores_over(batches: list[list[NoteState]], q:
 
 
 def test_private_statistics_do_not_leak_between_agents() -> None:
-    cfg = RankingConfig()
+    cfg = lexical()
     idx = NamespaceIndex("t")
     idx.put(note(1, ["redis", "lease"], "alice", False, False, 0, 10))
     idx.put(note(2, ["lease"], "alice", False, False, 0, 10))
@@ -103,7 +103,7 @@ def test_private_statistics_do_not_leak_between_agents() -> None:
 
 
 def test_compaction_drops_dead_postings_and_changes_nothing() -> None:
-    cfg = RankingConfig()
+    cfg = lexical()
     idx = NamespaceIndex("t")
     for i in range(50):
         idx.put(note(i, ["redis", "stream"][: 1 + i % 2], "alice", i % 5 == 0, False, 0, 99))
@@ -254,7 +254,7 @@ def test_bm25_with_a_batch_term_cache_is_bit_identical(
     memo = BatchMemo()
     found = False
     for words, agent, analyzer, k1, b in queries:
-        cfg = RankingConfig(analyzer=analyzer, bm25_k1=k1, bm25_b=b)  # type: ignore[arg-type]
+        cfg = lexical(analyzer=analyzer, bm25_k1=k1, bm25_b=b)  # type: ignore[arg-type]
         want = idx.cols.bm25(" ".join(words), cfg, agent)
         got = idx.relevance_slots(" ".join(words), None, cfg, agent, memo.terms(idx.cols))
         assert got[0].tolist() == want[0].tolist()
@@ -278,12 +278,12 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
         return real(self, word, *a)
 
     monkeypatch.setattr(Columns, "_visible_postings", spy)
-    memo, cfg = BatchMemo(), RankingConfig()
+    memo, cfg = BatchMemo(), lexical()
     for q in ["redis stream", "stream redis", "redis"]:
         idx.relevance_slots(q, None, cfg, "alice", memo.terms(idx.cols))
     assert calls == ["redis", "stream"]  # once each, then from the cache
     idx.relevance_slots("redis", None, cfg, "bob", memo.terms(idx.cols))  # another audience
-    idx.relevance_slots("redis", None, RankingConfig(bm25_b=0.3), "alice", memo.terms(idx.cols))
+    idx.relevance_slots("redis", None, lexical(bm25_b=0.3), "alice", memo.terms(idx.cols))
     assert calls == ["redis", "stream", "redis", "redis"]
     other = BatchMemo()  # a new batch starts empty
     idx.relevance_slots("redis", None, cfg, "alice", other.terms(idx.cols))
@@ -304,7 +304,7 @@ def test_one_batch_memo_over_two_tables_of_the_same_size(
     for first, second in pairs:
         tables[0].put(first)
         tables[1].put(msgspec.structs.replace(second, note_id=first.note_id))
-    memo, cfg = BatchMemo(), RankingConfig()
+    memo, cfg = BatchMemo(), lexical()
     for which, words, agent, budget in queries:
         idx = tables[which]
         q = " ".join(words)

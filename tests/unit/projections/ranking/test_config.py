@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hivemind_memory.events.errors import ConfigError, HivemindError
@@ -12,7 +13,10 @@ from hivemind_memory.projections.ranking.config import (
     DEFAULT,
     RankingConfig,
     TierDecay,
+    config_from_json,
     config_from_toml,
+    filed_form,
+    id_digest,
     load_config,
 )
 from hivemind_memory.projections.ranking.recency import recency
@@ -162,3 +166,33 @@ def test_config_file_is_read_as_utf8(tmp_path: Path) -> None:
     p = tmp_path / "ranking.toml"
     p.write_bytes("# réglages — café\norder = \"score\"\n".encode())
     assert load_config(p).order == "score"
+
+
+LEGACY_JSON = (b'{"longterm_uses":5,"short":{"half_life_days":180.0,"floor":0.35},'
+               b'"scratch":{"half_life_days":3.0,"floor":0.0},"min_relevance":0.0,'
+               b'"per_note_overhead_tokens":0,"order":"edges","exact_max_cells":4000000,'
+               b'"bm25_k1":1.2,"bm25_b":0.75}')
+"""The default config as the first releases filed it in the audit's config history."""
+LEGACY_DIGEST = "e3b0495deb7bc6fe"
+
+
+def test_a_config_filed_before_the_newer_keys_keeps_its_meaning_and_digest() -> None:
+    old = config_from_json(LEGACY_JSON)
+    assert old.analyzer == "plain" and old.relevance == "bm25"  # what it meant then
+    assert old.digest() == LEGACY_DIGEST and filed_form(old, LEGACY_JSON)
+    assert not filed_form(DEFAULT, LEGACY_JSON)  # today's defaults are another config
+    half = LEGACY_JSON[:-1] + b',"analyzer":"plain"}'  # filed when only analyzer existed
+    assert config_from_json(half) == old and filed_form(old, half)
+    new = msgspec.json.encode(DEFAULT)
+    assert config_from_json(new) == DEFAULT and filed_form(DEFAULT, new)
+    tampered = LEGACY_JSON.replace(b'"bm25_b":0.75', b'"bm25_b":0.5')
+    assert not filed_form(old, tampered)
+
+
+def test_as_of_ids_keep_their_config_part_and_newer_keys_always_count() -> None:
+    assert id_digest(None) == id_digest({}) == LEGACY_DIGEST  # ids from before stay
+    assert id_digest({"exact_max_cells": 4_000_000}) == LEGACY_DIGEST  # a restated default
+    assert id_digest({"bm25_b": 0.5}) != LEGACY_DIGEST
+    plain, english = id_digest({"analyzer": "plain"}), id_digest({"analyzer": "english"})
+    assert len({plain, english, LEGACY_DIGEST}) == 3
+    assert id_digest({"relevance": "bm25"}) not in {plain, LEGACY_DIGEST}

@@ -2,6 +2,9 @@
 
 The log and the queries are generated from a fixed seed (ages, lengths, uses, agents, scopes,
 kinds and forgets all vary).
+The worker runs today's lexical relevance explicitly (``GOLDEN_CONFIG``: ``analyzer = "plain"``
+and ``relevance = "bm25"``, the defaults these answers were recorded under), so they stay
+byte-identical whatever the defaults become.
 ``HIVEMIND_REGEN_GOLDEN=1 pytest tests/unit/projections/ranking/test_golden.py`` rewrites
 ``tests/golden/answers.jsonl``; do that only for a change that is meant to alter results, and
 say why in the commit.
@@ -16,13 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import fakeredis
+import msgspec
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.ranking.config import DEFAULT
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from tests.support.factories import T0, created, forgotten, iso, used
 
+GOLDEN_CONFIG = msgspec.structs.replace(DEFAULT, analyzer="plain")
+"""The config the golden answers were recorded under (today's lexical relevance)."""
 GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "answers.jsonl"
 WORDS = ("redis", "stream", "checkpoint", "crash", "replay", "deploy", "worker", "budget",
          "token", "packing", "decay", "half", "life", "floor", "scratch", "longterm", "agent",
@@ -81,6 +88,7 @@ def answers() -> list[bytes]:
     store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     s = Settings()
     rt = runtime.build(s, store)
+    rt.cfg = GOLDEN_CONFIG
     runtime.install(rt)
     c = Client(store, settings=s)
     c.append(golden_log())

@@ -10,15 +10,15 @@ import fakeredis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.store.index_loader import load_index, refresh_index
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.projections.store.readmodel import project_batch
 from tests.support import reference
 from tests.support.factories import created, ev, forgotten, used
+from tests.support.reference import lexical
 
-CFG = RankingConfig()
+CFG = lexical()
 VEC = st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=3, max_size=3)
 
 

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.events.schema import Scope
-from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
 from tests.support import reference
-from tests.support.reference import LexicalIndex, scores_over
+from tests.support.reference import LEXICAL, LexicalIndex, lexical, scores_over
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -81,7 +81,7 @@ def test_idf_is_lucene_and_always_positive() -> None:
 )
 @pytest.mark.parametrize(
     "cfg",
-    [DEFAULT, RankingConfig(bm25_k1=2.0, bm25_b=0.3), RankingConfig(bm25_k1=0.0, bm25_b=1.0)],
+    [LEXICAL, lexical(bm25_k1=2.0, bm25_b=0.3), lexical(bm25_k1=0.0, bm25_b=1.0)],
 )
 def test_scores_match_reference(query: str, cfg: RankingConfig) -> None:
     got = build(CORPUS).scores(query, cfg)
@@ -92,30 +92,30 @@ def test_scores_match_reference(query: str, cfg: RankingConfig) -> None:
 
 
 def test_identical_texts_get_identical_relevance() -> None:
-    s = build(CORPUS).scores("deploy redis events pipeline", DEFAULT)
+    s = build(CORPUS).scores("deploy redis events pipeline", LEXICAL)
     assert s["a"] == s["d"]
     assert s["a"] != s["b"]
 
 
 def test_only_notes_sharing_a_term_are_returned() -> None:
-    s = build(CORPUS).scores("soup", DEFAULT)
+    s = build(CORPUS).scores("soup", LEXICAL)
     assert set(s) == {"c"}
-    assert build(CORPUS).scores("!!!", DEFAULT) == {}
-    assert LexicalIndex().scores("soup", DEFAULT) == {}
+    assert build(CORPUS).scores("!!!", LEXICAL) == {}
+    assert LexicalIndex().scores("soup", LEXICAL) == {}
 
 
 def test_full_match_of_a_short_note_scores_near_one() -> None:
     ix = build({"a": "alpha", "b": "beta gamma delta", "c": "epsilon zeta"})
-    s = ix.scores("alpha", RankingConfig(bm25_k1=0.0))
+    s = ix.scores("alpha", lexical(bm25_k1=0.0))
     assert s["a"] == 1.0
-    s2 = ix.scores("alpha beta", RankingConfig(bm25_k1=0.0))
+    s2 = ix.scores("alpha beta", lexical(bm25_k1=0.0))
     assert s2["a"] + s2["b"] == pytest.approx(1.0)  # each gets its share of the query's idf mass
 
 
 def test_a_note_matching_every_query_word_scores_exactly_one_without_saturation() -> None:
     docs = {f"d{i}": " ".join(f"w{j}" for j in range(i, i + 7)) for i in range(30)}
     ix = build(docs)
-    flat = RankingConfig(bm25_k1=0.0)
+    flat = lexical(bm25_k1=0.0)
     for q in ("w5 w6 w7 w8 w9 w10", "w11 w12 w13", "w20 w26 w21 w25 w22 w24 w23"):
         got = ix.scores(q, flat)
         words = set(tokenize(q))
@@ -126,30 +126,30 @@ def test_a_note_matching_every_query_word_scores_exactly_one_without_saturation(
 
 def test_unknown_query_terms_lower_the_score() -> None:
     ix = build(CORPUS)
-    assert ix.scores("soup zzzunknown", DEFAULT)["c"] < ix.scores("soup", DEFAULT)["c"]
+    assert ix.scores("soup zzzunknown", LEXICAL)["c"] < ix.scores("soup", LEXICAL)["c"]
 
 
 def test_length_normalisation_and_b() -> None:
     docs = {"short": "redis cache", "long": "redis " + " ".join(f"w{i}" for i in range(200))}
     ix = build(docs)
-    s = ix.scores("redis", DEFAULT)
+    s = ix.scores("redis", LEXICAL)
     assert s["short"] > s["long"]
-    s0 = ix.scores("redis", RankingConfig(bm25_b=0.0))
+    s0 = ix.scores("redis", lexical(bm25_b=0.0))
     assert s0["short"] == s0["long"]
 
 
 def test_term_frequency_saturates_with_k1() -> None:
     docs = {"once": "cache x y z", "many": "cache cache cache cache", "other": "misc"}
     ix = build(docs)
-    s = ix.scores("cache", RankingConfig(bm25_b=0.0))
+    s = ix.scores("cache", lexical(bm25_b=0.0))
     assert s["many"] > s["once"]
-    flat = ix.scores("cache", RankingConfig(bm25_k1=0.0))
+    flat = ix.scores("cache", lexical(bm25_k1=0.0))
     assert flat["many"] == flat["once"]
 
 
 def test_repeated_query_words_count_once() -> None:
     ix = build(CORPUS)
-    assert ix.scores("deploy deploy DEPLOY", DEFAULT) == ix.scores("deploy", DEFAULT)
+    assert ix.scores("deploy deploy DEPLOY", LEXICAL) == ix.scores("deploy", LEXICAL)
 
 
 def test_remove_and_replace_keep_statistics_consistent() -> None:
@@ -160,25 +160,25 @@ def test_remove_and_replace_keep_statistics_consistent() -> None:
     ix.remove("never-added")
     assert "c" not in ix and len(ix) == 5
     rest = {k: v for k, v in CORPUS.items() if k != "c"}
-    assert ix.scores("soup", DEFAULT) == {}
+    assert ix.scores("soup", LEXICAL) == {}
     assert ix.doc_freq("soup") == 0
-    got, want = ix.scores("redis deploy", DEFAULT), reference.bm25(rest, "redis deploy", DEFAULT)
+    got, want = ix.scores("redis deploy", LEXICAL), reference.bm25(rest, "redis deploy", LEXICAL)
     assert got == pytest.approx(want, rel=1e-12)
     ix.add("a", "now about soup")  # replaces a's text
     assert len(ix) == 5
     rest["a"] = "now about soup"
     for q in ("soup", "deploy pipeline", "redis"):
-        assert ix.scores(q, DEFAULT) == pytest.approx(reference.bm25(rest, q, DEFAULT), rel=1e-12)
+        assert ix.scores(q, LEXICAL) == pytest.approx(reference.bm25(rest, q, LEXICAL), rel=1e-12)
 
 
 def test_empty_texts_count_as_documents() -> None:
     ix = build({"empty": "...", "a": "word"})
     assert len(ix) == 2
-    assert ix.scores("word", DEFAULT) == pytest.approx(
-        reference.bm25({"empty": "...", "a": "word"}, "word", DEFAULT)
+    assert ix.scores("word", LEXICAL) == pytest.approx(
+        reference.bm25({"empty": "...", "a": "word"}, "word", LEXICAL)
     )
     ix.remove("a")
-    assert ix.scores("word", DEFAULT) == {}
+    assert ix.scores("word", LEXICAL) == {}
 
 
 WORDS = st.sampled_from(["redis", "event", "note", "agent", "token", "budget", "x", "Café", "ÉTÉ"])
@@ -196,7 +196,7 @@ TEXTS = st.lists(WORDS, min_size=0, max_size=30).map(" ".join)
 def test_incremental_index_equals_reference(
     docs: dict[str, str], query: str, k1: float, b: float, drop: set[str]
 ) -> None:
-    cfg = RankingConfig(bm25_k1=k1, bm25_b=b)
+    cfg = lexical(bm25_k1=k1, bm25_b=b)
     ix = LexicalIndex()
     for k, t in docs.items():
         ix.add(k, t + " extra")  # then replaced: replacement must fully undo the first add
@@ -233,7 +233,7 @@ def worker_cosine(a: list[float], b: list[float]) -> float:
     """The production relevance of a note embedded as ``a`` to a query embedded as ``b`` (no
     word in common, so nothing but the cosine can score it)."""
     idx = build_index("t", {"n": note("n", "unrelated", a)})
-    return idx.relevance("query", b, DEFAULT).get("n", 0.0)
+    return idx.relevance("query", b, LEXICAL).get("n", 0.0)
 
 
 @pytest.mark.parametrize(
@@ -265,9 +265,9 @@ def test_vectors_of_different_dimensions_are_never_compared() -> None:
     notes = {"far": note("far", "unrelated", [1.0, 0.0, 0.0]),
              "lex": note("lex", "redis", [1.0, 0.0, 0.0]), "pad": note("pad", "lunch")}
     idx = build_index("t", notes)
-    rel = idx.relevance("redis", [1.0, 0.0], DEFAULT)
+    rel = idx.relevance("redis", [1.0, 0.0], LEXICAL)
     assert rel == {"lex": build({k: n.text for k, n in notes.items()}).scores(
-        "redis", DEFAULT)["lex"]}
+        "redis", LEXICAL)["lex"]}
 
 
 @settings(max_examples=50, deadline=None)
@@ -300,28 +300,28 @@ def test_relevance_uses_cosine_when_both_have_embeddings() -> None:
         note("none", "unrelated text"),
     ]
     idx = build_index("t", {n.note_id: n for n in notes})
-    lex = build({n.note_id: n.text for n in notes}).scores("redis", DEFAULT)
-    rel = idx.relevance("redis", [1.0, 1.0], DEFAULT)
+    lex = build({n.note_id: n.text for n in notes}).scores("redis", LEXICAL)
+    rel = idx.relevance("redis", [1.0, 1.0], LEXICAL)
     assert rel["emb"] == pytest.approx(1 / math.sqrt(2))
     assert "emb-opp" not in rel  # cosine 0 even though its text matches
     assert rel["lex"] == lex["lex"]
     assert rel["other-dim"] == lex["other-dim"]  # incomparable embedding -> lexical
     assert "none" not in rel
-    no_emb = idx.relevance("redis", None, DEFAULT)
+    no_emb = idx.relevance("redis", None, LEXICAL)
     assert no_emb == {k: lex[k] for k in ("emb-opp", "lex", "other-dim")}
-    assert build_index("t", {"emb": notes[0]}).relevance("redis", None, DEFAULT) == {}
+    assert build_index("t", {"emb": notes[0]}).relevance("redis", None, LEXICAL) == {}
     for emb in ([1.0, 1.0], None):
-        want = reference.relevance(notes, "redis", emb, DEFAULT)
-        assert idx.relevance("redis", emb, DEFAULT) == pytest.approx(want, rel=1e-12)
+        want = reference.relevance(notes, "redis", emb, LEXICAL)
+        assert idx.relevance("redis", emb, LEXICAL) == pytest.approx(want, rel=1e-12)
 
 
 def test_relevance_with_a_zero_query_embedding() -> None:
     notes = [note("emb", "redis", [1.0, 0.0]), note("lex", "redis streams")]
     idx = build_index("t", {n.note_id: n for n in notes})
-    rel = idx.relevance("redis", [0.0, 0.0], DEFAULT)
+    rel = idx.relevance("redis", [0.0, 0.0], LEXICAL)
     assert rel == {"lex": build({n.note_id: n.text for n in notes}).scores(
-        "redis", DEFAULT)["lex"]}
-    assert idx.relevance("redis", [2.0, 0.0], DEFAULT)["emb"] == 1.0
+        "redis", LEXICAL)["lex"]}
+    assert idx.relevance("redis", [2.0, 0.0], LEXICAL)["emb"] == 1.0
 
 
 def test_an_agents_private_notes_never_shift_another_agents_scores() -> None:
@@ -330,12 +330,12 @@ def test_an_agents_private_notes_never_shift_another_agents_scores() -> None:
             "p2": note("p2", "soup deploy", agent="alice", scope="private")}
     idx = build_index("t", {**shared, **mine})
     for q in ("redis streams", "deploy soup"):
-        bob = idx.relevance(q, None, DEFAULT, agent="bob")
-        assert bob == build_index("t", shared).relevance(q, None, DEFAULT, agent="bob")
+        bob = idx.relevance(q, None, LEXICAL, agent="bob")
+        assert bob == build_index("t", shared).relevance(q, None, LEXICAL, agent="bob")
         assert not bob.keys() & mine.keys()
-        alice = idx.relevance(q, None, DEFAULT, agent="alice")
+        alice = idx.relevance(q, None, LEXICAL, agent="alice")
         assert alice == pytest.approx(
-            reference.relevance([*shared.values(), *mine.values()], q, None, DEFAULT, "alice"),
+            reference.relevance([*shared.values(), *mine.values()], q, None, LEXICAL, "alice"),
             rel=1e-12)
         assert alice.keys() & mine.keys()
         assert alice != bob
@@ -352,9 +352,9 @@ def test_scores_over_disjoint_indexes_equal_one_combined_index(
         (a if in_a else b).add(f"d{i}", " ".join(words))
         both.add(f"d{i}", " ".join(words))
     q = " ".join(query)
-    got = scores_over([a, b], q, DEFAULT)
-    assert got == both.scores(q, DEFAULT)  # bit for bit: splitting changes no sum
-    want = reference.bm25({f"d{i}": " ".join(w) for i, (_, w) in enumerate(docs)}, q, DEFAULT)
+    got = scores_over([a, b], q, LEXICAL)
+    assert got == both.scores(q, LEXICAL)  # bit for bit: splitting changes no sum
+    want = reference.bm25({f"d{i}": " ".join(w) for i, (_, w) in enumerate(docs)}, q, LEXICAL)
     assert got.keys() == want.keys()
     for k, v in want.items():
         assert got[k] == pytest.approx(v, rel=1e-12)

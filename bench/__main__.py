@@ -11,7 +11,7 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import core, quality, query, ranking, scale
+from bench import core, fit_calibration, quality, query, ranking, scale
 
 
 def all_(argv: list[str]) -> int:
@@ -43,7 +43,7 @@ def all_(argv: list[str]) -> int:
 
 
 COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main, "all": all_,
-            "quality": quality.main,
+            "quality": quality.main, "fit": fit_calibration.main,
             "scale": scale.main}
 
 

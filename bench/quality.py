@@ -23,7 +23,9 @@ import numpy as np
 from bench.locomo import CATEGORIES, DEFAULT_DATA, Conversation, load_task, recall
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, load_config
+from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.ranker import BatchMemo
 from hivemind_memory.worker.engine import run_rank
 
 BUDGETS = (200, 500, 1000)
@@ -125,12 +127,21 @@ def baseline_pickers(convs: Sequence[Conversation], base: Baselines) -> dict[str
 
 
 def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
-    """hivemind's query path: the index as the worker builds it, ``run_rank`` per query."""
-    indexes = {c.name: build_index(c.name, {n.note_id: n for n in c.notes}) for c in convs}
+    """hivemind's query path: the index as the worker builds it (notes embedded by the
+    config's embedder), the questions of a conversation embedded as one batch (as a query job
+    does per wave), ``run_rank`` per query."""
+    embedder = embedder_for(cfg.embedder)
+    indexes = {c.name: build_index(c.name, {n.note_id: n for n in c.notes}, embedder)
+               for c in convs}
+    memos: dict[str, BatchMemo] = {}
+    for c in convs:
+        memos[c.name] = memo = BatchMemo()
+        if embedder is not None and cfg.relevance == "calibrated":
+            memo.prime_cosines(indexes[c.name], [q.text for q in c.questions], embedder)
 
     def pick(c: Conversation, q: int, budget: int) -> set[str]:
         req = QueryRequest(ns="locomo", text=c.questions[q].text, budget=budget, as_of=c.asked)
-        res = run_rank(indexes[c.name], req, cfg, c.asked)
+        res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder)
         return {n.note_id for n in res.notes}
     return pick
 

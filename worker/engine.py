@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from typing import Literal
 
 import structlog
 
@@ -30,7 +31,9 @@ from hivemind_memory.api_stub.protocol.messages import (
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
+from hivemind_memory.projections.ranking.calibrated import limit_for
 from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
 from hivemind_memory.projections.ranking.signals import RankResult
@@ -81,10 +84,14 @@ class Pending:
 class QueryEngine:
     """Per-process query state: the live indexes and a small cache of as-of folds."""
 
-    def __init__(self, r: Store, cfg: RankingConfig, settings: Settings) -> None:
+    def __init__(self, r: Store, cfg: RankingConfig, settings: Settings,
+                 embedder: Embedder | Literal["config"] | None = "config") -> None:
         self.r = r
         self.cfg = cfg
         self.settings = settings
+        self.embedder = embedder_for(cfg.embedder) if embedder == "config" else embedder
+        """Embeds the notes as indexes load and the queries of calibrated relevance."""
+        self.embedder_digest = "" if self.embedder is None else self.embedder.digest()
         self.live: dict[str, NamespaceIndex] = {}
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
@@ -114,12 +121,27 @@ class QueryEngine:
         memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
         for start in range(0, len(todo), WAVE):
             wave = todo[start:start + WAVE]
+            self._prime(wave, live, memo)
             for q in wave:
                 if q.body is None:
                     self._rank(q, live, now, memo)
             if publish is not None:
                 publish(wave)
         return todo
+
+    def _prime(self, wave: list[Pending], live: dict[str, NamespaceIndex],
+               memo: BatchMemo) -> None:
+        """The query embeddings of a wave's live calibrated queries: one embedder call and one
+        matrix product per namespace."""
+        if self.embedder is None:
+            return
+        texts: dict[str, list[str]] = {}
+        for q in wave:
+            if q.body is None and q.req is not None and q.cfg is not None and \
+                    q.req.as_of is None and q.cfg.relevance == "calibrated" and q.ns in live:
+                texts.setdefault(q.ns, []).append(q.req.text)
+        for ns, group in texts.items():
+            memo.prime_cosines(live[ns], group, self.embedder)
 
     def _parse(self, env: Envelope) -> Pending:
         q = Pending(env, ns="", digest=self.base_digest, started=time.perf_counter())
@@ -187,7 +209,7 @@ class QueryEngine:
                 if idx is None:
                     idx = self.live[q.ns] = NamespaceIndex(q.ns)
                 full, part = idx.full_loads, idx.incremental_notes
-                refresh_index(self.r, idx)
+                refresh_index(self.r, idx, self.embedder)
                 for _ in range(REFRESH_TRIES):
                     # a batch committed between reading the changes and the notes leaves
                     # some notes newer than the checkpoint: refresh until nothing moved, so
@@ -195,7 +217,7 @@ class QueryEngine:
                     if idx.changes_seen is None or changes_last(self.r, q.ns) == \
                             idx.changes_seen:
                         break
-                    refresh_index(self.r, idx)
+                    refresh_index(self.r, idx, self.embedder)
                 if idx.full_loads != full or idx.incremental_notes != part:
                     metrics.observe_index_load(q.ns, full=idx.full_loads != full)
                 out[q.ns] = idx
@@ -210,7 +232,7 @@ class QueryEngine:
             self.as_of.move_to_end(key)
             return hit
         rb = fold_log(self.r, req.ns, until=parse_pos(position), as_of=req.as_of)
-        idx = build_index(req.ns, rb.projection.notes)
+        idx = build_index(req.ns, rb.projection.notes, self.embedder)
         self.as_of[key] = idx
         while len(self.as_of) > AS_OF_CACHE:
             self.as_of.popitem(last=False)
@@ -227,7 +249,7 @@ class QueryEngine:
                 idx, at = self._as_of_index(q.req, q.env.position), q.req.as_of
                 q.seen = format_pos(parse_pos(q.env.position))
             q.result = to_result(q.env.query_id, q.req, at,
-                                 run_rank(idx, q.req, q.cfg, at, memo))
+                                 run_rank(idx, q.req, q.cfg, at, memo, self.embedder))
             q.body = encode(q.result)
         except QueryError as exc:
             q.fail(exc.code, exc.message)
@@ -270,7 +292,8 @@ class QueryEngine:
                     embeddings[emb] = q.req.embedding
                 results.stage_audit(p, ns, encode(served(
                     q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
-                    base_digest=base, embedding=emb, served_at=served_at)))
+                    base_digest=base, embedding=emb, served_at=served_at,
+                    embedder=self.embedder_digest if q.cfg.relevance == "calibrated" else "")))
             new_cfg: dict[str, RankingConfig] = {}
             new_emb: dict[str, list[float]] = {}
             if configs:
@@ -308,11 +331,21 @@ class QueryEngine:
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
-             now: datetime, memo: BatchMemo | None = None) -> RankResult:
+             now: datetime, memo: BatchMemo | None = None,
+             embedder: Embedder | None = None) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline (``memo``: what the queries
-    of one batch share: recency, the query words' BM25 parts, the returned notes' texts)."""
+    of one batch share: recency, the query words' BM25 parts, the query embeddings and
+    cosines, the returned notes' texts). ``embedder``: the index's, for the query's vector
+    under calibrated relevance (unless ``memo`` has its cosines already)."""
+    cosine = None
+    if cfg.relevance == "calibrated" and embedder is not None and idx.derived is not None:
+        cosine = None if memo is None else memo.cosines(idx, req.text)
+        if cosine is None:
+            got = idx.query_cosines(embedder.embed([req.text]))
+            cosine = None if got is None else got[:, 0]
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
-                                     None if memo is None else memo.terms(idx.cols))
+                                     None if memo is None else memo.terms(idx.cols),
+                                     cosine, limit_for(cfg, req.budget))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo)
 
@@ -327,7 +360,7 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
            body: bytes, seen: str, base_digest: str, embedding: str,
-           served_at: datetime) -> QueryServed:
+           served_at: datetime, embedder: str = "") -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
     (``worker.reproduce``)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
@@ -336,4 +369,4 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        served_at=served_at, requested_as_of=req.as_of, seen=seen,
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
-                       result_digest=digest_bytes(body))
+                       result_digest=digest_bytes(body), embedder_digest=embedder)

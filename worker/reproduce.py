@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -36,6 +36,7 @@ from hivemind_memory.projections.ranking.config import (
     config_from_json,
     filed_form,
 )
+from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState
@@ -161,8 +162,11 @@ class States:
     worker's own rule), the last few kept.
     """
 
-    def __init__(self, r: Store, ns: str, chunk: int = 5000) -> None:
+    def __init__(self, r: Store, ns: str, chunk: int = 5000,
+                 embedder: Embedder | None = None) -> None:
         self.r, self.ns, self.chunk = r, ns, chunk
+        self.embedder = embedder
+        """Embeds the notes as the worker did (derived data: recomputed from the texts)."""
         self.entries: list[tuple[str, Event | Undecodable, bytes]] = []
         self.positions: list[Position] = []
         self._reset()
@@ -197,6 +201,7 @@ class States:
             res = self.proj.feed(self.entries[i:min(i + self.chunk, n)])
             self.idx.update(res.notes.values(), self.positions[min(i + self.chunk, n) - 1],
                             ZERO)
+            self.idx.embed_missing(self.embedder)
         self.fed = max(self.fed, n)
         self.pos = max(self.pos, pos)
         return self.idx, self.proj.notes
@@ -209,7 +214,8 @@ class States:
         if hit is None:
             n = self._read(pos)
             rb = fold_entries(self.entries[:n], as_of=as_of, chunk=self.chunk)
-            hit = (build_index(self.ns, rb.projection.notes), rb.projection.notes)
+            hit = (build_index(self.ns, rb.projection.notes, self.embedder),
+                   rb.projection.notes)
             if len(self._as_of) >= 4:
                 self._as_of.pop(next(iter(self._as_of)))
             self._as_of[key] = hit
@@ -250,17 +256,22 @@ def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryR
 class Auditor:
     """Reproduces a namespace's served queries (and sweeps them, ``worker.config_sweep``)."""
 
-    def __init__(self, r: Store, ns: str, fallback: RankingConfig) -> None:
+    def __init__(self, r: Store, ns: str, fallback: RankingConfig,
+                 embedder: Embedder | Literal["config"] | None = "config") -> None:
         self.r, self.ns = r, ns
         self.fallback = fallback
         """The config a query is re-run under when its own is missing from the history."""
+        self.embedder = embedder_for(fallback.embedder) if embedder == "config" else embedder
+        """The embedder re-runs use: this worker's own (``fallback``'s), never one a filed
+        config names (a filed config comes from Redis; a plugin spec would import code)."""
+        self.embedder_digest = "" if self.embedder is None else self.embedder.digest()
         self.history = ConfigHistory.load(r, ns)
         self.embeddings: dict[str, bytes | None] = {}
         """Filed embeddings by digest (None: an entry under it does not hash to it)."""
         for d, raw in audit_store.read_embeddings(r, ns):
             ok = digest_bytes(raw)[:32] == d and self.embeddings.get(d, raw) is not None
             self.embeddings[d] = raw if ok else None
-        self.states = States(r, ns)
+        self.states = States(r, ns, embedder=self.embedder)
         self._current: dict[str, NoteState] | None = None
 
     def current_notes(self) -> dict[str, NoteState]:
@@ -296,7 +307,8 @@ class Auditor:
               ) -> tuple[QueryResult, dict[str, NoteState]]:
         """Run ``req`` under ``cfg`` on the state ``s`` saw, at the time it was served."""
         idx, notes = self.states.of(s)
-        return to_result(s.query_id, req, s.as_of, run_rank(idx, req, cfg, s.as_of)), notes
+        return to_result(s.query_id, req, s.as_of,
+                         run_rank(idx, req, cfg, s.as_of, embedder=self.embedder)), notes
 
     def reproduce(self, served: Sequence[ServedEntry]) -> Iterator[Reproduction]:
         """Re-run each served query (in log order, so the log is read once)."""
@@ -315,6 +327,10 @@ class Auditor:
             diffs.append("result bytes differ (same notes, order, scores, used and method; "
                          "a candidate or another field changed)")
         if diffs:
+            now = self.embedder_digest if cfg.relevance == "calibrated" else ""
+            if now != s.embedder_digest:
+                causes.append(f"embedder changed: served with {s.embedder_digest or 'none'}, "
+                              f"re-ran with {now or 'none'}")
             causes += self._note_causes(s, res, notes)
         elif causes:
             # a damaged input fails the proof even when the re-run happens to agree

@@ -105,6 +105,9 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    embedder_digest: str = ""
+    """Digest of the embedder whose vectors ranked it (``Embedder.digest``); empty: none
+    (``bm25`` relevance, or no embedder)."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):
@@ -156,6 +159,9 @@ def effective_config(base: RankingConfig, overrides: dict[str, Any] | None) -> R
     """``base`` with a query's overrides applied; unknown keys or bad values are errors."""
     if not overrides:
         return base
+    if "embedder" in overrides:
+        raise QueryError("invalid_request", "invalid query: config: embedder is the "
+                         "worker's setting (its config file), not a per-query override")
     try:
         cfg = with_overrides(base, overrides)
     except msgspec.ValidationError as exc:

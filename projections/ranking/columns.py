@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,15 @@ COMPACT_FRACTION = 0.125
 """Compact once the delta holds more postings than this fraction of the base."""
 _FLUSH = 1 << 16
 """``bulk`` moves its postings from lists to arrays this many at a time."""
+
+
+class Bags(NamedTuple):
+    """The words of every slot of a freshly built table, slot after slot: ``per_slot[s]``
+    entries of (term id, count); a slot's entries in its words' first-seen order."""
+
+    per_slot: IntArray
+    term: npt.NDArray[np.int32]
+    counts: npt.NDArray[np.int32]
 
 
 class _Intern(dict[str, int]):
@@ -122,6 +131,10 @@ class Columns:
         self._english_len: tuple[int, IntArray] | None = None
         self._created: SlotMemo[datetime] = SlotMemo(_EPOCH)
         """``from_micros(created_us[s])`` of the slots ``created`` read."""
+        self.bags: Bags | None = None
+        """Each slot's words and counts, kept by ``bulk(keep_bags=True)`` for the embedder."""
+        self.layout = 0
+        """Bumped whenever a slot is added or dies (caches of slot sets compare it)."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -187,6 +200,7 @@ class Columns:
             self.vec.pop(s, None)
             s = None
         if s is None:
+            self.layout += 1
             s = len(self.ids)
             self._grow(s + 1)
             self.ids.append(note.note_id)
@@ -210,12 +224,14 @@ class Columns:
             self._count(s, 1 if alive else -1)
             self.live[s] = alive
             self._killed += not alive
+            self.layout += 1
 
     @classmethod
-    def bulk(cls, notes: Iterable[NoteState]) -> Columns:
+    def bulk(cls, notes: Iterable[NoteState], keep_bags: bool = False) -> Columns:
         """A table of ``notes`` (in the given order) built in one pass: per-field lists turned
         into arrays at the end and the postings sorted into CSR at once (what ``put`` note by
-        note then ``compact`` would give, much faster)."""
+        note then ``compact`` would give, much faster). ``keep_bags``: also keep each note's
+        words and counts in slot order (``bags``, until ``drop_bags``), for the embedder."""
         self = cls()
         ids, agents, terms, texts, vec = self.ids, self.agents, _Intern(), self.texts, self.vec
         owner: list[int] = []
@@ -280,12 +296,13 @@ class Columns:
         ptr = np.zeros(len(self.terms) + 1, np.int64)
         np.cumsum(np.bincount(term_arr, minlength=len(self.terms)), out=ptr[1:])
         self.base_ptr = ptr
-        del term_arr
         a_tf.append(np.array(p_tf, np.int32))
         tf = np.concatenate(a_tf)
         a_tf.clear()
         self.base_tf = tf[order]
-        del tf
+        if keep_bags:
+            self.bags = Bags(np.array(per_note, np.int64), term_arr, tf)
+        del term_arr, tf
         self.base_slot = np.repeat(np.arange(n, dtype=np.int32), per_note)[order]
         self._recount()
         return self

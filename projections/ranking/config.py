@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,77 @@ class TierDecay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"floor must be within [0, 1], got {self.floor}")
 
 
+class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The calibrated relevance's model (``projections.ranking.calibrated``): the probability
+    that a note is needed is ``1 / (1 + exp(-logit))`` with ``logit = intercept + sum of
+    coefficient * feature``. The features, per note and query: ``bm25`` (its BM25 over the
+    query's best among the notes the asker may see, in [0, 1]), ``cosine`` (of its vector and
+    the query's), ``log_tokens`` (natural log of its tokens) and its square, the products of
+    the first two with ``log_tokens``, ``context_bm25`` / ``context_cosine`` (the largest
+    ``bm25`` / ``cosine`` among the ``context_notes`` notes written just before and just after
+    it, within ``context_minutes``) and ``author_named`` (1 when the query names the note's
+    author). Defaults fitted on LoCoMo's development half (``bench/fit_calibration.py``)."""
+
+    intercept: float = 0.0
+    bm25: float = 0.0
+    bm25_x_log_tokens: float = 0.0
+    cosine: float = 0.0
+    cosine_x_log_tokens: float = 0.0
+    log_tokens: float = 0.0
+    log_tokens_sq: float = 0.0
+    context_bm25: float = 0.0
+    context_cosine: float = 0.0
+    author_named: float = 0.0
+    context_notes: int = 2
+    """Neighbours on each side whose matches count as the note's context."""
+    context_minutes: float = 60.0
+    """A neighbour counts only if written within this many minutes of the note."""
+    max_tokens: int = 128
+    """The length features see at most this many tokens: a fit knows nothing about longer
+    notes (the defaults' LoCoMo turns are 2 to 111 tokens), so a longer note counts as this
+    long for its probability (its cost is its own)."""
+    floor: float = 0.0
+    """A note less likely to be needed than this is no candidate."""
+    min_cosine: float = 0.3
+    """A note that shares no word with the query is a candidate only if its cosine is at
+    least this (with the bundled embedder unrelated texts sit near 0, related ones 0.5-0.8)."""
+
+    def __post_init__(self) -> None:
+        for name in COEFFICIENTS:
+            v = getattr(self, name)
+            if not math.isfinite(v) or abs(v) > 1e6:
+                raise ValueError(f"calibration.{name} must be a finite number within "
+                                 f"+-1e6, got {v}")
+        if not 0 <= self.context_notes <= 16:
+            raise ValueError(f"calibration.context_notes must be within [0, 16], got "
+                             f"{self.context_notes}")
+        if self.max_tokens < 1:
+            raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
+        if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
+            raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
+                             f"{self.min_cosine}")
+        if self.max_tokens < 1:
+            raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
+        if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
+            raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
+                             f"{self.min_cosine}")
+        if not (math.isfinite(self.floor) and 0.0 <= self.floor <= 1.0):
+            raise ValueError(f"calibration.floor must be within [0, 1], got {self.floor}")
+        if not (math.isfinite(self.context_minutes) and self.context_minutes >= 0):
+            raise ValueError(f"calibration.context_minutes must be a finite number >= 0, got "
+                             f"{self.context_minutes}")
+
+
+COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens",
+                "log_tokens", "log_tokens_sq", "context_bm25", "context_cosine", "author_named")
+"""The model's coefficients, in the order features are added."""
+FITTED = Calibration(intercept=-12.88, bm25=0.257, bm25_x_log_tokens=1.055, cosine=0.4168,
+                     cosine_x_log_tokens=0.7813, log_tokens=0.6243, log_tokens_sq=0.01964,
+                     context_bm25=1.946, context_cosine=0.8826, author_named=2.005)
+"""The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
+with each conversation held out in turn; see ``Calibration``)."""
+
+
 class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """All ranking constants. Frozen; build a new one to change anything."""
 
@@ -57,13 +129,22 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """BM25 term-frequency saturation."""
     bm25_b: float = 0.75
     """BM25 length normalisation (0 = none, 1 = full)."""
-    relevance: Relevance = "bm25"
+    relevance: Relevance = "calibrated"
     """``bm25``: lexical BM25 in (0, 1] (cosine where the note and the query carry caller
     embeddings), the relevance of the first releases; ``calibrated``: the probability that
     a note is needed (``projections.ranking.calibrated``)."""
     analyzer: Analyzer = "english"
     """How words match: ``english`` (Snowball English stems, English stop words dropped;
     ``projections.ranking.analyzer``) or ``plain`` (the tokens as they are)."""
+    embedder: str = "wordllama"
+    """Where the notes' and queries' vectors come from (``projections.ranking.embedders``):
+    ``wordllama`` (bundled, offline), ``none``, or ``package.module:factory``. Set by the
+    worker's config only, never per query."""
+    max_candidates: int = 1000
+    """Calibrated relevance: the candidates are the notes of this many highest relevances
+    (all tied at the last one included), and at least one per 10 tokens of budget."""
+    calibration: Calibration = FITTED
+    """Calibrated relevance's coefficients."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -80,6 +161,11 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"bm25_k1 must be a finite number >= 0, got {self.bm25_k1}")
         if not (math.isfinite(self.bm25_b) and 0.0 <= self.bm25_b <= 1.0):
             raise ValueError(f"bm25_b must be within [0, 1], got {self.bm25_b}")
+        if self.embedder not in ("wordllama", "none") and not _PLUGIN.fullmatch(self.embedder):
+            raise ValueError(f"embedder must be 'wordllama', 'none' or "
+                             f"'package.module:factory', got {self.embedder!r}")
+        if self.max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
 
     def digest(self) -> str:
         """A short stable fingerprint of every value (recorded with each served query). Keys
@@ -90,14 +176,20 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
+_PLUGIN = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain"}
 """Keys added after the first release and the value a config written before them meant."""
+CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
+"""Keys added with calibrated relevance that nothing else reads."""
 
 
 def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` (a config as builtins) without the keys at their ``LEGACY`` value: what a
-    config written before those keys existed held."""
-    return {k: v for k, v in raw.items() if k not in LEGACY or v != LEGACY[k]}
+    """``raw`` (a config as builtins) as a config written before the newer keys held it:
+    without the keys at their ``LEGACY`` value, and, under ``bm25`` relevance, without the
+    keys only calibrated relevance reads (they change no result there)."""
+    drop = set(CALIBRATED_ONLY) if raw.get("relevance", "bm25") == "bm25" else set()
+    return {k: v for k, v in raw.items()
+            if k not in drop and (k not in LEGACY or v != LEGACY[k])}
 
 
 def _digest(raw: dict[str, Any]) -> str:
@@ -112,7 +204,7 @@ def id_digest(overrides: Mapping[str, Any] | None) -> str:
     ``msgspec.ValidationError`` for bad overrides."""
     raw = msgspec.to_builtins(with_overrides(DEFAULT, overrides or {}))
     base = {**raw, **LEGACY}
-    named = sorted(k for k in (overrides or {}) if k in LEGACY)
+    named = sorted(k for k in (overrides or {}) if k in LEGACY or k in CALIBRATED_ONLY)
     extra = ";".join(f"{k}={msgspec.json.encode(raw[k]).decode()}" for k in named)
     return _digest(legacy_form(base)) + (f"+{extra}" if extra else "")
 
@@ -136,8 +228,8 @@ def filed_form(cfg: RankingConfig, data: bytes) -> bool:
         return False
     full = msgspec.to_builtins(cfg)
     old = {k: v for k, v in full.items() if k in raw}
-    return all(k in LEGACY and full[k] == LEGACY[k] for k in full if k not in raw) and \
-        msgspec.json.encode(old) == data
+    absent = set(full) - set(legacy_form(full))  # what an older writer left out
+    return all(k in absent for k in full if k not in raw) and msgspec.json.encode(old) == data
 
 
 def with_overrides(base: RankingConfig, overrides: Mapping[str, Any]) -> RankingConfig:

@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from hivemind_memory.events.positions import ZERO, Position
+from hivemind_memory.projections.ranking.calibrated import (
+    candidates,
+    creation_order,
+    evidence,
+    features,
+    named_owners,
+    probability,
+)
 from hivemind_memory.projections.ranking.columns import (
     Columns,
     FloatArray,
@@ -23,7 +32,12 @@ from hivemind_memory.projections.ranking.columns import (
     TermCache,
 )
 from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.embedders import Embedder
+from hivemind_memory.projections.ranking.vectors import DerivedVectors
 from hivemind_memory.projections.state import NoteState
+
+EMBED_BATCH = 4_096
+"""Texts handed to the embedder per call."""
 
 
 @dataclass
@@ -42,6 +56,14 @@ class NamespaceIndex:
     _vectors: dict[int, tuple[IntArray, Any, Any]] = field(default_factory=dict)
     """Per embedding dimension: slots, their embeddings as one matrix, and their norms."""
     _dirty_dims: set[int] = field(default_factory=set)
+    derived: DerivedVectors | None = None
+    """The embedder's vectors of the notes (derived data: never in the log; see
+    ``embed_missing``)."""
+    embedded: int = 0
+    """Notes embedded by ``embed_missing`` so far (a metric)."""
+    _order: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _order_key: tuple[int, int] = (0, -1)
+    _order_vis: dict[str, IntArray] = field(default_factory=dict)
 
     @property
     def notes(self) -> NotesView:
@@ -62,7 +84,9 @@ class NamespaceIndex:
               changes_seen: Position, *, ordered: bool = False) -> None:
         """Replace everything with ``notes`` (a full load), put in note id order (``ordered``:
         they come in that order already, and are then consumed one at a time)."""
-        self.cols = Columns.bulk(notes if ordered else sorted(notes, key=lambda n: n.note_id))
+        self.cols = Columns.bulk(notes if ordered else sorted(notes, key=lambda n: n.note_id),
+                                 keep_bags=True)
+        self.derived = None
         self._vectors = {}
         self._dirty_dims = {len(v) for v in self.cols.vec.values()}
         self.checkpoint = checkpoint
@@ -81,6 +105,34 @@ class NamespaceIndex:
         self.checkpoint = max(self.checkpoint, checkpoint)
         self.changes_seen = changes_seen
 
+    def embed_missing(self, embedder: Embedder | None) -> int:
+        """Compute the embedder's vector of every live note that has none yet (all of them
+        when the embedder changed), in batches; returns how many were computed. Called by
+        whoever fills the index (the worker's loader after a load or refresh, ``build_index``)
+        with the embedder it was handed; ``None`` keeps the vectors there are."""
+        cols = self.cols
+        bags, cols.bags = cols.bags, None
+        if embedder is None:
+            return 0
+        d = self.derived
+        if d is None or d.digest != embedder.digest() or d.dim != embedder.dim:
+            d = self.derived = DerivedVectors(embedder.digest(), embedder.dim)
+        n = len(cols)
+        todo = (cols.live[:n] & ~d.done(n)).nonzero()[0]
+        if not len(todo):
+            return 0
+        bag_embed = getattr(embedder, "embed_bags", None)
+        if bags is not None and bag_embed is not None and len(bags.per_slot) == n:
+            # a fresh bulk build: every note's words are at hand (no text decoded again)
+            d.set(np.arange(n), bag_embed(list(cols.terms), bags.per_slot,
+                                          bags.term, bags.counts))
+        else:
+            for a in range(0, len(todo), EMBED_BATCH):
+                part = todo[a:a + EMBED_BATCH]
+                d.set(part, embedder.embed([cols.texts.get(s) for s in part.tolist()]))
+        self.embedded += len(todo)
+        return len(todo)
+
     def indexed(self) -> int:
         """How many live notes the lexical index holds."""
         return self.cols.shared_n + sum(self.cols.private_n.values())
@@ -97,12 +149,85 @@ class NamespaceIndex:
             self._dirty_dims.discard(dim)
         return self._vectors[dim]
 
+    def visible_order(self, agent: str) -> IntArray:
+        """The slots ``agent`` may see, in creation order (ties by note id); cached until a
+        slot is added or dies."""
+        cols = self.cols
+        if self._order_key != (id(cols), cols.layout):
+            self._order = creation_order(cols)
+            self._order_key = (id(cols), cols.layout)
+            self._order_vis.clear()
+        got = self._order_vis.get(agent)
+        if got is None:
+            got = self._order_vis[agent] = self._order[cols.visible(agent)[self._order]]
+        return got
+
+    def query_cosines(self, vectors: npt.NDArray[np.floating[Any]]) -> FloatArray | None:
+        """The cosine of every slot with each of the query ``vectors`` (rows, from the
+        index's embedder): an array of (slots, queries), one matrix product; None when the
+        index has no derived vectors."""
+        if self.derived is None:
+            return None
+        return self.derived.cosines(vectors, len(self.cols))
+
+    def _caller_cosines(self, embedding: Sequence[float]) -> tuple[IntArray, FloatArray]:
+        """Live notes carrying a caller embedding of the query's length, and their cosine
+        with it (in [-1, 1]; 0 when either vector is zero)."""
+        slots, m, norms = self._matrix(len(embedding))
+        q = np.asarray(embedding, dtype=np.float64)
+        qn = float(np.sqrt(np.dot(q, q)))
+        if not len(slots):
+            return slots, np.zeros(0)
+        dots = np.einsum("ij,j->i", m, q)
+        denom = norms * qn
+        cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+        return slots, np.clip(cos, -1.0, 1.0)
+
+    def feature_columns(self, text: str, embedding: Sequence[float] | None,
+                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
+                        cosine: FloatArray | None = None) -> tuple[IntArray, list[FloatArray]]:
+        """The notes ``agent`` may see (slots, in creation order) and the calibrated model's
+        features of each (``calibrated.FEATURES`` columns): what ``calibrated_slots`` scores
+        and what a fit learns from."""
+        seq = self.visible_order(agent)
+        cols = self.cols
+        lex_slots, lex = cols.bm25(text, cfg, agent, cache)
+        if embedding is not None:
+            cslots, ccos = self._caller_cosines(embedding)
+            if len(cslots):
+                cosine = np.zeros(len(cols)) if cosine is None else cosine.copy()
+                cosine[cslots] = ccos
+        return seq, features(cols, seq, lex_slots, lex, cosine, named_owners(cols, text),
+                             cfg.calibration)
+
+    def calibrated_slots(self, text: str, embedding: Sequence[float] | None,
+                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
+                         cosine: FloatArray | None = None, limit: int | None = None
+                         ) -> tuple[IntArray, FloatArray]:
+        """``relevance = "calibrated"`` (``projections.ranking.calibrated``): the probability
+        that each visible note is needed, for the ``limit`` most probable (default
+        ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
+        vector (``query_cosines``; None: no semantic part but caller embeddings, which take
+        precedence where the note carries one of the query embedding's length)."""
+        seq, columns = self.feature_columns(text, embedding, cfg, agent, cache, cosine)
+        cal = cfg.calibration
+        p = probability(columns, cal, len(seq))
+        # evidence: a shared word, a neighbour with one, or a close enough meaning
+        p[~evidence(columns, cal)] = 0.0
+        if cal.floor > 0:
+            p[p < cal.floor] = 0.0
+        keep = candidates(p, cfg.max_candidates if limit is None else limit)
+        keep = keep[p[keep] > 0]
+        return seq[keep], p[keep]
+
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
-                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None
+                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
+                        cosine: FloatArray | None = None, limit: int | None = None
                         ) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
-        ``--as-of``).
+        ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine`` and
+        ``limit`` are its); ``"bm25"``, the rule of the first releases, below.
 
         Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
         carry embeddings of the same dimension, computed with numpy over one matrix per
@@ -112,6 +237,8 @@ class NamespaceIndex:
         (shared + its own private ones) and other agents' private notes get no lexical score
         at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.
         """
+        if cfg.relevance == "calibrated":
+            return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit)
         lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
         if embedding is None:
             return lex_slots, lex
@@ -138,8 +265,11 @@ class NamespaceIndex:
         return {ids[s]: v for s, v in zip(slots.tolist(), rel.tolist(), strict=True)}
 
 
-def build_index(ns: str, notes: dict[str, NoteState]) -> NamespaceIndex:
-    """An index over a given note set (``--as-of`` queries fold their own)."""
+def build_index(ns: str, notes: dict[str, NoteState],
+                embedder: Embedder | None = None) -> NamespaceIndex:
+    """An index over a given note set (``--as-of`` queries fold their own), its notes
+    embedded with ``embedder``."""
     idx = NamespaceIndex(ns)
     idx.reset(notes.values(), ZERO, ZERO)
+    idx.embed_missing(embedder)
     return idx

@@ -26,6 +26,7 @@ from hivemind_memory.projections.ranking.columns import (
     micros,
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
+from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
@@ -56,6 +57,28 @@ class BatchMemo:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
         self._tables: dict[int, tuple[Columns, TermCache]] = {}
+        self._cos: dict[tuple[int, str], tuple[Columns, FloatArray]] = {}
+
+    def prime_cosines(self, idx: NamespaceIndex, texts: list[str],
+                      embedder: Embedder) -> None:
+        """Embed the query ``texts`` (one embedder call) and compute their cosines with every
+        note of ``idx`` (one matrix product), replacing the cosines primed before (a wave of
+        queries at a time: they take a float per note and query)."""
+        cols = idx.cols
+        self._cos = {k: v for k, v in self._cos.items() if k[0] != id(cols)}
+        todo = list(dict.fromkeys(texts))
+        if not todo or idx.derived is None:
+            return
+        got = idx.query_cosines(embedder.embed(todo))
+        assert got is not None
+        rows = np.ascontiguousarray(got.T)
+        for j, t in enumerate(todo):
+            self._cos[(id(cols), t)] = (cols, rows[j])
+
+    def cosines(self, idx: NamespaceIndex, text: str) -> FloatArray | None:
+        """The cosines primed for ``text`` on ``idx`` (None: not primed)."""
+        got = self._cos.get((id(idx.cols), text))
+        return None if got is None else got[1]
 
     def array(self, cols: Columns, now_us: int, cfg: RankingConfig) -> FloatArray:
         """The recency memo of ``cols`` at ``now_us`` under ``cfg``: NaN where not computed

@@ -3,15 +3,18 @@ raw byte strings (the fields of one Redis hash), so a worker start or reset load
 read, without re-tokenizing a note or building a Python object per note. Pure; stored by
 ``projections.store.index_loader``.
 
-Layout (``SNAPSHOT_VERSION`` 2): ``meta`` (msgpack: version, namespace, positions, slot
-count, agents, the first slot of each text chunk); ``ids`` and ``terms`` (``\\n``-joined
-UTF-8: neither a note id nor a term can hold a newline); one field per per-slot array and per
-CSR array (raw little-endian buffers of a fixed dtype); ``text_off`` plus one field per text
-chunk (``text.0``, ``text.1``, ...: no field is larger than a chunk or the postings, which
-bounds what a reader holds twice while the reply is parsed); ``vec_slot`` / ``vec_off`` /
-``vec_val`` for the embeddings. Loading is ``np.frombuffer`` over the reply: the CSR base and
-the texts are used in place (never written: compaction and sealing replace them), the small
-per-slot arrays are copied (``put`` writes them).
+Layout (``SNAPSHOT_VERSION`` 3): ``meta`` (msgpack: version, namespace, positions, slot
+count, agents, the first slot of each text chunk, the embedder's digest and dimension);
+``ids`` and ``terms`` (``\\n``-joined UTF-8: neither a note id nor a term can hold a
+newline); one field per per-slot array and per CSR array (raw little-endian buffers of a
+fixed dtype); ``text_off`` plus one field per text chunk (``text.0``, ``text.1``, ...: no
+field is larger than a chunk or the postings, which bounds what a reader holds twice while
+the reply is parsed); ``vec_slot`` / ``vec_off`` / ``vec_val`` for the caller-supplied
+embeddings; ``dvec`` (one int8 row per slot: the quantized vectors of
+``projections.ranking.vectors``, derived from the texts by the embedder ``meta`` names) and
+``dvec_done``. Loading is ``np.frombuffer`` over the reply: the CSR base and the texts are
+used in place (never written: compaction and sealing replace them), the small per-slot
+arrays are copied (``put`` writes them), the vectors widened to float32.
 
 The columns are compacted and the texts sealed first. ``SNAPSHOT_VERSION`` changes whenever
 the layout (or the tokenizer) changes; a snapshot of another version is ignored (and rebuilt).
@@ -29,10 +32,11 @@ from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.columns import SLOT_ARRAYS, Columns
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.texts import TextColumn
+from hivemind_memory.projections.ranking.vectors import DerivedVectors
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """Layout version of a snapshot (part of its Redis key, and checked on decode). Version 1
-was one msgpack blob holding every ``NoteState``."""
+was one msgpack blob holding every ``NoteState``; version 2 had no derived embeddings."""
 
 
 class Meta(msgspec.Struct, frozen=True, array_like=True):
@@ -49,6 +53,9 @@ class Meta(msgspec.Struct, frozen=True, array_like=True):
     """First slot of each text chunk (field ``text.K``)."""
     tf_dtype: str
     """dtype of ``base_tf``: the narrowest of ``u1``, ``<u2``, ``<i4`` that holds them."""
+    embedder: str = ""
+    """Digest of the embedder of ``dvec`` ("": none)."""
+    embed_dim: int = 0
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -89,10 +96,12 @@ def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
     chunks, first, off = cols.texts.parts()
     top = int(cols.base_tf.max()) if len(cols.base_tf) else 0
     tf_dtype = "u1" if top < 1 << 8 else "<u2" if top < 1 << 16 else "<i4"
+    d = idx.derived
     yield b"meta", _encode(Meta(
         version=SNAPSHOT_VERSION, ns=idx.ns, checkpoint=format_pos(idx.checkpoint),
         changes_seen=format_pos(idx.changes_seen), slots=n, agents=list(cols.agents),
-        text_first=first, tf_dtype=tf_dtype))
+        text_first=first, tf_dtype=tf_dtype, embedder="" if d is None else d.digest,
+        embed_dim=0 if d is None else d.dim))
     yield b"ids", "\n".join(cols.ids).encode()
     yield b"terms", "\n".join(cols.terms).encode()
     for k, t in SLOT_ARRAYS.items():
@@ -110,6 +119,9 @@ def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
     yield b"vec_slot", _le(np.array(vec_slots, np.int64), np.int64)
     yield b"vec_off", _le(vec_off, np.int64)
     yield b"vec_val", _le(np.concatenate(vecs) if vecs else np.zeros(0), np.float64)
+    if d is not None:
+        yield b"dvec", d.ints(n).tobytes()
+        yield b"dvec_done", _le(d.done(n), np.bool_)
 
 
 def decode_index(fields: Mapping[bytes, bytes], ns: str) -> NamespaceIndex | None:
@@ -155,6 +167,11 @@ def _decode(fields: Mapping[bytes, bytes], meta: Meta) -> NamespaceIndex:
     cols._recount()
     idx = NamespaceIndex(meta.ns)
     idx.cols = cols
+    if meta.embedder:
+        derived = DerivedVectors(meta.embedder, meta.embed_dim)
+        derived.load(np.frombuffer(fields[b"dvec"], np.int8, n * meta.embed_dim),
+                     _view(fields[b"dvec_done"], np.bool_, n), n)
+        idx.derived = derived
     idx._dirty_dims = {len(v) for v in cols.vec.values()}
     idx.checkpoint = parse_pos(meta.checkpoint)
     idx.changes_seen = parse_pos(meta.changes_seen)

@@ -10,6 +10,11 @@ when there is one of this version, then goes on incrementally from the changes e
 snapshot was taken at (so a stale snapshot is only a longer catch-up, and one from before a
 ``replay`` meets its ``reset`` entry and is reloaded in full). Every full load writes a new
 snapshot (and deletes the keys of older layouts); ``replay`` deletes it.
+
+Embeddings are derived here too: after every load or refresh, the notes without a vector of
+the worker's embedder get one (``NamespaceIndex.embed_missing``, in batches), before the
+snapshot is written; a snapshot of another embedder is re-embedded in full and rewritten.
+They are never read from the log, so ``replay`` (which deletes the snapshot) recomputes them.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 import redis
 
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
@@ -32,9 +38,11 @@ DRAFT_TTL_S = 600
 """A snapshot draft older than this is dropped (its writer died, or took far too long)."""
 
 
-def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
-    """Full load (first use, reset, or a gap in the changes stream) from the read model; then
-    (unless ``snapshot`` is False) the index snapshot is rewritten."""
+def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True,
+               embedder: Embedder | None = None) -> None:
+    """Full load (first use, reset, or a gap in the changes stream) from the read model, the
+    notes embedded with ``embedder``; then (unless ``snapshot`` is False) the index snapshot
+    is rewritten."""
     ns = idx.ns
     p = r.pipeline(transaction=True)
     p.xrevrange(keys.changes(ns), count=1)
@@ -47,6 +55,7 @@ def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True) -> None:
     idx.reset((unpack_note(raw.pop(k)) for k in ordered), parse_pos(cp),
               newest_pos(last_change), ordered=True)
     del raw, ordered
+    idx.embed_missing(embedder)
     if snapshot:
         write_snapshot(r, idx)
     trim_heap()
@@ -96,6 +105,7 @@ def read_snapshot(r: Store, idx: NamespaceIndex) -> bool:
     if snap is None:
         return False
     idx.cols = snap.cols
+    idx.derived = snap.derived
     idx._vectors, idx._dirty_dims = {}, snap._dirty_dims
     idx.checkpoint, idx.changes_seen = snap.checkpoint, snap.changes_seen
     idx.snapshot_loads += 1
@@ -125,11 +135,25 @@ def trim_heap() -> None:
         _TRIM(0)
 
 
-def refresh_index(r: Store, idx: NamespaceIndex) -> None:
-    """Bring ``idx`` up to the read model's current state."""
+REWRITE_SNAPSHOT_AT = 0.5
+"""A snapshot is rewritten when re-embedding it touched more than this share of its notes
+(it was taken with another embedder)."""
+
+
+def refresh_index(r: Store, idx: NamespaceIndex, embedder: Embedder | None = None) -> None:
+    """Bring ``idx`` up to the read model's current state (new notes embedded with
+    ``embedder``)."""
+    if idx.changes_seen is None and read_snapshot(r, idx) and \
+            idx.embed_missing(embedder) > REWRITE_SNAPSHOT_AT * max(1, idx.indexed()):
+        write_snapshot(r, idx)
+    _refresh(r, idx, embedder)
+    idx.embed_missing(embedder)
+
+
+def _refresh(r: Store, idx: NamespaceIndex, embedder: Embedder | None) -> None:
     ns = idx.ns
-    if idx.changes_seen is None and not read_snapshot(r, idx):
-        load_index(r, idx)
+    if idx.changes_seen is None:
+        load_index(r, idx, embedder=embedder)
         return
     seen = idx.changes_seen
     assert seen is not None
@@ -141,12 +165,12 @@ def refresh_index(r: Store, idx: NamespaceIndex) -> None:
         me = format_pos(seen)
         if not r.xrange(keys.changes(ns), min=me, max=me):
             # the entry we last saw was trimmed away: later ones may be gone too
-            load_index(r, idx)
+            load_index(r, idx, embedder=embedder)
             return
     touched: set[str] = set()
     for entry in entries:
         if entry.fields.get(b"reset") == b"1":
-            load_index(r, idx)
+            load_index(r, idx, embedder=embedder)
             return
         touched.update(x for x in entry.fields.get(b"notes", b"").decode().split(" ") if x)
     ids = sorted(touched)

@@ -20,8 +20,9 @@ from hivemind_memory.projections.state import NoteState
 from tests.support.factories import T0
 from tests.support.reference import LexicalIndex, scores_over
 
-ENGLISH = RankingConfig(analyzer="english")
-PLAIN = RankingConfig(analyzer="plain")
+ENGLISH = RankingConfig(analyzer="english", relevance="bm25")
+PLAIN = RankingConfig(analyzer="plain", relevance="bm25")
+"""Lexical relevance under each analyzer: which notes share a word with the query."""
 LEGACY_DEFAULT_DIGEST = "e3b0495deb7bc6fe"
 """``DEFAULT.digest()`` before the analyzer key existed (recorded in older audit trails)."""
 
@@ -104,5 +105,6 @@ def test_analyzer_key_is_validated_and_plain_keeps_the_digest() -> None:
     with pytest.raises(ConfigError, match="analyzer"):
         config_from_toml('analyzer = "german"')
     assert config_from_toml('analyzer = "english"').analyzer == "english"
-    assert config_from_toml('analyzer = "plain"').digest() == LEGACY_DEFAULT_DIGEST
+    assert config_from_toml('analyzer = "plain"\nrelevance = "bm25"').digest() == \
+        LEGACY_DEFAULT_DIGEST
     assert ENGLISH.digest() != PLAIN.digest()

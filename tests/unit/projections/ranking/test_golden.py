@@ -28,7 +28,7 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from tests.support.factories import T0, created, forgotten, iso, used
 
-GOLDEN_CONFIG = msgspec.structs.replace(DEFAULT, analyzer="plain")
+GOLDEN_CONFIG = msgspec.structs.replace(DEFAULT, analyzer="plain", relevance="bm25")
 """The config the golden answers were recorded under (today's lexical relevance)."""
 GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "answers.jsonl"
 WORDS = ("redis", "stream", "checkpoint", "crash", "replay", "deploy", "worker", "budget",

@@ -18,7 +18,7 @@ from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.signals import NoteSignals, RankResult, ScoredNote
 from hivemind_memory.projections.state import NoteState
 from tests.support import rank_notes
-from tests.support.reference import visible
+from tests.support.reference import LEXICAL, visible
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -246,6 +246,7 @@ def test_empty_inputs() -> None:
 
 
 def test_end_to_end_with_the_index_relevance() -> None:
+    """Lexical relevance (``relevance = "bm25"``): BM25, or the caller's cosine."""
     notes = [
         mk("redis", text="Redis streams hold the event log", age=10.0),
         mk("redis-old", text="Redis streams hold the event log", age=400.0),
@@ -254,7 +255,7 @@ def test_end_to_end_with_the_index_relevance() -> None:
     ]
     notes[3] = msgspec.structs.replace(notes[3], embedding=[1.0, 0.0])
     rel = build_index("t", {n.note_id: n for n in notes}).relevance(
-        "redis event log", [1.0, 0.0], DEFAULT)
+        "redis event log", [1.0, 0.0], LEXICAL)
     res = run(notes, rel, budget=250)
     c = by_id(res)
     assert set(c) == {"redis", "redis-old", "vec"}

@@ -252,11 +252,11 @@ def load_namespace(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
 
 
 def _rank_once(idx: NamespaceIndex, raw: dict[str, Any], cfg: Any,
-               stats: dict[str, Any]) -> float:
+               stats: dict[str, Any], embedder: Any) -> float:
     req = parse_request(raw)
     now = utcnow()
     t = time.perf_counter()
-    res = run_rank(idx, req, cfg, now)
+    res = run_rank(idx, req, cfg, now, embedder=embedder)  # embeds the query on its own
     secs = time.perf_counter() - t
     # plain queries leave res.candidates empty: count the notes with relevance > 0 instead
     # (outside the timed part; private notes of other agents still counted)
@@ -278,13 +278,15 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     engine = QueryEngine(rt.store, rt.cfg, rt.settings)
     idx = NamespaceIndex(ns)
     t = time.perf_counter()
-    load_index(rt.store, idx)
+    load_index(rt.store, idx, embedder=engine.embedder)
     load_s = time.perf_counter() - t
     engine.live[ns] = idx
     pos = format_pos(tail(rt.store, ns))
     engine.answer([Envelope(f"{ns}.warm", pos, reqs[0])])  # the first pays any lazy setup
     print(f"in-worker {ns}: index full load {load_s * 1000:,.0f} ms "
-          f"({idx.indexed():,} indexed notes; includes writing the snapshot)")
+          f"({idx.indexed():,} indexed notes; includes embedding them with "
+          f"{engine.embedder.name if engine.embedder else 'no embedder'} and writing the "
+          f"snapshot)")
     snap_s = []
     for _ in range(3):
         fresh = NamespaceIndex(ns)
@@ -299,7 +301,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     answer_s: list[float] = []
     stats: dict[str, Any] = {"cands": [], "methods": {}}
     for raw in reqs:
-        rank_s.append(_rank_once(idx, raw, rt.cfg, stats))
+        rank_s.append(_rank_once(idx, raw, rt.cfg, stats, engine.embedder))
         env = Envelope(f"{ns}.{uuid.uuid4().hex[:24]}", pos, raw)
         t = time.perf_counter()
         [q] = engine.answer([env])
@@ -311,7 +313,7 @@ def in_worker(rt: Any, ns: str, reqs: list[dict[str, Any]],
     print(f"  {_cand_summary(stats)}")
     if common:
         cstats: dict[str, Any] = {"cands": [], "methods": {}}
-        common_s = [_rank_once(idx, raw, rt.cfg, cstats) for raw in common]
+        common_s = [_rank_once(idx, raw, rt.cfg, cstats, engine.embedder) for raw in common]
         print(f"  run_rank, common-word queries {ms_summary(common_s)}")
         print(f"  {_cand_summary(cstats)}")
 
@@ -328,10 +330,16 @@ def index_rss_mib(redis_url: str, ns: str) -> float:
         "from hivemind_memory.worker import runtime\n"
         "from hivemind_memory.projections.ranking.index import NamespaceIndex\n"
         "from hivemind_memory.projections.store.index_loader import refresh_index\n"
+        "from hivemind_memory.projections.ranking.embedders import embedder_for\n"
+        "from hivemind_memory.api_stub.protocol.messages import QueryRequest, utcnow\n"
+        "from hivemind_memory.worker.engine import run_rank\n"
+        "runtime.single_threaded_blas()\n"
         "s = Settings.from_env(redis_url=sys.argv[1])\n"
         "rt = runtime.build(s, connect(s.redis_url))\n"
-        "idx = NamespaceIndex(sys.argv[2]); refresh_index(rt.store, idx)\n"
-        "idx.relevance('w1 w2', None, rt.cfg)\n"
+        "emb = embedder_for(rt.cfg.embedder)\n"
+        "idx = NamespaceIndex(sys.argv[2]); refresh_index(rt.store, idx, emb)\n"
+        "run_rank(idx, QueryRequest(ns=sys.argv[2], text='w1 w2', budget=2000), rt.cfg,\n"
+        "         utcnow(), embedder=emb)\n"
         "hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM')]\n"
         "print(int(hwm[0].split()[1]) / 1024 if hwm else "
         "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
@@ -522,6 +530,7 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
     s = Settings.from_env(redis_url=url)
     rt = runtime.build(s, connect(url))
     runtime.install(rt)
+    runtime.single_threaded_blas()  # as ``hivemind worker`` runs (the in-worker figures)
     rng = random.Random(opts.seed)
     corpus = Corpus.make(rng)
     nss = [f"{prefix}-{n}" for n in opts.sizes]

@@ -34,8 +34,10 @@ last bit across CPUs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.columns import BoolArray, Columns, FloatArray, IntArray
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
@@ -84,59 +86,104 @@ def named_owners(cols: Columns, query: str) -> list[int]:
     return out
 
 
-def context(values: FloatArray, t_us: IntArray, notes: int, minutes: float) -> FloatArray:
+@dataclass(frozen=True)
+class Layout:
+    """What the model needs of a creation-ordered sequence of notes that does not depend on
+    the query (cached by the index while its notes do not change)."""
+
+    base: FloatArray
+    """``intercept + log_tokens * lt + log_tokens_sq * lt**2`` per note."""
+    wb: FloatArray
+    """``bm25 + bm25_x_log_tokens * lt``: the weight of a note's ``bm25``."""
+    wc: FloatArray
+    """``cosine + cosine_x_log_tokens * lt``: the weight of its ``cosine``."""
+    owner: npt.NDArray[np.int32]
+    near: tuple[BoolArray, ...]
+    """``near[k - 1][i]``: the notes at positions ``i`` and ``i + k`` are within
+    ``context_minutes`` of each other."""
+
+
+def log_tokens(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
+    """Natural log of each note's tokens, at most ``max_tokens``."""
+    lt: FloatArray = np.log(np.minimum(cols.tokens[seq], cal.max_tokens).astype(np.float64))
+    return lt
+
+
+def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
+    """The ``Layout`` of the notes ``seq`` (visible live slots in creation order)."""
+    lt = log_tokens(cols, seq, cal)
+    t_us = cols.created_us[seq]
+    window = cal.context_minutes * US_PER_MINUTE
+    near = tuple((t_us[k:] - t_us[:-k]) <= window
+                 for k in range(1, min(cal.context_notes, len(seq) - 1) + 1))
+    return Layout(base=(cal.intercept + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
+                  wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
+                  wc=cal.cosine + cal.cosine_x_log_tokens * lt,
+                  owner=cols.owner[seq].astype(np.int32), near=near)
+
+
+def context(values: FloatArray, near: Sequence[BoolArray]) -> FloatArray:
     """Per position of a creation-ordered sequence: the largest of ``values`` among the
-    ``notes`` positions before and after it whose time is within ``minutes`` (0 if none)."""
+    positions up to ``len(near)`` before and after it that are near it (0 if none)."""
     out = np.zeros(len(values))
-    window = minutes * US_PER_MINUTE
-    for k in range(1, min(notes, len(values) - 1) + 1):
-        near = (t_us[k:] - t_us[:-k]) <= window
-        before = np.where(near, values[:-k], 0.0)  # position i + k sees i
-        np.maximum(out[k:], before, out=out[k:])
-        after = np.where(near, values[k:], 0.0)  # position i sees i + k
-        np.maximum(out[:-k], after, out=out[:-k])
+    for k, m in enumerate(near, start=1):
+        np.maximum(out[k:], np.where(m, values[:-k], 0.0), out=out[k:])  # i + k sees i
+        np.maximum(out[:-k], np.where(m, values[k:], 0.0), out=out[:-k])  # i sees i + k
     return out
 
 
-def features(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
-             cosine: FloatArray | None, named: Sequence[int], cal: Calibration
-             ) -> list[FloatArray]:
-    """The ``FEATURES`` columns over the notes ``seq`` (visible live slots in creation
-    order): ``lex_slots``/``lex`` the BM25 hits, ``cosine`` one value per slot of ``cols``
-    (None: no semantic part), ``named`` the owners the query names."""
-    n = len(cols)
-    rel = np.zeros(n)
+@dataclass(frozen=True)
+class Signals:
+    """A query's signals over a sequence of notes: ``bm25`` (relative to the best), ``cosine``,
+    their context and ``author_named``."""
+
+    b: FloatArray
+    c: FloatArray
+    cb: FloatArray
+    cc: FloatArray
+    author: FloatArray
+
+
+def signals(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
+            cosine: FloatArray | None, named: Sequence[int], lay: Layout) -> Signals:
+    """The query-dependent features over the notes ``seq``: ``lex_slots``/``lex`` the BM25
+    hits, ``cosine`` one value per slot of ``cols`` (None: no semantic part), ``named`` the
+    owners the query names."""
+    rel = np.zeros(len(cols))
     if len(lex):
         rel[lex_slots] = lex / lex.max()
     b = rel[seq]
     c = np.zeros(len(seq)) if cosine is None else cosine[seq]
-    lt = np.log(np.minimum(cols.tokens[seq], cal.max_tokens).astype(np.float64))
-    t_us = cols.created_us[seq]
-    author = np.isin(cols.owner[seq], np.array(named, np.int64)).astype(np.float64)
-    return [b, b * lt, c, c * lt, lt, lt * lt,
-            context(b, t_us, cal.context_notes, cal.context_minutes),
-            context(c, t_us, cal.context_notes, cal.context_minutes), author]
+    mask = np.zeros(len(cols.agents) + 1, np.float64)
+    mask[list(named)] = 1.0
+    return Signals(b, c, context(b, lay.near), context(c, lay.near), mask[lay.owner])
 
 
-def evidence(columns: Sequence[FloatArray], cal: Calibration) -> BoolArray:
+def features(sig: Signals, lt: FloatArray) -> list[FloatArray]:
+    """The ``FEATURES`` columns (what a fit learns from), ``lt`` from ``log_tokens``."""
+    return [sig.b, sig.b * lt, sig.c, sig.c * lt, lt, lt * lt, sig.cb, sig.cc, sig.author]
+
+
+def probability(sig: Signals, lay: Layout, cal: Calibration) -> FloatArray:
+    """``1 / (1 + exp(-logit))``: the ``Layout``'s part of the logit, then the query's, in a
+    fixed order (the same notes and query: the same bits)."""
+    logit = lay.base + sig.b * lay.wb
+    logit += sig.c * lay.wc
+    logit += cal.context_bm25 * sig.cb
+    logit += cal.context_cosine * sig.cc
+    logit += cal.author_named * sig.author
+    with np.errstate(over="ignore"):
+        p: FloatArray = 1.0 / (1.0 + np.exp(-logit))
+    return p
+
+
+def evidence(sig: Signals, cal: Calibration) -> BoolArray:
     """Which notes have evidence of relevance of their own: a word shared with the query
     (``bm25`` > 0) or a close enough meaning (``cosine >= cal.min_cosine``). Only they are
     candidates (a note without is at relevance 0, whatever its neighbours: context raises a
     candidate's probability, it does not make one)."""
-    at = FEATURES.index
-    out: BoolArray = (columns[at("bm25")] > 0) | \
-        (columns[at("cosine")] >= cal.min_cosine)
+    out: BoolArray = (sig.b > 0) | (sig.c >= cal.min_cosine)
     return out
-
-
-def probability(columns: Sequence[FloatArray], cal: Calibration, size: int) -> FloatArray:
-    """``1 / (1 + exp(-logit))``, the logit's terms added in ``FEATURES`` order."""
-    logit = np.full(size, cal.intercept)
-    for name, col in zip(FEATURES, columns, strict=True):
-        logit += getattr(cal, name) * col
-    with np.errstate(over="ignore"):
-        p: FloatArray = 1.0 / (1.0 + np.exp(-logit))
-    return p
 
 
 def candidates(p: FloatArray, limit: int) -> IntArray:

@@ -135,6 +135,8 @@ class Columns:
         """Each slot's words and counts, kept by ``bulk(keep_bags=True)`` for the embedder."""
         self.layout = 0
         """Bumped whenever a slot is added or dies (caches of slot sets compare it)."""
+        self.version = 0
+        """Bumped by every ``put`` (caches of per-note values compare it)."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -186,6 +188,7 @@ class Columns:
         (or one whose text, scope or owner changed) gets a new slot, so a slot has one text
         and one set of postings."""
         self._vis.clear()
+        self.version += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
         owner = self.agents.setdefault(note.agent, len(self.agents))

@@ -21,6 +21,9 @@ from hivemind_memory.events.errors import ConfigError
 Order = Literal["edges", "score", "chronological"]
 Analyzer = Literal["plain", "english"]
 Relevance = Literal["calibrated", "bm25"]
+_EMBEDDERS = ("wordllama", "wordllama-64", "wordllama-128", "wordllama-256", "none")
+"""The embedder specs besides plugins (``projections.ranking.embedders``)."""
+_PLUGIN = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 class TierDecay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -138,7 +141,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``projections.ranking.analyzer``) or ``plain`` (the tokens as they are)."""
     embedder: str = "wordllama"
     """Where the notes' and queries' vectors come from (``projections.ranking.embedders``):
-    ``wordllama`` (bundled, offline), ``none``, or ``package.module:factory``. Set by the
+    ``wordllama`` (bundled, offline; ``wordllama-256`` / ``-128`` / ``-64`` name how many of
+    its components are kept, 128 by default), ``none``, or ``package.module:factory``. Set by the
     worker's config only, never per query."""
     max_candidates: int = 1000
     """Calibrated relevance: the candidates are the notes of this many highest relevances
@@ -161,8 +165,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"bm25_k1 must be a finite number >= 0, got {self.bm25_k1}")
         if not (math.isfinite(self.bm25_b) and 0.0 <= self.bm25_b <= 1.0):
             raise ValueError(f"bm25_b must be within [0, 1], got {self.bm25_b}")
-        if self.embedder not in ("wordllama", "none") and not _PLUGIN.fullmatch(self.embedder):
-            raise ValueError(f"embedder must be 'wordllama', 'none' or "
+        if self.embedder not in _EMBEDDERS and not _PLUGIN.fullmatch(self.embedder):
+            raise ValueError(f"embedder must be one of {', '.join(_EMBEDDERS)} or "
                              f"'package.module:factory', got {self.embedder!r}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
@@ -176,7 +180,6 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
-_PLUGIN = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain"}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")

@@ -9,7 +9,12 @@ core stays pure. ``load_embedder`` builds the one the config names:
   ``wordllama`` wheel, read straight from the package's own files (its tokenizer JSON and
   safetensors weights, with ``tokenizers`` and ``safetensors``): no download, no API key,
   and the ``wordllama`` module itself is never imported (its import configures the root
-  logger). A text's vector is the mean of the token embeddings of its content words: the
+  logger). Its vectors are cut to their first 128 components: the model is trained so that
+  its leading components are an embedding of their own (Matryoshka), and on LoCoMo 128
+  components find as much as 256 (0.630 / 0.752 / 0.818 vs 0.630 / 0.753 / 0.819 at 200 / 500 /
+  1000 tokens) at half the memory and half the matrix product per query (100k notes: 51 MiB,
+  ~3 ms on one core). ``"wordllama-256"`` keeps all 256 (and ``"wordllama-64"`` 64).
+  A text's vector is the mean of the token embeddings of its content words: the
   words of ``relevance.tokenize`` (casefolded) that are not English stop words, each
   tokenised as WordLlama tokenises a word after a space. On the text those words make, joined
   by single spaces, that is exactly WordLlama's own ``embed`` (its normaliser turns each space
@@ -17,8 +22,8 @@ core stays pure. ``load_embedder`` builds the one the config names:
   0.34/0.48/0.58 to 0.37/0.50/0.61 at 200/500/1000 tokens. Word vectors (sum and token
   count) are cached, so a batch costs one tokenizer call for the words not seen yet and one
   gather-sum over (text, distinct word) pairs. A text's vector does not depend on the
-  batch it came in (the sums run in the text's word order), so a live index and one rebuilt
-  from the log get the same vectors.
+  batch it came in (the sums are exact, see ``WordLlamaEmbedder``), so a live index and one
+  rebuilt from the log get the same vectors.
 * ``"none"``: no embedder (relevance then has no semantic part but caller-supplied vectors).
 * ``"package.module:factory"``: ``factory()`` returns any object with the protocol's
   attributes (sentence-transformers, an API client, ...). Only from a config file: a
@@ -48,6 +53,10 @@ from hivemind_memory.projections.ranking.relevance import tokenize
 
 WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIM = 256
+"""Components of the bundled model's vectors."""
+WORDLLAMA_DIMS = {"wordllama": 128, "wordllama-64": 64, "wordllama-128": 128,
+                  "wordllama-256": 256}
+"""Embedder specs of the bundled model and how many leading components each keeps."""
 _TOKENIZER = f"tokenizers/{WORDLLAMA_CONFIG}_tokenizer_config.json"
 _WEIGHTS = f"weights/{WORDLLAMA_CONFIG}_{WORDLLAMA_DIM}.safetensors"
 POOLING = "mean-of-content-word-tokens-v1"
@@ -96,7 +105,11 @@ class WordLlamaEmbedder:
     integer multiples of them) is a multiple of 2**-24 below 2**20 and exact in float64. The
     only rounding is the final division by the token count."""
 
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, dim: int = WORDLLAMA_DIMS["wordllama"],
+                 folder: Path | None = None) -> None:
+        if not 1 <= dim <= WORDLLAMA_DIM:
+            raise ValueError(f"the bundled model has {WORDLLAMA_DIM} components, not {dim}")
+        self._dim = dim
         from safetensors import safe_open
         from tokenizers import Tokenizer
 
@@ -107,22 +120,22 @@ class WordLlamaEmbedder:
         self._tok.no_truncation()
         with safe_open(str(self._files[1]), framework="np") as f:
             table = f.get_tensor("embedding.weight")
-        self._table: npt.NDArray[np.float16] = np.ascontiguousarray(table, np.float16)
+        self._table: npt.NDArray[np.float16] = np.ascontiguousarray(table[:, :dim], np.float16)
         self._word: dict[str, int] = {}
         """Word -> row of ``_sums`` (row 0: the empty word, zeros; stop words map to it)."""
         for w in ENGLISH_STOP_WORDS:
             self._word[w] = 0
-        self._sums = np.zeros((1, WORDLLAMA_DIM), np.float64)
+        self._sums = np.zeros((1, dim), np.float64)
         self._counts = np.zeros(1, np.float64)
         self._digest: str | None = None
 
     @property
     def name(self) -> str:
-        return f"wordllama-{WORDLLAMA_CONFIG}-{WORDLLAMA_DIM}"
+        return f"wordllama-{WORDLLAMA_CONFIG}-{WORDLLAMA_DIM}-first-{self._dim}"
 
     @property
     def dim(self) -> int:
-        return WORDLLAMA_DIM
+        return self._dim
 
     def digest(self) -> str:
         """sha256 over the pooling rule, the tokenizer file and the weights file."""
@@ -142,7 +155,7 @@ class WordLlamaEmbedder:
             lengths = np.array([len(e.ids) for e in enc], np.int64)
             ids = np.fromiter((i for e in enc for i in e.ids), np.int64, int(lengths.sum()))
             vecs = self._table[np.clip(ids, 0, len(self._table) - 1)].astype(np.float64)
-            sums = np.zeros((len(new), WORDLLAMA_DIM), np.float64)
+            sums = np.zeros((len(new), self._dim), np.float64)
             has = lengths > 0
             if len(ids):  # a word's tokens in order (exact: see the class docstring)
                 starts = (np.cumsum(lengths) - lengths)[has]
@@ -164,7 +177,7 @@ class WordLlamaEmbedder:
         row = self.rows(words)[word_at]
         cnt = np.asarray(counts, np.float64)
         n = len(per_text)
-        out = np.zeros((n, WORDLLAMA_DIM), np.float64)
+        out = np.zeros((n, self._dim), np.float64)
         if not n:
             return out
         starts = np.cumsum(per_text) - per_text
@@ -211,12 +224,12 @@ def load_embedder(spec: str) -> Embedder | None:
     """The embedder a config names (see the module docstring); None for ``"none"``."""
     if spec == "none":
         return None
-    if spec == "wordllama":
-        return WordLlamaEmbedder()
+    if spec in WORDLLAMA_DIMS:
+        return WordLlamaEmbedder(WORDLLAMA_DIMS[spec])
     module, colon, attr = spec.partition(":")
     if not colon or not module or not attr:
-        raise ValueError(f"unknown embedder {spec!r}: expected 'wordllama', 'none' or "
-                         "'package.module:factory'")
+        raise ValueError(f"unknown embedder {spec!r}: expected one of "
+                         f"{', '.join(WORDLLAMA_DIMS)}, 'none' or 'package.module:factory'")
     got = getattr(importlib.import_module(module), attr)()
     if not isinstance(got, Embedder):
         raise TypeError(f"embedder {spec!r} lacks name, dim, digest() or embed()")

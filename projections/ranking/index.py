@@ -17,12 +17,17 @@ import numpy.typing as npt
 
 from hivemind_memory.events.positions import ZERO, Position
 from hivemind_memory.projections.ranking.calibrated import (
+    Layout,
+    Signals,
     candidates,
     creation_order,
     evidence,
     features,
+    layout_of,
+    log_tokens,
     named_owners,
     probability,
+    signals,
 )
 from hivemind_memory.projections.ranking.columns import (
     Columns,
@@ -31,13 +36,16 @@ from hivemind_memory.projections.ranking.columns import (
     NotesView,
     TermCache,
 )
-from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.vectors import DerivedVectors
 from hivemind_memory.projections.state import NoteState
 
 EMBED_BATCH = 4_096
 """Texts handed to the embedder per call."""
+LAYOUTS_KEPT = 4
+"""Askers whose visible notes in creation order (and their ``calibrated.Layout``) an index
+keeps (least recently used dropped first: ~4 MiB each at 100k notes)."""
 
 
 @dataclass
@@ -64,6 +72,8 @@ class NamespaceIndex:
     _order: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     _order_key: tuple[int, int] = (0, -1)
     _order_vis: dict[str, IntArray] = field(default_factory=dict)
+    _layouts: dict[tuple[str, Calibration], Layout] = field(default_factory=dict)
+    _layout_version: tuple[int, int] = (0, -1)
 
     @property
     def notes(self) -> NotesView:
@@ -157,9 +167,12 @@ class NamespaceIndex:
             self._order = creation_order(cols)
             self._order_key = (id(cols), cols.layout)
             self._order_vis.clear()
-        got = self._order_vis.get(agent)
+        got = self._order_vis.pop(agent, None)
         if got is None:
-            got = self._order_vis[agent] = self._order[cols.visible(agent)[self._order]]
+            got = self._order[cols.visible(agent)[self._order]]
+            while len(self._order_vis) >= LAYOUTS_KEPT:
+                self._order_vis.pop(next(iter(self._order_vis)))
+        self._order_vis[agent] = got
         return got
 
     def query_cosines(self, vectors: npt.NDArray[np.floating[Any]]) -> FloatArray | None:
@@ -183,13 +196,29 @@ class NamespaceIndex:
         cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
         return slots, np.clip(cos, -1.0, 1.0)
 
-    def feature_columns(self, text: str, embedding: Sequence[float] | None,
-                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
-                        cosine: FloatArray | None = None) -> tuple[IntArray, list[FloatArray]]:
-        """The notes ``agent`` may see (slots, in creation order) and the calibrated model's
-        features of each (``calibrated.FEATURES`` columns): what ``calibrated_slots`` scores
-        and what a fit learns from."""
+    def _layout(self, agent: str, cal: Calibration) -> tuple[IntArray, Layout]:
+        """``visible_order(agent)`` and its ``calibrated.Layout`` under ``cal`` (cached until
+        a note changes)."""
         seq = self.visible_order(agent)
+        key = (agent, cal)
+        if self._layout_version != (id(self.cols), self.cols.version):
+            self._layouts.clear()
+            self._layout_version = (id(self.cols), self.cols.version)
+        got = self._layouts.pop(key, None)
+        if got is None:
+            got = layout_of(self.cols, seq, cal)
+            while len(self._layouts) >= LAYOUTS_KEPT:
+                self._layouts.pop(next(iter(self._layouts)))
+        self._layouts[key] = got  # the most recently used last
+        return seq, got
+
+    def signals(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
+                agent: str = "", cache: TermCache | None = None,
+                cosine: FloatArray | None = None) -> tuple[IntArray, Layout, Signals]:
+        """The notes ``agent`` may see (slots, in creation order), their query-independent
+        part of the calibrated model and the query's signals over them. ``cosine``: see
+        ``calibrated_slots``."""
+        seq, lay = self._layout(agent, cfg.calibration)
         cols = self.cols
         lex_slots, lex = cols.bm25(text, cfg, agent, cache)
         if embedding is not None:
@@ -197,8 +226,17 @@ class NamespaceIndex:
             if len(cslots):
                 cosine = np.zeros(len(cols)) if cosine is None else cosine.copy()
                 cosine[cslots] = ccos
-        return seq, features(cols, seq, lex_slots, lex, cosine, named_owners(cols, text),
-                             cfg.calibration)
+        return seq, lay, signals(cols, seq, lex_slots, lex, cosine, named_owners(cols, text),
+                                 lay)
+
+    def feature_columns(self, text: str, embedding: Sequence[float] | None,
+                        cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
+                        cosine: FloatArray | None = None) -> tuple[IntArray, list[FloatArray]]:
+        """The notes ``agent`` may see (slots, in creation order) and the calibrated model's
+        features of each (``calibrated.FEATURES`` columns): what ``calibrated_slots`` scores
+        and what a fit learns from."""
+        seq, _, sig = self.signals(text, embedding, cfg, agent, cache, cosine)
+        return seq, features(sig, log_tokens(self.cols, seq, cfg.calibration))
 
     def calibrated_slots(self, text: str, embedding: Sequence[float] | None,
                          cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
@@ -209,11 +247,11 @@ class NamespaceIndex:
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
         vector (``query_cosines``; None: no semantic part but caller embeddings, which take
         precedence where the note carries one of the query embedding's length)."""
-        seq, columns = self.feature_columns(text, embedding, cfg, agent, cache, cosine)
+        seq, lay, sig = self.signals(text, embedding, cfg, agent, cache, cosine)
         cal = cfg.calibration
-        p = probability(columns, cal, len(seq))
-        # evidence: a shared word, a neighbour with one, or a close enough meaning
-        p[~evidence(columns, cal)] = 0.0
+        p = probability(sig, lay, cal)
+        # evidence: a shared word or a close enough meaning
+        p[~evidence(sig, cal)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
         keep = candidates(p, cfg.max_candidates if limit is None else limit)

@@ -340,3 +340,44 @@ def rank(
         notes=order(picked, cfg.order),
         candidates=candidates,
     )
+
+
+def calibrated(notes: Iterable[NoteState], query: str, lexical: Mapping[str, float],
+               cosine: Mapping[str, float], cfg: RankingConfig,
+               agent: str) -> dict[str, tuple[list[float], float]]:
+    """The calibrated relevance restated note by note (``projections.ranking.calibrated``):
+    for each note ``agent`` may see, its features (``FEATURES`` order) and its probability
+    before the candidate rules. ``lexical``: its BM25 (0 or missing: no shared word);
+    ``cosine``: its cosine with the query (missing: 0)."""
+    cal = cfg.calibration
+    seen = sorted((n for n in notes if visible(n, agent)),
+                  key=lambda n: (n.created_at, n.note_id))
+    best = max((lexical.get(n.note_id, 0.0) for n in seen), default=0.0)
+    words = tokenize(query)
+    padded = " " + " ".join(words) + " "
+
+    def named(author: str) -> bool:
+        w = tokenize(author)
+        return bool(words) and bool(w) and f" {' '.join(w)} " in padded
+
+    b = [lexical.get(n.note_id, 0.0) / best if best > 0 else 0.0 for n in seen]
+    c = [cosine.get(n.note_id, 0.0) for n in seen]
+
+    def ctx(values: list[float], i: int) -> float:
+        out = 0.0
+        for j in range(max(0, i - cal.context_notes), min(len(seen), i + cal.context_notes + 1)):
+            gap = abs((seen[j].created_at - seen[i].created_at).total_seconds())
+            if j != i and gap <= cal.context_minutes * 60:
+                out = max(out, values[j])
+        return out
+
+    out: dict[str, tuple[list[float], float]] = {}
+    for i, n in enumerate(seen):
+        lt = math.log(min(n.tokens, cal.max_tokens))
+        f = [b[i], b[i] * lt, c[i], c[i] * lt, lt, lt * lt, ctx(b, i), ctx(c, i),
+             1.0 if named(n.agent) else 0.0]
+        logit = cal.intercept + sum(getattr(cal, k) * v for k, v in zip(
+            ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
+             "log_tokens_sq", "context_bm25", "context_cosine", "author_named"), f, strict=True))
+        out[n.note_id] = (f, 1.0 / (1.0 + math.exp(-logit)))
+    return out

@@ -100,6 +100,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
+    runtime.single_threaded_blas()
     rt = _runtime(s)
     if args.metrics_port is not None:
         metrics.watch_store(rt.store, rt.rq)

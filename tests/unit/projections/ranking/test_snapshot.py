@@ -1,6 +1,6 @@
 """Notes kept in columns (texts in UTF-8 chunks, embeddings as arrays) give back exactly the
 ``NoteState``s that were put, through puts, a bulk load, a snapshot round trip and the
-incremental changes after it; the snapshot (layout 2, a Redis hash) loads without a per-note
+incremental changes after it; the snapshot (layout 3, a Redis hash) loads without a per-note
 object, and a snapshot of another layout is ignored and rebuilt."""
 
 from __future__ import annotations
@@ -271,3 +271,61 @@ def test_a_snapshot_is_assembled_in_a_draft_and_a_lost_draft_writes_nothing(
     write_snapshot(r, idx)
     fresh = NamespaceIndex("t")
     assert read_snapshot(r, fresh) and fresh.notes == idx.notes and "c" in fresh.notes
+
+
+class _Other:
+    """Another embedder (another digest, other vectors) for the re-embedding test."""
+
+    name = "other"
+    dim = 4
+
+    def digest(self) -> str:
+        return "other:1"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.array([[len(t), t.count("e"), 1.0, 0.0] for t in texts])
+
+
+def test_derived_vectors_live_in_the_snapshot_and_another_embedder_re_embeds() -> None:
+    from hivemind_memory.projections.ranking.embedders import embedder_for
+    from hivemind_memory.projections.store.rebuild import fold_log, write_back
+
+    emb = embedder_for("wordllama")
+    assert emb is not None
+    r = fakeredis.FakeRedis()
+    _project(r, [created("a", text="redis stream"), created("b", text="lunch menu"),
+                 created("c", text="redis lunch", agent="bob", scope="private"),
+                 created("d", text="!!!")])  # no words: embedded, no vector
+    first = NamespaceIndex("t")
+    refresh_index(r, first, emb)  # full load: embedded, then the snapshot written
+    assert first.embedded == 4 and first.derived is not None
+    assert first.derived.digest == emb.digest()
+    assert r.hget(keys.index_snapshot("t"), b"dvec") is not None
+    _project(r, [created("e", text="stream of lunch")])
+    second = NamespaceIndex("t")
+    refresh_index(r, second, emb)  # the snapshot's vectors, then only the new note embedded
+    assert second.snapshot_loads == 1 and second.embedded == 1 and second.derived is not None
+    n = len(first.cols)
+    slot = second.cols.slot
+    for k in "abcd":
+        assert (second.derived.mat[slot[k]] == first.derived.mat[first.cols.slot[k]]).all()
+    assert second.derived.norm[slot["d"]] == 0.0 and second.derived.done(n + 1)[slot["d"]]
+    fresh = NamespaceIndex("t")
+    load_index(r, fresh, snapshot=False, embedder=emb)
+    q = emb.embed(["redis lunch"])
+    got, want = second.query_cosines(q), fresh.query_cosines(q)
+    assert got is not None and want is not None
+    for k in "abcde":
+        assert got[slot[k], 0] == want[fresh.cols.slot[k], 0]  # the same bits
+    # a worker with another embedder: every note re-embedded, the snapshot rewritten
+    third = NamespaceIndex("t")
+    refresh_index(r, third, _Other())
+    assert third.embedded == 5 and third.derived is not None
+    assert third.derived.digest == "other:1" and third.derived.dim == 4
+    meta = msgspec.msgpack.decode(r.hget(keys.index_snapshot("t"), b"meta"))
+    assert "other:1" in meta
+    # replay deletes the snapshot: the vectors are computed again from the texts
+    assert write_back(r, "t", fold_log(r, "t"))
+    fourth = NamespaceIndex("t")
+    refresh_index(r, fourth, emb)
+    assert fourth.full_loads == 1 and fourth.embedded == 5

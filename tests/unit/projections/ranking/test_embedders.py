@@ -1,0 +1,131 @@
+"""The bundled embedder (WordLlama from its wheel, offline) and the embedder specs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hivemind_memory.projections.ranking.analyzer import ENGLISH_STOP_WORDS
+from hivemind_memory.projections.ranking.embedders import (
+    Embedder,
+    WordLlamaEmbedder,
+    embedder_for,
+    load_embedder,
+    wordllama_folder,
+)
+from hivemind_memory.projections.ranking.relevance import tokenize
+
+TEXTS = ["Deploys go through ArgoCD to production",
+         "Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",
+         "the of a", "", "café crème, naïve résumé", "x_y v2 2026-12-01",
+         "redis " * 300]
+
+
+def bundled(dim: int = 128) -> WordLlamaEmbedder:
+    got = embedder_for({128: "wordllama", 256: "wordllama-256", 64: "wordllama-64"}[dim])
+    assert isinstance(got, WordLlamaEmbedder)
+    return got
+
+
+def content(text: str) -> str:
+    return " ".join(w for w in tokenize(text) if w not in ENGLISH_STOP_WORDS)
+
+
+def test_it_is_wordllamas_own_embed_of_the_content_words() -> None:
+    import wordllama  # the reference: the package's own loader and mean pooling
+
+    ref = wordllama.WordLlama.load(cache_dir=wordllama_folder(), disable_download=True)
+    full, half = bundled(256), bundled(128)
+    for text in TEXTS:
+        words = content(text)
+        if not words:
+            assert not full.embed([text]).any()  # no content word: a zero vector
+            continue
+        want = ref.embed([words])[0]
+        assert full.embed([text])[0] == pytest.approx(want, abs=1e-6)
+        assert half.embed([text])[0] == pytest.approx(want[:128], abs=1e-6)  # its prefix
+    assert full.dim == 256 and half.dim == 128 and bundled(64).dim == 64
+
+
+def test_a_vector_never_depends_on_its_batch_nor_on_case_and_stop_words() -> None:
+    e = bundled()
+    alone = np.vstack([e.embed([t]) for t in TEXTS])
+    together = e.embed(TEXTS)
+    backwards = e.embed(TEXTS[::-1])[::-1]
+    assert (alone == together).all() and (together == backwards).all()  # to the bit
+    a, b = e.embed(["The DEPLOY of the canary", "deploy canary"])
+    assert (a == b).all()
+    c, d = e.embed(["deploy canary canary", "deploy canary"])
+    assert not (c == d).all()  # counts matter
+
+
+def test_bags_of_words_give_the_vectors_of_their_texts() -> None:
+    e = bundled()
+    counted = [Counter(tokenize(t)) for t in TEXTS]
+    words = sorted({w for c in counted for w in c})
+    at = {w: i for i, w in enumerate(words)}
+    per = np.array([len(c) for c in counted], np.int64)
+    ids = np.array([at[w] for c in counted for w in c], np.int64)
+    counts = np.array([k for c in counted for k in c.values()], np.int32)
+    assert (e.embed_bags(words, per, ids, counts) == e.embed(TEXTS)).all()
+
+
+def test_the_digest_names_the_model_and_the_kept_components() -> None:
+    a, b = WordLlamaEmbedder(128), bundled(128)
+    assert a.digest() == b.digest() and a.name == b.name
+    assert a.digest().startswith("wordllama-l2_supercat-256-first-128:")
+    assert len({bundled(d).digest() for d in (64, 128, 256)}) == 3
+    with pytest.raises(ValueError, match="components"):
+        WordLlamaEmbedder(512)
+
+
+class Toy:
+    """A plugin embedder for the spec test: a vector per text from its length."""
+
+    name = "toy"
+    dim = 3
+
+    def digest(self) -> str:
+        return "toy:1"
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return np.array([[len(t), 1.0, 0.0] for t in texts])
+
+
+def toy() -> Toy:
+    return Toy()
+
+
+def not_an_embedder() -> object:
+    return object()
+
+
+def test_specs() -> None:
+    assert load_embedder("none") is None
+    assert isinstance(load_embedder("wordllama"), WordLlamaEmbedder)
+    got = load_embedder(f"{__name__}:toy")
+    assert isinstance(got, Embedder) and got.digest() == "toy:1"
+    with pytest.raises(ValueError, match="unknown embedder"):
+        load_embedder("sentence-transformers")
+    with pytest.raises(TypeError, match="lacks"):
+        load_embedder(f"{__name__}:not_an_embedder")
+    assert embedder_for("wordllama") is embedder_for("wordllama")  # loaded once
+
+
+def test_offline_and_the_wordllama_module_is_never_imported() -> None:
+    code = ("import sys, socket\n"
+            "def no(*a, **k): raise OSError('network')\n"
+            "socket.socket.connect = no\n"
+            "from hivemind_memory.projections.ranking.embedders import load_embedder\n"
+            "e = load_embedder('wordllama'); v = e.embed(['deploy to production'])\n"
+            "assert v.shape == (1, 128) and v.any()\n"
+            "assert 'wordllama' not in sys.modules\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)

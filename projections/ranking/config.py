@@ -8,6 +8,7 @@ names the key.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -255,6 +256,25 @@ def config_from_toml(text: str, source: str = "<config>") -> RankingConfig:
         return with_overrides(DEFAULT, raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ConfigError(f"{source}: invalid ranking config: {exc}") from exc
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string (JSON's escapes are TOML's)
+    raise TypeError(f"no TOML for {v!r}")
+
+
+def to_toml(cfg: RankingConfig) -> str:
+    """``cfg`` as a TOML document ``config_from_toml`` reads back to ``cfg`` (every key)."""
+    raw = msgspec.to_builtins(cfg)
+    top = [f"{k} = {_toml_value(v)}\n" for k, v in raw.items() if not isinstance(v, dict)]
+    tables = [f"\n[{k}]\n" + "".join(f"{kk} = {_toml_value(vv)}\n" for kk, vv in v.items())
+              for k, v in raw.items() if isinstance(v, dict)]
+    return "".join(top) + "".join(tables)
 
 
 def load_config(path: str | Path | None) -> RankingConfig:

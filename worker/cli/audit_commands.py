@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -14,11 +16,13 @@ from tqdm import tqdm
 
 from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.ranking.config import load_config, to_toml
+from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import archive, runtime
+from hivemind_memory.worker import calibrate as calibration
 from hivemind_memory.worker import config_sweep as sweeping
 from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 from hivemind_memory.worker.reproduce import (
@@ -67,6 +71,23 @@ def add_parsers(sub: Any, common: Callable[[argparse.ArgumentParser], None],
     p.add_argument("file")
     p.add_argument("--no-schedule", action="store_true",
                    help="append only; do not enqueue projection jobs")
+    common(p)
+
+    p = sub.add_parser("calibrate", help="fit the calibrated relevance to a namespace's "
+                       "labels or to the uses its agents reported")
+    p.add_argument("--ns", required=True, type=ns_arg)
+    p.add_argument("--labels", metavar="FILE",
+                   help='JSON Lines of {"query", "relevant": [note ids], "agent", "budget", '
+                        '"as_of"} (default: the served queries and the uses that followed)')
+    p.add_argument("--holdout", type=_share, default=0.2,
+                   help="share of the queries held out to measure recall (default 0.2)")
+    p.add_argument("--window", type=_hours, default=24.0, metavar="HOURS",
+                   help="a use counts if reported this many hours after the query (24)")
+    p.add_argument("--budget", type=int, default=None,
+                   help="measure recall at this budget (default: each query's own)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out split (0)")
+    p.add_argument("--out", "-o", help="write the fitted config (TOML) here")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
     common(p)
 
     p = sub.add_parser("sweep", help="replay served queries under other ranking constants")
@@ -220,6 +241,48 @@ def cmd_import(args: argparse.Namespace, s: Settings) -> int:
     print(f"import: {rep.events} event(s), {rep.served} served quer(ies), {rep.configs} "
           f"config(s), {rep.embeddings} embedding(s) into {', '.join(sorted(rep.namespaces))}",
           file=sys.stderr)
+    return 0
+
+
+def _share(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be within [0, 1), got {value}")
+    return v
+
+
+def _hours(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {value!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return v
+
+
+def cmd_calibrate(args: argparse.Namespace, s: Settings) -> int:
+    base = load_config(s.config_path)
+    r = connect(s.redis_url)
+    warn_unknown_namespaces([args.ns], namespaces(r))
+    if args.budget is not None and args.budget < 1:
+        print("hivemind: --budget must be >= 1", file=sys.stderr)
+        return 2
+    rep = calibration.calibrate(r, args.ns, base, embedder_for(base.embedder),
+                                labels=args.labels, holdout=args.holdout,
+                                window=timedelta(hours=args.window), budget=args.budget,
+                                seed=args.seed)
+    print(calibration.report_json(rep) if args.json else calibration.summary(rep))
+    if rep.config is base or rep.rows == 0 or rep.positives == 0:
+        print("hivemind: nothing to fit (no labelled note is relevant, or every one is)",
+              file=sys.stderr)
+        return 1
+    if args.out:
+        Path(args.out).write_text(to_toml(rep.config), encoding="utf-8")
+        print(f"wrote {args.out} (--config {args.out})", file=sys.stderr)
     return 0
 
 

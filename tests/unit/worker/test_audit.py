@@ -395,3 +395,103 @@ def test_persistent_embedded_store_keeps_what_reproduction_needs(tmp_path: Path)
 
     m = re.search(r"audit reproduce: (\d+) identical, 0 different", rep.stderr)
     assert m is not None and int(m.group(1)) >= 3, rep.stderr[-2000:]  # the demo's queries
+
+
+class _Shifted:
+    """Another embedder: the bundled one's vectors, turned (another digest, other cosines)."""
+
+    name = "shifted"
+
+    def __init__(self) -> None:
+        from hivemind_memory.projections.ranking.embedders import embedder_for
+
+        base = embedder_for("wordllama")
+        assert base is not None
+        self.base = base
+        self.dim = base.dim
+
+    def digest(self) -> str:
+        return "shifted:1"
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        v = np.asarray(self.base.embed(texts))
+        return np.roll(v, 1, axis=1) + 0.3 * np.sign(v)
+
+
+def test_the_embedder_is_recorded_and_a_change_is_named_as_a_cause(tmp_path: Path) -> None:
+    from hivemind_memory.projections.ranking.embedders import embedder_for
+
+    w = World(tmp_path)
+    w.client.append([created(f"n{i}", at=T0 - timedelta(days=i, minutes=90 * i), text=t,
+                             tokens=k)
+                     for i, (t, k) in enumerate([
+                         ("fixing the car at the garage", 30), ("automobile repair shop", 8),
+                         ("lunch menu on tuesday", 12), ("the mechanic replaced a tire", 40),
+                         ("pottery class with the kids", 20), ("repair of the engine", 25)])])
+    w.serve([{"ns": "t", "text": "car repair mechanic", "budget": 45, "explain": True},
+             {"ns": "t", "text": "car repair mechanic", "budget": 45,
+              "config": {"relevance": "bm25"}}])
+    calibrated, lexical = all_served(w.r, "t")
+    bundled = embedder_for("wordllama")
+    assert bundled is not None
+    assert calibrated.event.embedder_digest == bundled.digest()
+    assert lexical.event.embedder_digest == ""  # bm25 relevance uses no embedder
+    same = Auditor(w.r, "t", DEFAULT)
+    assert all(r.identical for r in same.reproduce([calibrated, lexical]))
+    other = Auditor(w.r, "t", DEFAULT, embedder=_Shifted())
+    rep = other.reproduce_one(calibrated)
+    assert not rep.identical
+    assert any(c.startswith(f"embedder changed: served with {bundled.digest()}, re-ran "
+                            "with shifted:1") for c in rep.causes), rep.causes
+    assert other.reproduce_one(lexical).identical  # the lexical answer owes it nothing
+
+
+def test_a_wave_embeds_its_queries_in_one_call_and_one_product(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hivemind_memory.projections.ranking import vectors
+    from hivemind_memory.projections.ranking.embedders import WordLlamaEmbedder
+    from hivemind_memory.worker import engine as engine_mod
+
+    w = World(tmp_path)
+    w.client.append([created(f"n{i}", text=f"redis note {i} about streams") for i in range(30)])
+    calls: list[int] = []
+    products: list[int] = []
+    real_embed, real_cos = WordLlamaEmbedder.embed, vectors.DerivedVectors.cosines
+
+    def embed(self: Any, texts: Any) -> Any:
+        calls.append(len(texts))
+        return real_embed(self, texts)
+
+    def cosines(self: Any, queries: Any, n: int) -> Any:
+        products.append(len(queries))
+        return real_cos(self, queries, n)
+
+    monkeypatch.setattr(WordLlamaEmbedder, "embed", embed)
+    monkeypatch.setattr(vectors.DerivedVectors, "cosines", cosines)
+    reqs = [{"ns": "t", "text": f"redis streams {i}", "budget": 50} for i in range(25)]
+    w.serve(reqs)
+    wave = engine_mod.WAVE
+    queries = [c for c in calls if c != 30]  # (the notes are embedded once, at the load)
+    assert queries == [wave, 25 - wave] and products == [wave, 25 - wave]
+
+
+def test_sweep_varies_the_calibration_and_the_relevance_mode(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    w = World(tmp_path)
+    _history(w)
+    capsys.readouterr()  # the worker's log lines
+    code, out, err = w.cli(capsys, "sweep", "--ns", "t", "--set",
+                           "calibration.log_tokens=0.6243,-3", "--set",
+                           "relevance=calibrated,bm25", "--json")
+    assert code == 0, err
+    by = {r["config"]: r for r in map(json.loads, out.splitlines())}
+    served = by["as served"]
+    same = by["calibration.log_tokens=0.6243 relevance=calibrated"]
+    assert same["changed"] == 0 and same["value"] == pytest.approx(served["value"])
+    assert by["calibration.log_tokens=-3 relevance=calibrated"]["changed"] > 0
+    assert by["calibration.log_tokens=-3 relevance=bm25"] == {
+        **by["calibration.log_tokens=0.6243 relevance=bm25"],
+        "config": "calibration.log_tokens=-3 relevance=bm25",
+        "overrides": {"calibration.log_tokens": -3, "relevance": "bm25"}}  # unread there

@@ -196,3 +196,35 @@ def test_as_of_ids_keep_their_config_part_and_newer_keys_always_count() -> None:
     plain, english = id_digest({"analyzer": "plain"}), id_digest({"analyzer": "english"})
     assert len({plain, english, LEGACY_DIGEST}) == 3
     assert id_digest({"relevance": "bm25"}) not in {plain, LEGACY_DIGEST}
+
+
+def test_calibration_is_a_table_of_the_toml_and_of_per_query_overrides() -> None:
+    from hivemind_memory.api_stub.protocol.messages import effective_config
+    from hivemind_memory.events.errors import QueryError
+
+    cfg = config_from_toml("[calibration]\nbm25 = 3.5\ncontext_notes = 1\n")
+    assert cfg.calibration.bm25 == 3.5 and cfg.calibration.context_notes == 1
+    assert cfg.calibration.cosine == DEFAULT.calibration.cosine  # the rest kept
+    assert cfg.relevance == "calibrated" and cfg.embedder == "wordllama"
+    with pytest.raises(ConfigError, match="calibration"):
+        config_from_toml("[calibration]\nbm26 = 1\n")
+    over = effective_config(DEFAULT, {"calibration": {"author_named": 0.0}})
+    assert over.calibration.author_named == 0.0 and over.digest() != DEFAULT.digest()
+    with pytest.raises(QueryError, match="embedder"):  # a plugin spec would import code
+        effective_config(DEFAULT, {"embedder": "os:system"})
+    with pytest.raises(QueryError, match="embedder"):
+        effective_config(DEFAULT, {"embedder": "none"})
+
+
+def test_keys_only_calibrated_relevance_reads_do_not_count_under_bm25() -> None:
+    bm25 = RankingConfig(relevance="bm25", analyzer="plain")
+    assert bm25.digest() == LEGACY_DIGEST
+    for other in (RankingConfig(relevance="bm25", analyzer="plain", max_candidates=7),
+                  RankingConfig(relevance="bm25", analyzer="plain", embedder="none")):
+        assert other.digest() == LEGACY_DIGEST  # they change no bm25 result
+    cal = RankingConfig(analyzer="plain")
+    assert len({cal.digest(), RankingConfig(analyzer="plain", max_candidates=7).digest(),
+                RankingConfig(analyzer="plain", embedder="none").digest(),
+                LEGACY_DIGEST}) == 4
+    assert id_digest({"max_candidates": 7}) != id_digest({})
+    assert id_digest({"calibration": {"bm25": 1.0}}) != id_digest({"calibration": {"bm25": 2.0}})

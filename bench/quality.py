@@ -146,6 +146,37 @@ def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker
     return pick
 
 
+def filled_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
+    """hivemind's scores (calibrated relevance x recency) of every candidate, filled
+    top-down instead of packed exactly: what the exact packer adds."""
+    embedder = embedder_for(cfg.embedder)
+    indexes = {c.name: build_index(c.name, {n.note_id: n for n in c.notes}, embedder)
+               for c in convs}
+    memos: dict[str, BatchMemo] = {}
+    for c in convs:
+        memos[c.name] = memo = BatchMemo()
+        if embedder is not None and cfg.relevance == "calibrated":
+            memo.prime_cosines(indexes[c.name], [q.text for q in c.questions], embedder)
+    scored: dict[tuple[str, int], list[tuple[float, str, int]]] = {}
+
+    def pick(c: Conversation, q: int, budget: int) -> set[str]:
+        got = scored.get((c.name, q))
+        if got is None:
+            req = QueryRequest(ns="locomo", text=c.questions[q].text, budget=max(BUDGETS),
+                               as_of=c.asked, explain=True)
+            res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder)
+            got = scored[(c.name, q)] = sorted((-x.score, x.note_id, x.cost)
+                                               for x in res.candidates)
+        out: set[str] = set()
+        used = 0
+        for _, nid, cost in got:
+            if used + cost <= budget:
+                out.add(nid)
+                used += cost
+        return out
+    return pick
+
+
 @dataclass
 class Row:
     name: str
@@ -204,17 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config) if args.config else DEFAULT
     rows = [evaluate("hivemind (default config)" if args.config is None
                      else f"hivemind ({args.config})", hivemind_picker(convs, cfg), convs)]
+    if cfg.relevance == "calibrated":
+        rows.append(evaluate("hivemind's scores, filled top-down instead of packed exactly",
+                             filled_picker(convs, cfg), convs))
     for spec in args.set:
         over = _overrides(spec)
         from hivemind_memory.projections.ranking.config import with_overrides
         rows.append(evaluate(f"hivemind {spec}", hivemind_picker(
             convs, with_overrides(cfg, over)), convs))
+    baselines: list[Row] = []
     if not args.no_baselines:
         base = Baselines.build(convs)
-        rows += [evaluate(name, p, convs) for name, p in baseline_pickers(convs, base).items()]
-    print(table(rows, BUDGETS, n))
-    if not args.no_baselines:
-        best = {b: max(r.by_budget[b] for r in rows[1 + len(args.set):]) for b in BUDGETS}
+        baselines = [evaluate(name, p, convs)
+                     for name, p in baseline_pickers(convs, base).items()]
+    print(table(rows + baselines, BUDGETS, n))
+    if baselines:
+        best = {b: max(r.by_budget[b] for r in baselines) for b in BUDGETS}
         print("hivemind / best baseline: " + ", ".join(
             f"B={b} {rows[0].by_budget[b] / best[b]:.2f}x" for b in BUDGETS))
     return 0

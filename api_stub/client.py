@@ -26,14 +26,15 @@ from hivemind_memory.api_stub.protocol.messages import (
     parse_request,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import QueryError, QueryTimeout
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
-from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.cluster import append_replicated
+from hivemind_memory.projections.store import keys, readmodel, results
+from hivemind_memory.projections.store.cluster import append_encoded_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.log import register_namespaces
+from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
+from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
 
 
@@ -56,22 +57,43 @@ class Client:
         return cls(connect(settings.redis_url), rq, settings=settings)
 
     # -- events ------------------------------------------------------------------------------
-    def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
+    def append(self, events: Iterable[Event | Mapping[str, Any]]) -> int:
         """Validate exactly as ``hivemind ingest`` does (structs too: a struct built by hand
-        skips msgspec's checks, so it is encoded and parsed again), then append; schedule the
-        namespaces' projection. Returns the stream ids. Nothing is appended if any is bad."""
+        skips msgspec's checks, so it is encoded and parsed again), then append as ``ingest``
+        does (one chunk, scheduled before and after it lands). Returns how many were appended.
+        Nothing is appended if any is bad; ``AppendFailed`` says how many landed."""
         evs: list[Event] = []
         for i, e in enumerate(events, start=1):
             if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
                 e = msgspec.to_builtins(e)
             evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        nss = {e.ns for e in evs}
-        register_namespaces(self.store, nss)  # before the first entry can land
+        report = IngestReport()
+        append_chunks(self.store, [[(e.ns, encode_event(e)) for e in evs]], report,
+                      self.schedule, self.appender)
+        return report.appended
+
+    def schedule(self, nss: Iterable[str]) -> None:
+        """Schedule the projection of namespaces an append touches (called before the first
+        entry can land and after the last has: a job that ran in between saw none)."""
         jobs.schedule_namespaces(self.store, self._pq, nss)
-        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
-                                self.settings.wait_timeout_ms)  # AppendFailed: how many landed
-        jobs.schedule_namespaces(self.store, self._pq, nss)  # a job that ran early saw none
-        return ids
+
+    @property
+    def appender(self) -> Appender:
+        """How this client appends encoded events: waiting for ``wait_replicas`` replicas
+        when the settings ask for it, else the plain pipelined append."""
+        s = self.settings
+        if s.wait_replicas <= 0:
+            return append_encoded
+
+        def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
+            return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
+
+        return replicated
+
+    def wait_projected(self, ns: str, timeout_s: float) -> bool:
+        """Wait (never project) until every event appended to ``ns`` before this call is
+        projected; False if ``timeout_s`` ran out first."""
+        return readmodel.wait_projected(self.store, ns, tail(self.store, ns), timeout_s)
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import html
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -52,11 +51,9 @@ from hivemind_memory.events.schema import (
 )
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
-from hivemind_memory.projections.store.log import tail
-from hivemind_memory.projections.store.readmodel import checkpoint, read_notes
-from hivemind_memory.projections.store.results import AUDIT_FIELD
+from hivemind_memory.projections.store import results
+from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.worker import metrics
 
 log = structlog.get_logger("hivemind.http")
@@ -326,16 +323,9 @@ class Api:
     def wait_projected(self, ns: str) -> None:
         """Block until the worker has projected every event appended before now (read your
         writes for the notes view); 504 after ``query_timeout_s``. Waits, never projects."""
-        store = self.client.store
-        target = tail(store, ns)
-        deadline = time.monotonic() + self.opts.query_timeout_s
-        after = changes_tail(store, ns)
-        while checkpoint(store, ns) < target:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ApiError(504, "catch_up_timeout",
-                               f"namespace {ns!r} not projected in time (is a worker running?)")
-            after = wait_for_change(store, ns, after, min(remaining, 1.0))
+        if not self.client.wait_projected(ns, self.opts.query_timeout_s):
+            raise ApiError(504, "catch_up_timeout",
+                           f"namespace {ns!r} not projected in time (is a worker running?)")
 
     async def notes(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
@@ -352,10 +342,9 @@ class Api:
         raw_limit = request.query_params.get("limit", "100")
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_AUDIT:
             raise ApiError(400, "invalid_request", f"limit must be an integer 1..{MAX_AUDIT}")
-        entries = await self.run(lambda: self.client.store.xrevrange(
-            keys.audit(ns), count=int(raw_limit)))
-        out = [AuditEntry(eid.decode(), msgspec.json.decode(f.get(AUDIT_FIELD, b"{}")))
-               for eid, f in reversed(entries)]
+        page = await self.run(lambda: audit_page(self.client.store, ns, None, int(raw_limit)))
+        out = [AuditEntry(e.id.decode(), msgspec.json.decode(audit_event(e) or b"{}"))
+               for e in reversed(page)]
         return _respond(out)
 
     async def healthz(self, request: Request) -> Response:

@@ -28,6 +28,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script, source
 from hivemind_memory.projections.store.types import (
@@ -708,3 +709,16 @@ __all__ = [
     "read_dead",
     "read_notes",
 ]
+
+
+def wait_projected(r: Store, ns: str, target: Position, timeout_s: float) -> bool:
+    """Wait, never project, until the namespace's checkpoint reaches ``target``; False when
+    ``timeout_s`` ran out first. Woken by each committed batch (the changes stream)."""
+    deadline = time.monotonic() + timeout_s
+    after = changes_tail(r, ns)
+    while checkpoint(r, ns) < target:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        after = wait_for_change(r, ns, after, min(remaining, 1.0))
+    return True

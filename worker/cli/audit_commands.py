@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from tqdm import tqdm
 
-from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.store import keys
@@ -202,15 +202,14 @@ def cmd_import(args: argparse.Namespace, s: Settings) -> int:
     rt = runtime.build(s, connect(s.redis_url), rq)
     runtime.install(rt)
 
-    def on_chunk(nss: set[str]) -> None:
-        if not args.no_schedule:
-            schedule_namespaces(rt.store, rt.project_queue, nss)
+    client = Client(rt.store, rt.rq, settings=s)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
     try:
-        rep = archive.import_archive(rt.store, args.file, on_chunk=on_chunk, on_error=on_error)
+        rep = archive.import_archive(rt.store, args.file, on_error=on_error,
+                                     on_chunk=None if args.no_schedule else client.schedule)
     except OSError as exc:
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2

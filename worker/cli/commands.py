@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +15,7 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_namespaces
+from hivemind_memory.api_stub.protocol.jobs import queue_connection
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
@@ -23,11 +23,10 @@ from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.cluster import append_encoded_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.ingest import Appender, IngestReport, ingest
+from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
-from hivemind_memory.projections.store.log import append_encoded, namespaces
+from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
@@ -36,7 +35,6 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
@@ -62,25 +60,17 @@ def _runtime(s: Settings) -> runtime.Runtime:
 
 def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     rt = _runtime(s)
-    q = rt.project_queue
-
-    def on_chunk(nss: set[str]) -> None:
-        if not args.no_schedule:
-            schedule_namespaces(rt.store, q, nss)
+    client = Client(rt.store, rt.rq, settings=s)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
-    def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
-        return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
-
-    # without WAIT the plain appender, which ingest overlaps with reading the file
-    appender: Appender = replicated if s.wait_replicas > 0 else append_encoded
     rep = IngestReport()
     try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
-               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep,
-               appender=appender)
+               progress=sys.stderr.isatty(),
+               on_chunk=None if args.no_schedule else client.schedule, report=rep,
+               appender=client.appender)
     except OSError as exc:  # missing, a directory, not readable
         return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except AppendFailed as exc:

@@ -54,7 +54,7 @@ from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.readmodel import read_notes
-from hivemind_memory.worker import metrics
+from hivemind_memory.worker import heartbeat, metrics
 
 log = structlog.get_logger("hivemind.http")
 
@@ -126,7 +126,8 @@ class ServerOptions:
     on_write: Callable[[], None] = field(default=lambda: None)
     """Called after an append or a query submission (wakes an in-process worker)."""
     workers_alive: Callable[[], int] | None = None
-    """How many workers serve the queues (default: RQ's registered workers)."""
+    """How many workers serve the queues (default: the live heartbeats, ``worker.heartbeat``,
+    which ``/metrics`` and ``hivemind status`` count too)."""
     caught_up: Callable[[], bool] = field(default=lambda: True)
     """False while the read model is still being rebuilt after a start (readyz: 503)."""
     mcp_app: ASGIApp | None = None
@@ -363,10 +364,8 @@ class Api:
                 return Health(False, f"store unreachable: {exc}")
             if self.opts.workers_alive is not None:
                 n = self.opts.workers_alive()
-            else:
-                from rq import Worker
-
-                n = len(Worker.all(connection=self.client.rq))
+            else:  # the heartbeats /metrics and `hivemind status` count too
+                n = heartbeat.live_count(self.client.rq)
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
             if not self.opts.caught_up():

@@ -20,6 +20,17 @@ SCHEDULE_TTL_SECONDS = 600
 """Lifetime of a namespace's 'projection job queued' marker (self-heals a lost job)."""
 CHANGES_MAXLEN = 10_000
 """Approximate length kept of a namespace's changes stream (not the source of truth)."""
+WORKERS = f"{PREFIX}:workers"
+"""Set of the names of worker processes that announced a heartbeat (on RQ's connection);
+a name whose ``worker_beat`` key has expired is dead (writers prune such names)."""
+WORKER_BEAT_TTL_SECONDS = 10
+"""Lifetime of a worker's heartbeat key: a worker that stops renewing it (SIGKILL, a frozen
+host) counts as dead this long after its last beat at most."""
+
+
+def worker_beat(name: str) -> str:
+    """A worker process's heartbeat (JSON ``WorkerBeat``, TTL ``WORKER_BEAT_TTL_SECONDS``)."""
+    return f"{PREFIX}:worker:{name}"
 
 
 def _ns(ns: str) -> str:

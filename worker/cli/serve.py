@@ -64,8 +64,7 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     if settings.redis_url.startswith("memory://"):
         worker = InProcessWorker(runtime.build(settings, store)).start()
         w = worker
-        opts.on_write = w.kick
-        opts.workers_alive = lambda: int(w.alive())
+        opts.on_write = w.kick  # readiness counts its heartbeat, as /metrics does
         opts.caught_up = w.caught_up.is_set
     on_write = opts.on_write
 

@@ -27,6 +27,7 @@ import redis
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -39,7 +40,14 @@ from hivemind_memory.api_stub.protocol.messages import (
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.server.tokens import OPEN_GRANT, Grant, Right, TokenTable
+from hivemind_memory.api_stub.server.access import AccessLog
+from hivemind_memory.api_stub.server.tokens import (
+    OPEN_GRANT,
+    Grant,
+    Right,
+    TokenTable,
+    bearer_secret,
+)
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout
 from hivemind_memory.events.schema import (
@@ -386,16 +394,27 @@ def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
     """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
     if tokens is None:
         return OPEN_GRANT
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-    g = tokens.lookup(authorization[7:].strip())
+    secret = bearer_secret(authorization)
+    if secret is None:
+        raise ApiError(401, "unauthorized", "missing token: send Authorization: Bearer <token>")
+    g = tokens.lookup(secret)
     if g is None:
-        raise ApiError(401, "unauthorized", "unknown token")
+        raise ApiError(401, "unauthorized", "unknown token: this server has no such token")
     return g
 
 
+MCP_AUTH_ERROR = -32001
+"""JSON-RPC error code of an MCP request refused for its token (the server-defined range)."""
+
+
 class _McpGate:
-    """Checks the bearer token before a request reaches the MCP app."""
+    """Checks the bearer token before a request reaches the MCP app.
+
+    A refusal keeps its HTTP status (401/403) and carries a JSON-RPC error object as the body:
+    MCP clients show that object's message ("missing token: ...", "unknown token: ..."); a
+    plain body reached them as a bare "Server returned an error response". The
+    ``WWW-Authenticate`` value is RFC 6750's ``invalid_token`` (no OAuth metadata: tokens
+    come from the server's tokens file)."""
 
     def __init__(self, app: ASGIApp, tokens: TokenTable | None) -> None:
         self.app, self.tokens = app, tokens
@@ -406,9 +425,19 @@ class _McpGate:
             try:
                 grant_of(self.tokens, hdrs.get("authorization"))
             except ApiError as exc:
-                await _error(exc.status, exc.code, exc.message)(scope, receive, send)
+                await _mcp_refusal(exc)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _mcp_refusal(exc: ApiError) -> Response:
+    body = {"jsonrpc": "2.0", "id": None,
+            "error": {"code": MCP_AUTH_ERROR, "message": exc.message,
+                      "data": {"status": exc.status, "code": exc.code}}}
+    desc = exc.message.replace('"', "'")
+    return Response(_json.encode(body), status_code=exc.status, media_type="application/json",
+                    headers={"WWW-Authenticate":
+                             f'Bearer error="invalid_token", error_description="{desc}"'})
 
 
 def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -462,7 +491,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
             yield
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan)
+                     lifespan=lifespan, middleware=[Middleware(AccessLog, tokens=opts.tokens)])
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------

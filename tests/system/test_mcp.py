@@ -190,3 +190,43 @@ def test_http_without_tokens_takes_the_agent_from_a_header(tmp_path: Path) -> No
         assert st == 200 and [r["agent"] for r in rows] == ["al"]
     finally:
         live.stop()
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one error inside the task groups the client's transport raises through."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@pytest.mark.parametrize(("headers", "says"), [
+    ({}, "missing token"),
+    ({"Authorization": "Bearer not-a-token-at-all"}, "unknown token"),
+    ({"Authorization": "Basic YWxpY2U6c2VjcmV0"}, "missing token"),
+])
+def test_a_refused_token_reaches_the_mcp_client_as_its_message(
+        tmp_path: Path, headers: dict[str, str], says: str) -> None:
+    """The official client over streamable HTTP: the gate's 401 carries a JSON-RPC error, so
+    the client raises ``MCPError`` with the reason, not "Server returned an error response"."""
+    from mcp import MCPError
+
+    live = start_live(f"memory://{tmp_path / 'store'}")
+    caught: list[BaseException] = []
+    try:
+        async def main() -> None:
+            http = create_mcp_http_client(headers={**headers, "X-Hivemind-Ns": "team-a"})
+            try:
+                async with http, Client(streamable_http_client(live.base + "/mcp",
+                                                               http_client=http),
+                                        read_timeout_seconds=30) as client:
+                    await client.list_tools()
+            except Exception as exc:  # the client wraps it in its task groups
+                caught.append(_leaf(exc))
+
+        _run(main)
+    finally:
+        live.stop()
+    [err] = caught
+    assert isinstance(err, MCPError), repr(err)
+    assert says in str(err) and "Server returned an error response" not in str(err)
+    assert err.error.data == {"status": 401, "code": "unauthorized"}

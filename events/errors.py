@@ -36,6 +36,10 @@ class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
 
 
+class StoreLocked(StoreError):
+    """An embedded ``memory://PATH`` store is open in another process (its lock is held)."""
+
+
 class JobRefused(HivemindError):
     """A queued job names a function outside the allowlist (or a callback): never run."""
 

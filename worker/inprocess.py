@@ -112,6 +112,7 @@ class InProcessWorker:
                         self._busy = False
                     self.bursts += 1
                     self._count(w)
+                    self.heartbeat.beat()  # status shows the new counters at once
                 if not self.caught_up.is_set() and not behind(self.rt.store):
                     self.caught_up.set()
             except Exception:  # keep serving: the next kick retries; the job keeps its retries

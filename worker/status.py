@@ -17,6 +17,7 @@ from rq import Worker
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces, read_after
+from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
 from hivemind_memory.worker.heartbeat import read_beats
@@ -167,6 +168,26 @@ def live_workers(rq: QueueConn) -> list[WorkerStatus]:
             successful_jobs=int(_text(ok) or b.successful_jobs),
             failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind))
     return sorted(out, key=lambda w: w.name)
+
+
+class DeadLetters(msgspec.Struct, frozen=True):
+    """``hivemind dead`` and ``GET /v1/ns/{ns}/dead``: the first ``limit`` dead letters,
+    oldest first, and how many there are."""
+
+    ns: str
+    total: int
+    shown: int
+    truncated: bool
+    """True when there are more than ``shown``."""
+    dead: list[DeadLetterRow]
+
+
+def dead_letters(r: Store, ns: str, limit: int) -> DeadLetters:
+    """The namespace's first ``limit`` dead letters and their total."""
+    total = dead_total(r, ns)
+    shown = read_dead(r, ns, count=limit)
+    return DeadLetters(ns=ns, total=total, shown=len(shown), truncated=total > len(shown),
+                       dead=shown)
 
 
 def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None) -> Status:

@@ -19,7 +19,8 @@ import html
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -63,6 +64,14 @@ from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.worker import heartbeat, metrics
+from hivemind_memory.worker.reproduce import (
+    NoteShow,
+    ReproduceSummary,
+    note_history,
+    reproduce_queries,
+    show_of,
+)
+from hivemind_memory.worker.status import DeadLetters, Status, dead_letters, read_status
 
 log = structlog.get_logger("hivemind.http")
 
@@ -76,6 +85,10 @@ MAX_WAIT_S = 30.0
 """Longest ``?wait=`` of ``GET .../results/{id}``."""
 MAX_AUDIT = 1000
 """Most audit entries in one ``GET .../audit``."""
+MAX_DEAD = 10_000
+"""Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
+MAX_REPRODUCE = 1000
+"""Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
 
 class ApiError(Exception):
@@ -121,6 +134,14 @@ class Health(msgspec.Struct):
 class AuditEntry(msgspec.Struct):
     id: str
     event: dict[str, Any]
+
+
+class ReproduceBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Which served queries to re-run: ``query_ids``, or ``"all": true``."""
+
+    query_ids: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]],
+                         msgspec.Meta(max_length=MAX_REPRODUCE)] = []
+    all: bool = False
 
 
 @dataclass
@@ -389,6 +410,66 @@ class Api:
     async def docs(self, request: Request) -> Response:
         return HTMLResponse(docs_page())
 
+    # -- admin: what the operator's CLI commands show, for a store `serve` holds -------------
+    # (a memory://PATH store is locked by its one process; these read what the CLI reads,
+    # through the same functions; none waits for the projection: they report what is there)
+    async def dead(self, request: Request) -> Response:
+        """``hivemind dead --ns NS --limit N --json``, as one object."""
+        ns, _ = self.authorize(request, "admin")
+        limit = _int_param(request, "limit", 1000, 1, MAX_DEAD)
+        return _respond(await self.run(lambda: dead_letters(self.client.store, ns, limit)))
+
+    async def status(self, request: Request) -> Response:
+        """``hivemind status --json`` for one namespace (the workers are every live one)."""
+        ns, _ = self.authorize(request, "admin")
+        return _respond(await self.run(lambda: read_status(
+            self.client.store, self.client.rq, datetime.now(UTC), only=[ns])))
+
+    async def note(self, request: Request) -> Response:
+        """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""
+        ns, _ = self.authorize(request, "admin")
+        nid = request.path_params["note_id"]
+        if not re.fullmatch(ID_PATTERN, nid):
+            raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
+        h = await self.run(lambda: _audited(lambda: note_history(self.client.store, ns, nid)))
+        if h.note is None and not h.events:
+            raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
+        return _respond(show_of(h))
+
+    async def reproduce(self, request: Request) -> Response:
+        """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
+        ns, _ = self.authorize(request, "admin")
+        try:
+            body = msgspec.convert(await self.body(request), ReproduceBody)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        if bool(body.query_ids) == body.all:
+            raise ApiError(422, "invalid_request",
+                           'give "query_ids" (a non-empty list) or "all": true, not both')
+        ids = None if body.all else body.query_ids
+        got = await self.run(lambda: _audited(
+            lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
+        return _respond(got)
+
+
+_T = TypeVar("_T")
+
+
+def _audited(fn: Callable[[], _T]) -> _T:
+    """``fn()``, with an unreadable audit entry (``QueryError('bad_audit')``) as a 500 that
+    names it: the request was fine, the stored audit is not."""
+    try:
+        return fn()
+    except QueryError as exc:
+        raise ApiError(500, exc.code, exc.message) from exc
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise ApiError(400, "invalid_request", f"{name} must be an integer {lo}..{hi}")
+    return int(raw)
+
 
 def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
     """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
@@ -468,6 +549,10 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
+        Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
+        Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
+        Route(f"{ns}/notes/{{note_id}}", _wrap(api.note), methods=["GET"]),
+        Route(f"{ns}/audit/reproduce", _wrap(api.reproduce), methods=["POST"]),
         Route("/healthz", _wrap(api.healthz), methods=["GET"]),
         Route("/metrics", _wrap(api.metrics), methods=["GET"]),
         Route("/readyz", _wrap(api.readyz), methods=["GET"]),
@@ -531,6 +616,8 @@ def openapi_document() -> dict[str, Any]:
         return o
 
     p = "/v1/ns/{ns}"
+    admin_paths, admin_comps = _admin_openapi(p, op, ok, err)
+    comps.update(admin_comps)
     return {
         "openapi": "3.1.0",
         "info": {"title": "hivemind", "version": "1",
@@ -558,6 +645,7 @@ def openapi_document() -> dict[str, Any]:
                 "The newest audit entries, oldest first (admin)", {"200": ok(audit_ref)},
                 params=[{"name": "limit", "in": "query", "required": False,
                          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT}}])},
+            **admin_paths,
             "/healthz": {"get": {"summary": "The process is up",
                                  "responses": {"200": ok(health_ref)}}},
             "/readyz": {"get": {"summary": "The store answers and a worker runs",
@@ -566,6 +654,37 @@ def openapi_document() -> dict[str, Any]:
         "components": {"schemas": comps,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
+
+
+def _admin_openapi(p: str, op: Callable[..., dict[str, Any]], ok: Callable[..., dict[str, Any]],
+                   err: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The admin endpoints' paths and schemas (``Api.dead``, ``status``, ``note``,
+    ``reproduce``)."""
+    (refs, comps) = msgspec.json.schema_components(
+        [DeadLetters, Status, NoteShow, ReproduceBody, ReproduceSummary],
+        ref_template="#/components/schemas/{name}")
+    dead_ref, status_ref, show_ref, body_ref, summary_ref = refs
+    bad_audit = {"500": err}  # an unreadable audit entry in the store (code bad_audit)
+    paths = {
+        f"{p}/dead": {"get": op(
+            "The dead letters, oldest first, and their total (admin; `hivemind dead`)",
+            {"200": ok(dead_ref)},
+            params=[{"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_DEAD}}])},
+        f"{p}/status": {"get": op(
+            "Log length, checkpoint, lag, dead letters, queries served; live workers "
+            "(admin; `hivemind status`)", {"200": ok(status_ref)})},
+        f"{p}/notes/{{note_id}}": {"get": op(
+            "A note, its events in log order, the served queries that returned it (admin; "
+            "`hivemind show`)", {"200": ok(show_ref), **bad_audit},
+            params=[{"name": "note_id", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": ID_PATTERN}}])},
+        f"{p}/audit/reproduce": {"post": op(
+            "Re-run served queries exactly as they ran; `ok` false lists each difference "
+            "(admin; `hivemind audit reproduce`)", {"200": ok(summary_ref), **bad_audit},
+            body=body_ref)},
+    }
+    return paths, comps
 
 
 def docs_page() -> str:

@@ -15,7 +15,7 @@ source stream) in an append-only file ``PATH/streams.log``, replayed at start:
   so ``sweep`` finds every namespace behind);
 - a torn last record (a crash mid-write) is cut off at start, with a warning;
 - one process at a time: the directory is locked (``PATH/lock``), a second opener gets
-  ``StoreError``.
+  ``StoreLocked`` (a ``StoreError``).
 
 Why fakeredis and not a real ``redis-server`` from the package index: the redis-server
 wheels found there are unofficial repackagings with irregular releases, and the embedded
@@ -38,7 +38,7 @@ import structlog
 from fakeredis._clients._sync import FakeRedisConnection
 from fakeredis._socket import FakeSocket
 
-from hivemind_memory.events.errors import StoreError
+from hivemind_memory.events.errors import StoreLocked
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store
 
@@ -88,7 +88,7 @@ class StreamLog:
             fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             self._lock_fh.close()
-            raise StoreError(f"embedded store {directory} is in use by another process") from exc
+            raise StoreLocked(f"embedded store {directory} is in use by another process") from exc
         self._fh: IO[bytes] = open(self.path, "ab")  # noqa: SIM115
         self._mutex = threading.Lock()
         self._pending = threading.local()

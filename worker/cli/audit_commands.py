@@ -28,6 +28,9 @@ from hivemind_memory.worker.reproduce import (
     all_served,
     list_served,
     note_history,
+    reproduce_queries,
+    show_of,
+    view_of,
 )
 
 _json = msgspec.json.Encoder()
@@ -125,10 +128,7 @@ def _audit_list(args: argparse.Namespace, s: Settings) -> int:
 def _print_reproduction(rep: Reproduction, as_json: bool) -> None:
     e = rep.served.event
     if as_json:
-        sys.stdout.write(_json.encode({
-            "query_id": e.query_id, "audit_id": rep.served.audit_id,
-            "identical": rep.identical, "legacy": rep.legacy,
-            "differences": rep.differences, "causes": rep.causes}).decode() + "\n")
+        sys.stdout.write(_json.encode(view_of(rep)).decode() + "\n")
         return
     mode = "live" if rep.served.live else "as-of"
     if rep.identical:
@@ -149,29 +149,16 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
         return 2
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    served = all_served(r, args.ns)
-    missing: list[str] = []
-    if not args.all:
-        wanted = set(args.query_ids)
-        found = {x.event.query_id for x in served}
-        missing = [q for q in args.query_ids if q not in found]
-        served = [x for x in served if x.event.query_id in wanted]
-    auditor = Auditor(r, args.ns, load_config(s.config_path))
-    same = differ = legacy = 0
-    for rep in auditor.reproduce(served):
-        if rep.legacy and args.all:
-            legacy += 1
-        elif rep.identical:
-            same += 1
-        else:
-            differ += 1
-        _print_reproduction(rep, args.json)
-    for q in missing:
+    got = reproduce_queries(r, args.ns, load_config(s.config_path),
+                            None if args.all else args.query_ids,
+                            on_each=lambda rep: _print_reproduction(rep, args.json))
+    for q in got.not_found:
         print(f"hivemind: query {q} is not in the audit of {args.ns}", file=sys.stderr)
-    print(f"audit reproduce: {same} identical, {differ} different"
-          + (f", {legacy} legacy (served before audit replay, skipped)" if legacy else "")
-          + (f", {len(missing)} not found" if missing else ""), file=sys.stderr)
-    return 1 if differ or missing else 0
+    print(f"audit reproduce: {got.identical} identical, {got.different} different"
+          + (f", {got.legacy} legacy (served before audit replay, skipped)"
+             if got.legacy else "")
+          + (f", {len(got.not_found)} not found" if got.not_found else ""), file=sys.stderr)
+    return 0 if got.ok else 1
 
 
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
@@ -252,11 +239,7 @@ def cmd_show(args: argparse.Namespace, s: Settings) -> int:
         print(f"hivemind: note {args.note_id} is not in namespace {args.ns}", file=sys.stderr)
         return 1
     if args.json:
-        sys.stdout.write(_json.encode({
-            "note": h.note, "events": [{"position": p, **e} for p, e in h.events],
-            "served": [{"query_id": x.event.query_id, "agent": x.event.agent,
-                        "served_at": x.served_at, "rank": i, "score": sc}
-                       for x, i, sc in h.served]}).decode() + "\n")
+        sys.stdout.write(_json.encode(show_of(h)).decode() + "\n")
         return 0
     out = sys.stdout
     n = h.note

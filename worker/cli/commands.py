@@ -27,7 +27,7 @@ from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
+from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -41,7 +41,7 @@ from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.status import read_status
+from hivemind_memory.worker.status import dead_letters, read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -205,16 +205,15 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    total = dead_total(r, args.ns)
-    shown = read_dead(r, args.ns, count=args.limit)
-    for d in shown:
+    got = dead_letters(r, args.ns, args.limit)
+    for d in got.dead:
         if args.json:
             sys.stdout.write(_json.encode(d).decode() + "\n")
         else:
             sys.stdout.write(f"{d.entry:<18} {d.reason}\n")
-    more = total - len(shown)
-    summary = (f"dead: {len(shown)} of {total} dead letter(s) of {args.ns}"
-               + (f" (truncated: {more} more; use --limit {total})" if more > 0 else ""))
+    more = got.total - got.shown
+    summary = (f"dead: {got.shown} of {got.total} dead letter(s) of {args.ns}"
+               + (f" (truncated: {more} more; use --limit {got.total})" if more > 0 else ""))
     print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -13,7 +13,7 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
+from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import audit_commands, commands, serve
@@ -25,7 +25,7 @@ from hivemind_memory.worker.cli.args import (
     ns_arg,
     time_arg,
 )
-from hivemind_memory.worker.cli.output import redis_message
+from hivemind_memory.worker.cli.output import redis_message, store_locked_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
@@ -150,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors_as_log_lines(service)
     try:
         return int(_dispatch(args))
+    except StoreLocked as exc:  # a memory://PATH store another process (serve) holds
+        cmd = args.cmd if args.cmd != "audit" else f"audit {args.audit_cmd}"
+        return fail(store_locked_message(str(exc), cmd, getattr(args, "ns", None),
+                                         getattr(args, "note_id", None)), 2)
     except (StoreError, ConfigError) as exc:
         return fail(str(exc), 2)
     except redis.RedisError as exc:

@@ -18,6 +18,31 @@ def redis_message(exc: redis.RedisError) -> str:
     return f"{type(exc).__name__}: {tail if sep else text}"
 
 
+ADMIN_ENDPOINTS = ("GET /v1/ns/{ns}/status", "GET /v1/ns/{ns}/dead",
+                   "GET /v1/ns/{ns}/notes/{note_id}", "POST /v1/ns/{ns}/audit/reproduce")
+"""What ``hivemind serve`` answers for the operator's commands (an ``admin`` token)."""
+ENDPOINT_OF = {"status": "GET /v1/ns/{ns}/status", "dead": "GET /v1/ns/{ns}/dead",
+               "show": "GET /v1/ns/{ns}/notes/{note_id}",
+               "audit reproduce": "POST /v1/ns/{ns}/audit/reproduce",
+               "audit list": "GET /v1/ns/{ns}/audit", "notes": "GET /v1/ns/{ns}/notes",
+               "ingest": "POST /v1/ns/{ns}/events", "import": "POST /v1/ns/{ns}/events",
+               "query": "POST /v1/ns/{ns}/query", "batch": "POST /v1/ns/{ns}/queries"}
+"""The endpoint of ``serve`` that does what a command does."""
+
+
+def store_locked_message(reason: str, command: str, ns: str | None = None,
+                         note_id: str | None = None) -> str:
+    """Why a command cannot open a ``memory://PATH`` store another process holds, and where
+    to go instead when that process is ``hivemind serve``: its HTTP API."""
+    fill = {"ns": ns or "{ns}", "note_id": note_id or "{note_id}"}
+    this = ENDPOINT_OF.get(command)
+    others = [e for e in ADMIN_ENDPOINTS if e != this]
+    here = f"{this.format(**fill)} (what `hivemind {command}` does); also " if this else ""
+    return (f"{reason}. If that is `hivemind serve`, operate the store through its HTTP API "
+            f"with an admin token: {here}{', '.join(e.format(**fill) for e in others)} "
+            "(see /docs); or stop the server first")
+
+
 def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
     """Print a result (JSON, or a readable listing); 1 if it is an error object."""
     out = out or sys.stdout

@@ -15,11 +15,13 @@ import structlog
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.ranking.packing import use_packer
+from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import audit_commands, commands, serve
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
+    announce_default_store,
     errors_as_log_lines,
     fail,
     ns_arg,
@@ -31,8 +33,9 @@ from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
-                   "redis://localhost:6379/0; memory:// = embedded, this process only; "
+    p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL, else "
+                   "redis://localhost:6379/0, which the command then names on stderr; "
+                   "memory:// = embedded, this process only; "
                    "memory://PATH = embedded, kept in the directory PATH; "
                    "redis+cluster://host:port[,host:port...] = a Redis Cluster)")
     p.add_argument("--rq-url", help="RQ's queues: a plain Redis (default: $HIVEMIND_RQ_URL, "
@@ -188,6 +191,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cmd in ("demo", "curves"):
         return int(handler(args))
     s = _settings(args)
+    if s.redis_url_source == "default":
+        announce_default_store(redact(s.redis_url))
     use_packer(s.packer)
     return int(handler(args, s))
 

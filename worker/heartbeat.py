@@ -104,6 +104,7 @@ class Heartbeat:
         self.every_s, self.ttl_s = every_s, ttl_s
         self.started_at = datetime.now(UTC)
         self._stop = threading.Event()
+        self._failing = False
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"heartbeat-{name}")
 
@@ -156,7 +157,13 @@ class Heartbeat:
             try:
                 self.beat()
             except redis.RedisError as exc:  # retried at the next tick, well inside the TTL
-                log.warning("heartbeat_failed", name=self.name, error=type(exc).__name__)
+                if not self._failing:  # one line per outage, not one every tick
+                    log.warning("heartbeat_failed", name=self.name, error=type(exc).__name__)
+                self._failing = True
+                continue
+            if self._failing:
+                log.info("heartbeat_restored", name=self.name)
+                self._failing = False
 
 
 __all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "WorkerBeat", "live_count", "read_beats"]

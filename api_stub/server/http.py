@@ -491,11 +491,11 @@ MCP_AUTH_ERROR = -32001
 class _McpGate:
     """Checks the bearer token before a request reaches the MCP app.
 
-    A refusal keeps its HTTP status (401/403) and carries a JSON-RPC error object as the body:
+    A refusal keeps its HTTP status (401) and carries a JSON-RPC error object as the body:
     MCP clients show that object's message ("missing token: ...", "unknown token: ..."); a
     plain body reached them as a bare "Server returned an error response". The
-    ``WWW-Authenticate`` value is RFC 6750's ``invalid_token`` (no OAuth metadata: tokens
-    come from the server's tokens file)."""
+    ``WWW-Authenticate`` challenge is RFC 6750's (``error="invalid_token"`` for an unknown
+    one), with no OAuth metadata: tokens come from the server's tokens file."""
 
     def __init__(self, app: ASGIApp, tokens: TokenTable | None) -> None:
         self.app, self.tokens = app, tokens
@@ -506,19 +506,21 @@ class _McpGate:
             try:
                 grant_of(self.tokens, hdrs.get("authorization"))
             except ApiError as exc:
-                await _mcp_refusal(exc)(scope, receive, send)
+                await _mcp_refusal(exc, "authorization" in hdrs)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
-def _mcp_refusal(exc: ApiError) -> Response:
+def _mcp_refusal(exc: ApiError, sent_credentials: bool) -> Response:
     body = {"jsonrpc": "2.0", "id": None,
             "error": {"code": MCP_AUTH_ERROR, "message": exc.message,
                       "data": {"status": exc.status, "code": exc.code}}}
-    desc = exc.message.replace('"', "'")
+    challenge = 'Bearer realm="hivemind"'
+    if sent_credentials:  # RFC 6750 3.1: no error code when none were sent
+        desc = exc.message.replace('"', "'")
+        challenge += f', error="invalid_token", error_description="{desc}"'
     return Response(_json.encode(body), status_code=exc.status, media_type="application/json",
-                    headers={"WWW-Authenticate":
-                             f'Bearer error="invalid_token", error_description="{desc}"'})
+                    headers={"WWW-Authenticate": challenge})
 
 
 def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:

@@ -224,6 +224,12 @@ def test_a_refused_token_reaches_the_mcp_client_as_its_message(
                 caught.append(_leaf(exc))
 
         _run(main)
+        raw = httpx.post(live.base + "/mcp", headers={**headers, "Accept": "application/json"},
+                         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert raw.status_code == 401 and raw.json()["error"]["message"].startswith(says)
+        challenge = raw.headers["WWW-Authenticate"]
+        assert challenge.startswith('Bearer realm="hivemind"')
+        assert ('error="invalid_token"' in challenge) == ("Authorization" in headers)
     finally:
         live.stop()
     [err] = caught

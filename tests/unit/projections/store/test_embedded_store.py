@@ -115,7 +115,7 @@ def test_one_process_at_a_time(tmp_path: Path) -> None:
                 "    print(type(e).__name__, e); sys.exit(3)\n")
         got = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
                              timeout=60, check=False, env={**os.environ})
-        assert got.returncode == 3 and "StoreError" in got.stdout
+        assert got.returncode == 3 and "StoreLocked" in got.stdout  # a StoreError
     finally:
         close_embedded(url)
 

@@ -113,7 +113,7 @@ def test_tokens_isolate_namespaces_agents_and_private_notes(live: Live) -> None:
         created("e1", "shared-deploy", "deploys happen on tuesday"),
         created("e2", "alice-secret", "alice private deploy password hint", scope="private"),
     ], token=ALICE)
-    assert ok == (200, {"appended": 2})
+    assert ok == (200, {"appended": 2, "event_ids": ["e1", "e2"], "already": 0})
 
     # wrong namespace: neither write nor read
     st, body = call(b, "POST", "/v1/ns/team-b/events", [created("x", "x", "x")], token=ALICE)
@@ -316,7 +316,7 @@ def test_on_redis_without_worker_504_and_without_store_503(
         st, h = call(srv.base, "GET", "/readyz")
         assert st == 503 and "no worker" in h["detail"]
         assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "text")],
-                    token=ALICE) == (200, {"appended": 1})
+                    token=ALICE) == (200, {"appended": 1, "event_ids": ["e1"], "already": 0})
         st, body = call(srv.base, "POST", "/v1/ns/team-a/query", {"text": "text", "budget": 9},
                         token=ALICE)
         assert st == 504 and body["error"]["code"] == "timeout"

@@ -85,6 +85,14 @@ async def _exercise(client: Client) -> None:
     bad = await client.call_tool("remember", {"text": "x", "note_id": "bad id with spaces"})
     assert bad.is_error and "note_id" in _text(bad)  # the store's own validation, named
 
+    # writes that would never apply are errors, told before the tool returns
+    twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea"})
+    assert twin.is_error and "already exists" in _text(twin)
+    ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
+    assert ghost.is_error and "no-such-note" in _text(ghost)
+    gone = await client.call_tool("forget", {"note_id": "canary-idea"})  # forgotten already
+    assert gone.is_error and "no note 'canary-idea'" in _text(gone)
+
 
 def _run(fn: Callable[[], Awaitable[None]]) -> None:
     anyio.run(fn)

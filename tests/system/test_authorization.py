@@ -14,7 +14,7 @@ import pytest
 
 from hivemind_memory import Memory
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.events.errors import NoteExists, NotAllowed, UnknownNote
+from hivemind_memory.events.errors import NotAllowed, NoteExists, UnknownNote
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.readmodel import read_dead, read_notes

@@ -83,7 +83,8 @@ def test_ingest_exit_codes_and_all_or_nothing(server: str, tmp_path: Path) -> No
 def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
     f = tmp_path / "ev.jsonl"
     f.write_text(jsonl([created("a", scope="private", kind="scratch", tokens=42),
-                        *[used("a", f"u{i}") for i in range(5)], used("a", "u0"),
+                        *[used("a", f"u{i}", agent="a") for i in range(5)],
+                        used("a", "u0", agent="a"),  # a private note: used by its author
                         created("b"), forgotten("b", "fb")]))
     assert run(server, "ingest", str(f)).returncode == 0
     b = run(server, "worker", "--burst")

@@ -1,4 +1,4 @@
-"""Poison and bad input (issue 8): whatever a rogue writer puts on a stream is dead-lettered
+"""Poison and bad input: whatever a rogue writer puts on a stream is dead-lettered
 with a reason and never stalls its namespace; every date is range-checked before it is
 converted; ids and namespaces are matched whole; ``Client.append`` validates as ``ingest``.
 

@@ -159,7 +159,7 @@ def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
     assert r.returncode == 2, r.stderr[-500:]
     assert "then the store failed" in r.stderr and "maxmemory" in r.stderr
     assert "Traceback" not in r.stderr and "XADD" not in r.stderr
-    # issue 8: the count said is the exact count in the log (it was under-reported)
+    # the count said is the exact count in the log (it was under-reported)
     said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
     db = rp.client()
     assert said == db.xlen("hm:{t}:events") > 0

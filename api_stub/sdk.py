@@ -39,10 +39,13 @@ from hivemind_memory.events.errors import (
     AccessDenied,
     EventError,
     HivemindError,
+    NotAllowed,
+    NoteExists,
     QueryError,
     QueryTimeout,
     StoreError,
     TooLarge,
+    UnknownNote,
 )
 
 _seq = itertools.count()
@@ -169,7 +172,8 @@ class _StoreTransport(_Transport):
 
         evs = [parse_json_event(msgspec.json.encode(e), lineno=i)
                for i, e in enumerate(events, start=1)]
-        self.client.append(evs)
+        for ns in dict.fromkeys(e.ns for e in evs):  # each namespace's events all or nothing
+            self.client.append_checked([e for e in evs if e.ns == ns])
         if self.on_write is not None:
             self.on_write()
         return len(evs)
@@ -228,6 +232,10 @@ class _HttpTransport(_Transport):
 
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
+    refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
+               "not_allowed": NotAllowed}.get(code)
+    if refused is not None and kind == "event":
+        return refused(message)
     if status in (401, 403):
         return AccessDenied(f"{status} {code}: {message}")
     if status == 413:
@@ -245,11 +253,14 @@ class Memory:
     """remember / recall / used / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
-                 timeout: float = 30.0, settings: Any = None) -> None:
+                 timeout: float = 30.0, settings: Any = None, admin: bool = False) -> None:
         """``settings`` (a store URL only): the ``Settings`` to use, e.g. with a ranking
-        config for the in-process worker (default: from the environment and ``url``)."""
+        config for the in-process worker (default: from the environment and ``url``).
+        ``admin`` (a store URL only; over HTTP the token decides): forget any note, as an
+        operator with the ``admin`` right may."""
         self.ns = ns
         self.agent = agent
+        self.admin = admin
         self.timeout = timeout
         self._t: _Transport
         if url.startswith(("http://", "https://")):
@@ -261,10 +272,10 @@ class Memory:
 
     @classmethod
     def over_client(cls, client: Any, *, ns: str, agent: str, timeout: float = 30.0,
-                    on_write: Callable[[], None] | None = None) -> Memory:
+                    on_write: Callable[[], None] | None = None, admin: bool = False) -> Memory:
         """A Memory over an open ``Client`` (the MCP server and ``serve`` use this)."""
         m = cls.__new__(cls)
-        m.ns, m.agent, m.timeout = ns, agent, timeout
+        m.ns, m.agent, m.timeout, m.admin = ns, agent, timeout, admin
         m._t = _StoreTransport("", timeout, client=client, on_write=on_write)
         return m
 
@@ -346,12 +357,19 @@ class Memory:
         return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding))
 
     def used(self, *note_ids: str) -> int:
-        """Say which notes the agent actually used (they earn permanence)."""
+        """Say which notes the agent actually used (they earn permanence); returns how many
+        uses were recorded. ``UnknownNote`` (nothing recorded) if one is not a note this
+        agent can see."""
         return self.append([{"type": "note.used", "note_id": n} for n in note_ids])
 
     def forget(self, note_id: str) -> None:
-        """The note is gone from every future answer (it stays in the log)."""
-        self.append([{"type": "note.forgotten", "note_id": note_id}])
+        """The note is gone from every future answer (it stays in the log). ``UnknownNote``
+        if this agent cannot see it; ``NotAllowed`` for another author's note (an admin
+        may forget any)."""
+        ev: dict[str, Any] = {"type": "note.forgotten", "note_id": note_id}
+        if self.admin and not isinstance(self._t, _HttpTransport):
+            ev["as_admin"] = True
+        self.append([ev])
 
 
 class AsyncMemory:

@@ -41,6 +41,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     ns_of,
     parse_request,
 )
+from hivemind_memory.api_stub.sdk import new_id
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.tokens import (
     OPEN_GRANT,
@@ -50,7 +51,7 @@ from hivemind_memory.api_stub.server.tokens import (
     bearer_secret,
 )
 from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout
+from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout, WriteRefused
 from hivemind_memory.events.schema import (
     ID_PATTERN,
     NS_PATTERN,
@@ -115,6 +116,21 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 class Appended(msgspec.Struct):
     appended: int
+    """Events accepted (each applies exactly once; a retry's events count, see ``already``)."""
+    event_ids: list[str] = []
+    """Each event's id, in order (the server makes one for an event that has none)."""
+    already: int = 0
+    """Events of this request that were already in the log (a retry): not appended again."""
+
+
+class Remembered(msgspec.Struct):
+    note_id: str
+    event_id: str
+
+
+class Forgot(msgspec.Struct):
+    note_id: str
+    event_id: str
 
 
 class ErrorDetail(msgspec.Struct):
@@ -267,24 +283,84 @@ class Api:
             raise ApiError(422, "invalid_request", "body must be a JSON array of events")
         if len(data) > MAX_EVENTS:
             raise ApiError(413, "too_large", f"{len(data)} events; at most {MAX_EVENTS} a request")
-        evs: list[Event] = []
-        for i, obj in enumerate(data):
-            where = f"events[{i}]"
-            if not isinstance(obj, dict):
-                raise ApiError(422, "invalid_event", f"{where}: an event must be a JSON object")
-            self.same_ns(ns, obj.get("ns"), where)
-            agent = self.identity(g, obj.get("agent"), where)
-            ev = {**obj, "ns": ns}
-            if agent:
-                ev["agent"] = agent
-            try:
-                evs.append(parse_json_event(_json.encode(ev)))
-            except EventError as exc:
-                raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
-        if evs:
-            await self.run(lambda: self.client.append(evs))
-            self.opts.on_write()
-        return _respond(Appended(len(evs)))
+        return _respond(await self.write(ns, g, data, "events"))
+
+    def event(self, ns: str, g: Grant, obj: Any, where: str) -> Event:
+        """One event of a request as it will be appended: the namespace of the path, the
+        token's agent, an ``event_id`` (time-ordered) and ``at`` (the server's clock) when the
+        body has none, and ``as_admin`` from the token's rights (never from the body)."""
+        if not isinstance(obj, dict):
+            raise ApiError(422, "invalid_event", f"{where}: an event must be a JSON object")
+        self.same_ns(ns, obj.get("ns"), where)
+        if "as_admin" in obj:
+            raise ApiError(422, "invalid_event",
+                           f"{where}: as_admin is set by the server from the token's rights")
+        agent = self.identity(g, obj.get("agent"), where)
+        ev = {"event_id": new_id("ev"), "at": _now_rfc3339(), **obj, "ns": ns}
+        if agent:
+            ev["agent"] = agent
+        if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
+            ev["as_admin"] = True
+        try:
+            return parse_json_event(_json.encode(ev))
+        except EventError as exc:
+            raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
+
+    async def write(self, ns: str, g: Grant, objs: list[Any], where: str) -> Appended:
+        """Check and append a request's events, all or nothing: a write that would never
+        apply gets its typed error (409 ``note_exists``, 404 ``unknown_note``, 403
+        ``not_allowed``) and nothing of the request is appended."""
+        evs = [self.event(ns, g, obj, f"{where}[{i}]") for i, obj in enumerate(objs)]
+        if not evs:
+            return Appended(0)
+        try:
+            got = await self.run(lambda: self.client.append_checked(evs))
+        except WriteRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from exc
+        self.opts.on_write()
+        return Appended(len(evs), [e.event_id for e in evs], got.already)
+
+    async def fields(self, request: Request) -> dict[str, Any]:
+        data = await self.body(request)
+        if not isinstance(data, dict):
+            raise ApiError(422, "invalid_request", "body must be a JSON object")
+        return data
+
+    async def remember(self, request: Request) -> Response:
+        """``{"text", "kind"?, "scope"?, "note_id"?, "tokens"?, "embedding"?}`` -> the note id
+        (a new time-ordered one unless given) and the event id."""
+        ns, g = self.authorize(request, "write")
+        body = await self.fields(request)
+        unknown = set(body) - {"text", "kind", "scope", "note_id", "tokens", "embedding",
+                               "event_id", "at", "agent"}
+        if unknown:
+            raise ApiError(422, "invalid_request",
+                           f"unknown field(s): {', '.join(sorted(unknown))}")
+        ev = {"type": "note.created", "note_id": new_id("n"), **body}
+        got = await self.write(ns, g, [ev], "remember")
+        return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
+
+    async def used(self, request: Request) -> Response:
+        """``{"note_ids": [...]}`` -> how many uses were recorded."""
+        ns, g = self.authorize(request, "write")
+        body = await self.fields(request)
+        ids = body.get("note_ids")
+        if not isinstance(ids, list) or not ids or set(body) - {"note_ids", "agent"}:
+            raise ApiError(422, "invalid_request",
+                           'body must be {"note_ids": [note id, ...]} (at least one)')
+        evs = [{"type": "note.used", "note_id": n, "agent": body.get("agent")} for n in ids]
+        return _respond(await self.write(ns, g, [_no_none(e) for e in evs], "used"))
+
+    async def forget(self, request: Request) -> Response:
+        """``{"note_id"}`` -> the forgotten note's id and the event id."""
+        ns, g = self.authorize(request, "write")
+        body = await self.fields(request)
+        if not isinstance(body.get("note_id"), str) or set(body) - {"note_id", "agent"}:
+            raise ApiError(422, "invalid_request", 'body must be {"note_id": "..."}')
+        ev = _no_none({"type": "note.forgotten", "note_id": body["note_id"],
+                       "agent": body.get("agent")})
+        got = await self.write(ns, g, [ev], "forget")
+        return _respond(Forgot(body["note_id"], got.event_ids[0]))
 
     async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
@@ -471,6 +547,15 @@ def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> i
     return int(raw)
 
 
+def _no_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _now_rfc3339() -> str:
+    """The server's clock, for events that come without ``at``."""
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
 def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
     """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
     if tokens is None:
@@ -546,6 +631,9 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
+        Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
+        Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
+        Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),

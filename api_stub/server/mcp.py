@@ -119,8 +119,10 @@ def fixed_resolver(memory: Memory) -> Resolver:
     return lambda ctx, right: memory
 
 
-def token_resolver(tokens: TokenTable | None, make: Callable[[str, str], Memory]) -> Resolver:
-    """HTTP: the memory of the request's bearer token (``make(ns, agent)`` builds it)."""
+def token_resolver(tokens: TokenTable | None,
+                   make: Callable[[str, str, bool], Memory]) -> Resolver:
+    """HTTP: the memory of the request's bearer token (``make(ns, agent, admin)`` builds it;
+    ``admin``: the token has the admin right in the namespace)."""
     from hivemind_memory.api_stub.server.http import ApiError, grant_of
     from hivemind_memory.events.errors import AccessDenied
 
@@ -143,6 +145,6 @@ def token_resolver(tokens: TokenTable | None, make: Callable[[str, str], Memory]
         agent = g.agent or headers.get(AGENT_HEADER, "")
         if not agent:
             raise AccessDenied(f"no agent: send the {AGENT_HEADER} header")
-        return make(ns, agent)
+        return make(ns, agent, g.may(ns, "admin"))
 
     return resolve

@@ -4,7 +4,6 @@ over streamable HTTP at ``/mcp`` of ``serve`` (token auth)."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,24 @@ from hivemind_memory.api_stub.sdk import Memory
 from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from tests.support import HIVEMIND
-from tests.support.frontdoor import start_live
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.support.docs import README, fenced, section
+from tests.support.frontdoor import OPS, start_live
 
 
 def _readme_mcp_config() -> dict[str, Any]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### MCP")
-    block = re.search(r"```json\n(.*?)```", text[start:], re.S)
-    assert block
-    cfg: dict[str, Any] = json.loads(block.group(1))["mcpServers"]
+    blocks = fenced(section(README, "Quick start"), "json")
+    cfg: dict[str, Any] = json.loads(blocks[0])["mcpServers"]
     return cfg
 
 
 def _readme_tokens() -> TokenTable:
+    """The README's tokens file, plus an operator token to read back what the tools wrote."""
     import tomllib
 
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### A curl session")
-    block = re.search(r"```toml\n(.*?)```", text[start:], re.S)
-    assert block
-    return TokenTable.from_entries(tomllib.loads(block.group(1))["token"])
+    (block,) = fenced(section(README, "Quick start"), "toml")
+    entries = tomllib.loads(block)["token"]
+    ops = {"secret": OPS, "ns": ["*"], "agent": "ops", "rights": ["admin", "query"]}
+    return TokenTable.from_entries([*entries, ops])
 
 
 def _text(res: Any) -> str:
@@ -84,6 +79,14 @@ async def _exercise(client: Client) -> None:
 
     bad = await client.call_tool("remember", {"text": "x", "note_id": "bad id with spaces"})
     assert bad.is_error and "note_id" in _text(bad)  # the store's own validation, named
+
+    # writes that would never apply are errors, told before the tool returns
+    twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea"})
+    assert twin.is_error and "already exists" in _text(twin)
+    ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
+    assert ghost.is_error and "no-such-note" in _text(ghost)
+    gone = await client.call_tool("forget", {"note_id": "canary-idea"})  # forgotten already
+    assert gone.is_error and "no note 'canary-idea'" in _text(gone)
 
 
 def _run(fn: Callable[[], Awaitable[None]]) -> None:
@@ -135,7 +138,7 @@ def test_tools_over_http_with_the_readme_token(tmp_path: Path) -> None:
         from tests.support.frontdoor import call
 
         st, rows = call(live.base, "GET", "/v1/ns/team-a/notes",
-                        token="ops-0123456789abcdef00")
+                        token=OPS)
         assert st == 200 and rows and {r["agent"] for r in rows} == {"alice"}
 
         # no token, or an unknown one: refused before MCP

@@ -1,6 +1,6 @@
 """Audit replay on the embedded store, through the CLI in process: listing, exact reproduction,
 the causes of differences (tampered config history, rewritten log, note forgotten since),
-show, sweep, export/import and ``notes --json`` text (issue 10)."""
+show, sweep, export/import and ``notes --json`` text."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 callback, or carrying a pickle) is refused before its function is imported, logged, and moved
 to the failed registry without running; the worker carries on with real work.
 
-Reproduction (issue 8): a JSON job naming ``os.system('touch pwned')`` on ``hivemind-query``
+Reproduction: a JSON job naming ``os.system('touch pwned')`` on ``hivemind-query``
 or ``hivemind-project``, then ``hivemind worker --burst``, created the file.
 """
 

@@ -36,6 +36,11 @@ class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
 
 
+class LogDamaged(StoreError):
+    """An embedded store's log cannot be replayed as it is; the message names the file and
+    the ``hivemind fsck`` command that checks and repairs it."""
+
+
 class JobRefused(HivemindError):
     """A queued job names a function outside the allowlist (or a callback): never run."""
 

@@ -83,10 +83,8 @@ def test_a_torn_tail_is_cut_and_the_rest_kept(tmp_path: Path) -> None:
 def test_a_corrupt_record_stops_replay_there(tmp_path: Path) -> None:
     d = tmp_path / "store"
     log = StreamLog(d)
-    log.stage(b"hm:{a}:events", b"1-0", [b"d", b"x"])
-    log.flush()
-    log.stage(b"hm:{a}:events", b"2-0", [b"d", b"y"])
-    log.flush()
+    log.append(b"hm:{a}:events", b"1-0", [b"d", b"x"])
+    log.append(b"hm:{a}:events", b"2-0", [b"d", b"y"])
     log.close()
     data = bytearray((d / LOG_NAME).read_bytes())
     data[-1] ^= 0xFF  # flip a bit of the last record's payload: its CRC no longer matches
@@ -94,7 +92,7 @@ def test_a_corrupt_record_stops_replay_there(tmp_path: Path) -> None:
     log = StreamLog(d)
     try:
         with capture_logs() as logs:
-            assert [r[1] for r in log.records()] == [b"1-0"]
+            assert [r.entry_id for r in log.load()] == [b"1-0"]
         assert [e["dropped_bytes"] for e in logs if e["event"] == "embedded_log_torn_tail"]
     finally:
         log.close()

@@ -108,7 +108,10 @@ class StreamLog:
         self._size = os.fstat(self._fd).st_size
         """Bytes of the file that are whole, written records."""
         self.ordering = threading.Lock()
-        """Held around an XADD and the ``queue`` of its record: ids and queue share one order."""
+        """Held around an XADD and the ``queue`` of its record: ids and queue share one order.
+        (fakeredis runs each command under its server lock too, so this one is uncontended
+        there; holding our own makes the order a property of this module, not of fakeredis's
+        internals.)"""
         self._writing = threading.Lock()
         self._queued: list[bytes] = []
         self._seq = 0

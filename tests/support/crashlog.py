@@ -20,10 +20,10 @@ SEED = int(os.environ.get("HIVEMIND_LOG_SEED", "20261201"))
 """Seed of every round (a failure names its round; rerun with the same seed to replay it)."""
 
 
-def rounds(default: int, soak: int) -> int:
-    """``HIVEMIND_LOG_ROUNDS`` if set, else ``soak`` under ``HIVEMIND_SOAK=1``, else
+def rounds(default: int, soak: int, env: str = "HIVEMIND_LOG_ROUNDS") -> int:
+    """The variable ``env`` if set, else ``soak`` under ``HIVEMIND_SOAK=1``, else
     ``default``."""
-    return int(os.environ.get("HIVEMIND_LOG_ROUNDS", soak if SOAK else default))
+    return int(os.environ.get(env, soak if SOAK else default))
 
 
 def events_by_id(r: Store) -> Counter[str]:

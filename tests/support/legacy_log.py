@@ -53,3 +53,54 @@ class LegacyStreamLog:
 
     def close(self) -> None:
         self._fh.close()
+
+
+Append = tuple[bytes, list[bytes]]
+"""A stream key and the field/value list of one XADD."""
+
+
+def race(directory: Path, pairs: list[tuple[Append, Append]]) -> list[tuple[bytes, bytes,
+                                                                             list[bytes]]]:
+    """The old writer's race, forced for each pair ``(a, b)``: thread A XADDs ``a`` (id X)
+    and stages it, thread B XADDs ``b`` (id X+1) and one of RQ's result records and flushes,
+    then A flushes: the file holds X+1 before X, as 12-40 parallel HTTP writes made it.
+    Returns the source records ``(key, id, fields)`` in the order the ids were given."""
+    import fakeredis
+
+    server = fakeredis.FakeRedis()
+    old = LegacyStreamLog(directory)
+    made: list[tuple[bytes, bytes, list[bytes]]] = []
+
+    def xadd(key: bytes, fields: list[bytes]) -> None:
+        entry_id = server.xadd(key, dict(zip(fields[::2], fields[1::2], strict=True)))
+        assert isinstance(entry_id, bytes)
+        old.stage(key, entry_id, fields)
+        if not key.startswith(b"rq:"):
+            made.append((key, entry_id, fields))
+
+    for n, (first, second) in enumerate(pairs):
+        a_staged, b_flushed = threading.Event(), threading.Event()
+
+        def a(first: Append = first, staged: threading.Event = a_staged,
+              flushed: threading.Event = b_flushed) -> None:
+            xadd(*first)
+            staged.set()
+            assert flushed.wait(10)
+            old.flush()
+
+        def b(second: Append = second, n: int = n, flushed: threading.Event = b_flushed
+              ) -> None:
+            xadd(*second)
+            xadd(b"rq:results:job%d" % n, [b"data", b"x" * 120])
+            old.flush()
+            flushed.set()
+
+        ta = threading.Thread(target=a)
+        ta.start()
+        assert a_staged.wait(10)
+        tb = threading.Thread(target=b)
+        tb.start()
+        for t in (ta, tb):
+            t.join(10)
+    old.close()
+    return made

@@ -5,8 +5,9 @@ opens. A seeded loop (``tests.support.crashlog``: 200 rounds by default, more wi
 
 A round is cheap: threads write to one store in every shape a client writes (single XADDs,
 pipelines, MULTI/EXEC, Lua scripts), mixing source streams with derived ones (dead letters,
-changes, RQ's results); meanwhile the log file is copied at a random moment, which is what a
-SIGKILL leaves on disk (the copy may cut a write in half). Then the store is closed and
+changes, RQ's results); meanwhile the log file is copied at a random moment as a SIGKILL
+could leave it (what was fsynced, and a random prefix of what was written after, which may
+cut a record in half). Then the store is closed and
 reopened, and the copy opened as a store of its own. Real processes killed with SIGTERM and
 SIGKILL are in ``tests/system/test_embedded_restart.py``; the SDK with its in-process worker
 is the second test here."""
@@ -112,19 +113,25 @@ def _check_store(url: str, must: list[bytes], may: set[bytes], where: str) -> No
         close_embedded(url)
 
 
-def _copy_at(src: Path, dst: Path, w: Writes, after: int, done: threading.Event) -> list[bytes]:
-    """Once ``after`` records are acknowledged (or the writers are done), copy the log as it
-    is right now: what a SIGKILL would leave. Returns the records acknowledged before."""
+def _copy_at(src: Path, dst: Path, w: Writes, after: int, done: threading.Event,
+             cut: float) -> list[bytes]:
+    """Once ``after`` records are acknowledged (or the writers are done), copy the log as a
+    SIGKILL could leave it: every byte fsynced by then, and of what came later a prefix
+    (``cut``: how much of it, so a record may be torn in half). Returns the records
+    acknowledged before."""
     with w.cond:
         w.cond.wait_for(lambda: len(w.acked) >= after or done.is_set(), timeout=30)
         before = list(w.acked)
+        durable = (src / LOG_NAME).stat().st_size  # acknowledged means fsynced: all in here
+    data = (src / LOG_NAME).read_bytes()
     dst.mkdir()
-    (dst / LOG_NAME).write_bytes((src / LOG_NAME).read_bytes())
+    (dst / LOG_NAME).write_bytes(data[:durable + int((len(data) - durable) * cut)])
     return before
 
 
-def _round(tmp_path: Path, rnd: int) -> int:
-    """One round: writers, a crash copy, a restart; returns the log's size."""
+def _round(tmp_path: Path, rnd: int) -> tuple[int, int]:
+    """One round: writers, a crash copy, a restart; returns the log's size and the torn
+    tail the crash copy had."""
     rng = random.Random(SEED * 1_000_003 + rnd)
     where = f"round {rnd} (HIVEMIND_LOG_SEED={SEED})"
     store, crash = tmp_path / f"r{rnd}", tmp_path / f"r{rnd}-crash"
@@ -138,8 +145,9 @@ def _round(tmp_path: Path, rnd: int) -> int:
     for t in threads:
         t.start()
     snap: list[list[bytes]] = []
-    after = rng.randint(0, 40)
-    copier = threading.Thread(target=lambda: snap.append(_copy_at(store, crash, w, after, done)))
+    after, cut = rng.randint(0, 40), rng.random()
+    copier = threading.Thread(target=lambda: snap.append(
+        _copy_at(store, crash, w, after, done, cut)))
     copier.start()
     for t in threads:
         t.join(60)
@@ -152,20 +160,23 @@ def _round(tmp_path: Path, rnd: int) -> int:
     found = check(scan(data))
     assert not found.problems and found.derived_records == 0, f"{where}: {found.problems}"
 
+    torn = check(scan((crash / LOG_NAME).read_bytes())).torn_tail_bytes
     _check_store(url, w.acked, w.sent, where + ", restart")
     _check_store(f"memory://{crash}", snap[0], w.sent, where + ", crash copy")
     shutil.rmtree(store)
     shutil.rmtree(crash)
-    return len(data)
+    return len(data), torn
 
 
 def test_concurrent_writers_then_a_crash_or_a_restart_keep_every_acknowledged_record_once(
         tmp_path: Path) -> None:
     started = time.perf_counter()
-    sizes = [_round(tmp_path, rnd) for rnd in range(ROUNDS)]
+    got = [_round(tmp_path, rnd) for rnd in range(ROUNDS)]
     per_round = (time.perf_counter() - started) / ROUNDS
+    sizes = [size for size, _ in got]
     print(f"\n{ROUNDS} rounds, {per_round * 1000:.1f} ms a round, logs of "
-          f"{min(sizes)}..{max(sizes)} bytes")
+          f"{min(sizes)}..{max(sizes)} bytes, {sum(1 for _, t in got if t)} crash copies "
+          "with a torn tail")
 
 
 class _SdkWrites:

@@ -135,3 +135,39 @@ def test_demo_on_memory_path_twice(tmp_path: Path) -> None:
     assert "events" in outs[0].splitlines()[0]  # "hivemind demo: N events, ..."
     assert outs[0] == outs[1]  # the same notes, dead letters and answers, byte for byte
     assert (tmp_path / "demo-data" / LOG_NAME).stat().st_size > 0
+
+
+def test_only_source_streams_are_logged_and_every_stream_kind_is_classified(
+        tmp_path: Path) -> None:
+    """A user's flow over the SDK writes every kind of stream: the sources come back from
+    the log entry for entry; the derived ones (dead letters, changes, RQ's results) are not
+    in it. A new stream kind fails here until ``keys`` says which it is."""
+    from hivemind_memory import Memory
+    from hivemind_memory.projections.store.logfile import check, scan
+    from tests.support.crashlog import source_kinds_known, stream_keys
+
+    url = _url(tmp_path)
+    with Memory(url, ns="a", agent="alice") as mem:
+        nid = mem.remember("Deploys happen on Tuesdays", embedding=[0.1, 0.9])
+        mem.used("never-seen")  # a dead letter
+        got = mem.recall("deploys", budget=100, embedding=[0.2, 0.8])  # audit, qembeddings
+        mem.used(*got.note_ids)
+        mem.query("tuesdays", 100, config={"min_relevance": 0.01})  # a second config
+        assert got.note_ids == [nid]
+        r = connect(url)
+        before = {k: r.xrange(k) for k in stream_keys(r)}
+    close_embedded(url)
+    kinds = {k.partition(b"}:")[2].decode() for k in before if k.startswith(b"hm:{")}
+    assert kinds == source_kinds_known(), kinds  # every kind: a new one must be classified
+    assert any(k.startswith(b"rq:results:") for k in before)
+    found = check(scan((tmp_path / "store" / LOG_NAME).read_bytes()))
+    assert not found.problems and found.derived_records == 0
+
+    r = connect(url)
+    try:
+        after = {k: r.xrange(k) for k in stream_keys(r)}
+        assert after == {k: v for k, v in before.items() if keys.is_source_stream(k)}
+        assert {k.partition(b"}:")[2] for k in after} == {b"events", b"audit", b"configs",
+                                                          b"qembeddings"}
+    finally:
+        close_embedded(url)

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import random
 import struct
-import threading
 import zlib
 from pathlib import Path
 
-import fakeredis
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -31,7 +29,7 @@ from hivemind_memory.projections.store.logfile import (
     scan,
 )
 from hivemind_memory.worker.cli.main import main
-from tests.support.legacy_log import LegacyStreamLog
+from tests.support.legacy_log import race
 
 EV_A, EV_B, AUDIT_A = (keys.stream("a").encode(), keys.stream("b").encode(),
                        keys.audit("a").encode())
@@ -124,45 +122,11 @@ def test_any_shuffled_log_repairs_to_every_source_record_once_in_id_order(
 
 
 def _legacy_race(directory: Path, rounds: int) -> list[tuple[bytes, bytes, list[bytes]]]:
-    """The old writer's race, forced: thread A gets id X and stages it, thread B gets X+1,
-    stages and flushes it (with what it logged of RQ's results), then A flushes. Returns the
-    source records sorted by key and id."""
-    server = fakeredis.FakeRedis()
-    old = LegacyStreamLog(directory)
-    made: list[tuple[bytes, bytes, list[bytes]]] = []
-
-    def xadd(key: bytes, fields: list[bytes]) -> None:
-        entry_id = server.xadd(key, dict(zip(fields[::2], fields[1::2], strict=True)))
-        assert isinstance(entry_id, bytes)
-        old.stage(key, entry_id, fields)
-        if not key.startswith(b"rq:"):
-            made.append((key, entry_id, fields))
-
-    for n in range(rounds):
-        key = (EV_A, EV_B, AUDIT_A)[n % 3]
-        a_staged, b_flushed = threading.Event(), threading.Event()
-
-        def a(key: bytes = key, n: int = n, staged: threading.Event = a_staged,
-              flushed: threading.Event = b_flushed) -> None:
-            xadd(key, [b"d", b"A-%d" % n])
-            staged.set()
-            assert flushed.wait(10)
-            old.flush()
-
-        def b(key: bytes = key, n: int = n, flushed: threading.Event = b_flushed) -> None:
-            xadd(key, [b"d", b"B-%d" % n])
-            xadd(b"rq:results:job%d" % n, [b"data", b"x" * 120])
-            old.flush()
-            flushed.set()
-
-        ta = threading.Thread(target=a)
-        ta.start()
-        assert a_staged.wait(10)
-        tb = threading.Thread(target=b)
-        tb.start()
-        for t in (ta, tb):
-            t.join(10)
-    old.close()
+    """The old writer's race in ``rounds`` pairs over three streams; the source records
+    sorted by key and id."""
+    streams = (EV_A, EV_B, AUDIT_A)
+    made = race(directory, [((streams[n % 3], [b"d", b"A-%d" % n]),
+                             (streams[n % 3], [b"d", b"B-%d" % n])) for n in range(rounds)])
     return sorted(made, key=_by_key_and_id)
 
 

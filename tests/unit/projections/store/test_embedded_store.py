@@ -25,6 +25,15 @@ def test_plain_memory_is_not_persistent() -> None:
     assert is_persistent("memory://./data") and is_persistent("memory:///var/lib/hm")
 
 
+def test_source_streams_are_the_hivemind_streams_nothing_rebuilds() -> None:
+    src = [keys.stream("a"), keys.audit("a"), keys.configs("a"), keys.query_embeddings("a"),
+           "hm:{a}:some-future-stream"]  # unknown kinds are kept: losing a source is worse
+    derived = [keys.dead("a"), keys.changes("a"), "rq:results:3f2a", "rq:queue:project",
+               keys.NAMESPACES, "other"]
+    assert [keys.is_source_stream(k.encode()) for k in src] == [True] * len(src)
+    assert [keys.is_source_stream(k.encode()) for k in derived] == [False] * len(derived)
+
+
 def test_every_source_stream_append_survives_a_restart(tmp_path: Path) -> None:
     url = _url(tmp_path)
     r = connect(url)
@@ -169,5 +178,49 @@ def test_only_source_streams_are_logged_and_every_stream_kind_is_classified(
         assert after == {k: v for k, v in before.items() if keys.is_source_stream(k)}
         assert {k.partition(b"}:")[2] for k in after} == {b"events", b"audit", b"configs",
                                                           b"qembeddings"}
+    finally:
+        close_embedded(url)
+
+
+
+def test_a_write_that_fails_part_way_is_cut_back_and_retried_by_the_next_one(
+        tmp_path: Path) -> None:
+    """A real failed write (the file size limit, as a full disk would): the caller gets
+    ``StoreError``, the file keeps no torn record, and the next write brings the record the
+    server already holds to the file, in order."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, signal, sys\n"
+        "from hivemind_memory.events.errors import StoreError\n"
+        "from hivemind_memory.projections.store import keys\n"
+        "from hivemind_memory.projections.store.connection import close_embedded, connect\n"
+        "url, log = sys.argv[1], sys.argv[2]\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG, no signal\n"
+        "r = connect(url)\n"
+        "r.xadd(keys.stream('a'), {b'd': b'before'})\n"
+        "import os\n"
+        "size = os.path.getsize(log)\n"
+        "hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (size + 20, hard))\n"
+        "try:\n"
+        "    r.xadd(keys.stream('a'), {b'd': b'x' * 200})\n"
+        "    sys.exit('no error')\n"
+        "except StoreError as exc:\n"
+        "    print('refused:', exc)\n"
+        "assert os.path.getsize(log) == size, 'a torn record stayed'\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))\n"
+        "r.xadd(keys.stream('a'), {b'd': b'after'})\n"
+        "close_embedded(url)\n")
+    url = _url(tmp_path)
+    got = subprocess.run([sys.executable, "-c", code, url, str(tmp_path / "store" / LOG_NAME)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "refused: cannot write the embedded store's log" in got.stdout
+    r = connect(url)
+    try:
+        assert [f[b"d"] for _, f in r.xrange(keys.stream("a"))] == [b"before", b"x" * 200,
+                                                                    b"after"]
     finally:
         close_embedded(url)

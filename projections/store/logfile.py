@@ -213,7 +213,6 @@ def check(sc: Scan, path: str = "") -> Findings:
     derived = [r for r in sc.records if not is_source_stream(r.key)]
     top: dict[bytes, Position] = {}
     top_id: dict[bytes, bytes] = {}
-    seen: dict[tuple[bytes, Position], list[bytes]] = {}
     bad_keys: set[bytes] = set()
     examples: list[Misordered] = []
     misordered = duplicates = 0
@@ -221,12 +220,6 @@ def check(sc: Scan, path: str = "") -> Findings:
     for r in sc.records:
         if not is_source_stream(r.key):
             continue
-        earlier = seen.setdefault((r.key, r.position), r.fields)
-        if earlier is not r.fields:
-            if earlier == r.fields:
-                duplicates += 1
-            else:
-                conflicts.append((_text(r.key), _text(r.entry_id)))
         if r.key in top and r.position <= top[r.key]:
             misordered += 1
             bad_keys.add(r.key)
@@ -235,6 +228,18 @@ def check(sc: Scan, path: str = "") -> Findings:
                                            _text(top_id[r.key]), r.offset))
         else:
             top[r.key], top_id[r.key] = r.position, r.entry_id
+    if bad_keys:  # a repeated id is out of order too: only those streams are indexed
+        seen: dict[tuple[bytes, Position], list[bytes]] = {}
+        for r in sc.records:
+            if r.key not in bad_keys:
+                continue
+            earlier = seen.setdefault((r.key, r.position), r.fields)
+            if earlier is r.fields:
+                continue
+            if earlier == r.fields:
+                duplicates += 1
+            else:
+                conflicts.append((_text(r.key), _text(r.entry_id)))
     f = Findings(
         path=path, size=sc.size, records=len(sc.records),
         source_records=len(sc.records) - len(derived), keys=len(top),

@@ -1,6 +1,9 @@
 """``memory://PATH``: every source-stream append is in the file, fsynced per client write,
-replayed at start with the same ids; derived streams are not; a torn tail is cut; one
-process at a time."""
+replayed at start with the same ids; derived streams (dead letters, changes, RQ's results)
+are not, and a user's flow shows every stream kind classified; a torn tail is cut; a write
+that fails part-way is cut back and retried by the next; one process at a time. Concurrency
+and crashes: ``test_embedded_concurrency.py``; the file's checks and repair:
+``test_logfile.py``."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import close_embedded, connect
 from hivemind_memory.projections.store.embedded import LOG_NAME, StreamLog, is_persistent
+from tests.support.factories import used
 
 
 def _url(tmp_path: Path) -> str:
@@ -161,7 +162,9 @@ def test_only_source_streams_are_logged_and_every_stream_kind_is_classified(
     url = _url(tmp_path)
     with Memory(url, ns="a", agent="alice") as mem:
         nid = mem.remember("Deploys happen on Tuesdays", embedding=[0.1, 0.9])
-        mem.used("never-seen")  # a dead letter
+        # a dead letter: the SDK refuses such a write, a raw append (the operator's) does not
+        raw = mem._t.client  # type: ignore[attr-defined]
+        raw.append([used("never-seen", "u-ghost", ns="a")])
         got = mem.recall("deploys", budget=100, embedding=[0.2, 0.8])  # audit, qembeddings
         mem.used(*got.note_ids)
         mem.query("tuesdays", 100, config={"min_relevance": 0.01})  # a second config

@@ -71,6 +71,8 @@ class RecalledNote:
     text: str
     score: float
     tokens: int
+    created_at: str = ""
+    """When the note was written (RFC 3339, UTC)."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,11 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
         raise QueryError(res["error"]["code"], res["error"]["message"])
-    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"])
+    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"])
              for n in res["notes"]]
-    return Recall(context="\n\n".join(n.text for n in notes), notes=notes,
+    context = res.get("context")
+    return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
+                  notes=notes,
                   used_tokens=res["used"], budget=res["budget"], query_id=res["query_id"],
                   result=dict(res))
 
@@ -313,11 +317,14 @@ class Memory:
 
     def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
               explain: bool = False, embedding: Sequence[float] | None = None,
-              config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The contract's result object (an error object raises ``QueryError``)."""
+              config: Mapping[str, Any] | None = None, context: bool = False
+              ) -> dict[str, Any]:
+        """The contract's result object (an error object raises ``QueryError``); ``context``:
+        with the packed notes rendered (``recall``)."""
         [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
                                           embedding=list(embedding) if embedding else None,
-                                          config=dict(config) if config else None)])
+                                          config=dict(config) if config else None,
+                                          context=context or None)])
         if "error" in res:
             err = res["error"]
             if err["code"] == "timeout":
@@ -353,8 +360,11 @@ class Memory:
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
                embedding: Sequence[float] | None = None) -> Recall:
-        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered."""
-        return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding))
+        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered, and
+        ``context``: them rendered for a prompt, each under ``[note_id | date]``; the headers
+        count in the budget, so the context never exceeds it."""
+        return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding,
+                                             context=True))
 
     def used(self, *note_ids: str) -> int:
         """Say which notes the agent actually used (they earn permanence); returns how many

@@ -38,6 +38,9 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     embedding: Embedding | None = None
     config: dict[str, Any] | None = None
     """Per-query overrides of the ranking config (unknown keys are an error)."""
+    context: bool = False
+    """Render the packed notes as one ``context`` text, each under a header (id, date) whose
+    cost counts in the note's cost (``projections.ranking.render``)."""
 
     def __post_init__(self) -> None:
         if not self.text.strip():
@@ -66,6 +69,8 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     notes: list[NoteSignals]
     upper_bound: float = 0.0
     candidates: list[Any] | None = None
+    context: str | None = None
+    """The packed notes rendered in context order (only when the request asked for it)."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
@@ -100,6 +105,8 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    context: bool = False
+    """The request asked for a rendered context (headers counted in the costs)."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):

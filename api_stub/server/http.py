@@ -123,6 +123,64 @@ class Appended(msgspec.Struct):
     """Events of this request that were already in the log (a retry): not appended again."""
 
 
+class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../remember``: a note; ``note_id`` (default: a new time-ordered one),
+    ``event_id`` and ``at`` (default: the server's) may be left out."""
+
+    text: str
+    kind: str | None = None
+    scope: str | None = None
+    note_id: str | None = None
+    tokens: int | None = None
+    embedding: list[float] | None = None
+    event_id: str | None = None
+    at: str | None = None
+    agent: str | None = None
+
+
+class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../used``: the notes the agent used."""
+
+    note_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
+    agent: str | None = None
+
+
+class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../forget``: the note to forget."""
+
+    note_id: str
+    agent: str | None = None
+
+
+class RecallBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../recall``: a question and a budget in tokens (default 1000)."""
+
+    query: str
+    budget: int = 1000
+    as_of: str | None = None
+    agent: str | None = None
+    embedding: list[float] | None = None
+
+
+class RecalledNote(msgspec.Struct):
+    note_id: str
+    created_at: str
+    score: float
+    tokens: int
+    cost: int
+    """``tokens`` plus the note's header in the context."""
+
+
+class Recalled(msgspec.Struct):
+    """What ``recall`` answers: ``context`` is ready to paste into a prompt."""
+
+    query_id: str
+    context: str
+    notes: list[RecalledNote]
+    used_tokens: int
+    budget: int
+
+
 class Remembered(msgspec.Struct):
     note_id: str
     event_id: str
@@ -320,47 +378,55 @@ class Api:
         self.opts.on_write()
         return Appended(len(evs), [e.event_id for e in evs], got.already)
 
-    async def fields(self, request: Request) -> dict[str, Any]:
-        data = await self.body(request)
-        if not isinstance(data, dict):
-            raise ApiError(422, "invalid_request", "body must be a JSON object")
-        return data
+    async def shaped(self, request: Request, kind: type[_T]) -> _T:
+        """The body as the endpoint's struct; 422 naming what is wrong with it."""
+        try:
+            return msgspec.convert(await self.body(request), kind)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
 
     async def remember(self, request: Request) -> Response:
-        """``{"text", "kind"?, "scope"?, "note_id"?, "tokens"?, "embedding"?}`` -> the note id
-        (a new time-ordered one unless given) and the event id."""
+        """A note -> its id (a new time-ordered one unless given) and the event id."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        unknown = set(body) - {"text", "kind", "scope", "note_id", "tokens", "embedding",
-                               "event_id", "at", "agent"}
-        if unknown:
-            raise ApiError(422, "invalid_request",
-                           f"unknown field(s): {', '.join(sorted(unknown))}")
-        ev = {"type": "note.created", "note_id": new_id("n"), **body}
+        body = await self.shaped(request, RememberBody)
+        ev = {"type": "note.created", "note_id": body.note_id or new_id("n"),
+              **msgspec.to_builtins(body)}
         got = await self.write(ns, g, [ev], "remember")
         return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
 
     async def used(self, request: Request) -> Response:
-        """``{"note_ids": [...]}`` -> how many uses were recorded."""
+        """The notes the agent used -> how many uses were recorded."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        ids = body.get("note_ids")
-        if not isinstance(ids, list) or not ids or set(body) - {"note_ids", "agent"}:
-            raise ApiError(422, "invalid_request",
-                           'body must be {"note_ids": [note id, ...]} (at least one)')
-        evs = [{"type": "note.used", "note_id": n, "agent": body.get("agent")} for n in ids]
-        return _respond(await self.write(ns, g, [_no_none(e) for e in evs], "used"))
+        body = await self.shaped(request, UsedBody)
+        evs = [_no_none({"type": "note.used", "note_id": n, "agent": body.agent})
+               for n in body.note_ids]
+        return _respond(await self.write(ns, g, evs, "used"))
 
     async def forget(self, request: Request) -> Response:
-        """``{"note_id"}`` -> the forgotten note's id and the event id."""
+        """A note -> its id and the event id that forgot it."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        if not isinstance(body.get("note_id"), str) or set(body) - {"note_id", "agent"}:
-            raise ApiError(422, "invalid_request", 'body must be {"note_id": "..."}')
-        ev = _no_none({"type": "note.forgotten", "note_id": body["note_id"],
-                       "agent": body.get("agent")})
+        body = await self.shaped(request, ForgetBody)
+        ev = _no_none({"type": "note.forgotten", "note_id": body.note_id, "agent": body.agent})
         got = await self.write(ns, g, [ev], "forget")
-        return _respond(Forgot(body["note_id"], got.event_ids[0]))
+        return _respond(Forgot(body.note_id, got.event_ids[0]))
+
+    async def recall(self, request: Request) -> Response:
+        """What the SDK's ``recall`` gives: the packed notes rendered as ``context`` (each
+        under ``[note_id | date]``, headers counted in the budget) and what it is made of."""
+        ns, g = self.authorize(request, "query")
+        body = await self.shaped(request, RecallBody)
+        req = {k: v for k, v in msgspec.to_builtins(body).items() if k != "query"}
+        req.update(text=body.query, budget=body.budget, context=True)
+        [raw] = await self._answer([self.query_request(ns, g, req, "recall")])
+        res = msgspec.json.decode(raw)
+        if "error" in res:
+            code = res["error"]["code"]
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+                           res["error"]["message"])
+        notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
+                 for n in res["notes"]]
+        return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
+                                 res["budget"]))
 
     async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
@@ -634,6 +700,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
         Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
+        Route(f"{ns}/recall", _wrap(api.recall), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
@@ -678,14 +745,16 @@ def openapi_document() -> dict[str, Any]:
     """OpenAPI 3.1 for the API, its schemas generated from the msgspec structs."""
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
-         list[NoteRow], list[AuditEntry]],
+         list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
+         RecallBody, Recalled],
         ref_template="#/components/schemas/{name}")
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
-        notes_ref, audit_ref = refs
+        notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
+        recall_ref, recalled_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -716,6 +785,18 @@ def openapi_document() -> dict[str, Any]:
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
+            f"{p}/remember": {"post": op(
+                "Store a note (409 note_exists for a reused id)", {"200": ok(remembered_ref)},
+                body=remember_ref)},
+            f"{p}/used": {"post": op(
+                "Report the notes the agent used (404 unknown_note: nothing recorded)",
+                {"200": ok(appended_ref)}, body=used_ref)},
+            f"{p}/forget": {"post": op(
+                "Forget a note (404 unknown_note; 403 not_allowed: not its author)",
+                {"200": ok(forgot_ref)}, body=forget_ref)},
+            f"{p}/recall": {"post": op(
+                "The best notes for a question, rendered as one context within the budget",
+                {"200": ok(recalled_ref)}, body=recall_ref)},
             f"{p}/query": {"post": op(
                 "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
                 body=query_ref)},

@@ -43,6 +43,7 @@ class RecalledNote(BaseModel):
     note_id: str
     score: float
     tokens: int
+    created_at: str
 
 
 class RecallResult(BaseModel):
@@ -89,7 +90,8 @@ def build_server(resolve: Resolver) -> MCPServer:
             raise ToolError(str(exc)) from exc
         return RecallResult(
             context=got.context,
-            notes=[RecalledNote(note_id=n.note_id, score=n.score, tokens=n.tokens)
+            notes=[RecalledNote(note_id=n.note_id, score=n.score, tokens=n.tokens,
+                                created_at=n.created_at)
                    for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 

@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,15 +27,60 @@ from hivemind_memory.api_stub.protocol.messages import (
     parse_request,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.events.errors import QueryError, QueryTimeout
+from hivemind_memory.events.codec import encode_event, parse_json_event
+from hivemind_memory.events.errors import (
+    EventError,
+    NotAllowed,
+    NoteExists,
+    QueryError,
+    QueryTimeout,
+    StoreError,
+    UnknownNote,
+    WriteRefused,
+)
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
-from hivemind_memory.events.schema import NS_PATTERN, Event, NoteCreated, NoteForgotten, NoteUsed
-from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.cluster import append_replicated
+from hivemind_memory.events.schema import (
+    NS_PATTERN,
+    Event,
+    NoteCreated,
+    NoteForgotten,
+    NoteUsed,
+    event_type,
+)
+from hivemind_memory.projections.reduce import Rejected, check_write
+from hivemind_memory.projections.store import keys, readmodel, results
+from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.log import register_namespaces
+from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
+from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
+
+CHECKED_ATTEMPTS = 50
+"""A checked append that keeps losing the compare-and-set to other writers gives up after
+this many attempts (each one re-reads only the namespace's unprojected tail)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedAppend:
+    """Outcome of ``Client.append_checked``: events appended now, and events already in the
+    log (a retry of the same ``event_id``: applied once, not appended again)."""
+
+    appended: int
+    already: int
+
+
+def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
+    """The typed error for the first event of a write that would never apply (a private
+    note of another agent is "not found" to the writer, so its id does not leak)."""
+    ev = events[index]
+    where = f"events[{index}] ({event_type(ev)} {ev.note_id!r})"
+    if why.code == "note_id_exists":
+        return NoteExists(f"{where}: note {ev.note_id!r} already exists in namespace "
+                          f"{ev.ns!r} (ids are never reused, even after forgetting)", index)
+    if why.code == "not_allowed":
+        return NotAllowed(f"{where}: only the note's author or an admin may forget it", index)
+    return UnknownNote(f"{where}: no note {ev.note_id!r} in namespace {ev.ns!r} "
+                       "(never created, forgotten, or not visible to this agent)", index)
 
 
 class Client:
@@ -56,22 +102,80 @@ class Client:
         return cls(connect(settings.redis_url), rq, settings=settings)
 
     # -- events ------------------------------------------------------------------------------
-    def append(self, events: Iterable[Event | Mapping[str, Any]]) -> list[str]:
+    def append(self, events: Iterable[Event | Mapping[str, Any]]) -> int:
         """Validate exactly as ``hivemind ingest`` does (structs too: a struct built by hand
-        skips msgspec's checks, so it is encoded and parsed again), then append; schedule the
-        namespaces' projection. Returns the stream ids. Nothing is appended if any is bad."""
+        skips msgspec's checks, so it is encoded and parsed again), then append as ``ingest``
+        does (one chunk, scheduled before and after it lands). Returns how many were appended.
+        Nothing is appended if any is bad; ``AppendFailed`` says how many landed."""
+        evs = self._validated(events)
+        report = IngestReport()
+        append_chunks(self.store, [[(e.ns, encode_event(e)) for e in evs]], report,
+                      self.schedule, self.appender)
+        return report.appended
+
+    def append_checked(self, events: Iterable[Event | Mapping[str, Any]]) -> CheckedAppend:
+        """``append`` for events that must apply, all of one namespace: each is folded, as the
+        projector will fold it, onto the namespace as the log stands (read model + the tail
+        not projected yet), and the write is appended only if every event applies, in one
+        compare-and-set on the stream's newest entry (a concurrent writer makes it check
+        again). Raises ``NoteExists``, ``UnknownNote`` or ``NotAllowed`` (nothing appended).
+        Events already in the log (a retry: same ``event_id``) are not appended again."""
+        evs = self._validated(events)
+        if not evs:
+            return CheckedAppend(0, 0)
+        nss = {e.ns for e in evs}
+        if len(nss) != 1:
+            raise EventError(f"a checked write is of one namespace, got {sorted(nss)}")
+        ns = evs[0].ns
+        blobs = [encode_event(e) for e in evs]
+        note_ids = sorted({e.note_id for e in evs})
+        event_ids = [e.event_id for e in evs]
+        for _ in range(CHECKED_ATTEMPTS):
+            view = readmodel.write_view(self.store, ns, note_ids, event_ids)
+            verdict = check_write(view.notes, view.logged, evs)
+            if verdict.refused is not None:
+                raise refusal(*verdict.refused, evs)
+            if not verdict.fresh:
+                return CheckedAppend(0, len(verdict.logged))
+            self.schedule([ns])
+            ids = append_if_tail(self.store, ns, view.tail, [blobs[i] for i in verdict.fresh],
+                                 self.settings.wait_replicas, self.settings.wait_timeout_ms)
+            if ids is not None:
+                self.schedule([ns])
+                return CheckedAppend(len(ids), len(verdict.logged))
+        raise StoreError(f"namespace {ns!r}: {CHECKED_ATTEMPTS} checked appends in a row lost "
+                         "the race to other writers; try again")
+
+    def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []
         for i, e in enumerate(events, start=1):
             if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
                 e = msgspec.to_builtins(e)
             evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
-        nss = {e.ns for e in evs}
-        register_namespaces(self.store, nss)  # before the first entry can land
+        return evs
+
+    def schedule(self, nss: Iterable[str]) -> None:
+        """Schedule the projection of namespaces an append touches (called before the first
+        entry can land and after the last has: a job that ran in between saw none)."""
         jobs.schedule_namespaces(self.store, self._pq, nss)
-        ids = append_replicated(self.store, evs, self.settings.wait_replicas,
-                                self.settings.wait_timeout_ms)  # AppendFailed: how many landed
-        jobs.schedule_namespaces(self.store, self._pq, nss)  # a job that ran early saw none
-        return ids
+
+    @property
+    def appender(self) -> Appender:
+        """How this client appends encoded events: waiting for ``wait_replicas`` replicas
+        when the settings ask for it, else the plain pipelined append."""
+        s = self.settings
+        if s.wait_replicas <= 0:
+            return append_encoded
+
+        def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
+            return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
+
+        return replicated
+
+    def wait_projected(self, ns: str, timeout_s: float) -> bool:
+        """Wait (never project) until every event appended to ``ns`` before this call is
+        projected; False if ``timeout_s`` ran out first."""
+        return readmodel.wait_projected(self.store, ns, tail(self.store, ns), timeout_s)
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

@@ -39,10 +39,13 @@ from hivemind_memory.events.errors import (
     AccessDenied,
     EventError,
     HivemindError,
+    NotAllowed,
+    NoteExists,
     QueryError,
     QueryTimeout,
     StoreError,
     TooLarge,
+    UnknownNote,
 )
 
 _seq = itertools.count()
@@ -56,7 +59,8 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{time.time_ns() // 1000:014x}{n:04x}{os.urandom(5).hex()}"
 
 
-def _now() -> str:
+def now_rfc3339() -> str:
+    """The clock, UTC, as an event's ``at`` (read at the edge: the SDK and the server)."""
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -68,6 +72,8 @@ class RecalledNote:
     text: str
     score: float
     tokens: int
+    created_at: str = ""
+    """When the note was written (RFC 3339, UTC)."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,11 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
         raise QueryError(res["error"]["code"], res["error"]["message"])
-    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"])
+    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"])
              for n in res["notes"]]
-    return Recall(context="\n\n".join(n.text for n in notes), notes=notes,
+    context = res.get("context")
+    return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
+                  notes=notes,
                   used_tokens=res["used"], budget=res["budget"], query_id=res["query_id"],
                   result=dict(res))
 
@@ -169,7 +177,8 @@ class _StoreTransport(_Transport):
 
         evs = [parse_json_event(msgspec.json.encode(e), lineno=i)
                for i, e in enumerate(events, start=1)]
-        self.client.append(evs)
+        for ns in dict.fromkeys(e.ns for e in evs):  # each namespace's events all or nothing
+            self.client.append_checked([e for e in evs if e.ns == ns])
         if self.on_write is not None:
             self.on_write()
         return len(evs)
@@ -228,6 +237,10 @@ class _HttpTransport(_Transport):
 
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
+    refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
+               "not_allowed": NotAllowed}.get(code)
+    if refused is not None and kind == "event":
+        return refused(message)
     if status in (401, 403):
         return AccessDenied(f"{status} {code}: {message}")
     if status == 413:
@@ -245,11 +258,14 @@ class Memory:
     """remember / recall / used / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
-                 timeout: float = 30.0, settings: Any = None) -> None:
+                 timeout: float = 30.0, settings: Any = None, admin: bool = False) -> None:
         """``settings`` (a store URL only): the ``Settings`` to use, e.g. with a ranking
-        config for the in-process worker (default: from the environment and ``url``)."""
+        config for the in-process worker (default: from the environment and ``url``).
+        ``admin`` (a store URL only; over HTTP the token decides): forget any note, as an
+        operator with the ``admin`` right may."""
         self.ns = ns
         self.agent = agent
+        self.admin = admin
         self.timeout = timeout
         self._t: _Transport
         if url.startswith(("http://", "https://")):
@@ -261,10 +277,10 @@ class Memory:
 
     @classmethod
     def over_client(cls, client: Any, *, ns: str, agent: str, timeout: float = 30.0,
-                    on_write: Callable[[], None] | None = None) -> Memory:
+                    on_write: Callable[[], None] | None = None, admin: bool = False) -> Memory:
         """A Memory over an open ``Client`` (the MCP server and ``serve`` use this)."""
         m = cls.__new__(cls)
-        m.ns, m.agent, m.timeout = ns, agent, timeout
+        m.ns, m.agent, m.timeout, m.admin = ns, agent, timeout, admin
         m._t = _StoreTransport("", timeout, client=client, on_write=on_write)
         return m
 
@@ -281,7 +297,7 @@ class Memory:
     def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
         ev = dict(e)
         ev.setdefault("event_id", new_id("ev"))
-        ev.setdefault("at", _now())
+        ev.setdefault("at", now_rfc3339())
         ev.setdefault("ns", self.ns)
         if self.agent:
             ev.setdefault("agent", self.agent)
@@ -302,11 +318,14 @@ class Memory:
 
     def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
               explain: bool = False, embedding: Sequence[float] | None = None,
-              config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The contract's result object (an error object raises ``QueryError``)."""
+              config: Mapping[str, Any] | None = None, context: bool = False
+              ) -> dict[str, Any]:
+        """The contract's result object (an error object raises ``QueryError``); ``context``:
+        with the packed notes rendered (``recall``)."""
         [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
                                           embedding=list(embedding) if embedding else None,
-                                          config=dict(config) if config else None)])
+                                          config=dict(config) if config else None,
+                                          context=context or None)])
         if "error" in res:
             err = res["error"]
             if err["code"] == "timeout":
@@ -342,16 +361,26 @@ class Memory:
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
                embedding: Sequence[float] | None = None) -> Recall:
-        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered."""
-        return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding))
+        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered, and
+        ``context``: them rendered for a prompt, each under ``[note_id | date]``; the headers
+        count in the budget, so the context never exceeds it."""
+        return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding,
+                                             context=True))
 
     def used(self, *note_ids: str) -> int:
-        """Say which notes the agent actually used (they earn permanence)."""
+        """Say which notes the agent actually used (they earn permanence); returns how many
+        uses were recorded. ``UnknownNote`` (nothing recorded) if one is not a note this
+        agent can see."""
         return self.append([{"type": "note.used", "note_id": n} for n in note_ids])
 
     def forget(self, note_id: str) -> None:
-        """The note is gone from every future answer (it stays in the log)."""
-        self.append([{"type": "note.forgotten", "note_id": note_id}])
+        """The note is gone from every future answer (it stays in the log). ``UnknownNote``
+        if this agent cannot see it; ``NotAllowed`` for another author's note (an admin
+        may forget any)."""
+        ev: dict[str, Any] = {"type": "note.forgotten", "note_id": note_id}
+        if self.admin and not isinstance(self._t, _HttpTransport):
+            ev["as_admin"] = True
+        self.append([ev])
 
 
 class AsyncMemory:

@@ -63,6 +63,9 @@ class _Ns:
     recent: deque[bytes] = field(default_factory=lambda: deque(maxlen=RECENT))
     next_note: int = 0
     next_event: int = 0
+    owners: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """note id -> (its author, private): forgets are the author's, and a private note is
+    used only by its author (the fold refuses anything else)."""
 
 
 def _iso(t: datetime) -> str:
@@ -112,7 +115,7 @@ def _one(rng: random.Random, st: _Ns, at: datetime, exp: Expected) -> bytes:
         nid = st.live.pop(rng.randrange(len(st.live)))
         st.gone.append(nid)
         exp.forgotten.add((ns, nid))
-        d = {**base, "type": "note.forgotten", "note_id": nid}
+        d = {**base, "type": "note.forgotten", "note_id": nid, "agent": st.owners[nid][0]}
     elif r < 0.185 and st.gone:
         d = {**base, "type": "note.used", "note_id": rng.choice(st.gone)}
         exp.dead[ns] += 1
@@ -125,6 +128,9 @@ def _one(rng: random.Random, st: _Ns, at: datetime, exp: Expected) -> bytes:
         k = len(st.live)
         nid = st.live[min(k - 1, int(k * rng.random() ** 1.5))]
         d = {**base, "type": "note.used", "note_id": nid}
+        owner, private = st.owners[nid]
+        if private:
+            d["agent"] = owner
         exp.uses[(ns, nid)] += 1
     line = _enc.encode(d)
     st.recent.append(line)
@@ -141,6 +147,7 @@ def _create(rng: random.Random, st: _Ns, base: dict[str, Any], exp: Expected) ->
          "kind": kind}
     if rng.random() < 0.1:
         d["scope"] = "private"
+    st.owners[nid] = (d["agent"], d.get("scope") == "private")
     if rng.random() < 0.3:
         d["tokens"] = rng.randint(1, 5000)
     exp.uses[(st.name, nid)] = 0

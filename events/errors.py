@@ -36,6 +36,15 @@ class StoreError(HivemindError):
     """The store could not be reached or holds something this version cannot read."""
 
 
+class StoreLocked(StoreError):
+    """An embedded ``memory://PATH`` store is open in another process (its lock is held)."""
+
+
+class LogDamaged(StoreError):
+    """An embedded store's log cannot be replayed as it is; the message names the file and
+    the ``hivemind fsck`` command that checks and repairs it."""
+
+
 class JobRefused(HivemindError):
     """A queued job names a function outside the allowlist (or a callback): never run."""
 
@@ -55,3 +64,39 @@ class AccessDenied(HivemindError):
 
 class TooLarge(HivemindError):
     """A request body or batch is over the server's documented cap (413)."""
+
+
+class WriteRefused(EventError):
+    """An event would never apply; nothing of its write was appended. ``code`` is the
+    machine-readable reason, ``index`` the event's place in the write (from 0)."""
+
+    code = "write_refused"
+    status = 422
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.index = index
+
+
+class NoteExists(WriteRefused):
+    """A ``note.created`` reuses a note id the namespace already has (even forgotten) (409)."""
+
+    code = "note_exists"
+    status = 409
+
+
+class UnknownNote(WriteRefused):
+    """A use or forget names a note the namespace does not have, has forgotten, or the
+    writer may not see (another agent's private note: not found, so ids do not leak) (404)."""
+
+    code = "unknown_note"
+    status = 404
+
+
+class NotAllowed(WriteRefused):
+    """The writer sees the note but may not do this to it (forget another author's shared
+    note without the ``admin`` right) (403)."""
+
+    code = "not_allowed"
+    status = 403

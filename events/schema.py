@@ -79,8 +79,12 @@ class NoteUsed(_Event, frozen=True, gc=False, tag="note.used"):
     """An agent used a note (it counts toward promotion to ``longterm``)."""
 
 
-class NoteForgotten(_Event, frozen=True, gc=False, tag="note.forgotten"):
-    """The note is gone from every future answer; it stays in the log."""
+class NoteForgotten(_Event, frozen=True, gc=False, tag="note.forgotten", omit_defaults=True):
+    """The note is gone from every future answer; it stays in the log. Only the note's
+    author may forget it, or a writer with the ``admin`` right (``as_admin``: set by the
+    server from the token, never taken from a request body)."""
+
+    as_admin: bool = False
 
 
 Event = NoteCreated | NoteUsed | NoteForgotten

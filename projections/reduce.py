@@ -8,7 +8,7 @@ a repeated ``event_id`` is applied once; events that cannot apply become dead le
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -26,9 +26,15 @@ from hivemind_memory.projections.state import NoteState
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """Why an event changed nothing."""
+    """Why an event changed nothing: ``"<code>: <explanation>"``."""
 
     reason: str
+
+    @property
+    def code(self) -> str:
+        """The machine-readable part (``note_id_exists``, ``unknown_note``, ``forgotten_note``,
+        ``not_visible``, ``not_allowed``)."""
+        return self.reason.partition(":")[0]
 
 
 def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
@@ -45,6 +51,11 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
         return Rejected("unknown_note: the namespace has never seen this note_id")
     if note.forgotten:
         return Rejected("forgotten_note: the note was forgotten")
+    if note.scope == "private" and ev.agent != note.agent and \
+            not (isinstance(ev, NoteForgotten) and ev.as_admin):
+        return Rejected("not_visible: a private note of another agent")
+    if isinstance(ev, NoteForgotten) and ev.agent != note.agent and not ev.as_admin:
+        return Rejected("not_allowed: only its author or an admin may forget a note")
     if isinstance(ev, NoteUsed):
         last = ev.at if note.last_used_at is None else max(note.last_used_at, ev.at)
         return msgspec.structs.replace(note, uses=note.uses + 1, last_used_at=last)
@@ -122,7 +133,8 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
         current = touched.get(nid)
         if current is None:
             current = notes.get(nid)
-        if type(ev) is NoteUsed and current is not None and not current.forgotten:
+        if type(ev) is NoteUsed and current is not None and not current.forgotten and \
+                (current.scope != "private" or current.agent == ev.agent):
             last = current.last_used_at
             at = ev.at
             touched[nid] = replace(current, uses=current.uses + 1,
@@ -136,6 +148,39 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
             touched[nid] = res
             applied += 1
     return applied, duplicates
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedWrite:
+    """What a write would do, decided before it is appended: the indexes of its events that
+    would apply, of those already in the log (applied once: a retry), and the first refusal
+    (index, why) if any would never apply."""
+
+    fresh: list[int]
+    logged: list[int]
+    refused: tuple[int, Rejected] | None
+
+
+def check_write(notes: Mapping[str, NoteState], logged: set[str] | frozenset[str],
+                events: Sequence[Event]) -> CheckedWrite:
+    """Fold ``events`` in order onto ``notes`` (the current state of every note they touch,
+    log tail included) exactly as the projector will, without writing anything. An event
+    whose ``event_id`` is in ``logged`` (or earlier in the write) is a duplicate."""
+    state = dict(notes)
+    seen: set[str] = set()
+    fresh: list[int] = []
+    dup: list[int] = []
+    for i, ev in enumerate(events):
+        if ev.event_id in logged or ev.event_id in seen:
+            dup.append(i)
+            continue
+        seen.add(ev.event_id)
+        res = apply_event(state.get(ev.note_id), ev)
+        if isinstance(res, Rejected):
+            return CheckedWrite(fresh, dup, (i, res))
+        state[ev.note_id] = res
+        fresh.append(i)
+    return CheckedWrite(fresh, dup, None)
 
 
 _NONE_SEEN: frozenset[str] = frozenset()

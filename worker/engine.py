@@ -36,6 +36,7 @@ from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
+from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.store import audit_trail, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
@@ -347,7 +348,7 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
                                      None if memo is None else memo.terms(idx.cols),
                                      cosine, limit_for(cfg, req.budget))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain, memo=memo)
+                      explain=req.explain, memo=memo, rendered=req.context)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
@@ -355,7 +356,9 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
     return QueryResult(query_id=query_id, ns=req.ns, agent=req.agent, text=req.text,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
                        notes=res.notes, upper_bound=res.upper_bound,
-                       candidates=list(res.candidates) if req.explain else None)
+                       candidates=list(res.candidates) if req.explain else None,
+                       context=render((n.note_id, n.created_at, n.text) for n in res.notes)
+                       if req.context else None)
 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
@@ -369,4 +372,5 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        served_at=served_at, requested_as_of=req.as_of, seen=seen,
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
-                       result_digest=digest_bytes(body), embedder_digest=embedder)
+                       result_digest=digest_bytes(body), context=req.context,
+                       embedder_digest=embedder)

@@ -9,6 +9,10 @@ append or a query submission; between kicks it looks at the queue lengths every
 request thread" so a request never does the worker's work, and over a blocking
 ``SimpleWorker.work()`` because that one cannot be stopped promptly from another thread.
 
+It keeps a heartbeat (``worker.heartbeat``) like a ``hivemind worker`` process, so readiness,
+``status`` and ``/metrics`` count it the same way, bursts or not; the heartbeat stops when the
+thread does.
+
 RQ's default signal handling and job timeouts use signals, which only the main thread may
 install; this worker installs none and uses RQ's timer-based death penalty instead.
 """
@@ -24,6 +28,8 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
+from hivemind_memory.worker.heartbeat import Doing, Heartbeat
+from hivemind_memory.worker.loop import worker_name
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -51,6 +57,15 @@ class InProcessWorker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hivemind-worker", daemon=True)
         self.bursts = 0
+        self.successful_jobs = 0
+        self.failed_jobs = 0
+        self._busy = False
+        self.heartbeat = Heartbeat(
+            rt.rq, f"{worker_name()}-inprocess", "in-process",
+            [rt.query_queue.name, rt.project_queue.name], healthy=self._thread.is_alive,
+            describe=lambda: Doing("busy" if self._busy else "idle", self.successful_jobs,
+                                   self.failed_jobs))
+        """Counted by readiness, ``status`` and ``/metrics`` like any worker process."""
         self.caught_up = threading.Event()
         """Set once every namespace behind at start (all of them, after a restart of a
         ``memory://PATH`` store) has been projected."""
@@ -59,6 +74,7 @@ class InProcessWorker:
         if not enqueue_behind(self.rt.store, self.rt.project_queue):
             self.caught_up.set()
         self._thread.start()
+        self.heartbeat.start()
         self.kick()
         return self
 
@@ -73,6 +89,7 @@ class InProcessWorker:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout)
+        self.heartbeat.stop()
 
     def _pending(self) -> bool:
         return bool(len(self.rt.query_queue) or len(self.rt.project_queue))
@@ -88,12 +105,25 @@ class InProcessWorker:
             try:
                 while self._pending() and not self._stop.is_set():
                     w = _ThreadWorker(queues, connection=self.rt.rq)
-                    w.work(burst=True, with_scheduler=False, logging_level="WARNING")
+                    self._busy = True
+                    try:
+                        w.work(burst=True, with_scheduler=False, logging_level="WARNING")
+                    finally:
+                        self._busy = False
                     self.bursts += 1
+                    self._count(w)
+                    self.heartbeat.beat()  # status shows the new counters at once
                 if not self.caught_up.is_set() and not behind(self.rt.store):
                     self.caught_up.set()
             except Exception:  # keep serving: the next kick retries; the job keeps its retries
                 log.exception("inprocess_worker_error")
+
+
+    def _count(self, w: _ThreadWorker) -> None:
+        """Add a finished burst's job counters (RQ keeps a dead worker's hash for 60 s)."""
+        ok, failed = self.rt.rq.hmget(w.key, "successful_job_count", "failed_job_count")
+        self.successful_jobs += int(ok or 0)
+        self.failed_jobs += int(failed or 0)
 
 
 def start_embedded(settings: Settings, store: Store) -> InProcessWorker:

@@ -2,8 +2,10 @@
 
 One RQ worker, one name, for the life of the process: an idle worker re-sweeps from inside
 its dequeue loop instead of quitting and registering again, so RQ's registry and the
-worker's job counters stay continuous. It logs one line when it starts (name, queues, store,
-config digest, what is behind) and one when it stops (reason, jobs done).
+worker's job counters stay continuous. Its heartbeat (``worker.heartbeat``) lives as long as
+the process works, so readiness and ``status`` count it. It logs one line when it starts
+(name, queues, store, config digest, what is behind) and one when it stops (reason, jobs
+done).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import runtime
+from hivemind_memory.worker.heartbeat import Heartbeat
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -82,6 +85,15 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
              store=redact(rt.settings.redis_url), config_digest=rt.cfg.digest(),
              namespaces=len(namespaces(rt.store)), behind=late, burst=burst,
              idle_sweep_s=None if burst else idle_s, pid=os.getpid())
+    beat = Heartbeat(rt.rq, name, "worker", [q.name for q in queues]).start()
+    try:
+        return _work(rt, queues, name, burst, idle_s)
+    finally:
+        beat.stop()
+
+
+def _work(rt: runtime.Runtime, queues: list[Queue], name: str, burst: bool,
+          idle_s: int) -> int:
     jobs = 0
     rounds_without_progress = 0
     first = True

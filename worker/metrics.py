@@ -5,7 +5,7 @@ Two kinds, on one registry:
 * read from Redis at each scrape (``StoreCollector``), so every process reports the same
   figures whoever did the work: events appended and projected per namespace, projection lag
   in entries and seconds, dead letters, queries served (the audit stream's length), live
-  workers;
+  workers (their heartbeats, ``worker.heartbeat``: the count ``/readyz`` uses);
 * counted in this process: projection batches and events it folded, queries it answered
   (by outcome), query latency, index loads (full / incremental).
 
@@ -111,7 +111,8 @@ class StoreCollector(Collector):
             dead.add_metric([n.ns], n.dead_letters)
             served.add_metric([n.ns], n.queries_served)
         yield from (appended, projected, lag, lag_s, dead, served)
-        yield GaugeMetricFamily("hivemind_workers", "Live RQ workers on the hivemind queues",
+        yield GaugeMetricFamily("hivemind_workers",
+                                "Live worker processes (heartbeats; what /readyz counts)",
                                 value=len(st.workers))
 
     def describe(self) -> Iterator[Metric]:

@@ -13,7 +13,7 @@ ranking path (``engine.run_rank`` / ``engine.to_result``) and compares the bytes
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -246,11 +246,75 @@ class Reproduction:
     legacy: bool = False
 
 
+class ReproductionView(msgspec.Struct, frozen=True):
+    """One reproduced query as ``audit reproduce --json`` prints it (and the HTTP API)."""
+
+    query_id: str
+    audit_id: str
+    identical: bool
+    legacy: bool
+    differences: list[str]
+    causes: list[str]
+
+
+def view_of(rep: Reproduction) -> ReproductionView:
+    return ReproductionView(query_id=rep.served.event.query_id, audit_id=rep.served.audit_id,
+                            identical=rep.identical, legacy=rep.legacy,
+                            differences=rep.differences, causes=rep.causes)
+
+
+class ReproduceSummary(msgspec.Struct, frozen=True):
+    """``POST /v1/ns/{ns}/audit/reproduce``: what ``hivemind audit reproduce`` reports."""
+
+    ns: str
+    ok: bool
+    """Every query identical and none missing (the CLI's exit status 0)."""
+    identical: int
+    different: int
+    legacy: int
+    """Served before audit replay recorded its inputs: skipped (``--all`` only; a legacy
+    query asked for by id counts as different)."""
+    not_found: list[str]
+    """Query ids asked for that are not in the namespace's audit."""
+    reproductions: list[ReproductionView]
+
+
+def reproduce_queries(r: Store, ns: str, fallback: RankingConfig,
+                      query_ids: Sequence[str] | None,
+                      on_each: Callable[[Reproduction], None] | None = None
+                      ) -> ReproduceSummary:
+    """Re-run the served queries ``query_ids`` (None: all of them) in log order; ``on_each``
+    sees each reproduction as it is made (the CLI prints them as they come)."""
+    served = all_served(r, ns)
+    missing: list[str] = []
+    if query_ids is not None:
+        wanted = set(query_ids)
+        found = {x.event.query_id for x in served}
+        missing = [q for q in dict.fromkeys(query_ids) if q not in found]
+        served = [x for x in served if x.event.query_id in wanted]
+    auditor = Auditor(r, ns, fallback)
+    same = differ = legacy = 0
+    views: list[ReproductionView] = []
+    for rep in auditor.reproduce(served):
+        if rep.legacy and query_ids is None:
+            legacy += 1
+        elif rep.identical:
+            same += 1
+        else:
+            differ += 1
+        views.append(view_of(rep))
+        if on_each is not None:
+            on_each(rep)
+    return ReproduceSummary(ns=ns, ok=not differ and not missing, identical=same,
+                            different=differ, legacy=legacy, not_found=missing,
+                            reproductions=views)
+
+
 def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryRequest:
     """The request a served query ran."""
     return QueryRequest(ns=ns, text=s.text, budget=s.budget, agent=s.agent,
                         as_of=s.requested_as_of, explain=s.explain, embedding=embedding,
-                        config=s.overrides)
+                        config=s.overrides, context=s.context)
 
 
 class Auditor:
@@ -395,6 +459,33 @@ class NoteHistory:
     """Each served query that returned the note, with its rank in context order and score."""
 
 
+class ServedHit(msgspec.Struct, frozen=True):
+    """A served query that returned the note: its rank in context order and the score."""
+
+    query_id: str
+    agent: str
+    served_at: datetime
+    rank: int
+    score: float
+
+
+class NoteShow(msgspec.Struct, frozen=True):
+    """``hivemind show --json`` and ``GET /v1/ns/{ns}/notes/{note_id}``."""
+
+    note: NoteState | None
+    """The projected note (None: not projected, or not yet)."""
+    events: list[dict[str, Any]]
+    """Its events in log order, each with its log ``position``."""
+    served: list[ServedHit]
+
+
+def show_of(h: NoteHistory) -> NoteShow:
+    return NoteShow(note=h.note, events=[{"position": p, **e} for p, e in h.events],
+                    served=[ServedHit(query_id=x.event.query_id, agent=x.event.agent,
+                                      served_at=x.served_at, rank=i, score=sc)
+                            for x, i, sc in h.served])
+
+
 def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
     """Everything the namespace knows about one note (reads the whole log and audit)."""
     events: list[tuple[str, dict[str, Any]]] = []
@@ -411,5 +502,7 @@ def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
     return NoteHistory(note=note, events=events, served=hits)
 
 
-__all__ = ["Auditor", "ConfigHistory", "NoteHistory", "Reproduction", "ServedEntry", "States",
-           "all_served", "compare", "list_served", "note_history"]
+__all__ = ["Auditor", "ConfigHistory", "NoteHistory", "NoteShow", "ReproduceSummary",
+           "Reproduction", "ReproductionView", "ServedEntry", "ServedHit", "States",
+           "all_served", "compare", "list_served", "note_history", "reproduce_queries",
+           "show_of", "view_of"]

@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 import msgspec
 from rq import Worker
 
-from hivemind_memory.api_stub.protocol.jobs import PROJECT_QUEUE, QUERY_QUEUE
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces, read_after
+from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
+from hivemind_memory.worker.heartbeat import read_beats
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -54,7 +55,7 @@ class NamespaceStatus(msgspec.Struct, frozen=True):
 
 
 class WorkerStatus(msgspec.Struct, frozen=True):
-    """A live RQ worker on the hivemind queues (from RQ's registry: it heartbeats)."""
+    """A live worker process (its heartbeat key is alive, see ``worker.heartbeat``)."""
 
     name: str
     state: str
@@ -64,6 +65,8 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     last_heartbeat: datetime | None
     successful_jobs: int
     failed_jobs: int
+    kind: str = "worker"
+    """``worker`` (a ``hivemind worker`` process) or ``in-process`` (inside ``serve``/``mcp``)."""
 
 
 class Status(msgspec.Struct, frozen=True):
@@ -141,23 +144,50 @@ def namespace_status(r: Store, ns: str, now: datetime) -> NamespaceStatus:
                            last_query=_last_query(audit))
 
 
+def _text(v: object) -> str | None:
+    return v.decode() if isinstance(v, bytes) else None if v is None else str(v)
+
+
 def live_workers(rq: QueueConn) -> list[WorkerStatus]:
-    """RQ workers that serve a hivemind queue and are still registered (RQ drops a worker
-    whose heartbeat stops)."""
+    """Worker processes whose heartbeat is alive (``worker.heartbeat``: a SIGKILLed worker
+    drops out within ``keys.WORKER_BEAT_TTL_SECONDS``), with RQ's state and job counters
+    where RQ's registry has them (the ``hivemind worker`` process), else their own."""
+    beats = read_beats(rq)
+    rows: list[list[object]] = []
+    if beats:
+        p = rq.pipeline(transaction=False)
+        for b in beats:
+            p.hmget(Worker.redis_worker_namespace_prefix + b.name, "state",
+                    "successful_job_count", "failed_job_count")
+        rows = p.execute()
     out = []
-    for w in Worker.all(connection=rq):
-        qs = w.queue_names()
-        if not {PROJECT_QUEUE, QUERY_QUEUE} & set(qs):
-            continue
+    for b, (state, ok, failed) in zip(beats, rows, strict=True):
         out.append(WorkerStatus(
-            name=w.name, state=str(w.get_state()), queues=qs, hostname=str(w.hostname or ""),
-            pid=int(w.pid or 0),
-            last_heartbeat=(w.last_heartbeat.replace(tzinfo=UTC)
-                            if w.last_heartbeat is not None and w.last_heartbeat.tzinfo is None
-                            else w.last_heartbeat),
-            successful_jobs=int(w.successful_job_count or 0),
-            failed_jobs=int(w.failed_job_count or 0)))
+            name=b.name, state=_text(state) or b.state or "idle", queues=b.queues,
+            hostname=b.hostname, pid=b.pid, last_heartbeat=b.beat_at,
+            successful_jobs=int(_text(ok) or b.successful_jobs),
+            failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind))
     return sorted(out, key=lambda w: w.name)
+
+
+class DeadLetters(msgspec.Struct, frozen=True):
+    """``hivemind dead`` and ``GET /v1/ns/{ns}/dead``: the first ``limit`` dead letters,
+    oldest first, and how many there are."""
+
+    ns: str
+    total: int
+    shown: int
+    truncated: bool
+    """True when there are more than ``shown``."""
+    dead: list[DeadLetterRow]
+
+
+def dead_letters(r: Store, ns: str, limit: int) -> DeadLetters:
+    """The namespace's first ``limit`` dead letters and their total."""
+    total = dead_total(r, ns)
+    shown = read_dead(r, ns, count=limit)
+    return DeadLetters(ns=ns, total=total, shown=len(shown), truncated=total > len(shown),
+                       dead=shown)
 
 
 def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None) -> Status:

@@ -43,6 +43,9 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     embedding: Embedding | None = None
     config: dict[str, Any] | None = None
     """Per-query overrides of the ranking config (unknown keys are an error)."""
+    context: bool = False
+    """Render the packed notes as one ``context`` text, each under a header (id, date) whose
+    cost counts in the note's cost (``projections.ranking.render``)."""
 
     def __post_init__(self) -> None:
         if not self.text.strip():
@@ -71,6 +74,8 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     notes: list[NoteSignals]
     upper_bound: float = 0.0
     candidates: list[Any] | None = None
+    context: str | None = None
+    """The packed notes rendered in context order (only when the request asked for it)."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
@@ -105,6 +110,8 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    context: bool = False
+    """The request asked for a rendered context (headers counted in the costs)."""
     embedder_digest: str = ""
     """Digest of the embedder whose vectors ranked it (``Embedder.digest``); empty: none
     (``bm25`` relevance, or no embedder)."""
@@ -133,6 +140,13 @@ def encode(obj: Any) -> bytes:
 def error_json(query_id: str, code: str, message: str) -> bytes:
     """The error object as JSON bytes."""
     return encode(QueryErrorResult(query_id, ErrorBody(code, message)))
+
+
+def is_error_json(body: bytes, query_id: str) -> bool:
+    """Whether ``body`` (a result key's JSON) is the error object of ``query_id``, read from
+    its first bytes: an error object starts with its ``query_id`` then ``error`` (the order of
+    ``QueryErrorResult``'s fields), a result with ``query_id`` then ``ns``."""
+    return body.startswith(b'{"query_id":' + encode(query_id) + b',"error":')
 
 
 def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
@@ -216,4 +230,5 @@ def utcnow() -> datetime:
 
 
 __all__ = ["ConfigError", "Envelope", "QueryRequest", "QueryResult", "encode", "error_json",
+           "is_error_json",
            "new_query_id", "ns_of", "parse_request"]

@@ -13,6 +13,8 @@ from hivemind_memory.projections.store.cluster import is_cluster_url
 from hivemind_memory.projections.store.urls import redact
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+"""The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command
+then says so (``redis_url_source == "default"``) before it connects."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,9 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     """Streams and projections (``memory://`` = the embedded store, fakeredis in process;
     ``redis+cluster://host:port[,host:port...]`` or ``rediss+cluster://`` = a Redis Cluster)."""
+    redis_url_source: str = "default"
+    """Who named ``redis_url``: ``flag`` (``--redis-url``), ``env`` (``HIVEMIND_REDIS_URL``)
+    or ``default`` (nobody: ``DEFAULT_REDIS_URL``)."""
     rq_url: str | None = None
     """RQ's queues: a plain Redis. None = the store itself (not allowed for a cluster)."""
     wait_replicas: int = 0
@@ -74,7 +79,11 @@ class Settings:
                     s = replace(s, **{attr: conv(e[var])})
                 except ValueError as exc:
                     raise ConfigError(f"{var}={e[var]!r}: {exc}") from exc
+        if e.get("HIVEMIND_REDIS_URL"):
+            s = replace(s, redis_url_source="env")
         clean = {k: v for k, v in overrides.items() if v is not None}
+        if "redis_url" in clean:
+            clean.setdefault("redis_url_source", "flag")
         s = replace(s, **clean)  # type: ignore[arg-type]
         for attr in ("batch_size", "max_batches_per_job", "lock_lease_ms", "result_ttl_seconds",
                      "query_chunk"):

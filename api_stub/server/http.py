@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import html
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -28,6 +28,7 @@ import redis
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -40,9 +41,17 @@ from hivemind_memory.api_stub.protocol.messages import (
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.server.tokens import OPEN_GRANT, Grant, Right, TokenTable
+from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
+from hivemind_memory.api_stub.server.access import AccessLog
+from hivemind_memory.api_stub.server.tokens import (
+    OPEN_GRANT,
+    Grant,
+    Right,
+    TokenTable,
+    bearer_secret,
+)
 from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout
+from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout, WriteRefused
 from hivemind_memory.events.schema import (
     ID_PATTERN,
     NS_PATTERN,
@@ -52,12 +61,18 @@ from hivemind_memory.events.schema import (
 )
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
-from hivemind_memory.projections.store.log import tail
-from hivemind_memory.projections.store.readmodel import checkpoint, read_notes
-from hivemind_memory.projections.store.results import AUDIT_FIELD
-from hivemind_memory.worker import metrics
+from hivemind_memory.projections.store import results
+from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+from hivemind_memory.projections.store.readmodel import read_notes
+from hivemind_memory.worker import heartbeat, metrics
+from hivemind_memory.worker.reproduce import (
+    NoteShow,
+    ReproduceSummary,
+    note_history,
+    reproduce_queries,
+    show_of,
+)
+from hivemind_memory.worker.status import DeadLetters, Status, dead_letters, read_status
 
 log = structlog.get_logger("hivemind.http")
 
@@ -71,6 +86,10 @@ MAX_WAIT_S = 30.0
 """Longest ``?wait=`` of ``GET .../results/{id}``."""
 MAX_AUDIT = 1000
 """Most audit entries in one ``GET .../audit``."""
+MAX_DEAD = 10_000
+"""Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
+MAX_REPRODUCE = 1000
+"""Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
 
 class ApiError(Exception):
@@ -97,6 +116,79 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 class Appended(msgspec.Struct):
     appended: int
+    """Events accepted (each applies exactly once; a retry's events count, see ``already``)."""
+    event_ids: list[str] = []
+    """Each event's id, in order (the server makes one for an event that has none)."""
+    already: int = 0
+    """Events of this request that were already in the log (a retry): not appended again."""
+
+
+class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../remember``: a note; ``note_id`` (default: a new time-ordered one),
+    ``event_id`` and ``at`` (default: the server's) may be left out."""
+
+    text: str
+    kind: str | None = None
+    scope: str | None = None
+    note_id: str | None = None
+    tokens: int | None = None
+    embedding: list[float] | None = None
+    event_id: str | None = None
+    at: str | None = None
+    agent: str | None = None
+
+
+class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../used``: the notes the agent used."""
+
+    note_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
+    agent: str | None = None
+
+
+class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../forget``: the note to forget."""
+
+    note_id: str
+    agent: str | None = None
+
+
+class RecallBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../recall``: a question and a budget in tokens (default 1000)."""
+
+    query: str
+    budget: int = 1000
+    as_of: str | None = None
+    agent: str | None = None
+    embedding: list[float] | None = None
+
+
+class RecalledNote(msgspec.Struct):
+    note_id: str
+    created_at: str
+    score: float
+    tokens: int
+    cost: int
+    """``tokens`` plus the note's header in the context."""
+
+
+class Recalled(msgspec.Struct):
+    """What ``recall`` answers: ``context`` is ready to paste into a prompt."""
+
+    query_id: str
+    context: str
+    notes: list[RecalledNote]
+    used_tokens: int
+    budget: int
+
+
+class Remembered(msgspec.Struct):
+    note_id: str
+    event_id: str
+
+
+class Forgot(msgspec.Struct):
+    note_id: str
+    event_id: str
 
 
 class ErrorDetail(msgspec.Struct):
@@ -118,6 +210,14 @@ class AuditEntry(msgspec.Struct):
     event: dict[str, Any]
 
 
+class ReproduceBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Which served queries to re-run: ``query_ids``, or ``"all": true``."""
+
+    query_ids: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]],
+                         msgspec.Meta(max_length=MAX_REPRODUCE)] = []
+    all: bool = False
+
+
 @dataclass
 class ServerOptions:
     """What ``create_app`` needs besides the client."""
@@ -129,7 +229,8 @@ class ServerOptions:
     on_write: Callable[[], None] = field(default=lambda: None)
     """Called after an append or a query submission (wakes an in-process worker)."""
     workers_alive: Callable[[], int] | None = None
-    """How many workers serve the queues (default: RQ's registered workers)."""
+    """How many workers serve the queues (default: the live heartbeats, ``worker.heartbeat``,
+    which ``/metrics`` and ``hivemind status`` count too)."""
     caught_up: Callable[[], bool] = field(default=lambda: True)
     """False while the read model is still being rebuilt after a start (readyz: 503)."""
     mcp_app: ASGIApp | None = None
@@ -240,24 +341,92 @@ class Api:
             raise ApiError(422, "invalid_request", "body must be a JSON array of events")
         if len(data) > MAX_EVENTS:
             raise ApiError(413, "too_large", f"{len(data)} events; at most {MAX_EVENTS} a request")
-        evs: list[Event] = []
-        for i, obj in enumerate(data):
-            where = f"events[{i}]"
-            if not isinstance(obj, dict):
-                raise ApiError(422, "invalid_event", f"{where}: an event must be a JSON object")
-            self.same_ns(ns, obj.get("ns"), where)
-            agent = self.identity(g, obj.get("agent"), where)
-            ev = {**obj, "ns": ns}
-            if agent:
-                ev["agent"] = agent
-            try:
-                evs.append(parse_json_event(_json.encode(ev)))
-            except EventError as exc:
-                raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
-        if evs:
-            await self.run(lambda: self.client.append(evs))
-            self.opts.on_write()
-        return _respond(Appended(len(evs)))
+        return _respond(await self.write(ns, g, data, "events"))
+
+    def event(self, ns: str, g: Grant, obj: Any, where: str) -> Event:
+        """One event of a request as it will be appended: the namespace of the path, the
+        token's agent, an ``event_id`` (time-ordered) and ``at`` (the server's clock) when the
+        body has none, and ``as_admin`` from the token's rights (never from the body)."""
+        if not isinstance(obj, dict):
+            raise ApiError(422, "invalid_event", f"{where}: an event must be a JSON object")
+        self.same_ns(ns, obj.get("ns"), where)
+        if "as_admin" in obj:
+            raise ApiError(422, "invalid_event",
+                           f"{where}: as_admin is set by the server from the token's rights")
+        agent = self.identity(g, obj.get("agent"), where)
+        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
+        if agent:
+            ev["agent"] = agent
+        if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
+            ev["as_admin"] = True
+        try:
+            return parse_json_event(_json.encode(ev))
+        except EventError as exc:
+            raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
+
+    async def write(self, ns: str, g: Grant, objs: list[Any], where: str) -> Appended:
+        """Check and append a request's events, all or nothing: a write that would never
+        apply gets its typed error (409 ``note_exists``, 404 ``unknown_note``, 403
+        ``not_allowed``) and nothing of the request is appended."""
+        evs = [self.event(ns, g, obj, f"{where}[{i}]") for i, obj in enumerate(objs)]
+        if not evs:
+            return Appended(0)
+        try:
+            got = await self.run(lambda: self.client.append_checked(evs))
+        except WriteRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from exc
+        self.opts.on_write()
+        return Appended(len(evs), [e.event_id for e in evs], got.already)
+
+    async def shaped(self, request: Request, kind: type[_T]) -> _T:
+        """The body as the endpoint's struct; 422 naming what is wrong with it."""
+        try:
+            return msgspec.convert(await self.body(request), kind)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+
+    async def remember(self, request: Request) -> Response:
+        """A note -> its id (a new time-ordered one unless given) and the event id."""
+        ns, g = self.authorize(request, "write")
+        body = await self.shaped(request, RememberBody)
+        ev = {"type": "note.created", "note_id": body.note_id or new_id("n"),
+              **msgspec.to_builtins(body)}
+        got = await self.write(ns, g, [ev], "remember")
+        return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
+
+    async def used(self, request: Request) -> Response:
+        """The notes the agent used -> how many uses were recorded."""
+        ns, g = self.authorize(request, "write")
+        body = await self.shaped(request, UsedBody)
+        evs = [_no_none({"type": "note.used", "note_id": n, "agent": body.agent})
+               for n in body.note_ids]
+        return _respond(await self.write(ns, g, evs, "used"))
+
+    async def forget(self, request: Request) -> Response:
+        """A note -> its id and the event id that forgot it."""
+        ns, g = self.authorize(request, "write")
+        body = await self.shaped(request, ForgetBody)
+        ev = _no_none({"type": "note.forgotten", "note_id": body.note_id, "agent": body.agent})
+        got = await self.write(ns, g, [ev], "forget")
+        return _respond(Forgot(body.note_id, got.event_ids[0]))
+
+    async def recall(self, request: Request) -> Response:
+        """What the SDK's ``recall`` gives: the packed notes rendered as ``context`` (each
+        under ``[note_id | date]``, headers counted in the budget) and what it is made of."""
+        ns, g = self.authorize(request, "query")
+        body = await self.shaped(request, RecallBody)
+        req = {k: v for k, v in msgspec.to_builtins(body).items() if k != "query"}
+        req.update(text=body.query, budget=body.budget, context=True)
+        [raw] = await self._answer([self.query_request(ns, g, req, "recall")])
+        res = msgspec.json.decode(raw)
+        if "error" in res:
+            code = res["error"]["code"]
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+                           res["error"]["message"])
+        notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
+                 for n in res["notes"]]
+        return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
+                                 res["budget"]))
 
     async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
@@ -326,16 +495,9 @@ class Api:
     def wait_projected(self, ns: str) -> None:
         """Block until the worker has projected every event appended before now (read your
         writes for the notes view); 504 after ``query_timeout_s``. Waits, never projects."""
-        store = self.client.store
-        target = tail(store, ns)
-        deadline = time.monotonic() + self.opts.query_timeout_s
-        after = changes_tail(store, ns)
-        while checkpoint(store, ns) < target:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ApiError(504, "catch_up_timeout",
-                               f"namespace {ns!r} not projected in time (is a worker running?)")
-            after = wait_for_change(store, ns, after, min(remaining, 1.0))
+        if not self.client.wait_projected(ns, self.opts.query_timeout_s):
+            raise ApiError(504, "catch_up_timeout",
+                           f"namespace {ns!r} not projected in time (is a worker running?)")
 
     async def notes(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
@@ -352,10 +514,9 @@ class Api:
         raw_limit = request.query_params.get("limit", "100")
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_AUDIT:
             raise ApiError(400, "invalid_request", f"limit must be an integer 1..{MAX_AUDIT}")
-        entries = await self.run(lambda: self.client.store.xrevrange(
-            keys.audit(ns), count=int(raw_limit)))
-        out = [AuditEntry(eid.decode(), msgspec.json.decode(f.get(AUDIT_FIELD, b"{}")))
-               for eid, f in reversed(entries)]
+        page = await self.run(lambda: audit_page(self.client.store, ns, None, int(raw_limit)))
+        out = [AuditEntry(e.id.decode(), msgspec.json.decode(audit_event(e) or b"{}"))
+               for e in reversed(page)]
         return _respond(out)
 
     async def healthz(self, request: Request) -> Response:
@@ -374,10 +535,8 @@ class Api:
                 return Health(False, f"store unreachable: {exc}")
             if self.opts.workers_alive is not None:
                 n = self.opts.workers_alive()
-            else:
-                from rq import Worker
-
-                n = len(Worker.all(connection=self.client.rq))
+            else:  # the heartbeats /metrics and `hivemind status` count too
+                n = heartbeat.live_count(self.client.rq)
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
             if not self.opts.caught_up():
@@ -393,21 +552,96 @@ class Api:
     async def docs(self, request: Request) -> Response:
         return HTMLResponse(docs_page())
 
+    # -- admin: what the operator's CLI commands show, for a store `serve` holds -------------
+    # (a memory://PATH store is locked by its one process; these read what the CLI reads,
+    # through the same functions; none waits for the projection: they report what is there)
+    async def dead(self, request: Request) -> Response:
+        """``hivemind dead --ns NS --limit N --json``, as one object."""
+        ns, _ = self.authorize(request, "admin")
+        limit = _int_param(request, "limit", 1000, 1, MAX_DEAD)
+        return _respond(await self.run(lambda: dead_letters(self.client.store, ns, limit)))
+
+    async def status(self, request: Request) -> Response:
+        """``hivemind status --json`` for one namespace (the workers are every live one)."""
+        ns, _ = self.authorize(request, "admin")
+        return _respond(await self.run(lambda: read_status(
+            self.client.store, self.client.rq, datetime.now(UTC), only=[ns])))
+
+    async def note(self, request: Request) -> Response:
+        """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""
+        ns, _ = self.authorize(request, "admin")
+        nid = request.path_params["note_id"]
+        if not re.fullmatch(ID_PATTERN, nid):
+            raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
+        h = await self.run(lambda: _audited(lambda: note_history(self.client.store, ns, nid)))
+        if h.note is None and not h.events:
+            raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
+        return _respond(show_of(h))
+
+    async def reproduce(self, request: Request) -> Response:
+        """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
+        ns, _ = self.authorize(request, "admin")
+        try:
+            body = msgspec.convert(await self.body(request), ReproduceBody)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        if bool(body.query_ids) == body.all:
+            raise ApiError(422, "invalid_request",
+                           'give "query_ids" (a non-empty list) or "all": true, not both')
+        ids = None if body.all else body.query_ids
+        got = await self.run(lambda: _audited(
+            lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
+        return _respond(got)
+
+
+_T = TypeVar("_T")
+
+
+def _audited(fn: Callable[[], _T]) -> _T:
+    """``fn()``, with an unreadable audit entry (``QueryError('bad_audit')``) as a 500 that
+    names it: the request was fine, the stored audit is not."""
+    try:
+        return fn()
+    except QueryError as exc:
+        raise ApiError(500, exc.code, exc.message) from exc
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise ApiError(400, "invalid_request", f"{name} must be an integer {lo}..{hi}")
+    return int(raw)
+
+
+def _no_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
 
 def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
     """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
     if tokens is None:
         return OPEN_GRANT
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-    g = tokens.lookup(authorization[7:].strip())
+    secret = bearer_secret(authorization)
+    if secret is None:
+        raise ApiError(401, "unauthorized", "missing token: send Authorization: Bearer <token>")
+    g = tokens.lookup(secret)
     if g is None:
-        raise ApiError(401, "unauthorized", "unknown token")
+        raise ApiError(401, "unauthorized", "unknown token: this server has no such token")
     return g
 
 
+MCP_AUTH_ERROR = -32001
+"""JSON-RPC error code of an MCP request refused for its token (the server-defined range)."""
+
+
 class _McpGate:
-    """Checks the bearer token before a request reaches the MCP app."""
+    """Checks the bearer token before a request reaches the MCP app.
+
+    A refusal keeps its HTTP status (401) and carries a JSON-RPC error object as the body:
+    MCP clients show that object's message ("missing token: ...", "unknown token: ..."); a
+    plain body reached them as a bare "Server returned an error response". The
+    ``WWW-Authenticate`` challenge is RFC 6750's (``error="invalid_token"`` for an unknown
+    one), with no OAuth metadata: tokens come from the server's tokens file."""
 
     def __init__(self, app: ASGIApp, tokens: TokenTable | None) -> None:
         self.app, self.tokens = app, tokens
@@ -418,9 +652,21 @@ class _McpGate:
             try:
                 grant_of(self.tokens, hdrs.get("authorization"))
             except ApiError as exc:
-                await _error(exc.status, exc.code, exc.message)(scope, receive, send)
+                await _mcp_refusal(exc, "authorization" in hdrs)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _mcp_refusal(exc: ApiError, sent_credentials: bool) -> Response:
+    body = {"jsonrpc": "2.0", "id": None,
+            "error": {"code": MCP_AUTH_ERROR, "message": exc.message,
+                      "data": {"status": exc.status, "code": exc.code}}}
+    challenge = 'Bearer realm="hivemind"'
+    if sent_credentials:  # RFC 6750 3.1: no error code when none were sent
+        desc = exc.message.replace('"', "'")
+        challenge += f', error="invalid_token", error_description="{desc}"'
+    return Response(_json.encode(body), status_code=exc.status, media_type="application/json",
+                    headers={"WWW-Authenticate": challenge})
 
 
 def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -446,11 +692,19 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
+        Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
+        Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
+        Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
+        Route(f"{ns}/recall", _wrap(api.recall), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
+        Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
+        Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
+        Route(f"{ns}/notes/{{note_id}}", _wrap(api.note), methods=["GET"]),
+        Route(f"{ns}/audit/reproduce", _wrap(api.reproduce), methods=["POST"]),
         Route("/healthz", _wrap(api.healthz), methods=["GET"]),
         Route("/metrics", _wrap(api.metrics), methods=["GET"]),
         Route("/readyz", _wrap(api.readyz), methods=["GET"]),
@@ -474,7 +728,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
             yield
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan)
+                     lifespan=lifespan, middleware=[Middleware(AccessLog, tokens=opts.tokens)])
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------
@@ -486,14 +740,16 @@ def openapi_document() -> dict[str, Any]:
     """OpenAPI 3.1 for the API, its schemas generated from the msgspec structs."""
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
-         list[NoteRow], list[AuditEntry]],
+         list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
+         RecallBody, Recalled],
         ref_template="#/components/schemas/{name}")
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
-        notes_ref, audit_ref = refs
+        notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
+        recall_ref, recalled_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -514,6 +770,8 @@ def openapi_document() -> dict[str, Any]:
         return o
 
     p = "/v1/ns/{ns}"
+    admin_paths, admin_comps = _admin_openapi(p, op, ok, err)
+    comps.update(admin_comps)
     return {
         "openapi": "3.1.0",
         "info": {"title": "hivemind", "version": "1",
@@ -522,6 +780,18 @@ def openapi_document() -> dict[str, Any]:
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
+            f"{p}/remember": {"post": op(
+                "Store a note (409 note_exists for a reused id)", {"200": ok(remembered_ref)},
+                body=remember_ref)},
+            f"{p}/used": {"post": op(
+                "Report the notes the agent used (404 unknown_note: nothing recorded)",
+                {"200": ok(appended_ref)}, body=used_ref)},
+            f"{p}/forget": {"post": op(
+                "Forget a note (404 unknown_note; 403 not_allowed: not its author)",
+                {"200": ok(forgot_ref)}, body=forget_ref)},
+            f"{p}/recall": {"post": op(
+                "The best notes for a question, rendered as one context within the budget",
+                {"200": ok(recalled_ref)}, body=recall_ref)},
             f"{p}/query": {"post": op(
                 "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
                 body=query_ref)},
@@ -541,6 +811,7 @@ def openapi_document() -> dict[str, Any]:
                 "The newest audit entries, oldest first (admin)", {"200": ok(audit_ref)},
                 params=[{"name": "limit", "in": "query", "required": False,
                          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT}}])},
+            **admin_paths,
             "/healthz": {"get": {"summary": "The process is up",
                                  "responses": {"200": ok(health_ref)}}},
             "/readyz": {"get": {"summary": "The store answers and a worker runs",
@@ -549,6 +820,37 @@ def openapi_document() -> dict[str, Any]:
         "components": {"schemas": comps,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
+
+
+def _admin_openapi(p: str, op: Callable[..., dict[str, Any]], ok: Callable[..., dict[str, Any]],
+                   err: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The admin endpoints' paths and schemas (``Api.dead``, ``status``, ``note``,
+    ``reproduce``)."""
+    (refs, comps) = msgspec.json.schema_components(
+        [DeadLetters, Status, NoteShow, ReproduceBody, ReproduceSummary],
+        ref_template="#/components/schemas/{name}")
+    dead_ref, status_ref, show_ref, body_ref, summary_ref = refs
+    bad_audit = {"500": err}  # an unreadable audit entry in the store (code bad_audit)
+    paths = {
+        f"{p}/dead": {"get": op(
+            "The dead letters, oldest first, and their total (admin; `hivemind dead`)",
+            {"200": ok(dead_ref)},
+            params=[{"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_DEAD}}])},
+        f"{p}/status": {"get": op(
+            "Log length, checkpoint, lag, dead letters, queries served; live workers "
+            "(admin; `hivemind status`)", {"200": ok(status_ref)})},
+        f"{p}/notes/{{note_id}}": {"get": op(
+            "A note, its events in log order, the served queries that returned it (admin; "
+            "`hivemind show`)", {"200": ok(show_ref), **bad_audit},
+            params=[{"name": "note_id", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": ID_PATTERN}}])},
+        f"{p}/audit/reproduce": {"post": op(
+            "Re-run served queries exactly as they ran; `ok` false lists each difference "
+            "(admin; `hivemind audit reproduce`)", {"200": ok(summary_ref), **bad_audit},
+            body=body_ref)},
+    }
+    return paths, comps
 
 
 def docs_page() -> str:

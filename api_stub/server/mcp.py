@@ -43,6 +43,7 @@ class RecalledNote(BaseModel):
     note_id: str
     score: float
     tokens: int
+    created_at: str
 
 
 class RecallResult(BaseModel):
@@ -89,7 +90,8 @@ def build_server(resolve: Resolver) -> MCPServer:
             raise ToolError(str(exc)) from exc
         return RecallResult(
             context=got.context,
-            notes=[RecalledNote(note_id=n.note_id, score=n.score, tokens=n.tokens)
+            notes=[RecalledNote(note_id=n.note_id, score=n.score, tokens=n.tokens,
+                                created_at=n.created_at)
                    for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 
@@ -119,8 +121,10 @@ def fixed_resolver(memory: Memory) -> Resolver:
     return lambda ctx, right: memory
 
 
-def token_resolver(tokens: TokenTable | None, make: Callable[[str, str], Memory]) -> Resolver:
-    """HTTP: the memory of the request's bearer token (``make(ns, agent)`` builds it)."""
+def token_resolver(tokens: TokenTable | None,
+                   make: Callable[[str, str, bool], Memory]) -> Resolver:
+    """HTTP: the memory of the request's bearer token (``make(ns, agent, admin)`` builds it;
+    ``admin``: the token has the admin right in the namespace)."""
     from hivemind_memory.api_stub.server.http import ApiError, grant_of
     from hivemind_memory.events.errors import AccessDenied
 
@@ -143,6 +147,6 @@ def token_resolver(tokens: TokenTable | None, make: Callable[[str, str], Memory]
         agent = g.agent or headers.get(AGENT_HEADER, "")
         if not agent:
             raise AccessDenied(f"no agent: send the {AGENT_HEADER} header")
-        return make(ns, agent)
+        return make(ns, agent, g.may(ns, "admin"))
 
     return resolve

@@ -96,6 +96,13 @@ class TokenTable:
         return cls(table)
 
 
+def bearer_secret(authorization: str | None) -> str | None:
+    """The secret of an ``Authorization: Bearer <secret>`` header value (None without one)."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    return authorization[7:].strip()
+
+
 def load_tokens(path: str | Path) -> TokenTable:
     """Read a tokens file (``ConfigError`` if missing, malformed or empty)."""
     try:

@@ -28,7 +28,8 @@ from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import FIELD, append_encoded
+from hivemind_memory.projections.store.log import FIELD, append_encoded, register_namespaces
+from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 from hivemind_memory.projections.store.urls import redact
 
@@ -175,3 +176,32 @@ def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) ->
         raise StoreError(f"only {got} of {replicas} replica(s) acknowledged the append to "
                          f"{', '.join(nss)} within {timeout_ms} ms; a failover could lose it "
                          "(re-run it: repeated event_ids are applied once)")
+
+
+def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replicas: int,
+                   timeout_ms: int) -> list[str] | None:
+    """Append encoded events of ``ns`` only if its stream still ends at entry ``tail``
+    (``lua/append_if_tail.lua``); None when it moved on (nothing written). Registers the
+    namespace first; with ``replicas`` > 0 waits for them (``WAIT`` on the same connection,
+    the stream's master) and raises ``StoreError`` if too few acknowledged."""
+    register_namespaces(r, [ns])
+    rc: Any = r
+    client = r if isinstance(r, redis.Redis) else \
+        rc.get_node_from_key(keys.stream(ns)).redis_connection
+    p = client.pipeline(transaction=False)
+    script(client, "append_if_tail")(keys=[keys.stream(ns)], args=[tail, FIELD, *blobs],
+                                     client=p)
+    if replicas > 0:
+        p.wait(replicas, timeout_ms)
+    try:
+        res = p.execute()
+    except redis.RedisError as exc:
+        _relearn(r)
+        raise AppendFailed(f"checked append to {ns!r} failed, its outcome unknown (a retry "
+                           f"with the same event_ids is safe): {type(exc).__name__}: {exc}",
+                           0, []) from exc
+    if res[0] is None:
+        return None
+    if replicas > 0:
+        _check_acks(int(res[1]), replicas, [ns], timeout_ms)
+    return [as_bytes(x).decode() for x in res[0]]

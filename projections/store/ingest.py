@@ -61,9 +61,10 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 
-def _append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: IngestReport,
+def append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: IngestReport,
                    on_chunk: Callable[[set[str]], None] | None, appender: Appender) -> None:
-    """Append chunks of encoded events in order, counting exactly what landed.
+    """Append chunks of encoded events in order, counting exactly what landed: the one
+    append path of ``ingest``, ``import`` and ``Client.append``.
 
     Every chunk's namespaces are scheduled before its first entry can land and again after
     its last one has (a job that ran in between found nothing). Between two chunks one call
@@ -98,7 +99,7 @@ def _append_chunks(r: Store, chunks: Iterable[list[tuple[str, bytes]]], report: 
 def _append_overlapped(r: redis.Redis, chunks: Iterable[list[tuple[str, bytes]]],
                        report: IngestReport,
                        on_chunk: Callable[[set[str]], None] | None) -> None:
-    """``_append_chunks`` with the default appender on one plain Redis: the same order of
+    """``append_chunks`` with the default appender on one plain Redis: the same order of
     scheduling calls and appends, and the same exact counts, but each chunk is read (parsed)
     and packed while Redis appends the one before (``log.ChunkSender``)."""
     sender = ChunkSender(r)
@@ -158,7 +159,7 @@ def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callab
                 chunk = []
         yield chunk
 
-    _append_chunks(r, chunks(), report, on_chunk, appender)
+    append_chunks(r, chunks(), report, on_chunk, appender)
 
 
 _FRAME = struct.Struct("<II")
@@ -197,7 +198,7 @@ def _append_spool(r: Store, spool: IO[bytes], report: IngestReport,
                 chunk = []
         yield chunk
 
-    _append_chunks(r, chunks(), report, on_chunk, appender)
+    append_chunks(r, chunks(), report, on_chunk, appender)
 
 
 def ingest(r: Store, source: str, *, skip_invalid: bool = False,

@@ -28,6 +28,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script, source
 from hivemind_memory.projections.store.types import (
@@ -708,3 +709,55 @@ __all__ = [
     "read_dead",
     "read_notes",
 ]
+
+
+def wait_projected(r: Store, ns: str, target: Position, timeout_s: float) -> bool:
+    """Wait, never project, until the namespace's checkpoint reaches ``target``; False when
+    ``timeout_s`` ran out first. Woken by each committed batch (the changes stream)."""
+    deadline = time.monotonic() + timeout_s
+    after = changes_tail(r, ns)
+    while checkpoint(r, ns) < target:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        after = wait_for_change(r, ns, after, min(remaining, 1.0))
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class WriteView:
+    """What a checked write is decided on: the state of the notes it touches and which of its
+    event ids are in the log, both as of the stream's entry ``tail`` ("" = empty stream)."""
+
+    tail: str
+    notes: dict[str, NoteState]
+    logged: set[str]
+
+
+def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[str]
+               ) -> WriteView:
+    """The read model at its checkpoint plus the log tail the projector has not folded yet
+    (only the entries about ``note_ids``, folded with the projector's own fold): the notes as
+    the projector will see them once it reaches the stream's end."""
+    cp_raw = r.get(keys.checkpoint(ns))
+    cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
+    decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str else "-",
+                                      max="+") or [], ns)
+    wanted = set(note_ids)
+    about = [d for d in decoded if not isinstance(d[1], Undecodable) and d[1].note_id in wanted]
+    _, about_eids = _touched_ids(about)
+    eids = sorted(set(event_ids) | set(about_eids))
+    nids = sorted(wanted)
+    p = r.pipeline(transaction=True)  # one consistent read: the projector commits atomically
+    p.get(keys.checkpoint(ns))
+    _queue_prior_reads(p, ns, nids, eids)
+    cp2_raw, *replies = p.execute()
+    current, seen = _priors(nids, eids, replies)
+    folded_to = parse_pos(None if cp2_raw is None else as_bytes(cp2_raw))
+    unfolded = [d for d in about if parse_pos(d[0]) > folded_to]
+    res = fold_batch(current, seen, unfolded)
+    in_tail = {d[1].event_id for d in decoded if not isinstance(d[1], Undecodable)
+               and parse_pos(d[0]) > folded_to}
+    return WriteView(tail=decoded[-1][0] if decoded else cp_str,
+                     notes={**current, **res.notes},
+                     logged=(seen | in_tail) & set(event_ids))

@@ -264,9 +264,11 @@ def test_no_private_note_of_one_agent_reaches_another(
     for i, (agent, private, forget, uses) in enumerate(notes):
         evs.append(created(f"n{i}", agent=agent, scope="private" if private else "shared",
                            text=f"shared words {'x ' * i}"))
-        evs += [used(f"n{i}", f"u{i}-{k}") for k in range(uses)]
+        # uses by an agent that may see the note, forgotten by its author: nothing refused
+        evs += [used(f"n{i}", f"u{i}-{k}", agent=agent if private else "b")
+                for k in range(uses)]
         if forget:
-            evs.append(forgotten(f"n{i}", f"f{i}"))
+            evs.append(forgotten(f"n{i}", f"f{i}", agent=agent))
     c.append(evs)
     res = _ask(c, rt, "t", "shared words", 1_000_000, agent=asker, as_of=AS_OF, explain=True)
     for n in res["candidates"]:

@@ -28,10 +28,11 @@ def used(nid: str, eid: str, *, ns: str = "t", agent: str = "b",
             "at": iso(at)}
 
 
-def forgotten(nid: str, eid: str, *, ns: str = "t", at: datetime = T0 + timedelta(days=2)
-              ) -> dict[str, Any]:
-    return {"type": "note.forgotten", "event_id": eid, "ns": ns, "note_id": nid, "agent": "a",
-            "at": iso(at)}
+def forgotten(nid: str, eid: str, *, ns: str = "t", at: datetime = T0 + timedelta(days=2),
+              agent: str = "a") -> dict[str, Any]:
+    """Forgotten by ``agent``: the note's author (``created``'s default) unless said."""
+    return {"type": "note.forgotten", "event_id": eid, "ns": ns, "note_id": nid,
+            "agent": agent, "at": iso(at)}
 
 
 def ev(d: dict[str, Any]) -> Event:

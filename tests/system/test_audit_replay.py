@@ -1,4 +1,4 @@
-"""Done-when of issue 10, on real Redis: a generated log of thousands of events (varied ages,
+"""Audit replay at scale, on real Redis: a generated log of thousands of events (varied ages,
 lengths, uses, agents, scopes, kinds, embeddings, duplicates, dead letters) with back-dated
 notes ingested between rounds of queries, served by a worker whose config file changes between
 rounds. Every live and as-of query is reproduced identically by ``audit reproduce --all``; also

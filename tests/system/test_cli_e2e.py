@@ -83,7 +83,8 @@ def test_ingest_exit_codes_and_all_or_nothing(server: str, tmp_path: Path) -> No
 def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
     f = tmp_path / "ev.jsonl"
     f.write_text(jsonl([created("a", scope="private", kind="scratch", tokens=42),
-                        *[used("a", f"u{i}") for i in range(5)], used("a", "u0"),
+                        *[used("a", f"u{i}", agent="a") for i in range(5)],
+                        used("a", "u0", agent="a"),  # a private note: used by its author
                         created("b"), forgotten("b", "fb")]))
     assert run(server, "ingest", str(f)).returncode == 0
     b = run(server, "worker", "--burst")
@@ -158,7 +159,7 @@ def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
     assert r.returncode == 2, r.stderr[-500:]
     assert "then the store failed" in r.stderr and "maxmemory" in r.stderr
     assert "Traceback" not in r.stderr and "XADD" not in r.stderr
-    # issue 8: the count said is the exact count in the log (it was under-reported)
+    # the count said is the exact count in the log (it was under-reported)
     said = int(re.search(r"appended (\d+) event", r.stderr).group(1))  # type: ignore[union-attr]
     db = rp.client()
     assert said == db.xlen("hm:{t}:events") > 0

@@ -35,10 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 GUIDE = DEPLOY / "README.md"
 UNITS = sorted((DEPLOY / "systemd").glob("*.service"))
-PENDING = {"serve": "issue 11 (HTTP API)", "export": "issue 10 (audit and export)"}
-"""Contract commands the deploy files name that other issues are building: checked once they
-exist in the parser, until then only their presence in the contract is checked."""
-CONTRACT = Path("/work/shared/CONTRACT.md")
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -48,13 +44,9 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 def check_command(argv: list[str], where: str) -> None:
-    """``argv`` (after ``hivemind``) parses with the real parser (or names a pending command)."""
+    """``argv`` (after ``hivemind``) parses with the real parser."""
     assert argv, f"{where}: an empty hivemind command"
-    if argv[0] not in subcommands():
-        assert argv[0] in PENDING, f"{where}: hivemind {argv[0]} does not exist"
-        if CONTRACT.exists():
-            assert f"hivemind {argv[0]}" in CONTRACT.read_text()
-        return
+    assert argv[0] in subcommands(), f"{where}: hivemind {argv[0]} does not exist"
     err = io.StringIO()
     try:
         with redirect_stderr(err):
@@ -208,7 +200,7 @@ def test_every_hivemind_command_the_deploy_files_name_exists() -> None:
         for argv in commands_in(f.read_text()):
             argv = [{"NS": "demo", "N": "1"}.get(a, a) for a in argv]
             if len(argv) == 1:  # a mention in prose (`hivemind replay`): the command exists
-                assert argv[0] in subcommands() or argv[0] in PENDING, f"{f.name}: {argv}"
+                assert argv[0] in subcommands(), f"{f.name}: {argv}"
             else:
                 check_command(argv, f.name)
             total += 1

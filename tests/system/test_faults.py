@@ -1,4 +1,4 @@
-"""Fault suites against a real redis-server (issue 8), bounded for the default run; set
+"""Fault suites against a real redis-server, bounded for the default run; set
 ``HIVEMIND_SOAK=1`` for the long variants (more trials, longer load).
 
 * a worker SIGKILLed at random points, many times, then a burst: nothing lost, nothing
@@ -238,7 +238,7 @@ def test_writers_workers_and_readers_together_for_a_bounded_time(
 
 def test_replay_while_a_worker_projects_keeps_every_dead_letter_once(
         redis_factory: Callable[..., RedisProc], tmp_path: Path) -> None:
-    """Reproduction (issue 8): under concurrency replay kept 5,940 of 8,852 dead letters (it
+    """Reproduction: under concurrency replay kept 5,940 of 8,852 dead letters (it
     moved the checkpoint past entries whose dead letters nobody then wrote)."""
     rp = redis_factory(appendonly=False)
     r = rp.client()

@@ -46,7 +46,9 @@ def test_no_operation_answers_500(live: Live, mode: GenerationMode, tmp_path: Pa
     ops = _operations(live)
     assert {op.label for op in ops} >= {
         "POST /v1/ns/{ns}/events", "POST /v1/ns/{ns}/query", "POST /v1/ns/{ns}/queries",
-        "GET /v1/ns/{ns}/results/{query_id}", "GET /v1/ns/{ns}/notes", "GET /v1/ns/{ns}/audit"}
+        "GET /v1/ns/{ns}/results/{query_id}", "GET /v1/ns/{ns}/notes", "GET /v1/ns/{ns}/audit",
+        "GET /v1/ns/{ns}/dead", "GET /v1/ns/{ns}/status", "GET /v1/ns/{ns}/notes/{note_id}",
+        "POST /v1/ns/{ns}/audit/reproduce"}
     seen: dict[str, set[int]] = {}
     for op in ops:
         if mode is GenerationMode.NEGATIVE and op.label in ("GET /healthz", "GET /readyz"):

@@ -1,4 +1,4 @@
-"""The house rules of the layout, checked on the code itself (issue 7).
+"""The house rules of the layout, checked on the code itself.
 
 Layers point down only; within a layer nothing forms a cycle; the client never imports the
 worker; the pure layers import neither Redis nor the clock; nothing generic is importable

@@ -4,7 +4,6 @@ over streamable HTTP at ``/mcp`` of ``serve`` (token auth)."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,24 @@ from hivemind_memory.api_stub.sdk import Memory
 from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from tests.support import HIVEMIND
-from tests.support.frontdoor import start_live
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.support.docs import README, fenced, section
+from tests.support.frontdoor import OPS, start_live
 
 
 def _readme_mcp_config() -> dict[str, Any]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### MCP")
-    block = re.search(r"```json\n(.*?)```", text[start:], re.S)
-    assert block
-    cfg: dict[str, Any] = json.loads(block.group(1))["mcpServers"]
+    blocks = fenced(section(README, "Quick start"), "json")
+    cfg: dict[str, Any] = json.loads(blocks[0])["mcpServers"]
     return cfg
 
 
 def _readme_tokens() -> TokenTable:
+    """The README's tokens file, plus an operator token to read back what the tools wrote."""
     import tomllib
 
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### A curl session")
-    block = re.search(r"```toml\n(.*?)```", text[start:], re.S)
-    assert block
-    return TokenTable.from_entries(tomllib.loads(block.group(1))["token"])
+    (block,) = fenced(section(README, "Quick start"), "toml")
+    entries = tomllib.loads(block)["token"]
+    ops = {"secret": OPS, "ns": ["*"], "agent": "ops", "rights": ["admin", "query"]}
+    return TokenTable.from_entries([*entries, ops])
 
 
 def _text(res: Any) -> str:
@@ -84,6 +79,14 @@ async def _exercise(client: Client) -> None:
 
     bad = await client.call_tool("remember", {"text": "x", "note_id": "bad id with spaces"})
     assert bad.is_error and "note_id" in _text(bad)  # the store's own validation, named
+
+    # writes that would never apply are errors, told before the tool returns
+    twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea"})
+    assert twin.is_error and "already exists" in _text(twin)
+    ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
+    assert ghost.is_error and "no-such-note" in _text(ghost)
+    gone = await client.call_tool("forget", {"note_id": "canary-idea"})  # forgotten already
+    assert gone.is_error and "no note 'canary-idea'" in _text(gone)
 
 
 def _run(fn: Callable[[], Awaitable[None]]) -> None:
@@ -135,7 +138,7 @@ def test_tools_over_http_with_the_readme_token(tmp_path: Path) -> None:
         from tests.support.frontdoor import call
 
         st, rows = call(live.base, "GET", "/v1/ns/team-a/notes",
-                        token="ops-0123456789abcdef00")
+                        token=OPS)
         assert st == 200 and rows and {r["agent"] for r in rows} == {"alice"}
 
         # no token, or an unknown one: refused before MCP
@@ -190,3 +193,49 @@ def test_http_without_tokens_takes_the_agent_from_a_header(tmp_path: Path) -> No
         assert st == 200 and [r["agent"] for r in rows] == ["al"]
     finally:
         live.stop()
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one error inside the task groups the client's transport raises through."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@pytest.mark.parametrize(("headers", "says"), [
+    ({}, "missing token"),
+    ({"Authorization": "Bearer not-a-token-at-all"}, "unknown token"),
+    ({"Authorization": "Basic YWxpY2U6c2VjcmV0"}, "missing token"),
+])
+def test_a_refused_token_reaches_the_mcp_client_as_its_message(
+        tmp_path: Path, headers: dict[str, str], says: str) -> None:
+    """The official client over streamable HTTP: the gate's 401 carries a JSON-RPC error, so
+    the client raises ``MCPError`` with the reason, not "Server returned an error response"."""
+    from mcp import MCPError
+
+    live = start_live(f"memory://{tmp_path / 'store'}")
+    caught: list[BaseException] = []
+    try:
+        async def main() -> None:
+            http = create_mcp_http_client(headers={**headers, "X-Hivemind-Ns": "team-a"})
+            try:
+                async with http, Client(streamable_http_client(live.base + "/mcp",
+                                                               http_client=http),
+                                        read_timeout_seconds=30) as client:
+                    await client.list_tools()
+            except Exception as exc:  # the client wraps it in its task groups
+                caught.append(_leaf(exc))
+
+        _run(main)
+        raw = httpx.post(live.base + "/mcp", headers={**headers, "Accept": "application/json"},
+                         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert raw.status_code == 401 and raw.json()["error"]["message"].startswith(says)
+        challenge = raw.headers["WWW-Authenticate"]
+        assert challenge.startswith('Bearer realm="hivemind"')
+        assert ('error="invalid_token"' in challenge) == ("Authorization" in headers)
+    finally:
+        live.stop()
+    [err] = caught
+    assert isinstance(err, MCPError), repr(err)
+    assert says in str(err) and "Server returned an error response" not in str(err)
+    assert err.error.data == {"status": 401, "code": "unauthorized"}

@@ -1,4 +1,4 @@
-"""The wheel installs one import root and nothing else (issue 7): no generic top-level names
+"""The wheel installs one import root and nothing else: no generic top-level names
 (``events``, ``worker`` ...), no benchmarks, the Lua scripts included, the CLI entry point on
 the new root."""
 

@@ -69,7 +69,7 @@ def test_worker_killed_mid_query_times_out_then_job_is_retried(redis_server: Red
 
 def test_killed_query_job_is_retried_within_the_documented_bound(
         redis_server: RedisProc) -> None:
-    """Regression (issue 8): a SIGKILLed worker's query job sat ~625 s in RQ's wip registry
+    """Regression: a SIGKILLed worker's query job sat ~625 s in RQ's wip registry
     (heartbeat TTL = job timeout + 60, registry cleanup every 10 min) before a retry. Now a
     live worker requeues it within ``RETRY_BOUND_S`` of the kill."""
     from hivemind_memory.worker.rqworker import RETRY_BOUND_S

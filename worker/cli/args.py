@@ -84,6 +84,18 @@ def fail(message: str, code: int = 2, err: IO[str] | None = None) -> int:
     return code
 
 
+def announce_default_store(url: str, err: IO[str] | None = None) -> None:
+    """Say which store a command uses when nobody named one (``--redis-url``,
+    ``HIVEMIND_REDIS_URL``): a line on stderr, or for a service the first log line."""
+    why = "no --redis-url or HIVEMIND_REDIS_URL given"
+    other = "--redis-url memory://PATH keeps an embedded store in the directory PATH instead"
+    if _as_log_lines and err is None:
+        structlog.get_logger("hivemind.cli").info("store_default", store=url, reason=why,
+                                                  alternative=other)
+    else:
+        print(f"hivemind: store: {url} (the default: {why}; {other})", file=err or sys.stderr)
+
+
 def warn(message: str, err: IO[str] | None = None) -> None:
     """Print a warning in the CLI's style (stderr; the command goes on)."""
     print(f"hivemind: warning: {message}", file=err or sys.stderr)

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 from tqdm import tqdm
 
-from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
+from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import load_config, to_toml
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -32,6 +32,9 @@ from hivemind_memory.worker.reproduce import (
     all_served,
     list_served,
     note_history,
+    reproduce_queries,
+    show_of,
+    view_of,
 )
 
 _json = msgspec.json.Encoder()
@@ -146,10 +149,7 @@ def _audit_list(args: argparse.Namespace, s: Settings) -> int:
 def _print_reproduction(rep: Reproduction, as_json: bool) -> None:
     e = rep.served.event
     if as_json:
-        sys.stdout.write(_json.encode({
-            "query_id": e.query_id, "audit_id": rep.served.audit_id,
-            "identical": rep.identical, "legacy": rep.legacy,
-            "differences": rep.differences, "causes": rep.causes}).decode() + "\n")
+        sys.stdout.write(_json.encode(view_of(rep)).decode() + "\n")
         return
     mode = "live" if rep.served.live else "as-of"
     if rep.identical:
@@ -170,29 +170,16 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
         return 2
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    served = all_served(r, args.ns)
-    missing: list[str] = []
-    if not args.all:
-        wanted = set(args.query_ids)
-        found = {x.event.query_id for x in served}
-        missing = [q for q in args.query_ids if q not in found]
-        served = [x for x in served if x.event.query_id in wanted]
-    auditor = Auditor(r, args.ns, load_config(s.config_path))
-    same = differ = legacy = 0
-    for rep in auditor.reproduce(served):
-        if rep.legacy and args.all:
-            legacy += 1
-        elif rep.identical:
-            same += 1
-        else:
-            differ += 1
-        _print_reproduction(rep, args.json)
-    for q in missing:
+    got = reproduce_queries(r, args.ns, load_config(s.config_path),
+                            None if args.all else args.query_ids,
+                            on_each=lambda rep: _print_reproduction(rep, args.json))
+    for q in got.not_found:
         print(f"hivemind: query {q} is not in the audit of {args.ns}", file=sys.stderr)
-    print(f"audit reproduce: {same} identical, {differ} different"
-          + (f", {legacy} legacy (served before audit replay, skipped)" if legacy else "")
-          + (f", {len(missing)} not found" if missing else ""), file=sys.stderr)
-    return 1 if differ or missing else 0
+    print(f"audit reproduce: {got.identical} identical, {got.different} different"
+          + (f", {got.legacy} legacy (served before audit replay, skipped)"
+             if got.legacy else "")
+          + (f", {len(got.not_found)} not found" if got.not_found else ""), file=sys.stderr)
+    return 0 if got.ok else 1
 
 
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
@@ -223,15 +210,14 @@ def cmd_import(args: argparse.Namespace, s: Settings) -> int:
     rt = runtime.build(s, connect(s.redis_url), rq)
     runtime.install(rt)
 
-    def on_chunk(nss: set[str]) -> None:
-        if not args.no_schedule:
-            schedule_namespaces(rt.store, rt.project_queue, nss)
+    client = Client(rt.store, rt.rq, settings=s)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
     try:
-        rep = archive.import_archive(rt.store, args.file, on_chunk=on_chunk, on_error=on_error)
+        rep = archive.import_archive(rt.store, args.file, on_error=on_error,
+                                     on_chunk=None if args.no_schedule else client.schedule)
     except OSError as exc:
         print(f"hivemind: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -316,11 +302,7 @@ def cmd_show(args: argparse.Namespace, s: Settings) -> int:
         print(f"hivemind: note {args.note_id} is not in namespace {args.ns}", file=sys.stderr)
         return 1
     if args.json:
-        sys.stdout.write(_json.encode({
-            "note": h.note, "events": [{"position": p, **e} for p, e in h.events],
-            "served": [{"query_id": x.event.query_id, "agent": x.event.agent,
-                        "served_at": x.served_at, "rank": i, "score": sc}
-                       for x, i, sc in h.served]}).decode() + "\n")
+        sys.stdout.write(_json.encode(show_of(h)).decode() + "\n")
         return 0
     out = sys.stdout
     n = h.note

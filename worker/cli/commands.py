@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -15,20 +15,19 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import queue_connection, schedule_namespaces
-from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
+from hivemind_memory.api_stub.protocol.jobs import queue_connection
+from hivemind_memory.api_stub.protocol.messages import QueryRequest, is_error_json, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
 from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.cluster import append_encoded_replicated
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.ingest import Appender, IngestReport, ingest
+from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
-from hivemind_memory.projections.store.log import append_encoded, namespaces
-from hivemind_memory.projections.store.readmodel import dead_total, read_dead, read_notes
+from hivemind_memory.projections.store.log import namespaces
+from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -36,14 +35,13 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.status import read_status
+from hivemind_memory.worker.status import dead_letters, read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -62,25 +60,17 @@ def _runtime(s: Settings) -> runtime.Runtime:
 
 def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     rt = _runtime(s)
-    q = rt.project_queue
-
-    def on_chunk(nss: set[str]) -> None:
-        if not args.no_schedule:
-            schedule_namespaces(rt.store, q, nss)
+    client = Client(rt.store, rt.rq, settings=s)
 
     def on_error(msg: str) -> None:
         print(f"rejected: {msg}", file=sys.stderr)
 
-    def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
-        return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
-
-    # without WAIT the plain appender, which ingest overlaps with reading the file
-    appender: Appender = replicated if s.wait_replicas > 0 else append_encoded
     rep = IngestReport()
     try:  # too few replicas acknowledging is a StoreError, reported by main (exit 2)
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
-               progress=sys.stderr.isatty(), on_chunk=on_chunk, report=rep,
-               appender=appender)
+               progress=sys.stderr.isatty(),
+               on_chunk=None if args.no_schedule else client.schedule, report=rep,
+               appender=client.appender)
     except OSError as exc:  # missing, a directory, not readable
         return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except AppendFailed as exc:
@@ -216,16 +206,15 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    total = dead_total(r, args.ns)
-    shown = read_dead(r, args.ns, count=args.limit)
-    for d in shown:
+    got = dead_letters(r, args.ns, args.limit)
+    for d in got.dead:
         if args.json:
             sys.stdout.write(_json.encode(d).decode() + "\n")
         else:
             sys.stdout.write(f"{d.entry:<18} {d.reason}\n")
-    more = total - len(shown)
-    summary = (f"dead: {len(shown)} of {total} dead letter(s) of {args.ns}"
-               + (f" (truncated: {more} more; use --limit {total})" if more > 0 else ""))
+    more = got.total - got.shown
+    summary = (f"dead: {got.shown} of {got.total} dead letter(s) of {args.ns}"
+               + (f" (truncated: {more} more; use --limit {got.total})" if more > 0 else ""))
     print(summary, file=sys.stderr if args.json else sys.stdout)
     return 0
 
@@ -292,10 +281,13 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     ids = c.submit_batch(reqs)
     failed = 0
     bar = progress(len(ids), "batch", unit="q", minimum=100)
-    for body in c.batch_results(ids, args.timeout):
-        sys.stdout.write(body.decode() + "\n")
-        failed += "error" in msgspec.json.decode(body)
+    out = sys.stdout.buffer
+    for qid, body in zip(ids, c.batch_results(ids, args.timeout), strict=True):
+        out.write(body)  # the worker's bytes as they are: no decode, no re-encode
+        out.write(b"\n")
+        failed += is_error_json(body, qid)
         bar.update(1)
+    out.flush()
     bar.close()
     print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
           file=sys.stderr)

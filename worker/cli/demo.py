@@ -22,7 +22,6 @@ from typing import IO, Any
 import msgspec
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import schedule_namespaces
 from hivemind_memory.api_stub.protocol.messages import QueryResult
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.signals import ScoredNote
@@ -175,7 +174,7 @@ def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None
             fh.write(json.dumps(e) + "\n")
     try:
         rep = ingest(rt.store, path, on_error=lambda m: print(m, file=sys.stderr),
-                     on_chunk=lambda nss: schedule_namespaces(rt.store, rt.project_queue, nss))
+                     on_chunk=Client(rt.store, rt.rq, settings=rt.settings).schedule)
     finally:
         os.unlink(path)
     code = run_worker(rt, burst=True)

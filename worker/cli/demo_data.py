@@ -108,10 +108,14 @@ class _Log:
         self.events.append({"type": "note.forgotten", "event_id": self._eid("f"), "ns": NS,
                             "note_id": nid, "agent": agent, "at": _at(at)})
 
-    def uses(self, rnd: random.Random, nid: str, created: datetime, count: int) -> None:
+    def uses(self, rnd: random.Random, nid: str, created: datetime, count: int,
+             owner: str | None = None) -> None:
+        """``count`` uses by random agents (all by ``owner`` for a private note: no other
+        agent can see it)."""
         span = max(1.0, (AS_OF - created).total_seconds())
         for _ in range(count):
-            self.used(nid, rnd.choice(AGENTS), created + timedelta(seconds=rnd.uniform(0, span)))
+            agent = rnd.choice(AGENTS)
+            self.used(nid, owner or agent, created + timedelta(seconds=rnd.uniform(0, span)))
 
 
 def _story(log: _Log, rnd: random.Random) -> None:
@@ -178,7 +182,7 @@ def _story(log: _Log, rnd: random.Random) -> None:
     created = AS_OF - d(days=90)
     log.created("redis-wrong-advice", "research", created,
                 "Redis persistence: disable AOF, RDB snapshots every hour are enough")
-    log.forgotten("redis-wrong-advice", "ops", created + d(days=2))
+    log.forgotten("redis-wrong-advice", "research", created + d(days=2))  # its author
     log.used("never-created", "coder", AS_OF - d(days=30))
 
 
@@ -210,7 +214,7 @@ def _background(log: _Log, rnd: random.Random, count: int) -> None:
         # Uses: most notes are used rarely; a few are used a lot (older ones had more chance)
         u = rnd.random()
         uses = 0 if u < 0.5 else rnd.randint(1, 4) if u < 0.85 else rnd.randint(5, 40)
-        log.uses(rnd, nid, created, uses)
+        log.uses(rnd, nid, created, uses, owner=agent if extra.get("scope") == "private" else None)
         if uses == 0 and rnd.random() < 0.08:
             log.forgotten(nid, agent, created + timedelta(days=rnd.uniform(0, 1)))
 

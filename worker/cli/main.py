@@ -13,26 +13,29 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
+from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.ranking.packing import use_packer
+from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import audit_commands, commands, serve
+from hivemind_memory.worker.cli import audit_commands, commands, fsck, serve
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
+    announce_default_store,
     errors_as_log_lines,
     fail,
     ns_arg,
     time_arg,
 )
-from hivemind_memory.worker.cli.output import redis_message
+from hivemind_memory.worker.cli.output import redis_message, store_locked_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL or "
-                   "redis://localhost:6379/0; memory:// = embedded, this process only; "
+    p.add_argument("--redis-url", help="store URL (default: $HIVEMIND_REDIS_URL, else "
+                   "redis://localhost:6379/0, which the command then names on stderr; "
+                   "memory:// = embedded, this process only; "
                    "memory://PATH = embedded, kept in the directory PATH; "
                    "redis+cluster://host:port[,host:port...] = a Redis Cluster)")
     p.add_argument("--rq-url", help="RQ's queues: a plain Redis (default: $HIVEMIND_RQ_URL, "
@@ -138,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ranking config TOML")
 
     serve_parsers(sub, _common, _ns_arg)
+    fsck.add_parsers(sub)
     audit_commands.add_parsers(sub, _common, _ns_arg, _time_arg)
     return ap
 
@@ -150,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors_as_log_lines(service)
     try:
         return int(_dispatch(args))
+    except StoreLocked as exc:  # a memory://PATH store another process (serve) holds
+        cmd = args.cmd if args.cmd != "audit" else f"audit {args.audit_cmd}"
+        return fail(store_locked_message(str(exc), cmd, getattr(args, "ns", None),
+                                         getattr(args, "note_id", None)), 2)
     except (StoreError, ConfigError) as exc:
         return fail(str(exc), 2)
     except redis.RedisError as exc:
@@ -178,12 +186,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    mod: Any = serve if args.cmd in ("serve", "mcp") else \
+    mod: Any = serve if args.cmd in ("serve", "mcp") else fsck if args.cmd == "fsck" else \
         audit_commands if hasattr(audit_commands, f"cmd_{args.cmd}") else commands
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
-    if args.cmd in ("demo", "curves"):
+    if args.cmd in ("demo", "curves", "fsck"):
         return int(handler(args))
     s = _settings(args)
+    if s.redis_url_source == "default":
+        announce_default_store(redact(s.redis_url))
     use_packer(s.packer)
     return int(handler(args, s))
 

@@ -64,14 +64,13 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     if settings.redis_url.startswith("memory://"):
         worker = InProcessWorker(runtime.build(settings, store)).start()
         w = worker
-        opts.on_write = w.kick
-        opts.workers_alive = lambda: int(w.alive())
+        opts.on_write = w.kick  # readiness counts its heartbeat, as /metrics does
         opts.caught_up = w.caught_up.is_set
     on_write = opts.on_write
 
-    def make(ns: str, agent: str) -> Memory:
+    def make(ns: str, agent: str, admin: bool) -> Memory:
         return Memory.over_client(client, ns=ns, agent=agent, timeout=query_timeout_s,
-                                  on_write=on_write)
+                                  on_write=on_write, admin=admin)
 
     mcp = build_server(token_resolver(tokens, make))
     star = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,

@@ -175,3 +175,20 @@ def test_memory_on_a_store_uses_the_given_settings(tmp_path: Path) -> None:
         with Memory(url, ns="n", agent="a", settings=s) as mem:
             mem.remember("kites and a lot of other words that dilute the match", note_id="kites")
             assert mem.recall("kites weather", budget=100).note_ids == expect
+
+
+def test_the_package_root_is_the_public_face_and_wires_the_embedded_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from hivemind_memory import Memory`` is the SDK's class; the SDK itself never
+    imports the worker: without the root's injection, ``memory://`` says what is missing."""
+    import hivemind_memory
+    from hivemind_memory.api_stub import sdk
+    from hivemind_memory.events.errors import StoreError
+    from hivemind_memory.worker.inprocess import start_embedded
+
+    assert hivemind_memory.Memory is sdk.Memory
+    assert hivemind_memory.AsyncMemory is sdk.AsyncMemory
+    assert sdk._embedded_worker is start_embedded
+    monkeypatch.setattr(sdk, "_embedded_worker", None)
+    with pytest.raises(StoreError, match="import Memory from hivemind_memory"):
+        sdk.Memory("memory://", ns="root-face", agent="a")

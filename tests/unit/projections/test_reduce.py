@@ -158,3 +158,46 @@ def test_any_batching_folds_like_one_pass(events: list[dict], cuts: list[int]) -
     assert absorbed.dead == one.dead
     assert dups == len(entries) - len(one.seen) - sum(
         isinstance(e, Undecodable) for _, e, _ in entries)
+
+
+@pytest.mark.parametrize(("scope", "user", "counted"), [
+    ("private", "alice", True), ("private", "bob", False),
+    ("shared", "alice", True), ("shared", "bob", True)])
+def test_a_use_counts_only_for_an_agent_that_may_see_the_note(
+        scope: str, user: str, counted: bool) -> None:
+    """Both paths of the fold (the inline use and ``apply_event``) apply the same rule."""
+    p = _fold([created("n", agent="alice", scope=scope), used("n", "u1", agent=user)])
+    assert p.notes["n"].uses == int(counted)
+    assert [d.reason.split(": ")[1] for d in p.dead] == ([] if counted else ["not_visible"])
+    note = p.notes["n"]
+    res = apply_event(note, ev(used("n", "u2", agent=user)))
+    assert isinstance(res, Rejected) != counted
+
+
+@pytest.mark.parametrize(("scope", "by", "admin", "why"), [
+    ("shared", "alice", False, None), ("shared", "bob", False, "not_allowed"),
+    ("shared", "bob", True, None), ("private", "alice", False, None),
+    ("private", "bob", False, "not_visible"), ("private", "bob", True, None)])
+def test_a_note_is_forgotten_by_its_author_or_an_admin(
+        scope: str, by: str, admin: bool, why: str | None) -> None:
+    f = forgotten("n", "f1") | {"agent": by, "as_admin": admin}
+    p = _fold([created("n", agent="alice", scope=scope), f])
+    assert p.notes["n"].forgotten == (why is None)
+    assert [d.reason.split(": ")[1] for d in p.dead] == ([] if why is None else [why])
+
+
+def test_check_write_folds_like_the_projector_and_stops_at_the_first_refusal() -> None:
+    from hivemind_memory.projections.reduce import check_write
+
+    base = _fold([created("n", agent="alice")]).notes
+    evs = [ev(used("n", "u1")), ev(created("m", eid="c-m")), ev(used("m", "u2")),
+           ev(used("n", "u1")), ev(created("n", eid="c-n2")), ev(used("n", "u3"))]
+    got = check_write(base, {"u0"}, evs)
+    assert got.fresh == [0, 1, 2] and got.logged == [3]  # u1 twice: the second a duplicate
+    assert got.refused is not None and got.refused[0] == 4
+    assert got.refused[1].code == "note_id_exists"
+    # a retry of the first three after u1 and c-m landed (the view then holds note m)
+    landed = _fold([created("n", agent="alice"), used("n", "u1"), created("m", eid="c-m")])
+    again = check_write(landed.notes, {"u1", "c-m"}, evs[:4])
+    assert again.fresh == [2] and again.logged == [0, 1, 3] and again.refused is None
+    assert check_write(base, set(), [ev(used("m", "u9"))]).refused[1].code == "unknown_note"

@@ -1,6 +1,6 @@
 """Audit replay on the embedded store, through the CLI in process: listing, exact reproduction,
 the causes of differences (tampered config history, rewritten log, note forgotten since),
-show, sweep, export/import and ``notes --json`` text (issue 10)."""
+show, sweep, export/import and ``notes --json`` text."""
 
 from __future__ import annotations
 
@@ -482,16 +482,17 @@ def test_sweep_varies_the_calibration_and_the_relevance_mode(
     w = World(tmp_path)
     _history(w)
     capsys.readouterr()  # the worker's log lines
+    lt = DEFAULT.calibration.log_tokens
     code, out, err = w.cli(capsys, "sweep", "--ns", "t", "--set",
-                           "calibration.log_tokens=0.6243,-3", "--set",
+                           f"calibration.log_tokens={lt},-3", "--set",
                            "relevance=calibrated,bm25", "--json")
     assert code == 0, err
     by = {r["config"]: r for r in map(json.loads, out.splitlines())}
     served = by["as served"]
-    same = by["calibration.log_tokens=0.6243 relevance=calibrated"]
+    same = by[f"calibration.log_tokens={lt} relevance=calibrated"]
     assert same["changed"] == 0 and same["value"] == pytest.approx(served["value"])
     assert by["calibration.log_tokens=-3 relevance=calibrated"]["changed"] > 0
     assert by["calibration.log_tokens=-3 relevance=bm25"] == {
-        **by["calibration.log_tokens=0.6243 relevance=bm25"],
+        **by[f"calibration.log_tokens={lt} relevance=bm25"],
         "config": "calibration.log_tokens=-3 relevance=bm25",
         "overrides": {"calibration.log_tokens": -3, "relevance": "bm25"}}  # unread there

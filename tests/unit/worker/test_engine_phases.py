@@ -1,5 +1,5 @@
 """The query job works in phases over its whole batch: one catch-up and one index refresh per
-namespace, then every answer published together (issue 7)."""
+namespace, then every answer published together."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 callback, or carrying a pickle) is refused before its function is imported, logged, and moved
 to the failed registry without running; the worker carries on with real work.
 
-Reproduction (issue 8): a JSON job naming ``os.system('touch pwned')`` on ``hivemind-query``
+Reproduction: a JSON job naming ``os.system('touch pwned')`` on ``hivemind-query``
 or ``hivemind-project``, then ``hivemind worker --burst``, created the file.
 """
 
@@ -126,3 +126,30 @@ def test_safe_job_refuses_before_import_and_never_retries(redis_server: RedisPro
     # a plain RQ Job would have resolved it: the refusal is SafeJob's doing
     assert Job.fetch(bad.id, connection=r, serializer=JSONSerializer).func is os.system
     r.flushall()
+
+
+def test_the_in_process_worker_refuses_jobs_outside_the_allowlist(tmp_path: Path) -> None:
+    """``serve``/``mcp``/the SDK on ``memory://`` drain their queues with the in-process
+    worker: it is a ``HivemindWorker`` like the others, so a JSON job naming ``os.system``
+    lands in the failed registry without running, and real work still gets done."""
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.projections.store.readmodel import read_notes
+    from hivemind_memory.worker.inprocess import start_embedded
+
+    url = f"memory://{tmp_path / 'store'}"
+    store = connect(url)
+    target = tmp_path / "pwned"
+    q = Queue(jobs.QUERY_QUEUE, connection=store, serializer=JSONSerializer)
+    evil = q.enqueue("os.system", f"touch {target}")
+    worker = start_embedded(Settings(redis_url=url), store)
+    try:
+        client = Client(store, settings=Settings(redis_url=url))
+        client.append([created("n1", ns="inproc", text="real work")])
+        worker.kick()
+        assert client.wait_projected("inproc", 10.0)
+        assert set(read_notes(store, "inproc")) == {"n1"}
+        assert evil.id in FailedJobRegistry(jobs.QUERY_QUEUE, connection=store,
+                                            serializer=JSONSerializer).get_job_ids()
+    finally:
+        worker.stop()
+    assert not target.exists()

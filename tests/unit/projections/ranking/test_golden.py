@@ -51,15 +51,19 @@ def golden_log(seed: int = 7) -> list[dict[str, Any]]:
             extra["kind"] = "scratch"
         if rnd.random() < 0.1:
             extra["embedding"] = [round(rnd.uniform(-1, 1), 3) for _ in range(4)]
-        evs.append(created(nid, agent=rnd.choice(["alice", "bob", "carol"]),
+        author = rnd.choice(["alice", "bob", "carol"])
+        evs.append(created(nid, agent=author,
                            at=T0 - timedelta(days=rnd.choice([0, 2, 30, 200, 400, 900]),
                                              hours=rnd.randrange(24)),
                            text=" ".join(words), **extra))
         for u in range(rnd.choice([0, 0, 1, 4, 5, 9])):
-            evs.append(used(nid, f"u-{nid}-{u}", agent=rnd.choice(["alice", "bob"]),
-                            at=T0 + timedelta(days=u)))
+            user = rnd.choice(["alice", "bob"])
+            # only the author may see (and so use) a private note, and only the author may
+            # forget a note: the log holds no event the fold refuses
+            evs.append(used(nid, f"u-{nid}-{u}", at=T0 + timedelta(days=u),
+                            agent=author if extra.get("scope") == "private" else user))
         if rnd.random() < 0.05:
-            evs.append(forgotten(nid, f"f-{nid}"))
+            evs.append(forgotten(nid, f"f-{nid}") | {"agent": author})
     return evs
 
 

@@ -1,7 +1,7 @@
 """Connections chosen on purpose: waits honour their own timeout whatever the socket timeout,
 a Redis restart costs a retry not an error, ACL and TLS URLs work, no secret is ever shown.
 
-Reproduction (issue 8): redis-py 8's 5 s socket timeout made ``hivemind query --timeout 30``
+Reproduction: redis-py 8's 5 s socket timeout made ``hivemind query --timeout 30``
 exit 2 after ~7 s with ``Redis error: TimeoutError``; ``Client.query(..., timeout=12)``
 with no worker raised redis's TimeoutError after 59 s (its retries) instead of
 ``QueryTimeout`` at 12 s.

@@ -186,3 +186,51 @@ def test_export_and_sweep_warn_on_an_unknown_namespace_and_answer_empty() -> Non
     r = run("sweep", "--ns", "nobody", "--set", "bm25_k1=1.2", "--json",
             "--redis-url", "memory://")
     assert r.returncode == 0 and "namespace 'nobody' has never seen an event" in r.stderr
+
+
+def _without_store_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+
+
+def test_the_default_store_is_redis_on_localhost_and_every_command_names_it() -> None:
+    """Pinned (issue 21, item 7): with no ``--redis-url`` / ``HIVEMIND_REDIS_URL`` the store is
+    ``redis://localhost:6379/0`` and the command says so before it connects: a line on stderr,
+    a service's first log line. The commands run here stop before connecting, so the test
+    touches no Redis."""
+    from hivemind_memory.api_stub.protocol.settings import DEFAULT_REDIS_URL, Settings
+
+    assert DEFAULT_REDIS_URL == "redis://localhost:6379/0"
+    s = Settings.from_env({})
+    assert (s.redis_url, s.redis_url_source) == (DEFAULT_REDIS_URL, "default")
+    assert Settings.from_env({"HIVEMIND_REDIS_URL": ""}).redis_url_source == "default"
+    assert Settings.from_env({"HIVEMIND_REDIS_URL": "memory://"}).redis_url_source == "env"
+    assert Settings.from_env({"HIVEMIND_REDIS_URL": "memory://"},
+                             redis_url="memory://x").redis_url_source == "flag"
+    # every other command takes a store, and main names the default for all of them
+    no_store = {n for n, p in _subcommands().items()
+                if not any(a.dest == "redis_url" for a in p._actions)}
+    # audit: its subcommands take it; fsck: its --store is required (no default to name)
+    assert no_store == {"demo", "curves", "audit", "fsck"}
+    env = _without_store_env()
+    r = subprocess.run([*HIVEMIND, "audit", "reproduce", "--ns", "t"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2
+    first, second = r.stderr.splitlines()
+    assert first == ("hivemind: store: redis://localhost:6379/0 (the default: no --redis-url or "
+                     "HIVEMIND_REDIS_URL given; --redis-url memory://PATH keeps an embedded "
+                     "store in the directory PATH instead)")
+    assert second.startswith("hivemind: give QUERY_ID(s)")
+    r = subprocess.run([*HIVEMIND, "serve", "--host", "0.0.0.0"], env=env, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 2
+    lines = [json.loads(ln) for ln in r.stderr.splitlines()]
+    assert [x["event"] for x in lines] == ["store_default", "command_failed"]
+    assert lines[0]["store"] == "redis://localhost:6379/0"
+
+
+def test_a_named_store_is_not_announced() -> None:
+    for argv, env in ((["--redis-url", "memory://"], {}), ([], {"HIVEMIND_REDIS_URL": "memory://"})):
+        r = subprocess.run([*HIVEMIND, "notes", "--ns", "x", *argv],
+                           env={**_without_store_env(), **env}, capture_output=True, text=True,
+                           timeout=60, check=False)
+        assert r.returncode == 0 and "hivemind: store:" not in r.stderr, r.stderr

@@ -1,0 +1,224 @@
+"""Per-note authorization and told outcomes, over HTTP, the SDK (HTTP and store) and the
+projector: another agent's private note cannot be used, forgotten or revealed by an error;
+a shared note is forgotten only by its author or an admin; a write that would never apply is
+refused (409/404/403, typed SDK errors) with nothing of it appended; a retry applies once."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hivemind_memory import Memory
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.events.errors import NotAllowed, NoteExists, UnknownNote
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.connection import connect
+from hivemind_memory.projections.store.readmodel import read_dead, read_notes
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.loop import run_worker
+from tests.support import RedisProc
+from tests.support.factories import created, forgotten, used
+from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live
+
+NS = "/v1/ns/team-a"
+
+
+
+def _log_len(live: Live) -> int:
+    return int(live.served.client.store.xlen(keys.stream("team-a")))
+
+
+def test_another_agents_private_note_is_not_found_to_it(live: Live) -> None:
+    b = live.base
+    st, got = call(b, "POST", f"{NS}/remember", {"text": "alice's key hint", "scope": "private",
+                                                 "note_id": "alice-key"}, token=ALICE)
+    assert (st, got["note_id"]) == (200, "alice-key")
+    n = _log_len(live)
+    for path, body in ((f"{NS}/used", {"note_ids": ["alice-key"]}),
+                       (f"{NS}/forget", {"note_id": "alice-key"})):
+        hidden = call(b, "POST", path, body, token=BOB)
+        absent = call(b, "POST", path, {k: (["nope"] if isinstance(v, list) else "nope")
+                                        for k, v in body.items()}, token=BOB)
+        assert hidden[0] == absent[0] == 404
+        assert hidden[1]["error"]["code"] == absent[1]["error"]["code"] == "unknown_note"
+        # the error reveals nothing but what the caller sent: the same words as for no note
+        assert hidden[1]["error"]["message"].replace("alice-key", "nope") == \
+            absent[1]["error"]["message"]
+    assert _log_len(live) == n  # nothing appended
+    # a raw event naming the note is refused the same way
+    st, body = call(b, "POST", f"{NS}/events", [{"type": "note.used", "note_id": "alice-key"}],
+                    token=BOB)
+    assert (st, body["error"]["code"]) == (404, "unknown_note")
+    # its owner uses it; an admin may forget it
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["alice-key"]}, token=ALICE)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "alice-key"}, token=OPS)[0] == 200
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["alice-key"]},
+                token=ALICE)[1]["error"]["code"] == "unknown_note"  # forgotten now
+
+
+def test_a_shared_note_is_forgotten_by_its_author_or_an_admin(live: Live) -> None:
+    b = live.base
+    for nid, token in (("by-alice", ALICE), ("by-alice-2", ALICE)):
+        assert call(b, "POST", f"{NS}/remember", {"text": f"shared {nid}", "note_id": nid},
+                    token=token)[0] == 200
+    st, body = call(b, "POST", f"{NS}/forget", {"note_id": "by-alice"}, token=BOB)
+    assert (st, body["error"]["code"]) == (403, "not_allowed")
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["by-alice"]}, token=BOB)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "by-alice"}, token=ALICE)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "by-alice-2"}, token=OPS)[0] == 200
+    # the server sets as_admin from the token: a body may not claim it
+    st, body = call(b, "POST", f"{NS}/events", [{"type": "note.forgotten", "note_id": "x",
+                                                 "as_admin": True}], token=BOB)
+    assert st == 422 and "as_admin" in body["error"]["message"]
+
+
+def test_writes_that_never_apply_are_refused_whole(live: Live) -> None:
+    b = live.base
+    assert call(b, "POST", f"{NS}/remember", {"text": "one", "note_id": "n1"},
+                token=ALICE)[0] == 200
+    n = _log_len(live)
+    st, body = call(b, "POST", f"{NS}/remember", {"text": "twin", "note_id": "n1"}, token=BOB)
+    assert (st, body["error"]["code"]) == (409, "note_exists")
+    # a body of events is all or nothing: the good first event is not appended either
+    st, body = call(b, "POST", f"{NS}/events", [
+        {"type": "note.created", "note_id": "n2", "text": "good"},
+        {"type": "note.used", "note_id": "ghost"}], token=ALICE)
+    assert (st, body["error"]["code"]) == (404, "unknown_note")
+    assert "events[1]" in body["error"]["message"]
+    assert _log_len(live) == n
+    # within one body, later events see earlier ones
+    st, body = call(b, "POST", f"{NS}/events", [
+        {"type": "note.created", "note_id": "n2", "text": "good"},
+        {"type": "note.used", "note_id": "n2"}], token=ALICE)
+    assert st == 200 and body["appended"] == 2 and len(body["event_ids"]) == 2
+
+
+def test_server_fills_ids_and_times_and_a_retry_applies_once(live: Live) -> None:
+    b = live.base
+    st, one = call(b, "POST", f"{NS}/events", [{"type": "note.created", "note_id": "r1",
+                                               "text": "retried"}], token=ALICE)
+    assert st == 200 and one["event_ids"][0].startswith("ev-")
+    ev = {"type": "note.used", "note_id": "r1", "event_id": "use-once"}
+    first = call(b, "POST", f"{NS}/events", [ev], token=BOB)
+    again = call(b, "POST", f"{NS}/events", [ev], token=BOB)
+    assert first == (200, {"appended": 1, "event_ids": ["use-once"], "already": 0})
+    assert again == (200, {"appended": 1, "event_ids": ["use-once"], "already": 1})
+    live.served.client.wait_projected("team-a", 30)
+    notes = read_notes(live.served.client.store, "team-a")
+    assert notes["r1"].uses == 1 and notes["r1"].created_at.tzinfo is not None
+
+
+@pytest.mark.parametrize("over", ["http", "store"])
+def test_the_sdk_raises_typed_errors(over: str, tmp_path: Path) -> None:
+    srv: Live | None = None
+    if over == "http":
+        srv = start_live(f"memory://{tmp_path / 'store'}")
+        alice = Memory(srv.base, ns="team-a", token=ALICE)
+        bob = Memory(srv.base, ns="team-a", token=BOB)
+    else:
+        url = f"memory://{tmp_path / 'store'}"
+        alice = Memory(url, ns="team-a", agent="alice")
+        bob = Memory.over_client(alice._t.client, ns="team-a", agent="bob")  # type: ignore[attr-defined]
+    try:
+        nid = alice.remember("private plan", scope="private")
+        shared = alice.remember("shared plan")
+        with pytest.raises(NoteExists):
+            bob.remember("twin", note_id=shared)
+        with pytest.raises(UnknownNote):
+            bob.used(nid)
+        with pytest.raises(UnknownNote):
+            bob.forget(nid)
+        with pytest.raises(UnknownNote):
+            bob.used("never-was")
+        with pytest.raises(NotAllowed):
+            bob.forget(shared)
+        assert bob.used(shared) == 1
+        alice.forget(shared)
+        with pytest.raises(UnknownNote):
+            alice.used(shared)
+    finally:
+        alice.close()
+        bob.close()
+        if srv is not None:
+            srv.stop()
+
+
+def test_the_projector_dead_letters_a_refused_event_that_reaches_the_log(store: Any) -> None:
+    """Raw appends (the trusted operator's ``ingest``) skip the check; the fold refuses them
+    with a reason and applies nothing."""
+    c = Client(store)
+    c.append([created("p1", agent="alice", scope="private"), created("s1", agent="alice"),
+              used("p1", "u1", agent="bob"), forgotten("s1", "f1") | {"agent": "bob"},
+              forgotten("p1", "f2") | {"agent": "bob"}, used("s1", "u2", agent="bob"),
+              forgotten("s1", "f3") | {"agent": "ops", "as_admin": True}])
+    rt = runtime.build(c.settings, store, c.rq)
+    runtime.install(rt)
+    assert run_worker(rt, burst=True) == 0
+    notes = read_notes(store, "t")
+    assert notes["p1"].uses == 0 and not notes["p1"].forgotten
+    assert notes["s1"].uses == 1 and notes["s1"].forgotten
+    reasons = [d.reason for d in read_dead(store, "t")]
+    assert reasons == ["note.used: not_visible: a private note of another agent",
+                       "note.forgotten: not_allowed: only its author or an admin may forget "
+                       "a note",
+                       "note.forgotten: not_visible: a private note of another agent"]
+
+
+@pytest.mark.parametrize("writers", [8])
+def test_concurrent_checked_writers_create_a_note_once(store: Any, writers: int) -> None:
+    """Many writers race to create the same note id (and to use it): exactly one create
+    wins, the others get ``NoteExists``; every use is of a note that exists; the log holds
+    nothing the projector will refuse."""
+    c = Client(store)
+    wins: list[int] = []
+    lost: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(i: int) -> None:
+        try:
+            start.wait()
+            try:
+                c.append_checked([created("same", agent=f"w{i}", eid=f"c{i}")])
+                wins.append(i)
+            except NoteExists:
+                lost.append(i)
+            c.append_checked([used("same", f"u{i}", agent=f"w{i}")])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len(wins) == 1 and len(lost) == writers - 1
+    rt = runtime.build(c.settings, store, c.rq)
+    runtime.install(rt)
+    run_worker(rt, burst=True)
+    notes = read_notes(store, "t")
+    assert notes["same"].agent == f"w{wins[0]}" and notes["same"].uses == writers
+    assert read_dead(store, "t") == []
+    assert int(store.xlen(keys.stream("t"))) == 1 + writers
+
+
+def test_a_checked_write_sees_the_tail_the_projector_has_not_folded(
+        redis_server: RedisProc) -> None:
+    """Half the log projected, half not: the check folds the read model and the tail."""
+    r = connect(redis_server.url)
+    r.flushall()
+    c = Client(r)
+    c.append([created("a1", agent="alice")])
+    rt = runtime.build(c.settings, r, c.rq)
+    runtime.install(rt)
+    run_worker(rt, burst=True)
+    c.append([forgotten("a1", "f1") | {"agent": "alice"}, created("a2", agent="alice")])
+    with pytest.raises(UnknownNote):  # forgotten in the unprojected tail
+        c.append_checked([used("a1", "u1")])
+    with pytest.raises(NoteExists):  # created in the unprojected tail
+        c.append_checked([created("a2", eid="again")])
+    assert c.append_checked([used("a2", "u2")]).appended == 1

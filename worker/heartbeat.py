@@ -1,0 +1,169 @@
+"""Worker liveness: every worker process keeps one short-lived key alive, and readiness
+(``/readyz``), ``hivemind status`` and ``/metrics`` all count those keys, one way for all.
+
+Why not RQ's registry: an RQ worker key outlives the worker's last heartbeat by
+``worker_ttl + 60`` s (80 s here), so ``/readyz`` stayed 200 for about a minute after the last
+worker was SIGKILLed; and the in-process worker of ``serve`` runs RQ in bursts, so between
+bursts RQ lists no worker at all (``/metrics`` said 0 while ``/readyz``, which asked the
+thread, said 1).
+
+The record: ``keys.worker_beat(name)`` holds a JSON ``WorkerBeat``, SET with a TTL of
+``keys.WORKER_BEAT_TTL_SECONDS`` (10 s) and renewed every ``BEAT_EVERY_S`` (2 s) from a daemon
+thread; the names are in the set ``keys.WORKERS``. Expiry runs on Redis's clock, so workers
+on hosts whose clocks differ are judged alike. Bound: a worker that dies without a word
+(SIGKILL, a frozen host) counts as dead at most ``WORKER_BEAT_TTL_SECONDS`` after its last
+beat; a clean stop deletes its record at once. Names whose key has expired are pruned by the
+next worker that starts, so readers write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
+import redis
+import structlog
+
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.types import QueueConn
+
+log = structlog.get_logger("hivemind.heartbeat")
+
+BEAT_EVERY_S = 2.0
+"""How often a worker renews its heartbeat (five renewals fit in one TTL)."""
+
+
+class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a worker process says about itself at each beat."""
+
+    name: str
+    kind: str
+    """``worker`` (the ``hivemind worker`` process) or ``in-process`` (inside ``serve``,
+    ``mcp`` or the SDK on the embedded store)."""
+    hostname: str
+    pid: int
+    queues: list[str]
+    started_at: datetime
+    beat_at: datetime
+    """The worker's clock at this beat (shown, never compared: expiry decides liveness)."""
+    state: str = ""
+    """What the worker is doing, when it knows better than RQ's registry (in-process)."""
+    successful_jobs: int = 0
+    failed_jobs: int = 0
+
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder(WorkerBeat)
+
+
+def read_beats(rq: QueueConn) -> list[WorkerBeat]:
+    """The heartbeats alive now (one SMEMBERS and one MGET), by name."""
+    names = sorted(n.decode() if isinstance(n, bytes) else str(n)
+                   for n in rq.smembers(keys.WORKERS))
+    if not names:
+        return []
+    out: list[WorkerBeat] = []
+    for raw in rq.mget([keys.worker_beat(n) for n in names]):
+        if raw is None:
+            continue  # expired: that worker is dead
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            out.append(_dec.decode(raw))
+    return out
+
+
+def live_count(rq: QueueConn) -> int:
+    """How many worker processes are alive (what readiness and ``hivemind_workers`` say)."""
+    return len(read_beats(rq))
+
+
+@dataclass(frozen=True, slots=True)
+class Doing:
+    """What the owner of a heartbeat reports at each beat (when RQ's registry cannot)."""
+
+    state: str = ""
+    successful_jobs: int = 0
+    failed_jobs: int = 0
+
+
+class Heartbeat:
+    """Keeps ``name``'s heartbeat alive from a daemon thread while ``healthy()`` holds."""
+
+    def __init__(self, rq: QueueConn, name: str, kind: str, queues: list[str], *,
+                 healthy: Callable[[], bool] = lambda: True,
+                 describe: Callable[[], Doing] = Doing,
+                 every_s: float = BEAT_EVERY_S,
+                 ttl_s: int = keys.WORKER_BEAT_TTL_SECONDS) -> None:
+        self.rq, self.name, self.kind, self.queues = rq, name, kind, queues
+        self.healthy, self.describe = healthy, describe
+        self.every_s, self.ttl_s = every_s, ttl_s
+        self.started_at = datetime.now(UTC)
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"heartbeat-{name}")
+
+    def start(self) -> Heartbeat:
+        """Beat once now (a worker counts from its first moment), prune the dead, go on."""
+        self.beat()
+        with contextlib.suppress(redis.RedisError):
+            self._prune()
+        self._thread.start()
+        return self
+
+    def beat(self) -> None:
+        """Write the record with a fresh TTL (and the name into the set)."""
+        doing = self.describe()
+        rec = WorkerBeat(name=self.name, kind=self.kind, hostname=socket.gethostname(),
+                         pid=os.getpid(), queues=self.queues, started_at=self.started_at,
+                         beat_at=datetime.now(UTC), state=doing.state,
+                         successful_jobs=doing.successful_jobs, failed_jobs=doing.failed_jobs)
+        p = self.rq.pipeline(transaction=False)
+        p.set(keys.worker_beat(self.name), _enc.encode(rec), ex=self.ttl_s)
+        p.sadd(keys.WORKERS, self.name)
+        p.execute()
+
+    def stop(self) -> None:
+        """Stop beating and delete the record (the worker is gone at once, not in 10 s)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.every_s + 5)
+        with contextlib.suppress(redis.RedisError):
+            p = self.rq.pipeline(transaction=False)
+            p.delete(keys.worker_beat(self.name))
+            p.srem(keys.WORKERS, self.name)
+            p.execute()
+
+    def _prune(self) -> None:
+        names = [n.decode() if isinstance(n, bytes) else str(n)
+                 for n in self.rq.smembers(keys.WORKERS)]
+        if not names:
+            return
+        gone = [n for n, raw in zip(names, self.rq.mget([keys.worker_beat(n) for n in names]),
+                                    strict=True) if raw is None]
+        if gone:
+            self.rq.srem(keys.WORKERS, *gone)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            if not self.healthy():
+                log.warning("heartbeat_stopped", name=self.name, reason="worker not running")
+                return  # the record expires within the TTL: the worker counts as dead
+            try:
+                self.beat()
+            except redis.RedisError as exc:  # retried at the next tick, well inside the TTL
+                if not self._failing:  # one line per outage, not one every tick
+                    log.warning("heartbeat_failed", name=self.name, error=type(exc).__name__)
+                self._failing = True
+                continue
+            if self._failing:
+                log.info("heartbeat_restored", name=self.name)
+                self._failing = False
+
+
+__all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "WorkerBeat", "live_count", "read_beats"]

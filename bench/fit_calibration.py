@@ -27,7 +27,7 @@ import numpy as np
 from bench.locomo import DEFAULT_DATA, Conversation, load_task, recall
 from bench.quality import BUDGETS
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
-from hivemind_memory.projections.ranking.calibrated import FEATURES
+from hivemind_memory.projections.ranking.calibrated import FEATURES, prior
 from hivemind_memory.projections.ranking.config import (
     COEFFICIENTS,
     DEFAULT,
@@ -51,11 +51,13 @@ class Rows:
 
     x: np.ndarray
     y: np.ndarray
+    offset: np.ndarray
+    """Each row's fixed logit term (``calibrated.prior``)."""
 
 
 def rows(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
          embedder: Embedder) -> Rows:
-    xs, ys = [], []
+    xs, ys, offs = [], [], []
     cos = idx.query_cosines(embedder.embed([q.text for q in c.questions]))
     assert cos is not None
     for qi, q in enumerate(c.questions):
@@ -64,7 +66,8 @@ def rows(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
         evidence = set(q.evidence)
         xs.append(np.column_stack(columns))
         ys.append(np.array([ids[s] in evidence for s in seq.tolist()], np.float64))
-    return Rows(np.concatenate(xs), np.concatenate(ys))
+        offs.append(np.full(len(seq), prior(len(seq), cfg.calibration)))
+    return Rows(np.concatenate(xs), np.concatenate(ys), np.concatenate(offs))
 
 
 def evaluate(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
@@ -83,7 +86,8 @@ def evaluate(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
 def fitted(data: Sequence[Rows], l2: float, base: Calibration) -> Calibration:
     x = np.concatenate([d.x for d in data])
     y = np.concatenate([d.y for d in data])
-    return calibration_of(fit_logistic(x, y, l2).tolist(), base)
+    off = np.concatenate([d.offset for d in data])
+    return calibration_of(fit_logistic(x, y, l2, offset=off).tolist(), base)
 
 
 def rounded(cal: Calibration, digits: int = 4) -> Calibration:

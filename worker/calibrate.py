@@ -38,7 +38,7 @@ from hivemind_memory.api_stub.protocol.messages import QueryRequest, utcnow
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.events.schema import NoteUsed
 from hivemind_memory.events.times import to_utc
-from hivemind_memory.projections.ranking.calibrated import FEATURES
+from hivemind_memory.projections.ranking.calibrated import FEATURES, prior
 from hivemind_memory.projections.ranking.config import COEFFICIENTS, RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.fitting import L2, calibration_of, fit_logistic
@@ -176,8 +176,9 @@ def from_uses(r: Store, ns: str, auditor: Auditor, window: timedelta,
 
 
 def rows(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
-         embedder: Embedder | None) -> tuple[FloatArray, FloatArray]:
-    """The example's training rows: features of its labelled notes, and their labels."""
+         embedder: Embedder | None) -> tuple[FloatArray, FloatArray, float]:
+    """The example's training rows: features of its labelled notes, their labels, and the
+    fixed logit term of the query (``calibrated.prior``)."""
     cos = None
     if embedder is not None and idx.derived is not None:
         got = idx.query_cosines(embedder.embed([ex.req.text]))
@@ -189,7 +190,7 @@ def rows(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
     keep = np.array([ex.labelled is None or n in ex.labelled for n in names], np.bool_)
     x = np.column_stack(columns)[keep] if len(names) else np.zeros((0, len(columns)))
     y = np.array([n in ex.relevant for n, k in zip(names, keep, strict=True) if k], np.float64)
-    return x, y
+    return x, y, prior(len(seq), cfg.calibration)
 
 
 def recall_of(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
@@ -232,12 +233,14 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
     states = States(r, ns, base, embedder, auditor)
     xs: list[FloatArray] = []
     ys: list[FloatArray] = []
+    offs: list[FloatArray] = []
     before: list[float] = []
     for ex, idx in _walk(examples, states):
         if ex.key in fit_keys:
-            x, y = rows(ex, idx, base, embedder)
+            x, y, off = rows(ex, idx, base, embedder)
             xs.append(x)
             ys.append(y)
+            offs.append(np.full(len(y), off))
         elif ex.relevant:
             before.append(recall_of(ex, idx, base, embedder, budget))
     x = np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)))
@@ -246,7 +249,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
     after: list[float] = []
     if len(y) and 0 < y.sum() < len(y):
         fitted = msgspec.structs.replace(base, calibration=calibration_of(
-            fit_logistic(x, y, l2).tolist(), base.calibration))
+            fit_logistic(x, y, l2, offset=np.concatenate(offs)).tolist(), base.calibration))
         if auditor is not None:  # the live fold only moves forward: a second pass
             auditor.states = type(auditor.states)(r, ns, embedder=embedder)
         for ex, idx in _walk([e for e in examples if e.key in out_keys and e.relevant],

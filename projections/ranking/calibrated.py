@@ -17,7 +17,11 @@ LoCoMo's development half with conversations held out, ``bench/fit_calibration.p
 * ``context_bm25`` / ``context_cosine``: the largest ``bm25`` / ``cosine`` among the
   ``context_notes`` visible notes written just before and just after the note (creation
   order), within ``context_minutes`` of it: a reply sits next to the question it answers;
-* ``author_named``: 1 when the query names the note's author (its agent id, as words).
+* ``author_named``: 1 when the query names the note's author (its agent id, as words);
+
+and a fixed term, ``ln(reference_notes / n)`` for ``n`` notes visible to the asker: a query
+needs about as many notes whatever the namespace's size, so in a namespace of 5 notes the one
+that matches is far likelier to be needed than in LoCoMo's 550 (fitted as an offset).
 
 Every visible live note gets a probability; the candidates are the notes with evidence of
 their own (a word shared with the query, or ``cosine >= min_cosine``: an unrelated note is no
@@ -33,6 +37,7 @@ last bit across CPUs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,7 +97,7 @@ class Layout:
     the query (cached by the index while its notes do not change)."""
 
     base: FloatArray
-    """``intercept + log_tokens * lt + log_tokens_sq * lt**2`` per note."""
+    """``intercept + prior + log_tokens * lt + log_tokens_sq * lt**2`` per note."""
     wb: FloatArray
     """``bm25 + bm25_x_log_tokens * lt``: the weight of a note's ``bm25``."""
     wc: FloatArray
@@ -109,6 +114,14 @@ def log_tokens(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
     return lt
 
 
+def prior(n: int, cal: Calibration) -> float:
+    """The logit's fixed term for ``n`` visible notes: ``ln(reference_notes / n)`` (0 when
+    ``reference_notes`` is 0)."""
+    if cal.reference_notes <= 0 or n <= 0:
+        return 0.0
+    return math.log(cal.reference_notes / n)
+
+
 def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
     """The ``Layout`` of the notes ``seq`` (visible live slots in creation order)."""
     lt = log_tokens(cols, seq, cal)
@@ -116,7 +129,8 @@ def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
     window = cal.context_minutes * US_PER_MINUTE
     near = tuple((t_us[k:] - t_us[:-k]) <= window
                  for k in range(1, min(cal.context_notes, len(seq) - 1) + 1))
-    return Layout(base=(cal.intercept + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
+    start = cal.intercept + prior(len(seq), cal)
+    return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
                   wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
                   wc=cal.cosine + cal.cosine_x_log_tokens * lt,
                   owner=cols.owner[seq].astype(np.int32), near=near)

@@ -50,7 +50,8 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     the first two with ``log_tokens``, ``context_bm25`` / ``context_cosine`` (the largest
     ``bm25`` / ``cosine`` among the ``context_notes`` notes written just before and just after
     it, within ``context_minutes``) and ``author_named`` (1 when the query names the note's
-    author). Defaults fitted on LoCoMo's development half (``bench/fit_calibration.py``)."""
+    author); plus the fixed prior term ``ln(reference_notes / n)``. Defaults fitted on
+    LoCoMo's development half (``bench/fit_calibration.py``)."""
 
     intercept: float = 0.0
     bm25: float = 0.0
@@ -66,6 +67,11 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Neighbours on each side whose matches count as the note's context."""
     context_minutes: float = 60.0
     """A neighbour counts only if written within this many minutes of the note."""
+    reference_notes: float = 550.0
+    """The namespace size the intercept is for: with ``n`` notes visible to the asker the
+    logit gains ``ln(reference_notes / n)`` (a query needs about as many notes in a small
+    namespace as in a large one, so each is likelier to be one of them); 0 turns it off. The
+    defaults' LoCoMo conversations have 369 to 680 turns."""
     max_tokens: int = 128
     """The length features see at most this many tokens: a fit knows nothing about longer
     notes (the defaults' LoCoMo turns are 2 to 111 tokens), so a longer note counts as this
@@ -85,11 +91,17 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if not 0 <= self.context_notes <= 16:
             raise ValueError(f"calibration.context_notes must be within [0, 16], got "
                              f"{self.context_notes}")
+        if not (math.isfinite(self.reference_notes) and self.reference_notes >= 0):
+            raise ValueError(f"calibration.reference_notes must be a finite number >= 0, got "
+                             f"{self.reference_notes}")
         if self.max_tokens < 1:
             raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
         if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
             raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
                              f"{self.min_cosine}")
+        if not (math.isfinite(self.reference_notes) and self.reference_notes >= 0):
+            raise ValueError(f"calibration.reference_notes must be a finite number >= 0, got "
+                             f"{self.reference_notes}")
         if self.max_tokens < 1:
             raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
         if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
@@ -105,9 +117,9 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens",
                 "log_tokens", "log_tokens_sq", "context_bm25", "context_cosine", "author_named")
 """The model's coefficients, in the order features are added."""
-FITTED = Calibration(intercept=-12.89, bm25=0.2605, bm25_x_log_tokens=1.065, cosine=0.3881,
-                     cosine_x_log_tokens=0.7562, log_tokens=0.6271, log_tokens_sq=0.01689,
-                     context_bm25=1.96, context_cosine=0.8407, author_named=2.011)
+FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosine=0.359,
+                     cosine_x_log_tokens=0.7282, log_tokens=0.6695, log_tokens_sq=0.006989,
+                     context_bm25=1.985, context_cosine=0.5946, author_named=2.034)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
 

@@ -24,10 +24,13 @@ MAX_ITERATIONS = 100
 
 
 def fit_logistic(x: FloatArray, y: FloatArray, l2: float = L2,
-                 weights: FloatArray | None = None) -> FloatArray:
+                 weights: FloatArray | None = None,
+                 offset: FloatArray | None = None) -> FloatArray:
     """Coefficients (one per column of ``x``, then the intercept) minimising the weighted
-    mean log-loss plus ``l2 / 2`` times the squared coefficients. ``y`` in {0, 1}."""
+    mean log-loss plus ``l2 / 2`` times the squared coefficients. ``y`` in {0, 1};
+    ``offset``: a fixed term of each row's logit (``calibrated.prior``)."""
     n, k = x.shape
+    off = np.zeros(n) if offset is None else np.asarray(offset, np.float64)
     xb = np.hstack([x, np.ones((n, 1))])
     w = np.ones(n) if weights is None else np.asarray(weights, np.float64)
     w = w / w.sum()
@@ -36,14 +39,14 @@ def fit_logistic(x: FloatArray, y: FloatArray, l2: float = L2,
     beta = np.zeros(k + 1)
     # start at the base rate, so the first steps are sane with rare positives
     rate = float(np.clip((w * y).sum(), 1e-9, 1 - 1e-9))
-    beta[-1] = math.log(rate / (1 - rate))
+    beta[-1] = math.log(rate / (1 - rate)) - float((w * off).sum())
     def loss(b: FloatArray) -> float:
-        z = xb @ b  # log(1 + e^z) - y z, computed without overflow
+        z = xb @ b + off  # log(1 + e^z) - y z, computed without overflow
         return float((w * (np.logaddexp(0.0, z) - y * z)).sum() + 0.5 * (ridge * b * b).sum())
 
     current = loss(beta)
     for _ in range(MAX_ITERATIONS):
-        p = 1.0 / (1.0 + np.exp(-(xb @ beta)))
+        p = 1.0 / (1.0 + np.exp(-(xb @ beta + off)))
         grad = xb.T @ (w * (p - y)) + ridge * beta
         hess = (xb * (w * p * (1 - p))[:, None]).T @ xb + np.diag(ridge)
         hess += np.eye(k + 1) * 1e-12

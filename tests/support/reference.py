@@ -376,7 +376,9 @@ def calibrated(notes: Iterable[NoteState], query: str, lexical: Mapping[str, flo
         lt = math.log(min(n.tokens, cal.max_tokens))
         f = [b[i], b[i] * lt, c[i], c[i] * lt, lt, lt * lt, ctx(b, i), ctx(c, i),
              1.0 if named(n.agent) else 0.0]
-        logit = cal.intercept + sum(getattr(cal, k) * v for k, v in zip(
+        start = cal.intercept + (math.log(cal.reference_notes / len(seen))
+                                 if cal.reference_notes > 0 else 0.0)
+        logit = start + sum(getattr(cal, k) * v for k, v in zip(
             ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
              "log_tokens_sq", "context_bm25", "context_cosine", "author_named"), f, strict=True))
         out[n.note_id] = (f, 1.0 / (1.0 + math.exp(-logit)))

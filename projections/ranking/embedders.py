@@ -63,6 +63,9 @@ POOLING = "mean-of-content-word-tokens-v1"
 """Part of the bundled embedder's digest: how token vectors become a text's vector."""
 _PAIRS = 1 << 13
 """(text, word) cells pooled at once (bounds the temporary to ~16 MiB)."""
+MAX_WORDS = 1 << 15
+"""Word vectors the bundled embedder keeps (16 MiB at 128 components); past that it starts
+over (a word's vector is the same bits each time it is worked out)."""
 
 
 @runtime_checkable
@@ -101,9 +104,11 @@ class WordLlamaEmbedder:
 
     Exact arithmetic, so a vector never depends on the batch it was computed in, the order of
     the words or the BLAS: the weights are float16, i.e. multiples of 2**-24 below 2**4 in
-    magnitude, and a text has at most 2**16 tokens, so every sum of token vectors (and of
-    integer multiples of them) is a multiple of 2**-24 below 2**20 and exact in float64. The
-    only rounding is the final division by the token count."""
+    magnitude. A word's vector (the sum of its few tokens' vectors, computed in float64) is
+    kept rounded to float32, still a multiple of 2**-24 (below 2**8); a text has at most 2**16
+    tokens, so every sum of word vectors times their counts is a multiple of 2**-24 below 2**20
+    and exact in float64. The only roundings are the word vector's (the same whenever it is
+    worked out) and the final division by the token count."""
 
     def __init__(self, dim: int = WORDLLAMA_DIMS["wordllama"],
                  folder: Path | None = None) -> None:
@@ -118,15 +123,14 @@ class WordLlamaEmbedder:
         self._tok = Tokenizer.from_file(str(self._files[0]))
         self._tok.no_padding()
         self._tok.no_truncation()
-        with safe_open(str(self._files[1]), framework="np") as f:
-            table = f.get_tensor("embedding.weight")
-        self._table: npt.NDArray[np.float16] = np.ascontiguousarray(table[:, :dim], np.float16)
+        with safe_open(str(self._files[1]), framework="np") as f:  # only the kept columns
+            table = f.get_slice("embedding.weight")[:, :dim]
+        self._table: npt.NDArray[np.float16] = np.ascontiguousarray(table, np.float16)
         self._word: dict[str, int] = {}
         """Word -> row of ``_sums`` (row 0: the empty word, zeros; stop words map to it)."""
-        for w in ENGLISH_STOP_WORDS:
-            self._word[w] = 0
-        self._sums = np.zeros((1, dim), np.float64)
-        self._counts = np.zeros(1, np.float64)
+        self._sums: npt.NDArray[np.float32] = np.zeros((1, dim), np.float32)
+        self._counts: npt.NDArray[np.float64] = np.zeros(1, np.float64)
+        self._forget_words()
         self._digest: str | None = None
 
     @property
@@ -146,10 +150,21 @@ class WordLlamaEmbedder:
             self._digest = f"{self.name}:{h.hexdigest()[:16]}"
         return self._digest
 
+    def _forget_words(self) -> None:
+        self._word = dict.fromkeys(ENGLISH_STOP_WORDS, 0)
+        self._sums = np.zeros((1, self._dim), np.float32)
+        self._counts = np.zeros(1, np.float64)
+
     def rows(self, words: Sequence[str]) -> npt.NDArray[np.int64]:
-        """The ``_sums`` row of each word (learning the new ones with one tokenizer call)."""
+        """The ``_sums`` row of each word (learning the new ones with one tokenizer call; the
+        cache starts over when it would pass ``MAX_WORDS``: at most ``MAX_WORDS`` distinct
+        words per call)."""
         known = self._word
         new = [w for w in dict.fromkeys(words) if w not in known]
+        if new and len(self._sums) + len(new) > MAX_WORDS:
+            self._forget_words()
+            known = self._word
+            new = [w for w in dict.fromkeys(words) if w not in known]
         if new:
             enc = self._tok.encode_batch(new, add_special_tokens=False)
             lengths = np.array([len(e.ids) for e in enc], np.int64)
@@ -163,7 +178,7 @@ class WordLlamaEmbedder:
             base = len(self._sums)
             for i, w in enumerate(new):
                 known[w] = base + i
-            self._sums = np.concatenate((self._sums, sums))
+            self._sums = np.concatenate((self._sums, sums.astype(np.float32)))
             self._counts = np.concatenate((self._counts, lengths.astype(np.float64)))
         return np.fromiter((known[w] for w in words), np.int64, len(words))
 
@@ -174,19 +189,23 @@ class WordLlamaEmbedder:
         ``words[word_at[j]]`` ``counts[j]`` times for ``j`` in its run (``per_text[i]``
         entries, texts one after the other); the same vector ``embed`` gives its text, from
         the words ``relevance.tokenize`` makes of it (stop words may be among them)."""
-        row = self.rows(words)[word_at]
         cnt = np.asarray(counts, np.float64)
+        at = np.asarray(word_at, np.int64)
         n = len(per_text)
         out = np.zeros((n, self._dim), np.float64)
         if not n:
             return out
+        used = np.unique(at)
+        few = len(used) <= MAX_WORDS // 2  # every word at once; else block by block
+        row = np.zeros(max(len(words), 1), np.int64)
+        if few and len(used):
+            row[used] = self.rows([words[i] for i in used.tolist()])
         starts = np.cumsum(per_text) - per_text
         # texts by bag size, padded into (texts, width) blocks of <= _PAIRS cells, so the
         # sum over a text's words is one batched matrix product (exact in any order)
         by_size = np.argsort(per_text, kind="stable")
         a = 0
         while a < n:
-            width = max(1, int(per_text[by_size[a]]))
             z = a + 1
             while z < n and (z + 1 - a) * max(1, int(per_text[by_size[z]])) <= _PAIRS:
                 z += 1
@@ -195,9 +214,13 @@ class WordLlamaEmbedder:
             cells = starts[texts][:, None] + np.arange(width)[None, :]
             inside = np.arange(width)[None, :] < per_text[texts][:, None]
             cells = np.where(inside, cells, 0)
-            r = np.where(inside, row[cells] if len(row) else 0, 0)
+            w = np.where(inside, at[cells] if len(at) else 0, 0)
+            if not few:  # this block's words (at most _PAIRS of them)
+                mine = np.unique(w[inside])
+                row[mine] = self.rows([words[i] for i in mine.tolist()])
+            r = np.where(inside, row[w], 0)
             c = np.where(inside, cnt[cells] if len(cnt) else 0.0, 0.0)
-            total = np.matmul(c[:, None, :], self._sums[r])[:, 0, :]
+            total = np.matmul(c[:, None, :], self._sums[r].astype(np.float64))[:, 0, :]
             tokens = (c * self._counts[r]).sum(axis=1)
             out[texts] = total / np.maximum(tokens, 1.0)[:, None]
             a = z

@@ -129,3 +129,17 @@ def test_offline_and_the_wordllama_module_is_never_imported() -> None:
             "assert 'wordllama' not in sys.modules\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_the_word_cache_is_bounded_and_starting_over_changes_no_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from hivemind_memory.projections.ranking import embedders
+
+    texts = [f"word{i} other{i % 7} shared text number {i}" for i in range(300)] + TEXTS
+    want = WordLlamaEmbedder(128).embed(texts)  # every word at once
+    monkeypatch.setattr(embedders, "MAX_WORDS", 64)
+    monkeypatch.setattr(embedders, "_PAIRS", 24)
+    small = WordLlamaEmbedder(128)
+    got = small.embed(texts)  # block by block, the cache starting over many times
+    assert (got == want).all()
+    assert len(small._sums) <= 64  # noqa: SLF001 (the bound is what is tested)

@@ -78,9 +78,11 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     long for its probability (its cost is its own)."""
     floor: float = 0.0
     """A note less likely to be needed than this is no candidate."""
-    min_cosine: float = 0.3
+    min_cosine: float = 0.45
     """A note that shares no word with the query is a candidate only if its cosine is at
-    least this (with the bundled embedder unrelated texts sit near 0, related ones 0.5-0.8)."""
+    least this. With the bundled embedder unrelated texts sit near 0, neighbours in a series
+    ("alpha" / "beta", "monday" / "tuesday") near 0.4, paraphrases at 0.45-0.8 ("car" /
+    "vehicle" 0.72, "puppy" / "dog" 0.57, "paris trip" / "vacation in france" 0.47)."""
 
     def __post_init__(self) -> None:
         for name in COEFFICIENTS:

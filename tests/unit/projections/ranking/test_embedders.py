@@ -142,4 +142,4 @@ def test_the_word_cache_is_bounded_and_starting_over_changes_no_bit(
     small = WordLlamaEmbedder(128)
     got = small.embed(texts)  # block by block, the cache starting over many times
     assert (got == want).all()
-    assert len(small._sums) <= 64  # noqa: SLF001 (the bound is what is tested)
+    assert len(small._sums) <= 64  # the bound is what is tested

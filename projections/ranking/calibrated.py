@@ -106,6 +106,8 @@ class Layout:
     near: tuple[BoolArray, ...]
     """``near[k - 1][i]``: the notes at positions ``i`` and ``i + k`` are within
     ``context_minutes`` of each other."""
+    pos: npt.NDArray[np.int32]
+    """The position of each slot of the table in the sequence (-1: not in it)."""
 
 
 def log_tokens(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
@@ -130,10 +132,12 @@ def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
     near = tuple((t_us[k:] - t_us[:-k]) <= window
                  for k in range(1, min(cal.context_notes, len(seq) - 1) + 1))
     start = cal.intercept + prior(len(seq), cal)
+    pos = np.full(len(cols), -1, np.int32)
+    pos[seq] = np.arange(len(seq), dtype=np.int32)
     return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
                   wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
                   wc=cal.cosine + cal.cosine_x_log_tokens * lt,
-                  owner=cols.owner[seq].astype(np.int32), near=near)
+                  owner=cols.owner[seq].astype(np.int32), near=near, pos=pos)
 
 
 def context(values: FloatArray, near: Sequence[BoolArray]) -> FloatArray:
@@ -143,6 +147,23 @@ def context(values: FloatArray, near: Sequence[BoolArray]) -> FloatArray:
     for k, m in enumerate(near, start=1):
         np.maximum(out[k:], np.where(m, values[:-k], 0.0), out=out[k:])  # i + k sees i
         np.maximum(out[:-k], np.where(m, values[k:], 0.0), out=out[:-k])  # i sees i + k
+    return out
+
+
+def sparse_context(at: IntArray, values: FloatArray, near: Sequence[BoolArray],
+                   n: int) -> FloatArray:
+    """``context`` of a sequence of ``n`` that is 0 but at positions ``at`` (``values``
+    there, > 0): the same values, from the few positions that are not 0."""
+    out = np.zeros(n)
+    for k, m in enumerate(near, start=1):
+        ahead = at + k  # i + k sees i
+        ok = ahead < n
+        ok[ok] = m[at[ok]]
+        np.maximum.at(out, ahead[ok], values[ok])
+        back = at - k  # i sees i + k
+        ok = back >= 0
+        ok[ok] = m[back[ok]]
+        np.maximum.at(out, back[ok], values[ok])
     return out
 
 
@@ -163,14 +184,21 @@ def signals(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     """The query-dependent features over the notes ``seq``: ``lex_slots``/``lex`` the BM25
     hits, ``cosine`` one value per slot of ``cols`` (None: no semantic part), ``named`` the
     owners the query names."""
-    rel = np.zeros(len(cols))
+    n = len(seq)
+    b = np.zeros(n)
+    at = lay.pos[lex_slots].astype(np.int64)  # BM25 hits are visible notes
     if len(lex):
-        rel[lex_slots] = lex / lex.max()
-    b = rel[seq]
-    c = np.zeros(len(seq)) if cosine is None else cosine[seq]
-    mask = np.zeros(len(cols.agents) + 1, np.float64)
-    mask[list(named)] = 1.0
-    return Signals(b, c, context(b, lay.near), context(c, lay.near), mask[lay.owner])
+        b[at] = lex / lex.max()
+    # few hits: their neighbours' context from the hits alone (the same maxima)
+    cb = sparse_context(at, b[at], lay.near, n) if len(at) * 8 < n else context(b, lay.near)
+    c = np.zeros(n) if cosine is None else cosine[seq]
+    if named:
+        mask = np.zeros(len(cols.agents) + 1, np.float64)
+        mask[list(named)] = 1.0
+        author = mask[lay.owner]
+    else:
+        author = np.zeros(n)
+    return Signals(b, c, cb, context(c, lay.near), author)
 
 
 def features(sig: Signals, lt: FloatArray) -> list[FloatArray]:
@@ -181,14 +209,22 @@ def features(sig: Signals, lt: FloatArray) -> list[FloatArray]:
 def probability(sig: Signals, lay: Layout, cal: Calibration) -> FloatArray:
     """``1 / (1 + exp(-logit))``: the ``Layout``'s part of the logit, then the query's, in a
     fixed order (the same notes and query: the same bits)."""
-    logit = lay.base + sig.b * lay.wb
-    logit += sig.c * lay.wc
-    logit += cal.context_bm25 * sig.cb
-    logit += cal.context_cosine * sig.cc
-    logit += cal.author_named * sig.author
+    logit = sig.b * lay.wb
+    logit += lay.base
+    tmp = np.multiply(sig.c, lay.wc)
+    logit += tmp
+    np.multiply(sig.cb, cal.context_bm25, out=tmp)
+    logit += tmp
+    np.multiply(sig.cc, cal.context_cosine, out=tmp)
+    logit += tmp
+    np.multiply(sig.author, cal.author_named, out=tmp)
+    logit += tmp
+    np.negative(logit, out=logit)
     with np.errstate(over="ignore"):
-        p: FloatArray = 1.0 / (1.0 + np.exp(-logit))
-    return p
+        np.exp(logit, out=logit)
+    logit += 1.0
+    np.reciprocal(logit, out=logit)
+    return logit
 
 
 def evidence(sig: Signals, cal: Calibration) -> BoolArray:

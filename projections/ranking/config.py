@@ -159,7 +159,7 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``wordllama`` (bundled, offline; ``wordllama-256`` / ``-128`` / ``-64`` name how many of
     its components are kept, 128 by default), ``none``, or ``package.module:factory``. Set by the
     worker's config only, never per query."""
-    max_candidates: int = 1000
+    max_candidates: int = 200
     """Calibrated relevance: the candidates are the notes of this many highest relevances
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED

@@ -273,3 +273,15 @@ def test_longterm_notes_do_not_decay_and_scratch_notes_fade() -> None:
     assert c["scratch"].recency < 0.1 < c["fresh"].recency
     assert c["kept"].relevance == c["short"].relevance  # same text, same neighbours' match
     assert c["kept"].score > c["fresh"].score > c["scratch"].score
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 2**32 - 1), st.integers(0, 4))
+def test_context_from_the_few_hits_equals_the_dense_context(n: int, seed: int, k: int) -> None:
+    from hivemind_memory.projections.ranking.calibrated import context, sparse_context
+
+    rng = np.random.default_rng(seed)
+    values = np.where(rng.random(n) < 0.2, rng.random(n), 0.0)
+    near = tuple(rng.random(n - j) < 0.7 for j in range(1, min(k, n - 1) + 1))
+    at = values.nonzero()[0]
+    assert (sparse_context(at, values[at], near, n) == context(values, near)).all()

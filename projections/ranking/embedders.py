@@ -11,7 +11,7 @@ core stays pure. ``load_embedder`` builds the one the config names:
   and the ``wordllama`` module itself is never imported (its import configures the root
   logger). Its vectors are cut to their first 128 components: the model is trained so that
   its leading components are an embedding of their own (Matryoshka), and on LoCoMo 128
-  components find as much as 256 (0.624 / 0.750 / 0.814 vs 0.631 / 0.747 / 0.816 at 200 / 500 /
+  components find as much as 256 (0.625 / 0.750 / 0.817 vs 0.631 / 0.748 / 0.818 at 200 / 500 /
   1000 tokens) at half the memory and half the matrix product per query (100k notes: 51 MiB,
   ~3 ms on one core). ``"wordllama-256"`` keeps all 256 (and ``"wordllama-64"`` 64).
   A text's vector is the mean of the token embeddings of its content words: the

@@ -76,6 +76,11 @@ def creation_order(cols: Columns) -> IntArray:
     return s
 
 
+_AGENT_WORDS: dict[str, str] = {}
+"""Agent id -> its words joined by spaces, padded (``" agent 7 "``), as ``named_owners``
+matches them."""
+
+
 def named_owners(cols: Columns, query: str) -> list[int]:
     """Owner ids of the agents the query names (an agent's words, in order, among the
     query's)."""
@@ -85,8 +90,12 @@ def named_owners(cols: Columns, query: str) -> list[int]:
     text = " " + " ".join(words) + " "
     out: list[int] = []
     for name, o in cols.agents.items():
-        w = tokenize(name)
-        if w and f" {' '.join(w)} " in text:
+        w = _AGENT_WORDS.get(name)
+        if w is None:
+            w = _AGENT_WORDS[name] = " " + " ".join(tokenize(name)) + " "
+            if len(_AGENT_WORDS) > 1 << 16:  # a bound, not a policy: rarely reached
+                _AGENT_WORDS.clear()
+        if len(w) > 2 and w in text:
             out.append(o)
     return out
 

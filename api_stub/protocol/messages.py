@@ -19,6 +19,7 @@ from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns,
 from hivemind_memory.events.times import to_utc
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.signals import NoteSignals
+from hivemind_memory.projections.ranking.why import Why
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
@@ -100,6 +101,9 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    why: Why | None = None
+    """The shown notes' signals, the strongest notes left out and the reason, how many were
+    left out per reason (``projections.ranking.why``; None in entries written before it)."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):

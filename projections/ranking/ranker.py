@@ -37,6 +37,7 @@ from hivemind_memory.projections.ranking.signals import (
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.why import Why, left_out
 from hivemind_memory.projections.state import Tier
 
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
@@ -118,13 +119,15 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
 
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True, memo: BatchMemo | None = None) -> RankResult:
+               explain: bool = True, memo: BatchMemo | None = None,
+               why_limit: int = 0) -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
-    the queries of a batch over unchanged indexes."""
+    the queries of a batch over unchanged indexes. ``why_limit`` > 0: the result's ``why``
+    records that many of the strongest notes left out (``projections.ranking.why``)."""
     cols = idx.cols
-    keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
-            & cols.visible(agent)[slots])
+    visible = cols.visible(agent)[slots]
+    keep = (relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance) & visible
     s = slots[keep]
     rel = relevance[keep]
     now_us = micros(now)
@@ -142,6 +145,16 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
     packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
                             cfg.exact_max_cells)
+    why: Why | None = None
+    if why_limit > 0:
+        below = (relevance > PRINTS_AS_ZERO) & (relevance < cfg.min_relevance) & visible
+
+        def signals_of(b: IntArray) -> tuple[FloatArray, IntArray]:
+            rec_b = _recency(*_tier_age(cols, b, now_us, cfg), cfg)
+            return rec_b, cols.tokens[b] + cfg.per_note_overhead_tokens
+
+        why = left_out(ids, s, rel, rec, score, costs, packed.at, budget, slots[below],
+                       relevance[below], signals_of, why_limit)
     if explain:
         at = np.arange(len(s))
         flags = np.zeros(len(s), np.bool_)
@@ -173,4 +186,5 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         upper_bound=round(packed.upper_bound, DECIMALS),
         notes=order(picked, cfg.order),
         candidates=candidates,
+        why=why,
     )

@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import anyio.to_thread
 import msgspec
@@ -42,13 +42,13 @@ from hivemind_memory.api_stub.protocol.messages import (
     parse_request,
 )
 from hivemind_memory.api_stub.sdk import new_id
+from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
+from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
 from hivemind_memory.api_stub.server.tokens import (
-    OPEN_GRANT,
     Grant,
     Right,
     TokenTable,
-    bearer_secret,
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout, WriteRefused
@@ -90,14 +90,6 @@ MAX_DEAD = 10_000
 """Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
 MAX_REPRODUCE = 1000
 """Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
-
-
-class ApiError(Exception):
-    """An error answered as the contract's ``{"error": {"code", "message"}}``."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 # -- bodies (the OpenAPI document is generated from these) ------------------------------------
@@ -203,6 +195,11 @@ class Api:
         """The ranking config the notes listing computes tiers with."""
 
     # -- helpers ---------------------------------------------------------------------------
+    @property
+    def tokens(self) -> TokenTable | None:
+        """The server's tokens (None: open mode)."""
+        return self.opts.tokens
+
     def grant(self, request: Request) -> Grant:
         """The caller's grant (401 without a known bearer token)."""
         return grant_of(self.opts.tokens, request.headers.get("authorization"))
@@ -507,7 +504,7 @@ class Api:
         nid = request.path_params["note_id"]
         if not re.fullmatch(ID_PATTERN, nid):
             raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
-        h = await self.run(lambda: _audited(lambda: note_history(self.client.store, ns, nid)))
+        h = await self.run(lambda: audited(lambda: note_history(self.client.store, ns, nid)))
         if h.note is None and not h.events:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
         return _respond(show_of(h))
@@ -523,21 +520,9 @@ class Api:
             raise ApiError(422, "invalid_request",
                            'give "query_ids" (a non-empty list) or "all": true, not both')
         ids = None if body.all else body.query_ids
-        got = await self.run(lambda: _audited(
+        got = await self.run(lambda: audited(
             lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
         return _respond(got)
-
-
-_T = TypeVar("_T")
-
-
-def _audited(fn: Callable[[], _T]) -> _T:
-    """``fn()``, with an unreadable audit entry (``QueryError('bad_audit')``) as a 500 that
-    names it: the request was fine, the stored audit is not."""
-    try:
-        return fn()
-    except QueryError as exc:
-        raise ApiError(500, exc.code, exc.message) from exc
 
 
 def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -554,19 +539,6 @@ def _no_none(d: dict[str, Any]) -> dict[str, Any]:
 def _now_rfc3339() -> str:
     """The server's clock, for events that come without ``at``."""
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
-    """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
-    if tokens is None:
-        return OPEN_GRANT
-    secret = bearer_secret(authorization)
-    if secret is None:
-        raise ApiError(401, "unauthorized", "missing token: send Authorization: Bearer <token>")
-    g = tokens.lookup(secret)
-    if g is None:
-        raise ApiError(401, "unauthorized", "unknown token: this server has no such token")
-    return g
 
 
 MCP_AUTH_ERROR = -32001
@@ -648,6 +620,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route("/readyz", _wrap(api.readyz), methods=["GET"]),
         Route("/openapi.json", _wrap(api.openapi), methods=["GET"]),
         Route("/docs", _wrap(api.docs), methods=["GET"]),
+        *explorer.routes(api, _wrap),
     ]
     if opts.mcp_app is not None:
         routes.append(Route("/mcp", endpoint=_McpGate(opts.mcp_app, opts.tokens)))
@@ -708,6 +681,8 @@ def openapi_document() -> dict[str, Any]:
     p = "/v1/ns/{ns}"
     admin_paths, admin_comps = _admin_openapi(p, op, ok, err)
     comps.update(admin_comps)
+    ui_paths, ui_comps = explorer.openapi_paths(op, ok, err, msgspec.json.schema_components)
+    comps.update(ui_comps)
     return {
         "openapi": "3.1.0",
         "info": {"title": "hivemind", "version": "1",
@@ -736,6 +711,7 @@ def openapi_document() -> dict[str, Any]:
                 params=[{"name": "limit", "in": "query", "required": False,
                          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT}}])},
             **admin_paths,
+            **ui_paths,
             "/healthz": {"get": {"summary": "The process is up",
                                  "responses": {"200": ok(health_ref)}}},
             "/readyz": {"get": {"summary": "The store answers and a worker runs",

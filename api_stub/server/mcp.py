@@ -123,7 +123,7 @@ def token_resolver(tokens: TokenTable | None,
                    make: Callable[[str, str, bool], Memory]) -> Resolver:
     """HTTP: the memory of the request's bearer token (``make(ns, agent, admin)`` builds it;
     ``admin``: the token has the admin right in the namespace)."""
-    from hivemind_memory.api_stub.server.http import ApiError, grant_of
+    from hivemind_memory.api_stub.server.common import ApiError, grant_of
     from hivemind_memory.events.errors import AccessDenied
 
     def resolve(ctx: Context, right: Right) -> Memory:

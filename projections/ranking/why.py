@@ -67,8 +67,9 @@ class Why(msgspec.Struct, frozen=True, omit_defaults=True):
     shown: list[Shown] = []
 
 
-def _top(score: FloatArray, ids: list[str], limit: int) -> list[int]:
-    """Positions of the ``limit`` highest ``score`` values (ties by note id), best first."""
+def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int]:
+    """Positions of the ``limit`` highest ``score`` values (ties by note id, ``id_of(i)``: read
+    only for the positions that make the cut), best first."""
     n = len(score)
     if n == 0 or limit <= 0:
         return []
@@ -76,7 +77,7 @@ def _top(score: FloatArray, ids: list[str], limit: int) -> list[int]:
     if n > limit:  # keep everything tied with the limit-th value, then sort exactly
         cut = np.partition(score, n - limit)[n - limit]
         pos = (score >= cut).nonzero()[0]
-    got = sorted(pos.tolist(), key=lambda i: (-float(score[i]), ids[i]))
+    got = sorted(pos.tolist(), key=lambda i: (-float(score[i]), id_of(i)))
     return got[:limit]
 
 
@@ -101,21 +102,20 @@ def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
               "below_min_relevance": len(below)}
     rows: list[LeftOut] = []
     r = np.round(score[at], DECIMALS)
-    cand_ids = [ids[s] for s in cand[at].tolist()]
-    for i in _top(r, cand_ids, limit):
+    out_slots = cand[at]
+    for i in _top(r, lambda k: ids[int(out_slots[k])], limit):
         j = int(at[i])
-        rows.append(LeftOut(cand_ids[i], "over_budget" if over[i] else "packed_out",
+        rows.append(LeftOut(ids[int(out_slots[i])], "over_budget" if over[i] else "packed_out",
                             round(float(rel[j]), DECIMALS), round(float(rec[j]), DECIMALS),
                             float(r[i]), int(cost[j])))
     if len(below) and limit > 0:
-        below_ids = [ids[s] for s in below.tolist()]
-        top = _top(np.round(below_rel, DECIMALS), below_ids, limit)
+        top = _top(np.round(below_rel, DECIMALS), lambda k: ids[int(below[k])], limit)
         slots = below[np.array(top, np.int64)]
         b_rec, b_cost = signals_of(slots)
         b_rel = below_rel[np.array(top, np.int64)]
         b_score = b_rel * b_rec
         for k, i in enumerate(top):
-            rows.append(LeftOut(below_ids[i], "below_min_relevance",
+            rows.append(LeftOut(ids[int(below[i])], "below_min_relevance",
                                 round(float(b_rel[k]), DECIMALS),
                                 round(float(b_rec[k]), DECIMALS),
                                 round(float(b_score[k]), DECIMALS), int(b_cost[k])))

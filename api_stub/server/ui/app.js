@@ -276,7 +276,7 @@ function recencyChart(rec) {
       marks: [(x, y) => s("circle", { class: "now", cx: x(last[1]), cy: y(last[4]), r: 4 }, s("title", {}, `now: ${fmt(last[4])}`)),
               ...rec.uses.map((t) => (x, y) => {
                 const d = (Date.parse(t) - Date.parse(pts[0][0])) / 864e5;
-                return s("line", { class: "use", x1: x(d), x2: x(d), y1: y(0), y2: y(1) }, s("title", {}, `used ${day(t)}`));
+                return s("line", { class: "use", x1: x(d), x2: x(d), y1: y(0), y2: y(0.08) }, s("title", {}, `used ${day(t)}`));
               })],
       legend: rec.uses.length ? [h("li", { class: "use" }, "a use")] : [] });
 }

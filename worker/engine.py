@@ -314,7 +314,7 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain, memo=memo)
+                      explain=req.explain, memo=memo, id_prefix=req.id_prefix)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
@@ -336,4 +336,4 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        served_at=served_at, requested_as_of=req.as_of, seen=seen,
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
-                       result_digest=digest_bytes(body))
+                       result_digest=digest_bytes(body), id_prefix=req.id_prefix)

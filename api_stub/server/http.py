@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -37,7 +37,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
+    IdPrefix,
     QueryResult,
+    ReadRequest,
     ns_of,
     parse_request,
 )
@@ -57,6 +59,7 @@ from hivemind_memory.events.schema import (
     NS_PATTERN,
     Embedding,
     Event,
+    Id,
     UtcDatetime,
 )
 from hivemind_memory.projections.ranking.config import load_config
@@ -112,6 +115,8 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     config: dict[str, Any] | None = None
     ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] | None = None
     agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    id_prefix: IdPrefix = ""
+    """Only notes whose id starts with this are candidates."""
 
 
 class Appended(msgspec.Struct):
@@ -131,6 +136,37 @@ class Remembered(msgspec.Struct):
 class Forgot(msgspec.Struct):
     note_id: str
     event_id: str
+
+
+class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A note to store (``POST .../remember``); the server fills what an event needs."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1)]
+    """1 byte to 64 KiB of UTF-8."""
+    kind: Literal["note", "scratch"] = "note"
+    scope: Literal["shared", "private"] = "shared"
+    note_id: Id | None = None
+    """A new time-ordered id when absent; ids are never reused (409 ``note_exists``)."""
+    tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    embedding: Embedding | None = None
+    event_id: Id | None = None
+    """The idempotency key: a retry with the same one is applied once."""
+    at: UtcDatetime | None = None
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+
+
+class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """The notes the agent used (``POST .../used``)."""
+
+    note_ids: Annotated[list[Id], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+
+
+class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """The note to forget (``POST .../forget``)."""
+
+    note_id: Id
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
 
 
 class ErrorDetail(msgspec.Struct):
@@ -443,6 +479,19 @@ class Api:
         notes = await self.run(read)
         return _respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
 
+    async def read(self, request: Request) -> Response:
+        """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
+        ns, g = self.authorize(request, "query")
+        try:
+            body = msgspec.convert(await self.body(request), ReadRequest)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        if bool(body.note_ids) == (body.prefix is not None):
+            raise ApiError(422, "invalid_request",
+                           'give "note_ids" (a non-empty list) or "prefix", not both')
+        agent = self.identity(g, body.agent, "read")
+        return _respond(await self.run(lambda: self.client.read(ns, agent, body)))
+
     async def audit(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
         raw_limit = request.query_params.get("limit", "100")
@@ -638,6 +687,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
+        Route(f"{ns}/read", _wrap(api.read), methods=["POST"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
         Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
         Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
@@ -678,14 +728,16 @@ def openapi_document() -> dict[str, Any]:
     """OpenAPI 3.1 for the API, its schemas generated from the msgspec structs."""
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
-         list[NoteRow], list[AuditEntry]],
+         list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
+         ReadRequest],
         ref_template="#/components/schemas/{name}")
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
-        notes_ref, audit_ref = refs
+        notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
+        read_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -694,7 +746,7 @@ def openapi_document() -> dict[str, Any]:
     ns_param = {"name": "ns", "in": "path", "required": True,
                 "schema": {"type": "string", "pattern": NS_PATTERN}}
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
-    errs = {str(s): err for s in (400, 401, 403, 404, 413, 422, 503, 504)}
+    errs = {str(s): err for s in (400, 401, 403, 404, 409, 413, 422, 503, 504)}
 
     def op(summary: str, responses: dict[str, Any], body: dict[str, Any] | None = None,
            params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -716,6 +768,19 @@ def openapi_document() -> dict[str, Any]:
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
+            f"{p}/remember": {"post": op(
+                "Store a note (the server fills the event id, time and agent); 409 "
+                "`note_exists` for a reused note id", {"200": ok(remembered_ref)},
+                body=remember_ref)},
+            f"{p}/used": {"post": op(
+                "Record that the agent used notes; 404 `unknown_note` for one it cannot see",
+                {"200": ok(appended_ref)}, body=used_ref)},
+            f"{p}/forget": {"post": op(
+                "Forget a note (its author, or admin); 404 `unknown_note`, 403 `not_allowed`",
+                {"200": ok(forgot_ref)}, body=forget_ref)},
+            f"{p}/read": {"post": op(
+                "Notes the agent may see, by id or by id prefix, including writes not yet "
+                "projected", {"200": ok(notes_ref)}, body=read_ref)},
             f"{p}/query": {"post": op(
                 "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
                 body=query_ref)},

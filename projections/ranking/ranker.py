@@ -118,13 +118,19 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
 
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True, memo: BatchMemo | None = None) -> RankResult:
+               explain: bool = True, memo: BatchMemo | None = None,
+               id_prefix: str = "") -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
-    the queries of a batch over unchanged indexes."""
+    the queries of a batch over unchanged indexes. ``id_prefix``: only notes whose id starts
+    with it are candidates."""
     cols = idx.cols
     keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
             & cols.visible(agent)[slots])
+    if id_prefix:
+        ids_of = cols.ids
+        keep &= np.fromiter((ids_of[i].startswith(id_prefix) for i in slots.tolist()),
+                            np.bool_, len(slots))
     s = slots[keep]
     rel = relevance[keep]
     now_us = micros(now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from hivemind_memory.api_stub.protocol.messages import MAX_BUDGET
@@ -109,3 +109,41 @@ BOUNDS = {"budget": (1, MAX_BUDGET), "note_ids": (1, MAX_USED)}
 """Bounds of numeric and list arguments (the schema's), for their error messages."""
 
 
+
+
+OptionalNoteId = Annotated[NoteId | None, Field(description=(
+    f"Optional id for the new note ({ID_RULE}); ids are never reused, even after forgetting. "
+    "Default: a new unique id."))]
+
+
+class RememberArgs(BaseModel):
+    """The arguments of ``remember``."""
+
+    text: Text
+    kind: Kind = "note"
+    scope: Scope = "shared"
+    note_id: OptionalNoteId = None
+
+
+class RecallArgs(BaseModel):
+    """The arguments of ``recall``."""
+
+    query: Query
+    budget: Budget = 1000
+
+
+class UsedArgs(BaseModel):
+    """The arguments of ``used``."""
+
+    note_ids: NoteIds
+
+
+class ForgetArgs(BaseModel):
+    """The arguments of ``forget``."""
+
+    note_id: Annotated[NoteId, Field(description=f"The id of the note to forget ({ID_RULE}).")]
+
+
+def arguments_message(tool: str, exc: ValidationError) -> str:
+    """A rejected call's arguments in words (``argument_error`` for each)."""
+    return f"{tool}: " + "; ".join(argument_error(e) for e in exc.errors())

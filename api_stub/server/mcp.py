@@ -32,10 +32,11 @@ from hivemind_memory.api_stub.tool_spec import (
     Kind,
     NoteId,
     NoteIds,
+    OptionalNoteId,
     Query,
     Scope,
     Text,
-    argument_error,
+    arguments_message,
     tool_message,
 )
 from hivemind_memory.events.errors import HivemindError
@@ -79,8 +80,7 @@ class _Server(MCPServer):
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ValidationError):
-                msg = "; ".join(argument_error(e) for e in cause.errors())
-                raise ToolError(f"{name}: {msg}") from cause
+                raise ToolError(arguments_message(name, cause)) from cause
             raise ToolError(str(exc).removeprefix(f"Error executing tool {name}: ")) from cause
 
 
@@ -96,9 +96,7 @@ def build_server(resolve: Resolver) -> MCPServer:
 
     @server.tool(description=DESCRIPTIONS["remember"])
     def remember(text: Text, ctx: Context, kind: Kind = "note", scope: Scope = "shared",
-                 note_id: Annotated[NoteId | None, Field(description=(
-                     f"Optional id for the new note ({ID_RULE}); ids are never reused, even "
-                     "after forgetting. Default: a new unique id."))] = None) -> str:
+                 note_id: OptionalNoteId = None) -> str:
         try:
             return mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id)
         except HivemindError as exc:

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("wire protocol", ("api_stub.protocol",)),
     ("client and worker", ("api_stub", "worker")),
     ("entry points", ("worker.cli", "api_stub.server", ROOT_PACKAGE)),
+    ("framework adapters", ("integrations",)),
 ]
 """Layer of a module: the longest matching prefix (relative to ``hivemind_memory``) wins.
 The client side is the rest of ``api_stub`` (client, SDK); the servers sit above it and the

@@ -731,6 +731,9 @@ def openapi_document() -> dict[str, Any]:
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
          ReadRequest],
         ref_template="#/components/schemas/{name}")
+    for struct in (Appended, NoteRow, Health):  # answers that always carry every field
+        c = comps[struct.__name__]
+        c["required"] = list(c["properties"])
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]

@@ -279,3 +279,42 @@ def test_a_refused_token_reaches_the_mcp_client_as_its_message(
     assert isinstance(err, MCPError), repr(err)
     assert says in str(err) and "Server returned an error response" not in str(err)
     assert err.error.data == {"status": 401, "code": "unauthorized"}
+
+
+def test_the_inspector_cli_lists_and_calls_the_tools_with_a_bearer_token(tmp_path: Path) -> None:
+    """The official MCP Inspector's CLI (pinned 2.12.0 in api_stub/ts's lock: 0.15 cannot send
+    a bearer token) against ``serve``'s /mcp: the tools and their described parameters, a
+    call, and an error in the tool's words."""
+    import subprocess
+
+    from tests.support.node import bin_of
+
+    inspector = bin_of("mcp-inspector")
+    live = start_live(f"memory://{tmp_path / 'store'}", tokens=_readme_tokens())
+    cfg = _readme_mcp_config()["hivemind-http"]
+
+    def cli(*args: str) -> tuple[int, Any]:
+        got = subprocess.run(
+            [str(inspector), "--cli", cfg["url"].replace("http://localhost:8080", live.base),
+             "--transport", "http",
+             *[a for k, v in cfg["headers"].items() for a in ("--header", f"{k}: {v}")], *args],
+            capture_output=True, text=True, timeout=120, check=False)
+        out = got.stdout
+        return got.returncode, json.loads(out[:out.rindex("}") + 1]) if "{" in out else out
+
+    try:
+        rc, listed = cli("--method", "tools/list")
+        assert rc == 0, listed
+        tools = {t["name"]: t for t in listed["tools"]}
+        assert set(tools) == {"remember", "recall", "used", "forget"}
+        budget = tools["recall"]["inputSchema"]["properties"]["budget"]
+        assert budget["minimum"] == 1 and "tokens" in budget["description"]
+        rc, made = cli("--method", "tools/call", "--tool-name", "remember",
+                       "--tool-arg", "text=Deploys happen on Tuesdays")
+        assert rc == 0 and not made.get("isError"), made
+        rc, bad = cli("--method", "tools/call", "--tool-name", "recall",
+                      "--tool-arg", "query=deploys", "--tool-arg", "budget=0")
+        assert bad["isError"] is True
+        assert bad["content"][0]["text"] == "recall: budget must be 1 to 1000000, got 0"
+    finally:
+        live.stop()

@@ -78,17 +78,6 @@ class RecalledNote:
     uses: int = 0
 
 
-def note_header(note: RecalledNote) -> str:
-    """The label a rendered context puts before each note: its id (what ``used`` takes) and
-    the day it was written, e.g. ``[deploys | 2026-05-01]``."""
-    return f"[{note.note_id} | {note.created_at[:10]}]"
-
-
-def render_context(notes: Sequence[RecalledNote]) -> str:
-    """The notes as one text for a prompt, in context order, each under its header."""
-    return "\n\n".join(f"{note_header(n)}\n{n.text}" for n in notes)
-
-
 @dataclass(frozen=True)
 class Note:
     """A note as an agent reads it by id (``Memory.get``, ``Memory.notes``)."""
@@ -122,7 +111,7 @@ def _parse_time(s: str) -> datetime:
 @dataclass(frozen=True)
 class Recall:
     """What ``recall`` found: ``context`` is ready to paste into a prompt (each note under a
-    ``[note id | date]`` header, ``note_header``)."""
+    ``[note id | date]`` header; the headers count in the budget)."""
 
     context: str
     notes: list[RecalledNote]
@@ -144,10 +133,12 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
         raise QueryError(res["error"]["code"], res["error"]["message"])
-    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"],
-                          n.get("created_at", ""), n.get("tier", ""), n.get("uses", 0))
+    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
+                          n.get("tier", ""), n.get("uses", 0))
              for n in res["notes"]]
-    return Recall(context=render_context(notes), notes=notes,
+    context = res.get("context")
+    return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
+                  notes=notes,
                   used_tokens=res["used"], budget=res["budget"], query_id=res["query_id"],
                   result=dict(res))
 
@@ -379,12 +370,15 @@ class Memory:
 
     def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
               explain: bool = False, embedding: Sequence[float] | None = None,
-              config: Mapping[str, Any] | None = None, id_prefix: str = "") -> dict[str, Any]:
-        """The contract's result object (an error object raises ``QueryError``).
-        ``id_prefix``: only notes whose id starts with it are candidates."""
+              config: Mapping[str, Any] | None = None, context: bool = False,
+              id_prefix: str = "") -> dict[str, Any]:
+        """The contract's result object (an error object raises ``QueryError``); ``context``:
+        with the packed notes rendered (``recall``); ``id_prefix``: only notes whose id starts
+        with it are candidates."""
         [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
                                           embedding=list(embedding) if embedding else None,
                                           config=dict(config) if config else None,
+                                          context=context or None,
                                           id_prefix=id_prefix or None)])
         if "error" in res:
             err = res["error"]
@@ -421,10 +415,12 @@ class Memory:
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
                embedding: Sequence[float] | None = None, id_prefix: str = "") -> Recall:
-        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered
-        (``id_prefix``: only among notes whose id starts with it)."""
+        """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered, and
+        ``context``: them rendered for a prompt, each under ``[note_id | date]``; the headers
+        count in the budget, so the context never exceeds it. ``id_prefix``: only among notes
+        whose id starts with it."""
         return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding,
-                                             id_prefix=id_prefix))
+                                             context=True, id_prefix=id_prefix))
 
     def get(self, note_id: str) -> Note | None:
         """The note, if this agent may see it (live; shared or its own), with every write made

@@ -40,6 +40,11 @@ class StoreLocked(StoreError):
     """An embedded ``memory://PATH`` store is open in another process (its lock is held)."""
 
 
+class LogDamaged(StoreError):
+    """An embedded store's log cannot be replayed as it is; the message names the file and
+    the ``hivemind fsck`` command that checks and repairs it."""
+
+
 class JobRefused(HivemindError):
     """A queued job names a function outside the allowlist (or a callback): never run."""
 

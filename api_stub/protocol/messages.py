@@ -43,6 +43,9 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     embedding: Embedding | None = None
     config: dict[str, Any] | None = None
     """Per-query overrides of the ranking config (unknown keys are an error)."""
+    context: bool = False
+    """Render the packed notes as one ``context`` text, each under a header (id, date) whose
+    cost counts in the note's cost (``projections.ranking.render``)."""
     id_prefix: IdPrefix = ""
     """Only notes whose id starts with this are candidates (a namespace within the namespace,
     e.g. one LangGraph namespace); relevance statistics stay those of every note seen."""
@@ -89,6 +92,8 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     notes: list[NoteSignals]
     upper_bound: float = 0.0
     candidates: list[Any] | None = None
+    context: str | None = None
+    """The packed notes rendered in context order (only when the request asked for it)."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
@@ -123,6 +128,8 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    context: bool = False
+    """The request asked for a rendered context (headers counted in the costs)."""
     id_prefix: str = ""
     """The request's ``id_prefix`` (empty: every note was a candidate)."""
 

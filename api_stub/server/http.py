@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -59,7 +59,6 @@ from hivemind_memory.events.schema import (
     NS_PATTERN,
     Embedding,
     Event,
-    Id,
     UtcDatetime,
 )
 from hivemind_memory.projections.ranking.config import load_config
@@ -115,6 +114,9 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     config: dict[str, Any] | None = None
     ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] | None = None
     agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    context: bool = False
+    """Answer the packed notes rendered as one ``context`` text too, each under a
+    ``[note_id | date]`` header whose cost counts in the budget."""
     id_prefix: IdPrefix = ""
     """Only notes whose id starts with this are candidates."""
 
@@ -128,6 +130,64 @@ class Appended(msgspec.Struct):
     """Events of this request that were already in the log (a retry): not appended again."""
 
 
+class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../remember``: a note; ``note_id`` (default: a new time-ordered one),
+    ``event_id`` and ``at`` (default: the server's) may be left out."""
+
+    text: str
+    kind: str | None = None
+    scope: str | None = None
+    note_id: str | None = None
+    tokens: int | None = None
+    embedding: list[float] | None = None
+    event_id: str | None = None
+    at: str | None = None
+    agent: str | None = None
+
+
+class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../used``: the notes the agent used."""
+
+    note_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
+    agent: str | None = None
+
+
+class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../forget``: the note to forget."""
+
+    note_id: str
+    agent: str | None = None
+
+
+class RecallBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../recall``: a question and a budget in tokens (default 1000)."""
+
+    query: str
+    budget: int = 1000
+    as_of: str | None = None
+    agent: str | None = None
+    embedding: list[float] | None = None
+
+
+class RecalledNote(msgspec.Struct):
+    note_id: str
+    created_at: str
+    score: float
+    tokens: int
+    cost: int
+    """``tokens`` plus the note's header in the context."""
+
+
+class Recalled(msgspec.Struct):
+    """What ``recall`` answers: ``context`` is ready to paste into a prompt."""
+
+    query_id: str
+    context: str
+    notes: list[RecalledNote]
+    used_tokens: int
+    budget: int
+
+
 class Remembered(msgspec.Struct):
     note_id: str
     event_id: str
@@ -136,37 +196,6 @@ class Remembered(msgspec.Struct):
 class Forgot(msgspec.Struct):
     note_id: str
     event_id: str
-
-
-class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """A note to store (``POST .../remember``); the server fills what an event needs."""
-
-    text: Annotated[str, msgspec.Meta(min_length=1)]
-    """1 byte to 64 KiB of UTF-8."""
-    kind: Literal["note", "scratch"] = "note"
-    scope: Literal["shared", "private"] = "shared"
-    note_id: Id | None = None
-    """A new time-ordered id when absent; ids are never reused (409 ``note_exists``)."""
-    tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
-    embedding: Embedding | None = None
-    event_id: Id | None = None
-    """The idempotency key: a retry with the same one is applied once."""
-    at: UtcDatetime | None = None
-    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
-
-
-class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """The notes the agent used (``POST .../used``)."""
-
-    note_ids: Annotated[list[Id], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
-    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
-
-
-class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """The note to forget (``POST .../forget``)."""
-
-    note_id: Id
-    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
 
 
 class ErrorDetail(msgspec.Struct):
@@ -356,47 +385,55 @@ class Api:
         self.opts.on_write()
         return Appended(len(evs), [e.event_id for e in evs], got.already)
 
-    async def fields(self, request: Request) -> dict[str, Any]:
-        data = await self.body(request)
-        if not isinstance(data, dict):
-            raise ApiError(422, "invalid_request", "body must be a JSON object")
-        return data
+    async def shaped(self, request: Request, kind: type[_T]) -> _T:
+        """The body as the endpoint's struct; 422 naming what is wrong with it."""
+        try:
+            return msgspec.convert(await self.body(request), kind)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
 
     async def remember(self, request: Request) -> Response:
-        """``{"text", "kind"?, "scope"?, "note_id"?, "tokens"?, "embedding"?}`` -> the note id
-        (a new time-ordered one unless given) and the event id."""
+        """A note -> its id (a new time-ordered one unless given) and the event id."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        unknown = set(body) - {"text", "kind", "scope", "note_id", "tokens", "embedding",
-                               "event_id", "at", "agent"}
-        if unknown:
-            raise ApiError(422, "invalid_request",
-                           f"unknown field(s): {', '.join(sorted(unknown))}")
-        ev = {"type": "note.created", "note_id": new_id("n"), **body}
+        body = await self.shaped(request, RememberBody)
+        ev = {"type": "note.created", "note_id": body.note_id or new_id("n"),
+              **msgspec.to_builtins(body)}
         got = await self.write(ns, g, [ev], "remember")
         return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
 
     async def used(self, request: Request) -> Response:
-        """``{"note_ids": [...]}`` -> how many uses were recorded."""
+        """The notes the agent used -> how many uses were recorded."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        ids = body.get("note_ids")
-        if not isinstance(ids, list) or not ids or set(body) - {"note_ids", "agent"}:
-            raise ApiError(422, "invalid_request",
-                           'body must be {"note_ids": [note id, ...]} (at least one)')
-        evs = [{"type": "note.used", "note_id": n, "agent": body.get("agent")} for n in ids]
-        return _respond(await self.write(ns, g, [_no_none(e) for e in evs], "used"))
+        body = await self.shaped(request, UsedBody)
+        evs = [_no_none({"type": "note.used", "note_id": n, "agent": body.agent})
+               for n in body.note_ids]
+        return _respond(await self.write(ns, g, evs, "used"))
 
     async def forget(self, request: Request) -> Response:
-        """``{"note_id"}`` -> the forgotten note's id and the event id."""
+        """A note -> its id and the event id that forgot it."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        if not isinstance(body.get("note_id"), str) or set(body) - {"note_id", "agent"}:
-            raise ApiError(422, "invalid_request", 'body must be {"note_id": "..."}')
-        ev = _no_none({"type": "note.forgotten", "note_id": body["note_id"],
-                       "agent": body.get("agent")})
+        body = await self.shaped(request, ForgetBody)
+        ev = _no_none({"type": "note.forgotten", "note_id": body.note_id, "agent": body.agent})
         got = await self.write(ns, g, [ev], "forget")
-        return _respond(Forgot(body["note_id"], got.event_ids[0]))
+        return _respond(Forgot(body.note_id, got.event_ids[0]))
+
+    async def recall(self, request: Request) -> Response:
+        """What the SDK's ``recall`` gives: the packed notes rendered as ``context`` (each
+        under ``[note_id | date]``, headers counted in the budget) and what it is made of."""
+        ns, g = self.authorize(request, "query")
+        body = await self.shaped(request, RecallBody)
+        req = {k: v for k, v in msgspec.to_builtins(body).items() if k != "query"}
+        req.update(text=body.query, budget=body.budget, context=True)
+        [raw] = await self._answer([self.query_request(ns, g, req, "recall")])
+        res = msgspec.json.decode(raw)
+        if "error" in res:
+            code = res["error"]["code"]
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+                           res["error"]["message"])
+        notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
+                 for n in res["notes"]]
+        return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
+                                 res["budget"]))
 
     async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
@@ -683,6 +720,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
         Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
+        Route(f"{ns}/recall", _wrap(api.recall), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
@@ -729,7 +767,7 @@ def openapi_document() -> dict[str, Any]:
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
-         ReadRequest],
+         RecallBody, Recalled, ReadRequest],
         ref_template="#/components/schemas/{name}")
     for struct in (Appended, NoteRow, Health):  # answers that always carry every field
         c = comps[struct.__name__]
@@ -740,7 +778,7 @@ def openapi_document() -> dict[str, Any]:
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
         notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
-        read_ref = refs
+        recall_ref, recalled_ref, read_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -772,15 +810,17 @@ def openapi_document() -> dict[str, Any]:
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
-                "Store a note (the server fills the event id, time and agent); 409 "
-                "`note_exists` for a reused note id", {"200": ok(remembered_ref)},
+                "Store a note (409 note_exists for a reused id)", {"200": ok(remembered_ref)},
                 body=remember_ref)},
             f"{p}/used": {"post": op(
-                "Record that the agent used notes; 404 `unknown_note` for one it cannot see",
+                "Report the notes the agent used (404 unknown_note: nothing recorded)",
                 {"200": ok(appended_ref)}, body=used_ref)},
             f"{p}/forget": {"post": op(
-                "Forget a note (its author, or admin); 404 `unknown_note`, 403 `not_allowed`",
+                "Forget a note (404 unknown_note; 403 not_allowed: not its author)",
                 {"200": ok(forgot_ref)}, body=forget_ref)},
+            f"{p}/recall": {"post": op(
+                "The best notes for a question, rendered as one context within the budget",
+                {"200": ok(recalled_ref)}, body=recall_ref)},
             f"{p}/read": {"post": op(
                 "Notes the agent may see, by id or by id prefix, including writes not yet "
                 "projected", {"200": ok(notes_ref)}, body=read_ref)},

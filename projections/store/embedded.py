@@ -1,19 +1,29 @@
 """The embedded store (``memory://``): fakeredis in this process, optionally kept on disk.
 
 ``memory://`` (nothing after the scheme) stays in memory and is gone when the process ends.
-``memory://PATH`` keeps every stream append (the event logs, the audit streams, any future
-source stream) in an append-only file ``PATH/streams.log``, replayed at start:
+``memory://PATH`` keeps every append to a source stream (``keys.is_source_stream``: the event
+logs, the audit streams, the config history and query embeddings, any future hivemind stream
+not named derived) in an append-only file ``PATH/streams.log`` (format: ``store.logfile``),
+replayed at start. What it guarantees:
 
 - the hook sits where fakeredis runs each command (plain, in MULTI/EXEC, or ``redis.call``
   inside a Lua script), so no XADD can bypass it;
-- each record is ``[key, entry id, [field, value, ...]]`` (msgpack), framed by its length and
-  CRC-32; the entry id is the one the server gave, so the replayed streams are identical;
-- the records of one client write (a pipeline, a transaction, a script) are written and
-  fsynced before the client sees the reply;
-- projection outputs (dead letters, the changes stream) are derived data, not logged: after
-  a restart the worker rebuilds the read model from the replayed log (its checkpoint is gone,
-  so ``sweep`` finds every namespace behind);
-- a torn last record (a crash mid-write) is cut off at start, with a warning;
+- one order: an XADD's entry id is assigned and its record queued under one lock
+  (``StreamLog.ordering``), and the queue reaches the file in that order, so within every
+  stream the file's ids strictly increase and replay re-adds them as given, refusing nothing
+  it wrote (with many threads: ids X and X+1 are never written X+1 first);
+- durable before the reply: a client write (a pipeline, a transaction, a script) returns
+  only once the file holds its records, fsynced. Writers that meet share one write and one
+  fsync (group commit); a failed write is undone (truncated) and raises ``StoreError``;
+- derived data is not logged: dead letters and the changes stream (the worker rebuilds the
+  read model from the replayed log, its checkpoint being gone, so ``sweep`` finds every
+  namespace behind), RQ's results and every other RQ key; older files that hold
+  ``rq:results:*`` records still open (replay skips them; ``fsck --repair`` drops them);
+- a torn last record (a crash mid-write, never acknowledged) is cut off at start, with a
+  warning; anything else replay cannot take (unreadable bytes between records, ids out of
+  order, as files written before this design can have) stops the start with ``LogDamaged``
+  naming the file and ``hivemind fsck --store memory://PATH [--repair]``, and nothing is
+  changed;
 - one process at a time: the directory is locked (``PATH/lock``), a second opener gets
   ``StoreLocked`` (a ``StoreError``).
 
@@ -24,39 +34,45 @@ store must install on a fresh machine from PyPI alone; fakeredis is already a de
 
 from __future__ import annotations
 
-import fcntl
 import os
-import struct
 import threading
-import zlib
 from pathlib import Path
 from typing import IO, Any
 
 import fakeredis
-import msgspec
+import redis
 import structlog
 from fakeredis._clients._sync import FakeRedisConnection
 from fakeredis._socket import FakeSocket
 
-from hivemind_memory.events.errors import StoreLocked
+from hivemind_memory.events.errors import LogDamaged, StoreError
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.logfile import (
+    LOG_NAME,
+    Record,
+    check,
+    frame,
+    lock_directory,
+    scan,
+)
 from hivemind_memory.projections.store.types import Store
 
 log = structlog.get_logger("hivemind.embedded")
 
-LOG_NAME = "streams.log"
-"""The append-only file of stream appends under ``PATH``."""
-DERIVED_STREAM_SUFFIXES = (b":dead", b":changes")
-"""Stream keys the worker derives from the log (``keys.dead``, ``keys.changes``): not logged,
-a restart rebuilds them."""
-_HEADER = struct.Struct(">II")  # payload length, CRC-32 of the payload
-_enc = msgspec.msgpack.Encoder()
-_dec = msgspec.msgpack.Decoder(tuple[bytes, bytes, list[bytes]])
+REPLAY_CHUNK = 5000
+"""Replayed records per pipeline."""
 
 
 def is_persistent(url: str) -> bool:
     """True for ``memory://PATH`` (kept on disk), False for plain ``memory://``."""
     return url.startswith("memory://") and len(url) > len("memory://")
+
+
+def fsck_hint(url: str) -> str:
+    """The sentence that sends a user from a refused start to ``hivemind fsck``."""
+    return (f"nothing was changed; `hivemind fsck --store {url}` says what is wrong and "
+            f"`hivemind fsck --store {url} --repair` repairs what can be repaired without "
+            "losing an acknowledged record (the old file is kept beside it)")
 
 
 def _xadd_fields(args: list[bytes]) -> list[bytes]:
@@ -77,88 +93,132 @@ def _xadd_fields(args: list[bytes]) -> list[bytes]:
 
 
 class StreamLog:
-    """The append-only file of one ``memory://PATH`` store (records buffered per thread,
-    written and fsynced once per client write)."""
+    """The append-only file of one ``memory://PATH`` store.
 
-    def __init__(self, directory: Path) -> None:
+    Records are queued in entry-id order (``queue``, under ``ordering``, held around the
+    XADD that made the id) and written in queue order (``sync``): whoever syncs first writes
+    and fsyncs everything queued so far, the others find their records already durable."""
+
+    def __init__(self, directory: Path, url: str | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / LOG_NAME
-        self._lock_fh: IO[bytes] = open(directory / "lock", "ab")  # noqa: SIM115
-        try:
-            fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            self._lock_fh.close()
-            raise StoreLocked(f"embedded store {directory} is in use by another process") from exc
-        self._fh: IO[bytes] = open(self.path, "ab")  # noqa: SIM115
-        self._mutex = threading.Lock()
-        self._pending = threading.local()
+        self.url = url or f"memory://{directory}"
+        self._lock_fh: IO[bytes] = lock_directory(directory)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        """Bytes of the file that are whole, written records."""
+        self.ordering = threading.Lock()
+        """Held around an XADD and the ``queue`` of its record: ids and queue share one order.
+        (fakeredis runs each command under its server lock too, so this one is uncontended
+        there; holding our own makes the order a property of this module, not of fakeredis's
+        internals.)"""
+        self._writing = threading.Lock()
+        self._queued: list[bytes] = []
+        self._seq = 0
+        """Records queued so far (the sequence number of the last one)."""
+        self._durable = 0
+        """Records written and fsynced so far."""
+        self._broken: str | None = None
 
-    def records(self) -> list[tuple[bytes, bytes, list[bytes]]]:
-        """Every whole record in order; a torn tail is cut off (and logged)."""
-        data = self.path.read_bytes()
-        out: list[tuple[bytes, bytes, list[bytes]]] = []
-        pos = 0
-        while pos < len(data):
-            if pos + _HEADER.size > len(data):
-                break
-            n, crc = _HEADER.unpack_from(data, pos)
-            body = data[pos + _HEADER.size: pos + _HEADER.size + n]
-            if len(body) < n or zlib.crc32(body) != crc:
-                break
-            out.append(_dec.decode(body))
-            pos += _HEADER.size + n
-        if pos < len(data):
-            log.warning("embedded_log_torn_tail", path=str(self.path), kept_bytes=pos,
-                        dropped_bytes=len(data) - pos)
-            with self._mutex:
-                self._fh.truncate(pos)
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-        return out
+    def load(self) -> list[Record]:
+        """Every record of the file, in order, once it is known to replay: a torn tail is cut
+        off (and logged); anything else raises ``LogDamaged``."""
+        data = Path(self.path).read_bytes()
+        sc = scan(data)
+        found = check(sc, str(self.path))
+        if not found.openable:
+            raise LogDamaged(f"cannot replay the embedded store's log {self.path}: "
+                             + "; ".join(found.problems) + "; " + fsck_hint(self.url))
+        if sc.tail is not None:
+            log.warning("embedded_log_torn_tail", path=str(self.path), kept_bytes=sc.tail.start,
+                        dropped_bytes=sc.tail.size)
+            with self._writing:
+                os.ftruncate(self._fd, sc.tail.start)
+                os.fsync(self._fd)
+                self._size = sc.tail.start
+        return sc.records
 
-    def stage(self, key: bytes, entry_id: bytes, fields: list[bytes]) -> None:
-        """Buffer one stream append of the current client write."""
-        body = _enc.encode((key, entry_id, fields))
-        buf: list[bytes] | None = getattr(self._pending, "buf", None)
-        if buf is None:
-            buf = self._pending.buf = []
-        buf.append(_HEADER.pack(len(body), zlib.crc32(body)) + body)
+    def queue(self, key: bytes, entry_id: bytes, fields: list[bytes]) -> int:
+        """Queue the record of an XADD that just ran; the caller holds ``ordering`` since
+        before that XADD. Returns its sequence number (for ``sync``)."""
+        self._queued.append(frame(key, entry_id, fields))
+        self._seq += 1
+        return self._seq
 
-    def flush(self) -> None:
-        """Write and fsync what the current client write appended."""
-        buf: list[bytes] | None = getattr(self._pending, "buf", None)
-        if not buf:
+    def append(self, key: bytes, entry_id: bytes, fields: list[bytes]) -> None:
+        """Queue one record and make it durable (ids must come in order: for tests/tools)."""
+        with self.ordering:
+            seq = self.queue(key, entry_id, fields)
+        self.sync(seq)
+
+    def sync(self, upto: int) -> None:
+        """Return once records ``1..upto`` are written and fsynced."""
+        if upto <= self._durable:
             return
-        data = b"".join(buf)
-        buf.clear()
-        with self._mutex:
-            self._fh.write(data)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+        with self._writing:
+            if upto <= self._durable:
+                return  # another writer's fsync covered ours
+            if self._broken is not None:
+                raise StoreError(self._broken)
+            with self.ordering:
+                chunk, self._queued = self._queued, []
+                last = self._seq
+            data = b"".join(chunk)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+                os.fsync(self._fd)
+            except OSError as exc:
+                self._undo(chunk, exc)
+                raise StoreError(f"cannot write the embedded store's log {self.path}: "
+                                 f"{exc}") from exc
+            self._size += len(data)
+            self._durable = last
+
+    def _undo(self, chunk: list[bytes], exc: OSError) -> None:
+        """A write failed part-way: cut the file back to its whole records and queue the
+        chunk again (the next sync retries it); if even that fails, refuse every later
+        write (the file would have a hole)."""
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as again:
+            self._broken = (f"the embedded store's log {self.path} could not be cut back after "
+                            f"a failed write ({exc}; then {again}); restart the process and "
+                            f"run `hivemind fsck --store {self.url}`")
+            return
+        with self.ordering:
+            self._queued[:0] = chunk
 
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
         self._lock_fh.close()
 
 
 class _LoggingSocket(FakeSocket):
-    """A fakeredis socket that stages every source-stream XADD into the server's log."""
+    """A fakeredis socket that logs every source-stream XADD into the server's log, in the
+    order the XADDs got their ids, before the client reads the reply."""
 
     stream_log: StreamLog
+    logged: int
+    """Sequence number of the last record this connection queued."""
 
     def _run_command(self, func: Any, sig: Any, args: list[Any], from_script: bool) -> Any:
-        result = super()._run_command(func, sig, args, from_script)
-        if (sig.name == "xadd" and isinstance(result, bytes)
-                and not bytes(args[0]).endswith(DERIVED_STREAM_SUFFIXES)):
-            self.stream_log.stage(bytes(args[0]), result,
-                                  [bytes(a) for a in _xadd_fields(list(args))])
+        if sig.name != "xadd" or not args or not keys.is_source_stream(bytes(args[0])):
+            return super()._run_command(func, sig, args, from_script)
+        slog = self.stream_log
+        with slog.ordering:  # the id and the record's place in the file: one order
+            result = super()._run_command(func, sig, args, from_script)
+            if isinstance(result, bytes):
+                self.logged = slog.queue(bytes(args[0]), result,
+                                         [bytes(a) for a in _xadd_fields(list(args))])
         return result
 
     def sendall(self, data: Any) -> None:
         try:
-            super().sendall(data)
+            super().sendall(data)  # runs the commands; their replies wait in the socket
         finally:
-            self.stream_log.flush()
+            self.stream_log.sync(self.logged)
 
 
 class _LoggingConnection(FakeRedisConnection):
@@ -168,6 +228,7 @@ class _LoggingConnection(FakeRedisConnection):
         sock = super()._connect()
         sock.__class__ = _LoggingSocket
         setattr(sock, "stream_log", self.stream_log)  # noqa: B010 (set on the swapped class)
+        setattr(sock, "logged", 0)  # noqa: B010
         return sock
 
 
@@ -179,27 +240,41 @@ class Embedded:
         self.server = fakeredis.FakeServer()
         self.stream_log: StreamLog | None = None
         if is_persistent(url):
-            self.stream_log = StreamLog(Path(url[len("memory://"):]).expanduser())
-            self._replay()
+            self.stream_log = StreamLog(Path(url[len("memory://"):]).expanduser(), url)
+            try:
+                self._replay()
+            except BaseException:
+                self.stream_log.close()  # unlocked: fsck (or a retry) may open it
+                raise
 
     def _replay(self) -> None:
         assert self.stream_log is not None
+        records = self.stream_log.load()
         r = fakeredis.FakeRedis(server=self.server)
         p = r.pipeline(transaction=False)
         nss: set[bytes] = set()
-        n = 0
-        for key, entry_id, fields in self.stream_log.records():
-            p.xadd(key, dict(zip(fields[::2], fields[1::2], strict=True)), id=entry_id)
-            if key.endswith(b":events") and key.startswith(keys.PREFIX.encode() + b":{"):
-                nss.add(key[len(keys.PREFIX) + 2: -len(b"}:events")])
-            n += 1
-            if n % 5000 == 0:
-                p.execute()
-        if nss:
-            p.sadd(keys.NAMESPACES, *sorted(nss))
-        p.execute()
+        n = skipped = 0
+        events = keys.PREFIX.encode() + b":{"
+        try:
+            for rec in records:
+                if not keys.is_source_stream(rec.key):
+                    skipped += 1  # written by an older version (rq:results:*): derived
+                    continue
+                p.execute_command(  # type: ignore[no-untyped-call]
+                    "XADD", rec.key, rec.entry_id, *rec.fields)
+                if rec.key.startswith(events) and rec.key.endswith(b"}:events"):
+                    nss.add(rec.key[len(events): -len(b"}:events")])
+                n += 1
+                if n % REPLAY_CHUNK == 0:
+                    p.execute()
+            if nss:
+                p.sadd(keys.NAMESPACES, *sorted(nss))
+            p.execute()
+        except redis.ResponseError as exc:  # checked before, so not expected: still say where
+            raise LogDamaged(f"cannot replay the embedded store's log {self.stream_log.path}: "
+                             f"{exc}; {fsck_hint(self.url)}") from exc
         log.info("embedded_replayed", path=str(self.stream_log.path), entries=n,
-                 namespaces=len(nss))
+                 namespaces=len(nss), skipped_derived=skipped)
 
     def client(self) -> Store:
         """A client of this server (its writes are logged when the store is kept on disk)."""

@@ -139,3 +139,21 @@ def result(ns: str, query_id: str) -> str:
 def done(ns: str, query_id: str) -> str:
     """A list pushed once the result is written, so clients can BLPOP instead of polling."""
     return f"{_ns(ns)}:done:{query_id}"
+
+
+DERIVED_STREAMS = ("dead", "changes")
+"""Kinds of a namespace's streams (``hm:{ns}:<kind>``) that the worker derives from the event
+log (``dead``, ``changes``). Every other hivemind stream (``events``, ``audit``, ``configs``,
+``qembeddings``) holds what nothing can rebuild: a new stream kind is a source unless it is
+named here (``memory://PATH`` keeps the sources only)."""
+
+
+def is_source_stream(key: bytes) -> bool:
+    """Whether a stream key holds data nothing can rebuild: a hivemind stream that is not of a
+    ``DERIVED_STREAMS`` kind. RQ's streams (``rq:results:*``) and anything outside the
+    ``hm:`` prefix are not (RQ's bookkeeping is rebuilt by re-running work)."""
+    head = f"{PREFIX}:{{".encode()
+    if not key.startswith(head):
+        return False
+    _, sep, kind = key.partition(b"}:")
+    return bool(sep) and kind.decode("utf-8", "replace") not in DERIVED_STREAMS

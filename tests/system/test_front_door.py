@@ -361,3 +361,33 @@ def test_open_mode_takes_the_agent_from_the_body(tmp_path: Path) -> None:
         assert st == 200 and res["notes"] == [] and res["agent"] == ""
     finally:
         srv.stop()
+
+
+def test_recall_renders_a_context_within_the_budget_that_reproduces(live: Live) -> None:
+    """``POST .../recall`` (and the SDK's ``recall`` over it): each note under
+    ``[note_id | date]``, headers counted, so the context's own token estimate fits the
+    budget; the served query reproduces exactly (the audit records that it was rendered)."""
+    from hivemind_memory import Memory
+
+    b = live.base
+    for i, words in enumerate(["deploys happen on tuesdays after lunch",
+                               "deploys are frozen during the incident review week",
+                               "the staging deploy key rotates every monday " * 3]):
+        assert call(b, "POST", "/v1/ns/team-a/remember", {"text": words, "note_id": f"d{i}"},
+                    token=ALICE)[0] == 200
+    st, got = call(b, "POST", "/v1/ns/team-a/recall", {"query": "when are deploys",
+                                                        "budget": 40}, token=ALICE)
+    assert st == 200, got
+    assert got["notes"] and got["used_tokens"] <= got["budget"] == 40
+    assert -(-len(got["context"].encode()) // 4) <= 40
+    for n in got["notes"]:
+        assert f"[{n['note_id']} | {n['created_at'][:10]}]\n" in got["context"]
+        assert n["cost"] > n["tokens"]  # the header is part of the cost
+    mem = Memory(b, ns="team-a", token=ALICE)
+    again = mem.recall("when are deploys", budget=40)
+    assert again.context == got["context"] and again.note_ids == [n["note_id"]
+                                                                 for n in got["notes"]]
+    st, rep = call(b, "POST", "/v1/ns/team-a/audit/reproduce", {"all": True}, token=OPS)
+    assert st == 200 and rep["ok"] is True, rep
+    st, bad = call(b, "POST", "/v1/ns/team-a/recall", {"query": "x", "top_k": 3}, token=ALICE)
+    assert st == 422 and "top_k" in bad["error"]["message"]

@@ -17,7 +17,7 @@ from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import audit_commands, commands, serve
+from hivemind_memory.worker.cli import audit_commands, commands, fsck, serve
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ranking config TOML")
 
     serve_parsers(sub, _common, _ns_arg)
+    fsck.add_parsers(sub)
     audit_commands.add_parsers(sub, _common, _ns_arg, _time_arg)
     return ap
 
@@ -185,10 +186,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    mod: Any = serve if args.cmd in ("serve", "mcp") else \
+    mod: Any = serve if args.cmd in ("serve", "mcp") else fsck if args.cmd == "fsck" else \
         audit_commands if hasattr(audit_commands, f"cmd_{args.cmd}") else commands
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
-    if args.cmd in ("demo", "curves"):
+    if args.cmd in ("demo", "curves", "fsck"):
         return int(handler(args))
     s = _settings(args)
     if s.redis_url_source == "default":

@@ -8,6 +8,7 @@ from typing import IO
 import msgspec
 import redis
 
+from hivemind_memory.projections.store.logfile import FsckReport
 from hivemind_memory.worker.status import Status
 
 
@@ -96,3 +97,33 @@ def print_status(st: Status, out: IO[str] | None = None) -> None:
         beat = f"{wk.last_heartbeat:%H:%M:%SZ}" if wk.last_heartbeat else "-"
         w(f"  {wk.name:<40} {wk.state:<9} jobs ok {wk.successful_jobs} failed "
           f"{wk.failed_jobs}  heartbeat {beat}  {','.join(wk.queues)}\n")
+
+
+def print_fsck(rep: FsckReport, out: IO[str] | None = None) -> None:
+    """``hivemind fsck`` for people: what the log holds, each problem, what a repair did."""
+    w = (out or sys.stdout).write
+    f = rep.found
+    w(f"{f.path}: {f.size:,} bytes, {f.records:,} record(s): {f.source_records:,} of "
+      f"{f.keys} source stream(s), {f.derived_records:,} derived\n")
+    for p in f.problems:
+        w(f"problem: {p}\n")
+    if f.derived_records:
+        kinds = ", ".join(f"{k} {n:,}" for k, n in f.derived_kinds.items())
+        w(f"note: {f.derived_records:,} derived record(s) ({f.derived_bytes:,} bytes: {kinds}) "
+          "written by an older version; replay skips them, --repair drops them\n")
+    if rep.refused:
+        w(f"not repaired: {rep.refused}\n")
+    if rep.repaired and rep.after is not None:
+        w(f"repaired: wrote {rep.written_records:,} record(s) ({rep.written_bytes:,} bytes); "
+          f"the old file is kept as {rep.backup}\n")
+        for p in rep.after.problems:
+            w(f"problem after repair: {p}\n")
+    if rep.ok:
+        w("clean: every record whole, every stream in entry-id order"
+          + (" (after repair)\n" if rep.repaired else "\n"))
+    elif not rep.repaired and not rep.refused:
+        how = ("--repair --drop-unreadable (the records in the unreadable bytes are lost; the "
+               "old file is kept)" if f.unreadable else
+               "--repair (no acknowledged record is lost; the old file is kept)")
+        w(f"{len(f.problems)} problem(s); "
+          + (f"to fix: {how}\n" if f.repairable(True) else "no repair can keep every record\n"))

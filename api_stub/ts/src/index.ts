@@ -135,7 +135,8 @@ export interface RecalledNote {
   uses: number;
 }
 
-/** What `recall` found: `context` is ready to paste into a prompt. */
+/** What `recall` found: `context` is ready to paste into a prompt (each note under a
+ * `[note id | date]` header the server renders; the headers count in the budget). */
 export interface Recall {
   context: string;
   notes: RecalledNote[];
@@ -147,16 +148,6 @@ export interface Recall {
   result: QueryResult;
 }
 
-/** The label a rendered context puts before each note: its id and the day it was written. */
-export function noteHeader(n: RecalledNote): string {
-  return `[${n.noteId} | ${n.createdAt.slice(0, 10)}]`;
-}
-
-/** The notes as one text for a prompt, each under its header. */
-export function renderContext(notes: RecalledNote[]): string {
-  return notes.map((n) => `${noteHeader(n)}\n${n.text}`).join("\n\n");
-}
-
 /** A `Recall` from a result object. */
 export function recallOf(res: QueryResult): Recall {
   const notes = res.notes.map((n): RecalledNote => ({
@@ -164,7 +155,8 @@ export function recallOf(res: QueryResult): Recall {
     tier: n.tier, uses: n.uses,
   }));
   return {
-    context: renderContext(notes), notes, noteIds: notes.map((n) => n.noteId),
+    context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,
+    noteIds: notes.map((n) => n.noteId),
     usedTokens: res.used, budget: res.budget, queryId: res.query_id, result: res,
   };
 }
@@ -200,6 +192,8 @@ export interface QueryOptions {
   config?: Record<string, unknown>;
   /** Only notes whose id starts with this are candidates. */
   idPrefix?: string;
+  /** Answer `context` too: the packed notes rendered, headers counted in the budget. */
+  context?: boolean;
 }
 
 export interface RecallOptions extends QueryOptions {
@@ -283,7 +277,7 @@ export class Memory {
   /** The best notes for `query` that fit the budget, packed and ordered. */
   async recall(query: string, opts: RecallOptions = {}): Promise<Recall> {
     const { budget = 1000, ...rest } = opts;
-    return recallOf(await this.query(query, budget, rest));
+    return recallOf(await this.query(query, budget, { ...rest, context: true }));
   }
 
   /** Say which notes the agent used (5 uses make a note permanent); returns how many uses
@@ -311,6 +305,7 @@ export class Memory {
     if (opts.embedding !== undefined) q.embedding = opts.embedding;
     if (opts.config !== undefined) q.config = opts.config;
     if (opts.idPrefix) q.id_prefix = opts.idPrefix;
+    if (opts.context) q.context = true;
     return q;
   }
 

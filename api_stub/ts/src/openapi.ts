@@ -136,7 +136,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Store a note (the server fills the event id, time and agent); 409 `note_exists` for a reused note id */
+        /** Store a note (409 note_exists for a reused id) */
         post: {
             parameters: {
                 query?: never;
@@ -259,7 +259,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Record that the agent used notes; 404 `unknown_note` for one it cannot see */
+        /** Report the notes the agent used (404 unknown_note: nothing recorded) */
         post: {
             parameters: {
                 query?: never;
@@ -382,7 +382,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Forget a note (its author, or admin); 404 `unknown_note`, 403 `not_allowed` */
+        /** Forget a note (404 unknown_note; 403 not_allowed: not its author) */
         post: {
             parameters: {
                 query?: never;
@@ -405,6 +405,129 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["Forgot"];
+                    };
+                };
+                /** @description error */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ns/{ns}/recall": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The best notes for a question, rendered as one context within the budget */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    ns: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["RecallBody"];
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Recalled"];
                     };
                 };
                 /** @description error */
@@ -1891,6 +2014,8 @@ export interface components {
             ns?: string | null;
             /** @default null */
             agent?: string | null;
+            /** @default false */
+            context?: boolean;
             /** @default  */
             id_prefix?: string;
         };
@@ -1912,6 +2037,8 @@ export interface components {
             upper_bound?: number;
             /** @default null */
             candidates?: unknown[] | null;
+            /** @default null */
+            context?: string | null;
         };
         /**
          * NoteSignals
@@ -1980,20 +2107,15 @@ export interface components {
         };
         /**
          * RememberBody
-         * @description A note to store (``POST .../remember``); the server fills what an event needs.
+         * @description ``POST .../remember``: a note; ``note_id`` (default: a new time-ordered one),
+         *     ``event_id`` and ``at`` (default: the server's) may be left out.
          */
         RememberBody: {
             text: string;
-            /**
-             * @default note
-             * @enum {unknown}
-             */
-            kind?: "note" | "scratch";
-            /**
-             * @default shared
-             * @enum {unknown}
-             */
-            scope?: "private" | "shared";
+            /** @default null */
+            kind?: string | null;
+            /** @default null */
+            scope?: string | null;
             /** @default null */
             note_id?: string | null;
             /** @default null */
@@ -2014,7 +2136,7 @@ export interface components {
         };
         /**
          * UsedBody
-         * @description The notes the agent used (``POST .../used``).
+         * @description ``POST .../used``: the notes the agent used.
          */
         UsedBody: {
             note_ids: string[];
@@ -2023,7 +2145,7 @@ export interface components {
         };
         /**
          * ForgetBody
-         * @description The note to forget (``POST .../forget``).
+         * @description ``POST .../forget``: the note to forget.
          */
         ForgetBody: {
             note_id: string;
@@ -2034,6 +2156,40 @@ export interface components {
         Forgot: {
             note_id: string;
             event_id: string;
+        };
+        /**
+         * RecallBody
+         * @description ``POST .../recall``: a question and a budget in tokens (default 1000).
+         */
+        RecallBody: {
+            query: string;
+            /** @default 1000 */
+            budget?: number;
+            /** @default null */
+            as_of?: string | null;
+            /** @default null */
+            agent?: string | null;
+            /** @default null */
+            embedding?: number[] | null;
+        };
+        /**
+         * Recalled
+         * @description What ``recall`` answers: ``context`` is ready to paste into a prompt.
+         */
+        Recalled: {
+            query_id: string;
+            context: string;
+            notes: components["schemas"]["RecalledNote"][];
+            used_tokens: number;
+            budget: number;
+        };
+        /** RecalledNote */
+        RecalledNote: {
+            note_id: string;
+            created_at: string;
+            score: number;
+            tokens: number;
+            cost: number;
         };
         /**
          * ReadRequest

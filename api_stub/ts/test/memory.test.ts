@@ -46,6 +46,8 @@ describe("an agent's calls", () => {
     assert.ok(mine && mine.tier === "short" && mine.createdAt.endsWith("Z"));
     assert.ok(got.context.includes(`[${id} | ${mine.createdAt.slice(0, 10)}]\nDeploys happen`));
     assert.ok(got.usedTokens <= got.budget && got.budget === 500);
+    const tight = await bob.recall("deploys tuesdays wednesdays", { budget: 30 });
+    assert.ok(tight.notes.length >= 1 && Math.ceil(Buffer.byteLength(tight.context) / 4) <= 30);
     assert.deepEqual((await alice.recall("key hint", { budget: 500 })).noteIds, [secret]);
 
     assert.equal(await bob.used(id), 1);

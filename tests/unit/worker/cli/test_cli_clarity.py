@@ -206,10 +206,11 @@ def test_the_default_store_is_redis_on_localhost_and_every_command_names_it() ->
     assert Settings.from_env({"HIVEMIND_REDIS_URL": "memory://"}).redis_url_source == "env"
     assert Settings.from_env({"HIVEMIND_REDIS_URL": "memory://"},
                              redis_url="memory://x").redis_url_source == "flag"
-    # every command but these two takes a store, and main names the default for all of them
+    # every other command takes a store, and main names the default for all of them
     no_store = {n for n, p in _subcommands().items()
                 if not any(a.dest == "redis_url" for a in p._actions)}
-    assert no_store == {"demo", "curves", "audit"}  # audit's subcommands take it
+    # audit: its subcommands take it; fsck: its --store is required (no default to name)
+    assert no_store == {"demo", "curves", "audit", "fsck"}
     env = _without_store_env()
     r = subprocess.run([*HIVEMIND, "audit", "reproduce", "--ns", "t"], env=env,
                        capture_output=True, text=True, timeout=60, check=False)

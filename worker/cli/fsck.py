@@ -1,0 +1,57 @@
+"""``hivemind fsck --store memory://PATH [--repair [--drop-unreadable]] [--json]``: check the
+log of an embedded store (framing, CRC, entry-id order within each stream) and repair what
+can be repaired without losing an acknowledged record: each stream's records put back in id
+order, exact duplicates once, a torn tail cut, derived records of older versions dropped.
+The old file is kept beside the new one (``streams.log.before-fsck-N``). Unreadable bytes
+between records held records that are gone: only ``--drop-unreadable`` lets a repair leave
+them out. Exit 0 clean (as found, or after the repair), 1 problems left, 2 usage error or no
+store there (or the store is open in another process). The work is in ``store.logfile``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from hivemind_memory.projections.store.embedded import is_persistent
+from hivemind_memory.projections.store.logfile import fsck
+from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.worker.cli.args import fail
+from hivemind_memory.worker.cli.output import print_fsck
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``fsck`` on the ``hivemind`` parser."""
+    p = sub.add_parser("fsck", help="check (and repair) the log of a memory://PATH store")
+    p.add_argument("--store", required=True, metavar="memory://PATH",
+                   help="the embedded store whose PATH/streams.log to check")
+    p.add_argument("--repair", action="store_true",
+                   help="rewrite the log so that it replays, losing no acknowledged record "
+                   "(the old file is kept as streams.log.before-fsck-N)")
+    p.add_argument("--drop-unreadable", action="store_true",
+                   help="with --repair: also leave out unreadable bytes between records (the "
+                   "records they held are lost)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    url: str = args.store
+    if not is_persistent(url):
+        why = ("memory:// keeps nothing on disk" if url == "memory://" else
+               f"{redact(url)} is not an embedded store")
+        return fail(f"fsck checks the log of an embedded store kept on disk: --store "
+                    f"memory://PATH ({why})")
+    if args.drop_unreadable and not args.repair:
+        return fail("--drop-unreadable goes with --repair")
+    rep = fsck(Path(url[len("memory://"):]).expanduser(), repair=args.repair,
+               drop_unreadable=args.drop_unreadable)
+    if args.json:
+        obj = {"ok": rep.ok, "openable": (rep.after or rep.found).openable,
+               **msgspec.to_builtins(rep)}
+        sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    else:
+        print_fsck(rep)
+    return 0 if rep.ok else 1

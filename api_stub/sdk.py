@@ -93,6 +93,8 @@ class Note:
     uses: int
     last_used_at: datetime | None
     tier: str
+    revised_at: datetime | None = None
+    """When its current text was written, if it was revised (servers that revise notes)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Note:
@@ -101,7 +103,8 @@ class Note:
         return cls(note_id=row["note_id"], text=row.get("text", ""), agent=row["agent"],
                    scope=row["scope"], kind=row["kind"], tokens=row["tokens"],
                    created_at=_parse_time(row["created_at"]), uses=row["uses"],
-                   last_used_at=None if last is None else _parse_time(last), tier=row["tier"])
+                   last_used_at=None if last is None else _parse_time(last), tier=row["tier"],
+                   revised_at=_parse_time(row["revised_at"]) if row.get("revised_at") else None)
 
 
 def _parse_time(s: str) -> datetime:

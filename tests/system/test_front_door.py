@@ -102,7 +102,7 @@ def test_readme_quick_start(tmp_path: Path) -> None:
     """The README's quick start: its curl session as written, then its SDK snippet against the
     same server (what it remembers comes back in the recalled context)."""
     text = section(README, "Quick start")
-    (snippet,) = fenced(text, "python")
+    snippet = fenced(text, "python")[0]  # the SDK (the rest: tests/adapters/test_doc_snippets.py)
     remembered = re.search(r'mem\.remember\("([^"]+)"\)', snippet)
     assert remembered
 

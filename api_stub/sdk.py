@@ -59,7 +59,8 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{time.time_ns() // 1000:014x}{n:04x}{os.urandom(5).hex()}"
 
 
-def _now() -> str:
+def now_rfc3339() -> str:
+    """The clock, UTC, as an event's ``at`` (read at the edge: the SDK and the server)."""
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -352,7 +353,7 @@ class Memory:
     def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
         ev = dict(e)
         ev.setdefault("event_id", new_id("ev"))
-        ev.setdefault("at", _now())
+        ev.setdefault("at", now_rfc3339())
         ev.setdefault("ns", self.ns)
         if self.agent:
             ev.setdefault("agent", self.agent)

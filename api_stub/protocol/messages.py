@@ -159,6 +159,13 @@ def error_json(query_id: str, code: str, message: str) -> bytes:
     return encode(QueryErrorResult(query_id, ErrorBody(code, message)))
 
 
+def is_error_json(body: bytes, query_id: str) -> bool:
+    """Whether ``body`` (a result key's JSON) is the error object of ``query_id``, read from
+    its first bytes: an error object starts with its ``query_id`` then ``error`` (the order of
+    ``QueryErrorResult``'s fields), a result with ``query_id`` then ``ns``."""
+    return body.startswith(b'{"query_id":' + encode(query_id) + b',"error":')
+
+
 def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
     """Validate a request; ``QueryError('invalid_request', ...)`` names the field."""
     try:
@@ -234,4 +241,5 @@ def utcnow() -> datetime:
 
 
 __all__ = ["ConfigError", "Envelope", "QueryRequest", "QueryResult", "encode", "error_json",
+           "is_error_json",
            "new_query_id", "ns_of", "parse_request"]

@@ -43,7 +43,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.sdk import new_id
+from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.tokens import (
     OPEN_GRANT,
@@ -361,7 +361,7 @@ class Api:
             raise ApiError(422, "invalid_event",
                            f"{where}: as_admin is set by the server from the token's rights")
         agent = self.identity(g, obj.get("agent"), where)
-        ev = {"event_id": new_id("ev"), "at": _now_rfc3339(), **obj, "ns": ns}
+        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
         if agent:
             ev["agent"] = agent
         if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
@@ -635,11 +635,6 @@ def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> i
 
 def _no_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
-
-
-def _now_rfc3339() -> str:
-    """The server's clock, for events that come without ``at``."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.support.frontdoor import (
     OTHER,
     Live,
     call,
+    created,
     start_live,
     start_serve,
 )
@@ -36,16 +37,6 @@ from tests.support.frontdoor import (
 AS_OF = "2026-06-01T00:00:00Z"
 
 
-def created(eid: str, nid: str, text: str, **kw: Any) -> dict[str, Any]:
-    return {"type": "note.created", "event_id": eid, "note_id": nid,
-            "at": "2026-05-01T09:00:00Z", "text": text, **kw}
-
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    srv = start_live(f"memory://{tmp_path / 'store'}", max_body=64 * 1024)
-    yield srv
-    srv.stop()
 
 
 # -- the docs' sessions, as written ---------------------------------------------------------

@@ -43,6 +43,9 @@ DESCRIPTIONS = {
     "forget": (
         "Remove a note you wrote from every future recall (it stays in the history). Only its "
         "author (or an admin) may forget a note."),
+    "revise": (
+        "Replace the text of a note you wrote with a corrected or updated one; the note keeps "
+        "its id, uses and tier, and answers as of an earlier time still show the old text."),
 }
 """Each tool's description, one line of plain prose."""
 
@@ -147,3 +150,11 @@ class ForgetArgs(BaseModel):
 def arguments_message(tool: str, exc: ValidationError) -> str:
     """A rejected call's arguments in words (``argument_error`` for each)."""
     return f"{tool}: " + "; ".join(argument_error(e) for e in exc.errors())
+
+
+class ReviseArgs(BaseModel):
+    """The arguments of ``revise``."""
+
+    note_id: Annotated[NoteId, Field(description=f"The id of the note to revise ({ID_RULE}).")]
+    text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_BYTES, description=(
+        "The note's new text, in plain words: 1 byte to 64 KiB of UTF-8."))]

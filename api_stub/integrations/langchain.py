@@ -42,6 +42,7 @@ from hivemind_memory.api_stub.tool_spec import (
     ForgetArgs,
     RecallArgs,
     RememberArgs,
+    ReviseArgs,
     UsedArgs,
     arguments_message,
     tool_message,
@@ -96,7 +97,8 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def memory_tools(memory: Memory) -> list[BaseTool]:
-    """``remember``, ``recall``, ``used`` and ``forget`` over ``memory``, as LangChain tools.
+    """``remember``, ``recall``, ``used`` and ``forget`` over ``memory``, as LangChain tools,
+    and ``revise`` where the SDK has ``Memory.revise`` (a server that folds ``note.revised``).
     ``recall`` answers the context (each note under ``[note id | date]``) and keeps the
     Documents as the tool message's artifact."""
 
@@ -116,6 +118,10 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
         memory.forget(note_id)
         return f"forgot {note_id}"
 
+    def revise(note_id: str, text: str) -> str:
+        getattr(memory, "revise")(note_id, text)  # noqa: B009 - present only on newer SDKs
+        return f"revised {note_id}"
+
     def invalid(tool: str) -> Callable[[ValidationError], str]:
         return lambda exc: arguments_message(tool, exc)
 
@@ -125,6 +131,8 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
         ("used", used, UsedArgs, "content"),
         ("forget", forget, ForgetArgs, "content"),
     ]
+    if callable(getattr(memory, "revise", None)):  # a server that revises notes
+        specs.append(("revise", revise, ReviseArgs, "content"))
     return [StructuredTool.from_function(
         func=_guarded(name, fn), name=name, description=DESCRIPTIONS[name], args_schema=schema,
         response_format=fmt,  # type: ignore[arg-type]

@@ -12,7 +12,11 @@ framework("langchain_core")  # the [langchain] extra
 
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.messages import ToolCall, ToolMessage  # noqa: E402
-from langchain_tests.integration_tests import RetrieversIntegrationTests  # noqa: E402
+from langchain_core.tools import BaseTool  # noqa: E402
+from langchain_tests.integration_tests import (  # noqa: E402
+    RetrieversIntegrationTests,
+    ToolsIntegrationTests,
+)
 
 from hivemind_memory import Memory  # noqa: E402
 from hivemind_memory.integrations.langchain import HivemindRetriever, memory_tools  # noqa: E402
@@ -46,6 +50,54 @@ class TestStandardRetriever(RetrieversIntegrationTests):
     @pytest.mark.xfail(reason="a token budget, not k: test_the_budget_bounds_the_documents")
     def test_invoke_with_k_kwarg(self) -> None:  # type: ignore[override]
         raise NotImplementedError
+
+
+class _StandardTool(ToolsIntegrationTests):
+    """``langchain-tests``' tool suites for one of the memory tools, on both stores."""
+
+    name: str
+    mem: Memory
+
+    @pytest.fixture(autouse=True)
+    def _memory(self, memory: Memory) -> None:
+        type(self).mem = memory
+
+    @property
+    def tool_constructor(self) -> BaseTool:
+        return next(t for t in memory_tools(self.mem) if t.name == self.name)
+
+
+class TestStandardRemember(_StandardTool):
+    name = "remember"
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, object]:
+        return {"text": "The release train leaves every other Thursday.", "kind": "scratch"}
+
+
+class TestStandardRecall(_StandardTool):
+    name = "recall"
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, object]:
+        return {"query": "when do deploys happen", "budget": 200}
+
+
+class TestStandardUsed(_StandardTool):
+    name = "used"
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, object]:
+        return {"note_ids": [self.mem.remember("a note the standard tests use")]}
+
+
+class TestStandardForget(_StandardTool):
+    name = "forget"
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, object]:
+        """A note of its own for each call (a note is forgotten once)."""
+        return {"note_id": self.mem.remember("to be forgotten by the standard tests")}
 
 
 def test_documents_carry_id_score_date_and_tier(memory: Memory) -> None:
@@ -110,3 +162,29 @@ def test_the_tools_as_a_model_calls_them(memory: Memory) -> None:
     assert gone.status == "error" and gone.content == (
         f"no note '{nid}' in namespace 'team-a' (never created, forgotten, or not visible to "
         "this agent); nothing was recorded")
+
+
+def test_a_revise_tool_where_the_sdk_revises_notes(memory: Memory) -> None:
+    """``revise`` is offered exactly when ``Memory.revise`` exists (a server that folds
+    ``note.revised``); its arguments are checked like the others'."""
+    names = {t.name for t in memory_tools(memory)}
+    assert ("revise" in names) == callable(getattr(memory, "revise", None))
+
+    class Revising:
+        """A memory whose SDK has ``revise`` (records the calls)."""
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+
+        def revise(self, note_id: str, text: str) -> None:
+            self.calls.append((note_id, text))
+
+    fake = Revising()
+    tool = {t.name: t for t in memory_tools(fake)}["revise"]  # type: ignore[arg-type]
+    assert "keeps its id" in tool.description
+    out = tool.invoke(ToolCall(name="revise", args={"note_id": "deploys", "text": "Fridays."},
+                               id="call-revise", type="tool_call"))
+    assert out.content == "revised deploys" and fake.calls == [("deploys", "Fridays.")]
+    bad = tool.invoke(ToolCall(name="revise", args={"note_id": "a b", "text": "x"},
+                               id="call-bad", type="tool_call"))
+    assert bad.content.startswith("revise: note_id 'a b' is not a valid note id")

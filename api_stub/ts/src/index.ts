@@ -1,5 +1,6 @@
 /**
- * hivemind's TypeScript client: the calls of the Python SDK over `hivemind serve`.
+ * hivemind's TypeScript client: the calls of the Python SDK over `hivemind serve`
+ * (remember, recall, used, forget, revise, reads, and the raw append, query and batch).
  *
  * ```ts
  * import { Memory } from "hivemind-memory";
@@ -291,6 +292,16 @@ export class Memory {
    * `NotAllowed` for another author's note (an admin's token may forget any). */
   async forget(noteId: string): Promise<void> {
     await this.append([{ type: "note.forgotten", note_id: noteId }]);
+  }
+
+  /** A new version of a note this agent wrote (or any, with an admin token): `text` replaces
+   * its content; its id, uses and tier stay. Needs a server that folds `note.revised` (an
+   * older one refuses the event: `EventError`). `UnknownNote` if this agent cannot see it,
+   * `NotAllowed` for another author's note. */
+  async revise(noteId: string, text: string, opts: { tokens?: number; kind?: "note" | "scratch";
+                                                     embedding?: number[] } = {}): Promise<void> {
+    const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...opts };
+    await this.append([ev as unknown as EventInput]);
   }
 
   private who(): { agent?: string } {

@@ -113,6 +113,24 @@ describe("typed errors", () => {
   });
 });
 
+describe("revise", () => {
+  it("revises a note where the server folds note.revised, and says so where it does not",
+     async () => {
+    const doc = await (await fetch(`${srv.base}/openapi.json`)).json() as {
+      components: { schemas: Record<string, unknown> } };
+    const id = await alice.remember("Deploys go through ArgoCD.");
+    if ("NoteRevised" in doc.components.schemas) {
+      await alice.revise(id, "Deploys go through Flux.");
+      assert.equal((await alice.get(id))?.text, "Deploys go through Flux.");
+      await assert.rejects(bob.revise(id, "bob's version"), (e: unknown) =>
+        e instanceof NotAllowed);
+    } else {
+      await assert.rejects(alice.revise(id, "Deploys go through Flux."), (e: unknown) =>
+        e instanceof EventError && e.status === 422);
+    }
+  });
+});
+
 describe("raw query and batch", () => {
   it("answers the contract's result object; as-of answers are reproducible", async () => {
     await alice.append([{ type: "note.created", note_id: "old-fact", at: "2026-05-01T09:00:00Z",

@@ -147,6 +147,10 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
                   result=dict(res))
 
 
+READ_CHUNK = 1000
+"""Note ids one read names at most (the server's ``MAX_READ``)."""
+
+
 class EmbeddedWorker(Protocol):
     """A worker running in this process (what ``memory://`` needs: no other process can
     reach its store)."""
@@ -288,7 +292,8 @@ class _HttpTransport(_Transport):
         return out
 
     def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = self.call("POST", "/read", body)
+        out: list[dict[str, Any]] = self.call("POST", "/read",
+                                              {**body, "agent": agent} if agent else body)
         return out
 
 
@@ -433,10 +438,11 @@ class Memory:
         return got[0] if got else None
 
     def read_notes(self, note_ids: Sequence[str]) -> list[Note]:
-        """The notes of ``note_ids`` this agent may see, in the order asked (at most 1000)."""
-        if not note_ids:
-            return []
-        return [Note.from_row(r) for r in self._read({"note_ids": list(note_ids)})]
+        """The notes of ``note_ids`` this agent may see, in the order asked (read 1000 at a
+        time)."""
+        ids = list(note_ids)
+        return [Note.from_row(r) for i in range(0, len(ids), READ_CHUNK)
+                for r in self._read({"note_ids": ids[i:i + READ_CHUNK]})]
 
     def notes(self, prefix: str = "", *, after: str = "", limit: int = 100) -> list[Note]:
         """The notes this agent may see whose id starts with ``prefix``, in id order, after

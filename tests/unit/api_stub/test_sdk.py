@@ -216,3 +216,17 @@ def test_the_package_root_is_the_public_face_and_wires_the_embedded_worker(
     monkeypatch.setattr(sdk, "_embedded_worker", None)
     with pytest.raises(StoreError, match="import Memory from hivemind_memory"):
         sdk.Memory("memory://", ns="root-face", agent="a")
+
+
+def test_reads_over_a_server_without_tokens_are_the_named_agents(tmp_path: Path) -> None:
+    """Without tokens (loopback, one trusted user) the SDK names its agent in reads too: its
+    private notes are its own, another agent's are not found."""
+    srv = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        al = Memory(srv.base, ns="n", agent="al")
+        nid = al.remember("al's private note", scope="private")
+        assert [n.note_id for n in al.read_notes([nid])] == [nid]
+        assert [n.note_id for n in al.notes("n-")] == [nid]
+        assert Memory(srv.base, ns="n", agent="bo").get(nid) is None
+    finally:
+        srv.stop()

@@ -34,6 +34,7 @@ from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
+from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, results
@@ -320,7 +321,8 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain, memo=memo, why_limit=why_limit)
+                      explain=req.explain, memo=memo, why_limit=why_limit,
+                      rendered=req.context, id_prefix=req.id_prefix)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
@@ -328,7 +330,9 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
     return QueryResult(query_id=query_id, ns=req.ns, agent=req.agent, text=req.text,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
                        notes=res.notes, upper_bound=res.upper_bound,
-                       candidates=list(res.candidates) if req.explain else None)
+                       candidates=list(res.candidates) if req.explain else None,
+                       context=render((n.note_id, n.created_at, n.text) for n in res.notes)
+                       if req.context else None)
 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
@@ -343,7 +347,8 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        served_at=served_at, requested_as_of=req.as_of, seen=seen,
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
-                       result_digest=digest_bytes(body), why=with_shown(why, res))
+                       result_digest=digest_bytes(body), context=req.context,
+                       id_prefix=req.id_prefix, why=with_shown(why, res))
 
 
 def with_shown(why: Why | None, res: QueryResult) -> Why | None:

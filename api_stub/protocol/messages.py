@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 
 from hivemind_memory.events.errors import ConfigError, QueryError
-from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
+from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Id, Ns, UtcDatetime
 from hivemind_memory.events.times import to_utc
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.signals import NoteSignals
@@ -25,6 +25,11 @@ MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
 AGENT_PATTERN = r"^\Z|" + ID_PATTERN
 """A query's agent: an id, or empty (anonymous: sees no private notes)."""
+ID_PREFIX_PATTERN = r"^[A-Za-z0-9_.:@-]{0,128}\Z"
+"""A query's ``id_prefix``: the start of a note id (empty: every note)."""
+IdPrefix = Annotated[str, msgspec.Meta(pattern=ID_PREFIX_PATTERN, max_length=128)]
+MAX_READ = 1000
+"""Most notes one read (``POST .../read``) names or returns."""
 
 
 class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -39,10 +44,31 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     embedding: Embedding | None = None
     config: dict[str, Any] | None = None
     """Per-query overrides of the ranking config (unknown keys are an error)."""
+    context: bool = False
+    """Render the packed notes as one ``context`` text, each under a header (id, date) whose
+    cost counts in the note's cost (``projections.ranking.render``)."""
+    id_prefix: IdPrefix = ""
+    """Only notes whose id starts with this are candidates (a namespace within the namespace,
+    e.g. one LangGraph namespace); relevance statistics stay those of every note seen."""
 
     def __post_init__(self) -> None:
         if not self.text.strip():
             raise ValueError("text must not be empty or only whitespace")
+
+
+class ReadRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Notes by id (``note_ids``) or by id prefix (``prefix``, paged by ``after`` and
+    ``limit``): those the token's agent may see (live; shared or its own), as they stand
+    after every write made before the request (no worker needed to see them)."""
+
+    note_ids: Annotated[list[Id], msgspec.Meta(max_length=MAX_READ)] = []
+    prefix: IdPrefix | None = None
+    after: IdPrefix = ""
+    """With ``prefix``: only ids that sort after this one (the last id of the previous page)."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_READ)] = 100
+    """With ``prefix``: at most this many notes, in id order."""
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    """As in a query: the token's agent (may be omitted; another agent is refused)."""
 
 
 class Envelope(msgspec.Struct, frozen=True):
@@ -67,6 +93,8 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     notes: list[NoteSignals]
     upper_bound: float = 0.0
     candidates: list[Any] | None = None
+    context: str | None = None
+    """The packed notes rendered in context order (only when the request asked for it)."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):
@@ -101,6 +129,10 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     upper_bound: float = 0.0
     result_digest: str = ""
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
+    context: bool = False
+    """The request asked for a rendered context (headers counted in the costs)."""
+    id_prefix: str = ""
+    """The request's ``id_prefix`` (empty: every note was a candidate)."""
     why: Why | None = None
     """The shown notes' signals, the strongest notes left out and the reason, how many were
     left out per reason (``projections.ranking.why``; None in entries written before it)."""
@@ -129,6 +161,13 @@ def encode(obj: Any) -> bytes:
 def error_json(query_id: str, code: str, message: str) -> bytes:
     """The error object as JSON bytes."""
     return encode(QueryErrorResult(query_id, ErrorBody(code, message)))
+
+
+def is_error_json(body: bytes, query_id: str) -> bool:
+    """Whether ``body`` (a result key's JSON) is the error object of ``query_id``, read from
+    its first bytes: an error object starts with its ``query_id`` then ``error`` (the order of
+    ``QueryErrorResult``'s fields), a result with ``query_id`` then ``ns``."""
+    return body.startswith(b'{"query_id":' + encode(query_id) + b',"error":')
 
 
 def parse_request(data: dict[str, Any] | bytes | str) -> QueryRequest:
@@ -206,4 +245,5 @@ def utcnow() -> datetime:
 
 
 __all__ = ["ConfigError", "Envelope", "QueryRequest", "QueryResult", "encode", "error_json",
+           "is_error_json",
            "new_query_id", "ns_of", "parse_request"]

@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -37,11 +37,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
+    IdPrefix,
     QueryResult,
+    ReadRequest,
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.sdk import new_id
+from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
 from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
@@ -75,6 +77,7 @@ from hivemind_memory.worker.reproduce import (
 from hivemind_memory.worker.status import DeadLetters, Status, dead_letters, read_status
 
 log = structlog.get_logger("hivemind.http")
+_T = TypeVar("_T")
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body (bytes) by default; ``--max-body`` changes it. Over it: 413."""
@@ -104,6 +107,11 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     config: dict[str, Any] | None = None
     ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] | None = None
     agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    context: bool = False
+    """Answer the packed notes rendered as one ``context`` text too, each under a
+    ``[note_id | date]`` header whose cost counts in the budget."""
+    id_prefix: IdPrefix = ""
+    """Only notes whose id starts with this are candidates."""
 
 
 class Appended(msgspec.Struct):
@@ -113,6 +121,64 @@ class Appended(msgspec.Struct):
     """Each event's id, in order (the server makes one for an event that has none)."""
     already: int = 0
     """Events of this request that were already in the log (a retry): not appended again."""
+
+
+class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../remember``: a note; ``note_id`` (default: a new time-ordered one),
+    ``event_id`` and ``at`` (default: the server's) may be left out."""
+
+    text: str
+    kind: str | None = None
+    scope: str | None = None
+    note_id: str | None = None
+    tokens: int | None = None
+    embedding: list[float] | None = None
+    event_id: str | None = None
+    at: str | None = None
+    agent: str | None = None
+
+
+class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../used``: the notes the agent used."""
+
+    note_ids: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_EVENTS)]
+    agent: str | None = None
+
+
+class ForgetBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../forget``: the note to forget."""
+
+    note_id: str
+    agent: str | None = None
+
+
+class RecallBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../recall``: a question and a budget in tokens (default 1000)."""
+
+    query: str
+    budget: int = 1000
+    as_of: str | None = None
+    agent: str | None = None
+    embedding: list[float] | None = None
+
+
+class RecalledNote(msgspec.Struct):
+    note_id: str
+    created_at: str
+    score: float
+    tokens: int
+    cost: int
+    """``tokens`` plus the note's header in the context."""
+
+
+class Recalled(msgspec.Struct):
+    """What ``recall`` answers: ``context`` is ready to paste into a prompt."""
+
+    query_id: str
+    context: str
+    notes: list[RecalledNote]
+    used_tokens: int
+    budget: int
 
 
 class Remembered(msgspec.Struct):
@@ -293,7 +359,7 @@ class Api:
             raise ApiError(422, "invalid_event",
                            f"{where}: as_admin is set by the server from the token's rights")
         agent = self.identity(g, obj.get("agent"), where)
-        ev = {"event_id": new_id("ev"), "at": _now_rfc3339(), **obj, "ns": ns}
+        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
         if agent:
             ev["agent"] = agent
         if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
@@ -317,47 +383,55 @@ class Api:
         self.opts.on_write()
         return Appended(len(evs), [e.event_id for e in evs], got.already)
 
-    async def fields(self, request: Request) -> dict[str, Any]:
-        data = await self.body(request)
-        if not isinstance(data, dict):
-            raise ApiError(422, "invalid_request", "body must be a JSON object")
-        return data
+    async def shaped(self, request: Request, kind: type[_T]) -> _T:
+        """The body as the endpoint's struct; 422 naming what is wrong with it."""
+        try:
+            return msgspec.convert(await self.body(request), kind)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
 
     async def remember(self, request: Request) -> Response:
-        """``{"text", "kind"?, "scope"?, "note_id"?, "tokens"?, "embedding"?}`` -> the note id
-        (a new time-ordered one unless given) and the event id."""
+        """A note -> its id (a new time-ordered one unless given) and the event id."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        unknown = set(body) - {"text", "kind", "scope", "note_id", "tokens", "embedding",
-                               "event_id", "at", "agent"}
-        if unknown:
-            raise ApiError(422, "invalid_request",
-                           f"unknown field(s): {', '.join(sorted(unknown))}")
-        ev = {"type": "note.created", "note_id": new_id("n"), **body}
+        body = await self.shaped(request, RememberBody)
+        ev = {"type": "note.created", "note_id": body.note_id or new_id("n"),
+              **msgspec.to_builtins(body)}
         got = await self.write(ns, g, [ev], "remember")
         return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
 
     async def used(self, request: Request) -> Response:
-        """``{"note_ids": [...]}`` -> how many uses were recorded."""
+        """The notes the agent used -> how many uses were recorded."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        ids = body.get("note_ids")
-        if not isinstance(ids, list) or not ids or set(body) - {"note_ids", "agent"}:
-            raise ApiError(422, "invalid_request",
-                           'body must be {"note_ids": [note id, ...]} (at least one)')
-        evs = [{"type": "note.used", "note_id": n, "agent": body.get("agent")} for n in ids]
-        return _respond(await self.write(ns, g, [_no_none(e) for e in evs], "used"))
+        body = await self.shaped(request, UsedBody)
+        evs = [_no_none({"type": "note.used", "note_id": n, "agent": body.agent})
+               for n in body.note_ids]
+        return _respond(await self.write(ns, g, evs, "used"))
 
     async def forget(self, request: Request) -> Response:
-        """``{"note_id"}`` -> the forgotten note's id and the event id."""
+        """A note -> its id and the event id that forgot it."""
         ns, g = self.authorize(request, "write")
-        body = await self.fields(request)
-        if not isinstance(body.get("note_id"), str) or set(body) - {"note_id", "agent"}:
-            raise ApiError(422, "invalid_request", 'body must be {"note_id": "..."}')
-        ev = _no_none({"type": "note.forgotten", "note_id": body["note_id"],
-                       "agent": body.get("agent")})
+        body = await self.shaped(request, ForgetBody)
+        ev = _no_none({"type": "note.forgotten", "note_id": body.note_id, "agent": body.agent})
         got = await self.write(ns, g, [ev], "forget")
-        return _respond(Forgot(body["note_id"], got.event_ids[0]))
+        return _respond(Forgot(body.note_id, got.event_ids[0]))
+
+    async def recall(self, request: Request) -> Response:
+        """What the SDK's ``recall`` gives: the packed notes rendered as ``context`` (each
+        under ``[note_id | date]``, headers counted in the budget) and what it is made of."""
+        ns, g = self.authorize(request, "query")
+        body = await self.shaped(request, RecallBody)
+        req = {k: v for k, v in msgspec.to_builtins(body).items() if k != "query"}
+        req.update(text=body.query, budget=body.budget, context=True)
+        [raw] = await self._answer([self.query_request(ns, g, req, "recall")])
+        res = msgspec.json.decode(raw)
+        if "error" in res:
+            code = res["error"]["code"]
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+                           res["error"]["message"])
+        notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
+                 for n in res["notes"]]
+        return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
+                                 res["budget"]))
 
     async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
@@ -439,6 +513,19 @@ class Api:
 
         notes = await self.run(read)
         return _respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
+
+    async def read(self, request: Request) -> Response:
+        """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
+        ns, g = self.authorize(request, "query")
+        try:
+            body = msgspec.convert(await self.body(request), ReadRequest)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        if bool(body.note_ids) == (body.prefix is not None):
+            raise ApiError(422, "invalid_request",
+                           'give "note_ids" (a non-empty list) or "prefix", not both')
+        agent = self.identity(g, body.agent, "read")
+        return _respond(await self.run(lambda: self.client.read(ns, agent, body)))
 
     async def audit(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
@@ -536,9 +623,6 @@ def _no_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _now_rfc3339() -> str:
-    """The server's clock, for events that come without ``at``."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 MCP_AUTH_ERROR = -32001
@@ -606,10 +690,12 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
         Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
+        Route(f"{ns}/recall", _wrap(api.recall), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
+        Route(f"{ns}/read", _wrap(api.read), methods=["POST"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
         Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
         Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
@@ -651,14 +737,19 @@ def openapi_document() -> dict[str, Any]:
     """OpenAPI 3.1 for the API, its schemas generated from the msgspec structs."""
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
-         list[NoteRow], list[AuditEntry]],
+         list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
+         RecallBody, Recalled, ReadRequest],
         ref_template="#/components/schemas/{name}")
+    for struct in (Appended, NoteRow, Health):  # answers that always carry every field
+        c = comps[struct.__name__]
+        c["required"] = list(c["properties"])
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
-        notes_ref, audit_ref = refs
+        notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
+        recall_ref, recalled_ref, read_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -667,7 +758,7 @@ def openapi_document() -> dict[str, Any]:
     ns_param = {"name": "ns", "in": "path", "required": True,
                 "schema": {"type": "string", "pattern": NS_PATTERN}}
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
-    errs = {str(s): err for s in (400, 401, 403, 404, 413, 422, 503, 504)}
+    errs = {str(s): err for s in (400, 401, 403, 404, 409, 413, 422, 503, 504)}
 
     def op(summary: str, responses: dict[str, Any], body: dict[str, Any] | None = None,
            params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -691,6 +782,21 @@ def openapi_document() -> dict[str, Any]:
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
+            f"{p}/remember": {"post": op(
+                "Store a note (409 note_exists for a reused id)", {"200": ok(remembered_ref)},
+                body=remember_ref)},
+            f"{p}/used": {"post": op(
+                "Report the notes the agent used (404 unknown_note: nothing recorded)",
+                {"200": ok(appended_ref)}, body=used_ref)},
+            f"{p}/forget": {"post": op(
+                "Forget a note (404 unknown_note; 403 not_allowed: not its author)",
+                {"200": ok(forgot_ref)}, body=forget_ref)},
+            f"{p}/recall": {"post": op(
+                "The best notes for a question, rendered as one context within the budget",
+                {"200": ok(recalled_ref)}, body=recall_ref)},
+            f"{p}/read": {"post": op(
+                "Notes the agent may see, by id or by id prefix, including writes not yet "
+                "projected", {"200": ok(notes_ref)}, body=read_ref)},
             f"{p}/query": {"post": op(
                 "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
                 body=query_ref)},

@@ -30,6 +30,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
+from hivemind_memory.projections.ranking.render import header_tokens
 from hivemind_memory.projections.ranking.signals import (
     DECIMALS,
     PRINTS_AS_ZERO,
@@ -120,13 +121,21 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
                explain: bool = True, memo: BatchMemo | None = None,
-               why_limit: int = 0) -> RankResult:
+               why_limit: int = 0, rendered: bool = False,
+               id_prefix: str = "") -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
     the queries of a batch over unchanged indexes. ``why_limit`` > 0: the result's ``why``
-    records that many of the strongest notes left out (``projections.ranking.why``)."""
+    records that many of the strongest notes left out (``projections.ranking.why``).
+    ``rendered``: the notes will be rendered as a context (``render``), so each note's header
+    counts in its cost. ``id_prefix``: only notes whose id starts with it are candidates (the
+    others are not left out: they are outside the question)."""
     cols = idx.cols
     visible = cols.visible(agent)[slots]
+    if id_prefix:
+        ids_of = cols.ids
+        visible &= np.fromiter((ids_of[i].startswith(id_prefix) for i in slots.tolist()),
+                               np.bool_, len(slots))
     keep = (relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance) & visible
     s = slots[keep]
     rel = relevance[keep]
@@ -143,6 +152,8 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     score = rel * rec
     ids = cols.ids
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
+    if rendered:
+        costs = costs + header_tokens([ids[i] for i in s.tolist()])
     packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
                             cfg.exact_max_cells)
     why: Why | None = None

@@ -34,6 +34,13 @@ TOKENS = TokenTable.from_entries([
 ])
 
 
+def created(eid: str, nid: str, text: str, **kw: Any) -> dict[str, Any]:
+    """A ``note.created`` event as an HTTP body carries it (the path names the namespace, the
+    token the agent)."""
+    return {"type": "note.created", "event_id": eid, "note_id": nid,
+            "at": "2026-05-01T09:00:00Z", "text": text, **kw}
+
+
 def call(base: str, method: str, path: str, body: Any = None, token: str | None = None,
          raw: bytes | None = None, headers: dict[str, str] | None = None
          ) -> tuple[int, Any]:

@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
@@ -19,21 +16,11 @@ from hivemind_memory.worker.reproduce import note_history, show_of
 from hivemind_memory.worker.status import dead_letters
 from tests.support import HIVEMIND
 from tests.support.factories import ev, used
-from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live
+from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, created
 
 AS_OF = "2026-06-01T00:00:00Z"
 
 
-def created(eid: str, nid: str, text: str, **kw: Any) -> dict[str, Any]:
-    return {"type": "note.created", "event_id": eid, "note_id": nid,
-            "at": "2026-05-01T09:00:00Z", "text": text, **kw}
-
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    srv = start_live(f"memory://{tmp_path / 'store'}")
-    yield srv
-    srv.stop()
 
 
 def _seed(live: Live) -> str:

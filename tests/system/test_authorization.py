@@ -6,7 +6,6 @@ refused (409/404/403, typed SDK errors) with nothing of it appended; a retry app
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,6 @@ from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live
 
 NS = "/v1/ns/team-a"
 
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    srv = start_live(f"memory://{tmp_path / 'store'}")
-    yield srv
-    srv.stop()
 
 
 def _log_len(live: Live) -> int:

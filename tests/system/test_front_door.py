@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.support.frontdoor import (
     OTHER,
     Live,
     call,
+    created,
     start_live,
     start_serve,
 )
@@ -36,16 +37,6 @@ from tests.support.frontdoor import (
 AS_OF = "2026-06-01T00:00:00Z"
 
 
-def created(eid: str, nid: str, text: str, **kw: Any) -> dict[str, Any]:
-    return {"type": "note.created", "event_id": eid, "note_id": nid,
-            "at": "2026-05-01T09:00:00Z", "text": text, **kw}
-
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    srv = start_live(f"memory://{tmp_path / 'store'}", max_body=64 * 1024)
-    yield srv
-    srv.stop()
 
 
 # -- the docs' sessions, as written ---------------------------------------------------------
@@ -102,7 +93,7 @@ def test_readme_quick_start(tmp_path: Path) -> None:
     """The README's quick start: its curl session as written, then its SDK snippet against the
     same server (what it remembers comes back in the recalled context)."""
     text = section(README, "Quick start")
-    (snippet,) = fenced(text, "python")
+    snippet = fenced(text, "python")[0]  # the SDK (the rest: tests/adapters/test_doc_snippets.py)
     remembered = re.search(r'mem\.remember\("([^"]+)"\)', snippet)
     assert remembered
 
@@ -361,3 +352,53 @@ def test_open_mode_takes_the_agent_from_the_body(tmp_path: Path) -> None:
         assert st == 200 and res["notes"] == [] and res["agent"] == ""
     finally:
         srv.stop()
+
+
+def test_recall_renders_a_context_within_the_budget_that_reproduces(live: Live) -> None:
+    """``POST .../recall`` (and the SDK's ``recall`` over it): each note under
+    ``[note_id | date]``, headers counted, so the context's own token estimate fits the
+    budget; the served query reproduces exactly (the audit records that it was rendered)."""
+    from hivemind_memory import Memory
+
+    b = live.base
+    for i, words in enumerate(["deploys happen on tuesdays after lunch",
+                               "deploys are frozen during the incident review week",
+                               "the staging deploy key rotates every monday " * 3]):
+        assert call(b, "POST", "/v1/ns/team-a/remember", {"text": words, "note_id": f"d{i}"},
+                    token=ALICE)[0] == 200
+    st, got = call(b, "POST", "/v1/ns/team-a/recall", {"query": "when are deploys",
+                                                        "budget": 40}, token=ALICE)
+    assert st == 200, got
+    assert got["notes"] and got["used_tokens"] <= got["budget"] == 40
+    assert -(-len(got["context"].encode()) // 4) <= 40
+    for n in got["notes"]:
+        assert f"[{n['note_id']} | {n['created_at'][:10]}]\n" in got["context"]
+        assert n["cost"] > n["tokens"]  # the header is part of the cost
+    mem = Memory(b, ns="team-a", token=ALICE)
+    again = mem.recall("when are deploys", budget=40)
+    assert again.context == got["context"] and again.note_ids == [n["note_id"]
+                                                                 for n in got["notes"]]
+    st, rep = call(b, "POST", "/v1/ns/team-a/audit/reproduce", {"all": True}, token=OPS)
+    assert st == 200 and rep["ok"] is True, rep
+    st, bad = call(b, "POST", "/v1/ns/team-a/recall", {"query": "x", "top_k": 3}, token=ALICE)
+    assert st == 422 and "top_k" in bad["error"]["message"]
+
+
+def test_a_query_within_an_id_prefix_ranks_only_those_notes_and_reproduces(live: Live) -> None:
+    """``id_prefix`` makes only the notes under it candidates; the audit records it, so the
+    served query reproduces exactly; a prefix outside the id charset is refused."""
+    b = live.base
+    for nid in ("a.x:1", "a.x:2", "a.xy:1", "b:1"):
+        assert call(b, "POST", "/v1/ns/team-a/remember",
+                    {"text": f"release notes {nid}", "note_id": nid}, token=ALICE)[0] == 200
+    st, got = call(b, "POST", "/v1/ns/team-a/query",
+                   {"text": "release notes", "budget": 500, "id_prefix": "a.x:"}, token=ALICE)
+    assert st == 200 and sorted(n["note_id"] for n in got["notes"]) == ["a.x:1", "a.x:2"]
+    st, every = call(b, "POST", "/v1/ns/team-a/query", {"text": "release notes", "budget": 500},
+                     token=ALICE)
+    assert st == 200 and len(every["notes"]) == 4
+    st, rep = call(b, "POST", "/v1/ns/team-a/audit/reproduce", {"all": True}, token=OPS)
+    assert st == 200 and rep["ok"] is True and rep["identical"] == 2, rep
+    st, bad = call(b, "POST", "/v1/ns/team-a/query",
+                   {"text": "x", "budget": 5, "id_prefix": "no spaces"}, token=ALICE)
+    assert st == 422 and "id_prefix" in bad["error"]["message"]

@@ -16,7 +16,7 @@ import structlog
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import queue_connection
-from hivemind_memory.api_stub.protocol.messages import QueryRequest, parse_request
+from hivemind_memory.api_stub.protocol.messages import QueryRequest, is_error_json, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
 from hivemind_memory.projections.ranking import curves
@@ -280,10 +280,13 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     ids = c.submit_batch(reqs)
     failed = 0
     bar = progress(len(ids), "batch", unit="q", minimum=100)
-    for body in c.batch_results(ids, args.timeout):
-        sys.stdout.write(body.decode() + "\n")
-        failed += "error" in msgspec.json.decode(body)
+    out = sys.stdout.buffer
+    for qid, body in zip(ids, c.batch_results(ids, args.timeout), strict=True):
+        out.write(body)  # the worker's bytes as they are: no decode, no re-encode
+        out.write(b"\n")
+        failed += is_error_json(body, qid)
         bar.update(1)
+    out.flush()
     bar.close()
     print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
           file=sys.stderr)

@@ -21,7 +21,7 @@ from datetime import datetime
 import msgspec
 import numpy as np
 
-from hivemind_memory.api_stub.protocol.messages import QueryServed
+from hivemind_memory.api_stub.protocol.messages import QueryRequest, QueryServed
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections.ranking.baseline import five_percent_fill, naive_score
 from hivemind_memory.projections.ranking.config import RankingConfig
@@ -190,9 +190,8 @@ def _packed_out_detail(c: ScoredNote, j: int, cands: list[ScoredNote], res: Rank
     return head
 
 
-def _invisible(notes: dict[str, NoteState], s: QueryServed, req_text: str,
-               embedding: list[float] | None, cfg: RankingConfig,
-               ) -> tuple[list[ScoredNote], dict[str, NoteState]]:
+def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
+               cfg: RankingConfig) -> tuple[list[ScoredNote], dict[str, NoteState]]:
     """The notes the agent could not see that match the query, scored as if every note of
     the state were shared and live (so their figures compare with the candidates')."""
     hidden = {k: n for k, n in notes.items()
@@ -202,9 +201,9 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req_text: str,
     every = {k: msgspec.structs.replace(n, scope="shared", forgotten=False)
              for k, n in notes.items()}
     idx = build_index("what-if", every)
-    slots, rel = idx.relevance_slots(req_text, embedding, cfg, s.agent)
+    slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, s.agent)
     res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=cfg,
-                     explain=True)
+                     explain=True, rendered=req.context, id_prefix=req.id_prefix)
     return [c for c in res.candidates if c.note_id in hidden], hidden
 
 
@@ -264,7 +263,7 @@ def derive(auditor: Auditor, x: ServedEntry, note_id: str | None = None) -> Deri
                          "below_min_relevance", 0, 0,
                          f"relevance {r.relevance:.6f} is below min_relevance "
                          f"{cfg.min_relevance:g}"))
-    hidden_scored, hidden = _invisible(notes, s, req.text, req.embedding, cfg)
+    hidden_scored, hidden = _invisible(notes, s, req, cfg)
     for c in hidden_scored:
         st = hidden[c.note_id]
         if st.forgotten:
@@ -315,6 +314,8 @@ def _absent(note_id: str, notes: dict[str, NoteState], s: QueryServed) -> str:
         return (f"note {note_id} is not in the log up to {s.seen}"
                 + (f" with at <= {s.as_of.isoformat()}" if s.requested_as_of else "")
                 + ": it was created later (or never)")
+    if s.id_prefix and not note_id.startswith(s.id_prefix):
+        return f"note {note_id} is outside the query's id_prefix {s.id_prefix!r}"
     return f"note {note_id} shares nothing with the query (relevance 0)"
 
 

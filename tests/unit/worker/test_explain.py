@@ -128,3 +128,16 @@ def test_why_adds_a_bounded_size_to_an_entry(tmp_path: Path) -> None:
     why = len(msgspec.json.encode(ev.why))
     bound = 80 + len(ev.why.left_out) * WHY_BYTES_PER_ROW + len(ev.chosen) * 40
     assert why <= bound
+
+
+def test_notes_outside_the_id_prefix_are_not_left_out(tmp_path: Path) -> None:
+    w, _ = _world(tmp_path)
+    [qid] = w.serve([{"ns": "t", "text": "deploy canary rollback", "budget": 60,
+                      "agent": "alice", "as_of": iso(T0 + timedelta(days=1)),
+                      "id_prefix": "r"}])
+    e = explain(w.r, "t", DEFAULT, qid, note_id="fit")
+    d = e.derived
+    assert d is not None and d.identical
+    assert {n.note_id: n.outcome for n in d.notes} == {"rival": "shown"}
+    assert e.recorded is not None and e.recorded.left_out == []
+    assert "outside the query's id_prefix 'r'" in d.note_absent

@@ -169,10 +169,10 @@ def test_notes_filters_and_a_note_match_the_api(page: Any, live: Live) -> None:
         f"() => document.querySelectorAll('#notes tbody tr').length == {len(want)}")
     got = sorted(page.eval_on_selector_all("#notes tbody tr", "rs => rs.map(r => r.dataset.note)"))
     assert got == want
+    shot(page, "notes")
     page.goto(f"{live.base}/ui/#/ns/{NS}/notes?forgotten=only")
     page.wait_for_function("() => document.querySelector('#notes-count').textContent"
                            f".startsWith('{sum(n['forgotten'] for n in notes)} of')")
-    shot(page, "notes")
     # the most used note: its uses and its curve
     top = max(notes, key=lambda n: (n["uses"], n["note_id"]))
     page.goto(f"{live.base}/ui/#/ns/{NS}/note/{top['note_id']}")

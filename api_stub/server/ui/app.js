@@ -206,7 +206,8 @@ async function notesView(v, ns, params) {
     && (f.forgotten === "with" || (f.forgotten === "only" ? n.forgotten : !n.forgotten)));
   const now = Date.now();
   const rows = shown.map((n) => h("tr", { class: n.forgotten ? "forgotten" : "", "data-note": n.note_id },
-    h("td", {}, h("a", { href: `#/ns/${enc(ns)}/note/${enc(n.note_id)}` }, n.note_id)),
+    h("td", {}, h("a", { href: `#/ns/${enc(ns)}/note/${enc(n.note_id)}` }, n.note_id),
+      n.forgotten ? h("span", { class: "badge forgotten" }, "forgotten") : null),
     h("td", {}, n.agent), h("td", {}, n.scope), h("td", {}, n.kind), h("td", {}, n.tier),
     h("td", { class: "num" }, n.tokens), h("td", { class: "num" }, n.uses),
     h("td", { class: "num" }, Math.max(0, (now - Date.parse(n.created_at)) / 864e5).toFixed(0)),

@@ -20,6 +20,7 @@ from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
     QueryRequest,
+    ReadRequest,
     encode,
     error_json,
     new_query_id,
@@ -47,12 +48,15 @@ from hivemind_memory.events.schema import (
     NoteUsed,
     event_type,
 )
+from hivemind_memory.projections.ranking.config import RankingConfig, load_config
 from hivemind_memory.projections.reduce import Rejected, check_write
+from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import keys, readmodel, results
 from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
 from hivemind_memory.projections.store.log import append_encoded, tail
+from hivemind_memory.projections.store.notes_view import visible_notes
 from hivemind_memory.projections.store.types import QueueConn, Store
 
 CHECKED_ATTEMPTS = 50
@@ -93,6 +97,7 @@ class Client:
         self.settings = settings or Settings()
         self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
         self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)
+        self._cfg: RankingConfig | None = None
 
     @classmethod
     def connect(cls, settings: Settings) -> Client:
@@ -176,6 +181,21 @@ class Client:
         """Wait (never project) until every event appended to ``ns`` before this call is
         projected; False if ``timeout_s`` ran out first."""
         return readmodel.wait_projected(self.store, ns, tail(self.store, ns), timeout_s)
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(self, ns: str, agent: str, req: ReadRequest) -> list[NoteRow]:
+        """The notes ``agent`` may see (live; shared or its own) of ``req``: by id in the
+        order asked, or by prefix in id order after ``req.after``, at most ``req.limit``; as
+        they stand after every event appended before the call (``notes_view``)."""
+        if self._cfg is None:
+            self._cfg = load_config(self.settings.config_path)
+        cfg = self._cfg
+        if req.prefix is None:
+            got = visible_notes(self.store, ns, agent, note_ids=req.note_ids)
+            return [note_row(got[i], cfg) for i in dict.fromkeys(req.note_ids) if i in got]
+        got = visible_notes(self.store, ns, agent, prefix=req.prefix)
+        ids = sorted(i for i in got if i > req.after)[:req.limit]
+        return [note_row(got[i], cfg) for i in ids]
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

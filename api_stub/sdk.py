@@ -73,12 +73,49 @@ class RecalledNote:
     score: float
     tokens: int
     created_at: str = ""
-    """When the note was written (RFC 3339, UTC)."""
+    """When it was written (RFC 3339, UTC)."""
+    tier: str = ""
+    """``longterm``, ``short`` or ``scratch``."""
+    uses: int = 0
+
+
+@dataclass(frozen=True)
+class Note:
+    """A note as an agent reads it by id (``Memory.get``, ``Memory.notes``)."""
+
+    note_id: str
+    text: str
+    agent: str
+    """Who wrote it."""
+    scope: str
+    kind: str
+    tokens: int
+    created_at: datetime
+    uses: int
+    last_used_at: datetime | None
+    tier: str
+    revised_at: datetime | None = None
+    """When its current text was written, if it was revised (servers that revise notes)."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Note:
+        """From a row of ``GET/POST .../notes|read`` (``hivemind notes --json``)."""
+        last = row.get("last_used_at")
+        return cls(note_id=row["note_id"], text=row.get("text", ""), agent=row["agent"],
+                   scope=row["scope"], kind=row["kind"], tokens=row["tokens"],
+                   created_at=_parse_time(row["created_at"]), uses=row["uses"],
+                   last_used_at=None if last is None else _parse_time(last), tier=row["tier"],
+                   revised_at=_parse_time(row["revised_at"]) if row.get("revised_at") else None)
+
+
+def _parse_time(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
 class Recall:
-    """What ``recall`` found: ``context`` is ready to paste into a prompt."""
+    """What ``recall`` found: ``context`` is ready to paste into a prompt (each note under a
+    ``[note id | date]`` header; the headers count in the budget)."""
 
     context: str
     notes: list[RecalledNote]
@@ -100,13 +137,18 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
         raise QueryError(res["error"]["code"], res["error"]["message"])
-    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"])
+    notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
+                          n.get("tier", ""), n.get("uses", 0))
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
                   notes=notes,
                   used_tokens=res["used"], budget=res["budget"], query_id=res["query_id"],
                   result=dict(res))
+
+
+READ_CHUNK = 1000
+"""Note ids one read names at most (the server's ``MAX_READ``)."""
 
 
 class EmbeddedWorker(Protocol):
@@ -141,6 +183,10 @@ class _Transport:
         raise NotImplementedError
 
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Rows of the notes ``agent`` may see (the body of ``POST .../read``)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -192,6 +238,16 @@ class _StoreTransport(_Transport):
             out.append(msgspec.json.decode(body))
         return out
 
+    def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        from hivemind_memory.api_stub.protocol.messages import ReadRequest
+
+        try:
+            req = msgspec.convert(body, ReadRequest)
+        except msgspec.ValidationError as exc:
+            raise QueryError("invalid_request", f"read: {exc}") from None
+        out: list[dict[str, Any]] = msgspec.to_builtins(self.client.read(ns, agent, req))
+        return out
+
     def close(self) -> None:
         if self._worker is not None:
             self._worker.stop()
@@ -233,6 +289,11 @@ class _HttpTransport(_Transport):
         for r in reqs:
             r.pop("ns", None)
         out: list[dict[str, Any]] = self.call("POST", "/queries", reqs)
+        return out
+
+    def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.call("POST", "/read",
+                                              {**body, "agent": agent} if agent else body)
         return out
 
 
@@ -318,14 +379,16 @@ class Memory:
 
     def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
               explain: bool = False, embedding: Sequence[float] | None = None,
-              config: Mapping[str, Any] | None = None, context: bool = False
-              ) -> dict[str, Any]:
+              config: Mapping[str, Any] | None = None, context: bool = False,
+              id_prefix: str = "") -> dict[str, Any]:
         """The contract's result object (an error object raises ``QueryError``); ``context``:
-        with the packed notes rendered (``recall``)."""
+        with the packed notes rendered (``recall``); ``id_prefix``: only notes whose id starts
+        with it are candidates."""
         [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
                                           embedding=list(embedding) if embedding else None,
                                           config=dict(config) if config else None,
-                                          context=context or None)])
+                                          context=context or None,
+                                          id_prefix=id_prefix or None)])
         if "error" in res:
             err = res["error"]
             if err["code"] == "timeout":
@@ -360,12 +423,35 @@ class Memory:
         return nid
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
-               embedding: Sequence[float] | None = None) -> Recall:
+               embedding: Sequence[float] | None = None, id_prefix: str = "") -> Recall:
         """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered, and
         ``context``: them rendered for a prompt, each under ``[note_id | date]``; the headers
-        count in the budget, so the context never exceeds it."""
+        count in the budget, so the context never exceeds it. ``id_prefix``: only among notes
+        whose id starts with it."""
         return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding,
-                                             context=True))
+                                             context=True, id_prefix=id_prefix))
+
+    def get(self, note_id: str) -> Note | None:
+        """The note, if this agent may see it (live; shared or its own), with every write made
+        before the call applied (no worker needed); else None."""
+        got = self.read_notes([note_id])
+        return got[0] if got else None
+
+    def read_notes(self, note_ids: Sequence[str]) -> list[Note]:
+        """The notes of ``note_ids`` this agent may see, in the order asked (read 1000 at a
+        time)."""
+        ids = list(note_ids)
+        return [Note.from_row(r) for i in range(0, len(ids), READ_CHUNK)
+                for r in self._read({"note_ids": ids[i:i + READ_CHUNK]})]
+
+    def notes(self, prefix: str = "", *, after: str = "", limit: int = 100) -> list[Note]:
+        """The notes this agent may see whose id starts with ``prefix``, in id order, after
+        the id ``after`` (the last of the previous page), at most ``limit`` (1..1000)."""
+        return [Note.from_row(r)
+                for r in self._read({"prefix": prefix, "after": after, "limit": limit})]
+
+    def _read(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._t.read(self.ns, self.agent, body)
 
     def used(self, *note_ids: str) -> int:
         """Say which notes the agent actually used (they earn permanence); returns how many
@@ -402,6 +488,15 @@ class AsyncMemory:
 
     async def forget(self, note_id: str) -> None:
         await asyncio.to_thread(self.sync.forget, note_id)
+
+    async def get(self, note_id: str) -> Note | None:
+        return await asyncio.to_thread(self.sync.get, note_id)
+
+    async def read_notes(self, note_ids: Sequence[str]) -> list[Note]:
+        return await asyncio.to_thread(self.sync.read_notes, note_ids)
+
+    async def notes(self, prefix: str = "", *, after: str = "", limit: int = 100) -> list[Note]:
+        return await asyncio.to_thread(self.sync.notes, prefix, after=after, limit=limit)
 
     async def append(self, events: Sequence[Mapping[str, Any]]) -> int:
         return await asyncio.to_thread(self.sync.append, events)

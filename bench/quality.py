@@ -141,7 +141,7 @@ def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker
 
     def pick(c: Conversation, q: int, budget: int) -> set[str]:
         req = QueryRequest(ns="locomo", text=c.questions[q].text, budget=budget, as_of=c.asked)
-        res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder)
+        res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder=embedder)
         return {n.note_id for n in res.notes}
     return pick
 
@@ -164,7 +164,7 @@ def filled_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
         if got is None:
             req = QueryRequest(ns="locomo", text=c.questions[q].text, budget=max(BUDGETS),
                                as_of=c.asked, explain=True)
-            res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder)
+            res = run_rank(indexes[c.name], req, cfg, c.asked, memos[c.name], embedder=embedder)
             got = scored[(c.name, q)] = sorted((-x.score, x.note_id, x.cost)
                                                for x in res.candidates)
         out: set[str] = set()

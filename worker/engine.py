@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Literal
 
+import msgspec
 import structlog
 
 from hivemind_memory.api_stub.protocol.messages import (
@@ -38,6 +39,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex, build_inde
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
+from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.probe import probe
@@ -76,6 +78,8 @@ class Pending:
     before: bool = False
     """Answered and published by an earlier run of its job (then ``body`` is empty and
     nothing is ranked or published again)."""
+    why: Why | None = None
+    """What its audit entry records about the notes left out."""
 
     def fail(self, code: str, message: str) -> None:
         """Answer with an error object (the phases after this skip the query)."""
@@ -249,8 +253,10 @@ class QueryEngine:
             else:
                 idx, at = self._as_of_index(q.req, q.env.position), q.req.as_of
                 q.seen = format_pos(parse_pos(q.env.position))
-            q.result = to_result(q.env.query_id, q.req, at,
-                                 run_rank(idx, q.req, q.cfg, at, memo, self.embedder))
+            ranked = run_rank(idx, q.req, q.cfg, at, memo, self.settings.audit_left_out,
+                              self.embedder)
+            q.result = to_result(q.env.query_id, q.req, at, ranked)
+            q.why = ranked.why
             q.body = encode(q.result)
         except QueryError as exc:
             q.fail(exc.code, exc.message)
@@ -293,7 +299,7 @@ class QueryEngine:
                     embeddings[emb] = q.req.embedding
                 results.stage_audit(p, ns, encode(served(
                     q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
-                    base_digest=base, embedding=emb, served_at=served_at,
+                    base_digest=base, embedding=emb, served_at=served_at, why=q.why,
                     embedder=self.embedder_digest if q.cfg.relevance == "calibrated" else "")))
             new_cfg: dict[str, RankingConfig] = {}
             new_emb: dict[str, list[float]] = {}
@@ -332,12 +338,13 @@ class QueryEngine:
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
-             now: datetime, memo: BatchMemo | None = None,
+             now: datetime, memo: BatchMemo | None = None, why_limit: int = 0,
              embedder: Embedder | None = None) -> RankResult:
     """Relevance over the index, then the pure ranking pipeline (``memo``: what the queries
     of one batch share: recency, the query words' BM25 parts, the query embeddings and
-    cosines, the returned notes' texts). ``embedder``: the index's, for the query's vector
-    under calibrated relevance (unless ``memo`` has its cosines already)."""
+    cosines, the returned notes' texts; ``why_limit``: how many left-out notes the result's
+    ``why`` records). ``embedder``: the index's, for the query's vector under calibrated
+    relevance (unless ``memo`` has its cosines already)."""
     cosine = None
     if cfg.relevance == "calibrated" and embedder is not None and idx.derived is not None:
         cosine = None if memo is None else memo.cosines(idx, req.text)
@@ -348,7 +355,8 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
                                      None if memo is None else memo.terms(idx.cols),
                                      cosine, limit_for(cfg, req.budget))
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain, memo=memo, rendered=req.context)
+                      explain=req.explain, memo=memo, why_limit=why_limit,
+                      rendered=req.context, id_prefix=req.id_prefix)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
@@ -363,9 +371,10 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
            body: bytes, seen: str, base_digest: str, embedding: str,
-           served_at: datetime, embedder: str = "") -> QueryServed:
+           served_at: datetime, why: Why | None = None, embedder: str = "") -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
-    (``worker.reproduce``)."""
+    (``worker.reproduce``), and why (``why``: the left-out notes; the shown notes' signals
+    are added here)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,
                        method=res.method, chosen=[(n.note_id, n.score) for n in res.notes],
@@ -373,4 +382,13 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        base_digest=base_digest, overrides=req.config, explain=req.explain,
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
                        result_digest=digest_bytes(body), context=req.context,
+                       id_prefix=req.id_prefix, why=with_shown(why, res),
                        embedder_digest=embedder)
+
+
+def with_shown(why: Why | None, res: QueryResult) -> Why | None:
+    """``why`` with the signals of the notes ``res`` shows, in context order."""
+    if why is None:
+        return None
+    return msgspec.structs.replace(
+        why, shown=[Shown(n.relevance, n.recency, n.cost) for n in res.notes])

@@ -314,7 +314,7 @@ def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryR
     """The request a served query ran."""
     return QueryRequest(ns=ns, text=s.text, budget=s.budget, agent=s.agent,
                         as_of=s.requested_as_of, explain=s.explain, embedding=embedding,
-                        config=s.overrides, context=s.context)
+                        config=s.overrides, context=s.context, id_prefix=s.id_prefix)
 
 
 class Auditor:

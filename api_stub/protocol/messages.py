@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 
 from hivemind_memory.events.errors import ConfigError, QueryError
-from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Ns, UtcDatetime
+from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, Id, Ns, UtcDatetime
 from hivemind_memory.events.times import to_utc
 from hivemind_memory.projections.ranking.config import (
     DEFAULT,
@@ -24,11 +24,17 @@ from hivemind_memory.projections.ranking.config import (
     with_overrides,
 )
 from hivemind_memory.projections.ranking.signals import NoteSignals
+from hivemind_memory.projections.ranking.why import Why
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
 AGENT_PATTERN = r"^\Z|" + ID_PATTERN
 """A query's agent: an id, or empty (anonymous: sees no private notes)."""
+ID_PREFIX_PATTERN = r"^[A-Za-z0-9_.:@-]{0,128}\Z"
+"""A query's ``id_prefix``: the start of a note id (empty: every note)."""
+IdPrefix = Annotated[str, msgspec.Meta(pattern=ID_PREFIX_PATTERN, max_length=128)]
+MAX_READ = 1000
+"""Most notes one read (``POST .../read``) names or returns."""
 
 
 class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -46,10 +52,28 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     context: bool = False
     """Render the packed notes as one ``context`` text, each under a header (id, date) whose
     cost counts in the note's cost (``projections.ranking.render``)."""
+    id_prefix: IdPrefix = ""
+    """Only notes whose id starts with this are candidates (a namespace within the namespace,
+    e.g. one LangGraph namespace); relevance statistics stay those of every note seen."""
 
     def __post_init__(self) -> None:
         if not self.text.strip():
             raise ValueError("text must not be empty or only whitespace")
+
+
+class ReadRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Notes by id (``note_ids``) or by id prefix (``prefix``, paged by ``after`` and
+    ``limit``): those the token's agent may see (live; shared or its own), as they stand
+    after every write made before the request (no worker needed to see them)."""
+
+    note_ids: Annotated[list[Id], msgspec.Meta(max_length=MAX_READ)] = []
+    prefix: IdPrefix | None = None
+    after: IdPrefix = ""
+    """With ``prefix``: only ids that sort after this one (the last id of the previous page)."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_READ)] = 100
+    """With ``prefix``: at most this many notes, in id order."""
+    agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    """As in a query: the token's agent (may be omitted; another agent is refused)."""
 
 
 class Envelope(msgspec.Struct, frozen=True):
@@ -112,6 +136,11 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     """SHA-256 of the result's JSON bytes: a reproduction must hash to the same."""
     context: bool = False
     """The request asked for a rendered context (headers counted in the costs)."""
+    id_prefix: str = ""
+    """The request's ``id_prefix`` (empty: every note was a candidate)."""
+    why: Why | None = None
+    """The shown notes' signals, the strongest notes left out and the reason, how many were
+    left out per reason (``projections.ranking.why``; None in entries written before it)."""
     embedder_digest: str = ""
     """Digest of the embedder whose vectors ranked it (``Embedder.digest``); empty: none
     (``bm25`` relevance, or no embedder)."""

@@ -15,6 +15,8 @@ from hivemind_memory.projections.store.urls import redact
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 """The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command
 then says so (``redis_url_source == "default"``) before it connects."""
+MAX_AUDIT_LEFT_OUT = 1000
+"""Largest ``audit_left_out``: it bounds the size of every audit entry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,9 @@ class Settings:
     """How long a query job waits for the projection to reach its submission position."""
     job_timeout_s: int = 600
     """RQ job timeout."""
+    audit_left_out: int = 20
+    """Left-out notes each served query's audit entry records, the strongest first (with
+    their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -72,6 +77,7 @@ class Settings:
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
             "HIVEMIND_PACKER": ("packer", str),
+            "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -93,6 +99,9 @@ class Settings:
         if s.packer not in PACKERS:
             raise ConfigError(f"HIVEMIND_PACKER / packer must be one of {', '.join(PACKERS)}, "
                               f"got {s.packer!r}")
+        if not 0 <= s.audit_left_out <= MAX_AUDIT_LEFT_OUT:
+            raise ConfigError(f"HIVEMIND_AUDIT_LEFT_OUT / audit_left_out must be within "
+                              f"0..{MAX_AUDIT_LEFT_OUT}, got {s.audit_left_out}")
         if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")

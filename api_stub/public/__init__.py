@@ -15,19 +15,24 @@ needs is injected here.
 from __future__ import annotations
 
 from hivemind_memory.api_stub import sdk
-from hivemind_memory.api_stub.sdk import AsyncMemory, Memory, Recall, RecalledNote
+from hivemind_memory.api_stub.sdk import AsyncMemory, Memory, Note, Recall, RecalledNote
 from hivemind_memory.events.errors import (
     AccessDenied,
     EventError,
     HivemindError,
+    NotAllowed,
+    NoteExists,
     QueryError,
     QueryTimeout,
     StoreError,
     TooLarge,
+    UnknownNote,
+    WriteRefused,
 )
 from hivemind_memory.worker.inprocess import start_embedded
 
 sdk.use_embedded_worker(start_embedded)
 
-__all__ = ["AccessDenied", "AsyncMemory", "EventError", "HivemindError", "Memory",
-           "QueryError", "QueryTimeout", "Recall", "RecalledNote", "StoreError", "TooLarge"]
+__all__ = ["AccessDenied", "AsyncMemory", "EventError", "HivemindError", "Memory", "NotAllowed",
+           "Note", "NoteExists", "QueryError", "QueryTimeout", "Recall", "RecalledNote",
+           "StoreError", "TooLarge", "UnknownNote", "WriteRefused"]

@@ -37,18 +37,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
+    IdPrefix,
     QueryResult,
+    ReadRequest,
     ns_of,
     parse_request,
 )
 from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
+from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
+from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
 from hivemind_memory.api_stub.server.tokens import (
-    OPEN_GRANT,
     Grant,
     Right,
     TokenTable,
-    bearer_secret,
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout, WriteRefused
@@ -75,6 +77,7 @@ from hivemind_memory.worker.reproduce import (
 from hivemind_memory.worker.status import DeadLetters, Status, dead_letters, read_status
 
 log = structlog.get_logger("hivemind.http")
+_T = TypeVar("_T")
 
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body (bytes) by default; ``--max-body`` changes it. Over it: 413."""
@@ -92,14 +95,6 @@ MAX_REPRODUCE = 1000
 """Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
 
-class ApiError(Exception):
-    """An error answered as the contract's ``{"error": {"code", "message"}}``."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
 # -- bodies (the OpenAPI document is generated from these) ------------------------------------
 class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A query; ``ns`` and ``agent`` come from the path and the token (if given, must match)."""
@@ -112,6 +107,11 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     config: dict[str, Any] | None = None
     ns: Annotated[str, msgspec.Meta(pattern=NS_PATTERN)] | None = None
     agent: Annotated[str, msgspec.Meta(pattern="^$|" + ID_PATTERN)] | None = None
+    context: bool = False
+    """Answer the packed notes rendered as one ``context`` text too, each under a
+    ``[note_id | date]`` header whose cost counts in the budget."""
+    id_prefix: IdPrefix = ""
+    """Only notes whose id starts with this are candidates."""
 
 
 class Appended(msgspec.Struct):
@@ -261,6 +261,11 @@ class Api:
         """The ranking config the notes listing computes tiers with."""
 
     # -- helpers ---------------------------------------------------------------------------
+    @property
+    def tokens(self) -> TokenTable | None:
+        """The server's tokens (None: open mode)."""
+        return self.opts.tokens
+
     def grant(self, request: Request) -> Grant:
         """The caller's grant (401 without a known bearer token)."""
         return grant_of(self.opts.tokens, request.headers.get("authorization"))
@@ -509,6 +514,19 @@ class Api:
         notes = await self.run(read)
         return _respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
 
+    async def read(self, request: Request) -> Response:
+        """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
+        ns, g = self.authorize(request, "query")
+        try:
+            body = msgspec.convert(await self.body(request), ReadRequest)
+        except msgspec.ValidationError as exc:
+            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        if bool(body.note_ids) == (body.prefix is not None):
+            raise ApiError(422, "invalid_request",
+                           'give "note_ids" (a non-empty list) or "prefix", not both')
+        agent = self.identity(g, body.agent, "read")
+        return _respond(await self.run(lambda: self.client.read(ns, agent, body)))
+
     async def audit(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
         raw_limit = request.query_params.get("limit", "100")
@@ -573,7 +591,7 @@ class Api:
         nid = request.path_params["note_id"]
         if not re.fullmatch(ID_PATTERN, nid):
             raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
-        h = await self.run(lambda: _audited(lambda: note_history(self.client.store, ns, nid)))
+        h = await self.run(lambda: audited(lambda: note_history(self.client.store, ns, nid)))
         if h.note is None and not h.events:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
         return _respond(show_of(h))
@@ -589,21 +607,9 @@ class Api:
             raise ApiError(422, "invalid_request",
                            'give "query_ids" (a non-empty list) or "all": true, not both')
         ids = None if body.all else body.query_ids
-        got = await self.run(lambda: _audited(
+        got = await self.run(lambda: audited(
             lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
         return _respond(got)
-
-
-_T = TypeVar("_T")
-
-
-def _audited(fn: Callable[[], _T]) -> _T:
-    """``fn()``, with an unreadable audit entry (``QueryError('bad_audit')``) as a 500 that
-    names it: the request was fine, the stored audit is not."""
-    try:
-        return fn()
-    except QueryError as exc:
-        raise ApiError(500, exc.code, exc.message) from exc
 
 
 def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -617,17 +623,6 @@ def _no_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def grant_of(tokens: TokenTable | None, authorization: str | None) -> Grant:
-    """The grant of an ``Authorization`` header value (401 ``ApiError`` when it has none)."""
-    if tokens is None:
-        return OPEN_GRANT
-    secret = bearer_secret(authorization)
-    if secret is None:
-        raise ApiError(401, "unauthorized", "missing token: send Authorization: Bearer <token>")
-    g = tokens.lookup(secret)
-    if g is None:
-        raise ApiError(401, "unauthorized", "unknown token: this server has no such token")
-    return g
 
 
 MCP_AUTH_ERROR = -32001
@@ -700,6 +695,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
         Route(f"{ns}/results/{{query_id}}", _wrap(api.result), methods=["GET"]),
         Route(f"{ns}/notes", _wrap(api.notes), methods=["GET"]),
+        Route(f"{ns}/read", _wrap(api.read), methods=["POST"]),
         Route(f"{ns}/audit", _wrap(api.audit), methods=["GET"]),
         Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
         Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
@@ -710,6 +706,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route("/readyz", _wrap(api.readyz), methods=["GET"]),
         Route("/openapi.json", _wrap(api.openapi), methods=["GET"]),
         Route("/docs", _wrap(api.docs), methods=["GET"]),
+        *explorer.routes(api, _wrap),
     ]
     if opts.mcp_app is not None:
         routes.append(Route("/mcp", endpoint=_McpGate(opts.mcp_app, opts.tokens)))
@@ -741,15 +738,18 @@ def openapi_document() -> dict[str, Any]:
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
-         RecallBody, Recalled],
+         RecallBody, Recalled, ReadRequest],
         ref_template="#/components/schemas/{name}")
+    for struct in (Appended, NoteRow, Health):  # answers that always carry every field
+        c = comps[struct.__name__]
+        c["required"] = list(c["properties"])
     for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
         notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
-        recall_ref, recalled_ref = refs
+        recall_ref, recalled_ref, read_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -758,7 +758,7 @@ def openapi_document() -> dict[str, Any]:
     ns_param = {"name": "ns", "in": "path", "required": True,
                 "schema": {"type": "string", "pattern": NS_PATTERN}}
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
-    errs = {str(s): err for s in (400, 401, 403, 404, 413, 422, 503, 504)}
+    errs = {str(s): err for s in (400, 401, 403, 404, 409, 413, 422, 503, 504)}
 
     def op(summary: str, responses: dict[str, Any], body: dict[str, Any] | None = None,
            params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -772,6 +772,8 @@ def openapi_document() -> dict[str, Any]:
     p = "/v1/ns/{ns}"
     admin_paths, admin_comps = _admin_openapi(p, op, ok, err)
     comps.update(admin_comps)
+    ui_paths, ui_comps = explorer.openapi_paths(op, ok, err, msgspec.json.schema_components)
+    comps.update(ui_comps)
     return {
         "openapi": "3.1.0",
         "info": {"title": "hivemind", "version": "1",
@@ -792,6 +794,9 @@ def openapi_document() -> dict[str, Any]:
             f"{p}/recall": {"post": op(
                 "The best notes for a question, rendered as one context within the budget",
                 {"200": ok(recalled_ref)}, body=recall_ref)},
+            f"{p}/read": {"post": op(
+                "Notes the agent may see, by id or by id prefix, including writes not yet "
+                "projected", {"200": ok(notes_ref)}, body=read_ref)},
             f"{p}/query": {"post": op(
                 "Ask for the best notes that fit a token budget", {"200": ok(result_ref)},
                 body=query_ref)},
@@ -812,6 +817,7 @@ def openapi_document() -> dict[str, Any]:
                 params=[{"name": "limit", "in": "query", "required": False,
                          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT}}])},
             **admin_paths,
+            **ui_paths,
             "/healthz": {"get": {"summary": "The process is up",
                                  "responses": {"200": ok(health_ref)}}},
             "/readyz": {"get": {"summary": "The store answers and a worker runs",

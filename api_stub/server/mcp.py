@@ -16,14 +16,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from pydantic import BaseModel, Field, ValidationError
 
 from hivemind_memory.api_stub.sdk import Memory
 from hivemind_memory.api_stub.server.tokens import Right, TokenTable
+from hivemind_memory.api_stub.tool_spec import (
+    DESCRIPTIONS,
+    ID_RULE,
+    INSTRUCTIONS,
+    Budget,
+    Kind,
+    NoteId,
+    NoteIds,
+    OptionalNoteId,
+    Query,
+    Scope,
+    Text,
+    arguments_message,
+    tool_message,
+)
 from hivemind_memory.events.errors import HivemindError
 from hivemind_memory.events.schema import NS_PATTERN
 
@@ -32,85 +47,87 @@ NS_HEADER = "x-hivemind-ns"
 AGENT_HEADER = "x-hivemind-agent"
 """Header naming the agent when ``serve`` runs without tokens (loopback, one trusted user)."""
 
-INSTRUCTIONS = (
-    "Shared long-term memory. Call `recall` with what you are about to work on and paste the "
-    "returned context into your reasoning; call `used` with the note ids that actually helped "
-    "(they become permanent); `remember` anything a teammate (or you, later) should know; "
-    "`forget` what is wrong or obsolete.")
-
-
 class RecalledNote(BaseModel):
-    note_id: str
-    score: float
-    tokens: int
-    created_at: str
+    note_id: str = Field(description="Pass it to `used` if the note helped.")
+    created_at: str = Field(description="When the note was written (RFC 3339, UTC).")
+    score: float = Field(description="Relevance times recency, 0 to 1.")
+    tokens: int = Field(description="The note's length in tokens.")
+    tier: str = Field(description="longterm (used 5+ times, never fades), short or scratch.")
 
 
 class RecallResult(BaseModel):
     """The packed context (ready to paste) and what it is made of."""
 
-    context: str
+    context: str = Field(description="The notes as one text, each under `[note id | date]`.")
     notes: list[RecalledNote]
-    used_tokens: int
+    used_tokens: int = Field(description="Tokens the notes take (at most `budget`).")
     budget: int
 
 
 Resolver = Callable[[Context, Right], Memory]
 """Finds the memory (namespace, agent, rights) of one tool call."""
 
+class _Server(MCPServer):
+    """``MCPServer`` whose tool errors are in the tool's own words: rejected arguments named
+    one by one (not pydantic's report), and no ``Error executing tool NAME:`` framing."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(arguments_message(name, cause)) from cause
+            raise ToolError(str(exc).removeprefix(f"Error executing tool {name}: ")) from cause
+
 
 def build_server(resolve: Resolver) -> MCPServer:
     """The MCP server; ``resolve`` turns a call's context into the caller's ``Memory``."""
-    server = MCPServer("hivemind", instructions=INSTRUCTIONS)
+    server = _Server("hivemind", instructions=INSTRUCTIONS)
 
     def mem(ctx: Context, right: Right) -> Memory:
         try:
             return resolve(ctx, right)
         except HivemindError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(tool_message(exc)) from exc
 
-    @server.tool()
-    def remember(text: str, ctx: Context, kind: Literal["note", "scratch"] = "note",
-                 scope: Literal["shared", "private"] = "shared",
-                 note_id: str | None = None) -> str:
-        """Store a note for later recall; returns its note id. kind=scratch fades within days;
-        scope=private is only ever recalled by you."""
+    @server.tool(description=DESCRIPTIONS["remember"])
+    def remember(text: Text, ctx: Context, kind: Kind = "note", scope: Scope = "shared",
+                 note_id: OptionalNoteId = None) -> str:
         try:
             return mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id)
         except HivemindError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(tool_message(exc)) from exc
 
-    @server.tool()
-    def recall(query: str, ctx: Context, budget: int = 1000) -> RecallResult:
-        """The most useful notes for `query` that fit in `budget` tokens, as one text to paste
-        into your prompt, with each note's id and score."""
+    @server.tool(description=DESCRIPTIONS["recall"])
+    def recall(query: Query, ctx: Context, budget: Budget = 1000) -> RecallResult:
         try:
             got = mem(ctx, "query").recall(query, budget)
         except HivemindError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(tool_message(exc)) from exc
         return RecallResult(
             context=got.context,
-            notes=[RecalledNote(note_id=n.note_id, score=n.score, tokens=n.tokens,
-                                created_at=n.created_at)
-                   for n in got.notes],
+            notes=[RecalledNote(note_id=n.note_id, created_at=n.created_at, score=n.score,
+                                tokens=n.tokens, tier=n.tier) for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 
-    @server.tool()
-    def used(note_ids: list[str], ctx: Context) -> int:
-        """Tell memory which recalled notes you actually used (notes used often become
-        permanent). Returns how many were recorded."""
+    @server.tool(description=DESCRIPTIONS["used"])
+    def used(note_ids: NoteIds, ctx: Context) -> int:
         try:
             return mem(ctx, "write").used(*note_ids)
         except HivemindError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(tool_message(exc)) from exc
 
-    @server.tool()
-    def forget(note_id: str, ctx: Context) -> str:
-        """Remove a note from every future recall (it stays in the history)."""
+    @server.tool(description=DESCRIPTIONS["forget"])
+    def forget(note_id: Annotated[NoteId, Field(description=(
+            f"The id of the note to forget ({ID_RULE})."))], ctx: Context) -> str:
         try:
             mem(ctx, "write").forget(note_id)
         except HivemindError as exc:
-            raise ToolError(str(exc)) from exc
+            raise ToolError(tool_message(exc)) from exc
         return f"forgot {note_id}"
 
     return server
@@ -125,7 +142,7 @@ def token_resolver(tokens: TokenTable | None,
                    make: Callable[[str, str, bool], Memory]) -> Resolver:
     """HTTP: the memory of the request's bearer token (``make(ns, agent, admin)`` builds it;
     ``admin``: the token has the admin right in the namespace)."""
-    from hivemind_memory.api_stub.server.http import ApiError, grant_of
+    from hivemind_memory.api_stub.server.common import ApiError, grant_of
     from hivemind_memory.events.errors import AccessDenied
 
     def resolve(ctx: Context, right: Right) -> Memory:

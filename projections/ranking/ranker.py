@@ -39,6 +39,7 @@ from hivemind_memory.projections.ranking.signals import (
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.why import Why, left_out
 from hivemind_memory.projections.state import Tier
 
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
@@ -143,14 +144,22 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
                explain: bool = True, memo: BatchMemo | None = None,
-               rendered: bool = False) -> RankResult:
+               why_limit: int = 0, rendered: bool = False,
+               id_prefix: str = "") -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
-    the queries of a batch over unchanged indexes. ``rendered``: the notes will be rendered as
-    a context (``render``), so each note's header counts in its cost."""
+    the queries of a batch over unchanged indexes. ``why_limit`` > 0: the result's ``why``
+    records that many of the strongest notes left out (``projections.ranking.why``).
+    ``rendered``: the notes will be rendered as a context (``render``), so each note's header
+    counts in its cost. ``id_prefix``: only notes whose id starts with it are candidates (the
+    others are not left out: they are outside the question)."""
     cols = idx.cols
-    keep = ((relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance)
-            & cols.visible(agent)[slots])
+    visible = cols.visible(agent)[slots]
+    if id_prefix:
+        ids_of = cols.ids
+        visible &= np.fromiter((ids_of[i].startswith(id_prefix) for i in slots.tolist()),
+                               np.bool_, len(slots))
+    keep = (relevance > PRINTS_AS_ZERO) & (relevance >= cfg.min_relevance) & visible
     s = slots[keep]
     rel = relevance[keep]
     now_us = micros(now)
@@ -170,6 +179,16 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         costs = costs + header_tokens([ids[i] for i in s.tolist()])
     packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
                             cfg.exact_max_cells)
+    why: Why | None = None
+    if why_limit > 0:
+        below = (relevance > PRINTS_AS_ZERO) & (relevance < cfg.min_relevance) & visible
+
+        def signals_of(b: IntArray) -> tuple[FloatArray, IntArray]:
+            rec_b = _recency(*_tier_age(cols, b, now_us, cfg), cfg)
+            return rec_b, cols.tokens[b] + cfg.per_note_overhead_tokens
+
+        why = left_out(ids, s, rel, rec, score, costs, packed.at, budget, slots[below],
+                       relevance[below], signals_of, why_limit)
     if explain:
         at = np.arange(len(s))
         flags = np.zeros(len(s), np.bool_)
@@ -201,4 +220,5 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         upper_bound=round(packed.upper_bound, DECIMALS),
         notes=order(picked, cfg.order),
         candidates=candidates,
+        why=why,
     )

@@ -15,6 +15,7 @@ from datetime import datetime
 import msgspec
 
 from hivemind_memory.projections.ranking.packing import Method
+from hivemind_memory.projections.ranking.why import Why
 from hivemind_memory.projections.state import Tier
 
 DECIMALS = 6
@@ -61,3 +62,5 @@ class RankResult(msgspec.Struct, frozen=True):
     upper_bound: float
     notes: list[NoteSignals]
     candidates: list[ScoredNote]
+    why: Why | None = None
+    """The strongest notes left out and why (only when asked for: ``rank_index(why_limit)``)."""

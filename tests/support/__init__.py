@@ -375,13 +375,13 @@ def wait_until(cond: Callable[[], object], what: str, timeout_s: float = 60) -> 
 
 def rank_notes(notes: Iterable[NoteState], relevance: Mapping[str, float], *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
-               explain: bool = True) -> RankResult:
+               explain: bool = True, why_limit: int = 0) -> RankResult:
     """The product's ranking (``rank_index`` over a ``NamespaceIndex`` of ``notes``) with the
     relevance given per note id (missing: 0), the same arguments as the reference
-    ``tests.support.reference.rank``."""
+    ``tests.support.reference.rank`` (and ``why_limit``, passed on)."""
     idx = build_index("t", {n.note_id: n for n in notes})
     keys = [k for k in sorted(relevance) if k in idx.cols.slot]
     slots = np.array([idx.cols.slot[k] for k in keys], np.int64)
     rel = np.array([relevance[k] for k in keys], np.float64)
     return rank_index(idx, slots, rel, agent=agent, now=now, budget=budget, cfg=cfg,
-                      explain=explain)
+                      explain=explain, why_limit=why_limit)

@@ -93,7 +93,7 @@ def test_readme_quick_start(tmp_path: Path) -> None:
     """The README's quick start: its curl session as written, then its SDK snippet against the
     same server (what it remembers comes back in the recalled context)."""
     text = section(README, "Quick start")
-    (snippet,) = fenced(text, "python")
+    snippet = fenced(text, "python")[0]  # the SDK (the rest: tests/adapters/test_doc_snippets.py)
     remembered = re.search(r'mem\.remember\("([^"]+)"\)', snippet)
     assert remembered
 
@@ -382,3 +382,23 @@ def test_recall_renders_a_context_within_the_budget_that_reproduces(live: Live) 
     assert st == 200 and rep["ok"] is True, rep
     st, bad = call(b, "POST", "/v1/ns/team-a/recall", {"query": "x", "top_k": 3}, token=ALICE)
     assert st == 422 and "top_k" in bad["error"]["message"]
+
+
+def test_a_query_within_an_id_prefix_ranks_only_those_notes_and_reproduces(live: Live) -> None:
+    """``id_prefix`` makes only the notes under it candidates; the audit records it, so the
+    served query reproduces exactly; a prefix outside the id charset is refused."""
+    b = live.base
+    for nid in ("a.x:1", "a.x:2", "a.xy:1", "b:1"):
+        assert call(b, "POST", "/v1/ns/team-a/remember",
+                    {"text": f"release notes {nid}", "note_id": nid}, token=ALICE)[0] == 200
+    st, got = call(b, "POST", "/v1/ns/team-a/query",
+                   {"text": "release notes", "budget": 500, "id_prefix": "a.x:"}, token=ALICE)
+    assert st == 200 and sorted(n["note_id"] for n in got["notes"]) == ["a.x:1", "a.x:2"]
+    st, every = call(b, "POST", "/v1/ns/team-a/query", {"text": "release notes", "budget": 500},
+                     token=ALICE)
+    assert st == 200 and len(every["notes"]) == 4
+    st, rep = call(b, "POST", "/v1/ns/team-a/audit/reproduce", {"all": True}, token=OPS)
+    assert st == 200 and rep["ok"] is True and rep["identical"] == 2, rep
+    st, bad = call(b, "POST", "/v1/ns/team-a/query",
+                   {"text": "x", "budget": 5, "id_prefix": "no spaces"}, token=ALICE)
+    assert st == 422 and "id_prefix" in bad["error"]["message"]

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("wire protocol", ("api_stub.protocol",)),
     ("client and worker", ("api_stub", "worker")),
     ("entry points", ("worker.cli", "api_stub.server", ROOT_PACKAGE)),
+    ("framework adapters", ("integrations",)),
 ]
 """Layer of a module: the longest matching prefix (relative to ``hivemind_memory``) wins.
 The client side is the rest of ``api_stub`` (client, SDK); the servers sit above it and the
@@ -227,3 +228,29 @@ def test_the_typecheck_mirror_is_package_dir_exactly() -> None:
     assert {p.name for p in mirror.iterdir()} == top | {"__init__.py"}
     for p in mirror.iterdir():
         assert p.is_symlink() and not Path(p.readlink()).is_absolute(), p
+
+
+def test_the_adapters_stand_on_the_public_face() -> None:
+    """``integrations`` uses what a user of the package can import (the package root) and the
+    tools' shared wording (``api_stub.tool_spec``), nothing internal."""
+    allowed = {PKG, f"{PKG}.api_stub.tool_spec"}
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {t}"
+           for m, path in modules().items() if _rel(m).startswith("integrations")
+           for t, line in imports(path, m)
+           if t.startswith(PKG) and not t.startswith(f"{PKG}.integrations")
+           and t not in allowed and t.rpartition(".")[0] not in allowed]  # or a name of one
+    assert not bad, "\n".join(bad)
+
+
+def test_the_base_install_imports_no_framework() -> None:
+    """The package and its ``integrations`` package import no framework: each adapter's module
+    imports its own, and only when it is imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hivemind_memory, hivemind_memory.integrations; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'langchain_core', 'langgraph', 'llama_index'}))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert got.stdout.strip() == "[]"

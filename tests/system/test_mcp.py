@@ -51,6 +51,7 @@ async def _exercise(client: Client) -> None:
     assert names == {"remember", "recall", "used", "forget"}
     remember = next(t for t in tools.tools if t.name == "remember")
     assert {"text", "kind", "scope", "note_id"} <= set(remember.input_schema["properties"])
+    _check_tools_read_well(tools.tools)
 
     r1 = await client.call_tool("remember", {"text": "Deploys happen on Tuesdays after lunch"})
     assert not r1.is_error, _text(r1)
@@ -67,6 +68,10 @@ async def _exercise(client: Client) -> None:
     ids = [n["note_id"] for n in out["notes"]]
     assert nid in ids and "canary-idea" in ids
     assert "Deploys happen on Tuesdays after lunch" in out["context"]
+    # each note of the context under its header: the id `used` takes, and the day
+    [mine] = [n for n in out["notes"] if n["note_id"] == nid]
+    assert f"[{nid} | {mine['created_at'][:10]}]\nDeploys happen" in out["context"]
+    assert mine["tier"] == "short" and mine["created_at"].endswith("Z")
     assert out["used_tokens"] <= out["budget"] == 200
     assert all(0 < n["score"] <= 1 for n in out["notes"])
 
@@ -77,16 +82,51 @@ async def _exercise(client: Client) -> None:
     again = await client.call_tool("recall", {"query": "deploys canary", "budget": 200})
     assert [n["note_id"] for n in again.structured_content["notes"]] == [nid]
 
-    bad = await client.call_tool("remember", {"text": "x", "note_id": "bad id with spaces"})
-    assert bad.is_error and "note_id" in _text(bad)  # the store's own validation, named
+    # errors in the tool's own terms: the argument, what it must be; no other layer's words
+    for tool, args, says in (
+            ("remember", {"text": "x", "note_id": "bad id with spaces"},
+             "remember: note_id 'bad id with spaces' is not a valid note id: a note id is 1 to "
+             "128 characters of A-Z a-z 0-9 _ . : @ -, starting with a letter or digit"),
+            ("remember", {"text": ""}, "remember: text must not be empty"),
+            ("remember", {"text": "x", "kind": "big"},
+             "remember: kind must be one of 'note' or 'scratch', got 'big'"),
+            ("recall", {"query": "x", "budget": 0}, "recall: budget must be 1 to 1000000, got 0"),
+            ("used", {"note_ids": []}, "used: note_ids must hold 1 to 1000 items")):
+        bad = await client.call_tool(tool, args)
+        assert bad.is_error and _text(bad) == says
+    big = await client.call_tool("remember", {"text": "é" * 40_000})  # 80,000 bytes
+    assert big.is_error and _text(big) == \
+        "text is 80000 bytes of UTF-8, at most 65536 allowed"
 
     # writes that would never apply are errors, told before the tool returns
     twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea"})
-    assert twin.is_error and "already exists" in _text(twin)
+    assert twin.is_error and _text(twin) == (
+        "note 'canary-idea' already exists in namespace 'team-a' (ids are never reused, even "
+        "after forgetting); nothing was recorded")
     ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
     assert ghost.is_error and "no-such-note" in _text(ghost)
     gone = await client.call_tool("forget", {"note_id": "canary-idea"})  # forgotten already
     assert gone.is_error and "no note 'canary-idea'" in _text(gone)
+
+
+def _check_tools_read_well(tools: list[Any]) -> None:
+    """Every tool and every parameter is described in clean prose (no docstring indentation),
+    with its bounds in the schema."""
+    for t in tools:
+        assert t.description and "\n" not in t.description and "  " not in t.description, t.name
+        for name, prop in t.input_schema["properties"].items():
+            desc = prop.get("description", "")
+            assert len(desc) > 20 and "\n" not in desc, (t.name, name)
+    props = {t.name: t.input_schema["properties"] for t in tools}
+    budget = props["recall"]["budget"]
+    assert (budget["minimum"], budget["maximum"], budget["default"]) == (1, 1_000_000, 1000)
+    assert "tokens" in budget["description"]
+    assert props["recall"]["query"]["maxLength"] == 16_384
+    assert props["remember"]["text"]["minLength"] == 1
+    assert props["remember"]["text"]["maxLength"] == 65_536
+    assert props["forget"]["note_id"]["maxLength"] == 128
+    assert props["used"]["note_ids"]["minItems"] == 1
+    assert props["used"]["note_ids"]["items"]["pattern"].startswith("^[A-Za-z0-9]")
 
 
 def _run(fn: Callable[[], Awaitable[None]]) -> None:
@@ -239,3 +279,42 @@ def test_a_refused_token_reaches_the_mcp_client_as_its_message(
     assert isinstance(err, MCPError), repr(err)
     assert says in str(err) and "Server returned an error response" not in str(err)
     assert err.error.data == {"status": 401, "code": "unauthorized"}
+
+
+def test_the_inspector_cli_lists_and_calls_the_tools_with_a_bearer_token(tmp_path: Path) -> None:
+    """The official MCP Inspector's CLI (pinned 2.12.0 in api_stub/ts's lock: 0.15 cannot send
+    a bearer token) against ``serve``'s /mcp: the tools and their described parameters, a
+    call, and an error in the tool's words."""
+    import subprocess
+
+    from tests.support.node import bin_of
+
+    inspector = bin_of("mcp-inspector")
+    live = start_live(f"memory://{tmp_path / 'store'}", tokens=_readme_tokens())
+    cfg = _readme_mcp_config()["hivemind-http"]
+
+    def cli(*args: str) -> tuple[int, Any]:
+        got = subprocess.run(
+            [str(inspector), "--cli", cfg["url"].replace("http://localhost:8080", live.base),
+             "--transport", "http",
+             *[a for k, v in cfg["headers"].items() for a in ("--header", f"{k}: {v}")], *args],
+            capture_output=True, text=True, timeout=120, check=False)
+        out = got.stdout
+        return got.returncode, json.loads(out[:out.rindex("}") + 1]) if "{" in out else out
+
+    try:
+        rc, listed = cli("--method", "tools/list")
+        assert rc == 0, listed
+        tools = {t["name"]: t for t in listed["tools"]}
+        assert set(tools) == {"remember", "recall", "used", "forget"}
+        budget = tools["recall"]["inputSchema"]["properties"]["budget"]
+        assert budget["minimum"] == 1 and "tokens" in budget["description"]
+        rc, made = cli("--method", "tools/call", "--tool-name", "remember",
+                       "--tool-arg", "text=Deploys happen on Tuesdays")
+        assert rc == 0 and not made.get("isError"), made
+        rc, bad = cli("--method", "tools/call", "--tool-name", "recall",
+                      "--tool-arg", "query=deploys", "--tool-arg", "budget=0")
+        assert bad["isError"] is True
+        assert bad["content"][0]["text"] == "recall: budget must be 1 to 1000000, got 0"
+    finally:
+        live.stop()

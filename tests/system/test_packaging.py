@@ -26,6 +26,9 @@ def test_the_wheel_holds_only_hivemind_memory(tmp_path: Path) -> None:
     assert not any(n.startswith("hivemind_memory/tests") for n in names)
     assert "hivemind_memory/projections/store/lua/commit_batch.lua" in names
     assert "hivemind_memory/events/schema.py" in names
+    assert {f"hivemind_memory/integrations/{m}.py"
+            for m in ("langchain", "langgraph", "llamaindex")} <= set(names)
+    assert not any("/ts/" in n or "node_modules" in n for n in names)  # the npm package stays out
     [ep] = [n for n in names if n.endswith("entry_points.txt")]
     assert "hivemind = hivemind_memory.worker.cli.main:main" in zipfile.ZipFile(wheel).read(
         ep).decode()

@@ -1,6 +1,6 @@
-"""CLI commands of the audit trail: ``audit list|reproduce``, ``export``, ``import``, ``sweep``,
-``show``. Thin: the work is in ``worker.reproduce``, ``worker.archive`` and
-``worker.config_sweep``."""
+"""CLI commands of the audit trail: ``audit list|reproduce|explain``, ``export``, ``import``,
+``sweep``, ``show``. Thin: the work is in ``worker.reproduce``, ``worker.explain`` (through
+``explain_cmd``), ``worker.archive`` and ``worker.config_sweep``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import archive, runtime
 from hivemind_memory.worker import calibrate as calibration
 from hivemind_memory.worker import config_sweep as sweeping
+from hivemind_memory.worker.cli import explain_cmd
 from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 from hivemind_memory.worker.reproduce import (
     Auditor,
@@ -59,6 +60,16 @@ def add_parsers(sub: Any, common: Callable[[argparse.ArgumentParser], None],
     a.add_argument("query_ids", nargs="*", metavar="QUERY_ID")
     a.add_argument("--all", action="store_true", help="every served query of the namespace")
     a.add_argument("--json", action="store_true", help="one JSON object per query")
+    common(a)
+    a = asub.add_parser("explain", help="why a served query got these notes and not others")
+    a.add_argument("--ns", required=True, type=ns_arg)
+    a.add_argument("query_id", metavar="QUERY_ID")
+    a.add_argument("--note", metavar="NOTE_ID", help="and what became of this note")
+    a.add_argument("--limit", type=int, default=30,
+                   help="left-out notes listed (default 30; --json lists every one)")
+    a.add_argument("--recorded", action="store_true",
+                   help="only what the audit entry recorded (do not re-run on the log)")
+    a.add_argument("--json", action="store_true", help="one JSON object")
     common(a)
 
     p = sub.add_parser("export", help="the namespace's log as JSON Lines (ingest accepts it)")
@@ -112,6 +123,8 @@ def add_parsers(sub: Any, common: Callable[[argparse.ArgumentParser], None],
 def cmd_audit(args: argparse.Namespace, s: Settings) -> int:
     if args.audit_cmd == "list":
         return _audit_list(args, s)
+    if args.audit_cmd == "explain":
+        return explain_cmd.cmd_audit_explain(args, s)
     return _audit_reproduce(args, s)
 
 

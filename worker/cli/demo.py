@@ -16,7 +16,6 @@ import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import IO, Any
 
 import msgspec
@@ -24,6 +23,13 @@ import msgspec
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import QueryResult
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.ranking.baseline import (
+    DAILY_DECAY,
+    Baseline,
+    five_percent_fill,
+    naive_score,
+    value,
+)
 from hivemind_memory.projections.ranking.signals import ScoredNote
 from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store.connection import connect
@@ -33,8 +39,6 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.demo_data import AS_OF, NS, sample_events
 from hivemind_memory.worker.loop import run_worker
 
-DAILY_DECAY = 0.95
-"""The seed's recency: 5 % a day, for every note, forever."""
 WIDTH = 80
 """The demo's text output fits this many columns."""
 MAX_WHY = 4
@@ -48,42 +52,8 @@ ASKS: tuple[tuple[str, str, int], ...] = (
     ("research", "context packing knapsack greedy", 200),
 )
 """(agent, text, budget) of the demo's queries."""
-
-
-@dataclass(frozen=True, slots=True)
-class Baseline:
-    """What "5 % a day" and a top-down fill return from the same candidates."""
-
-    notes: list[ScoredNote]
-    """Chosen, in the order the fill took them (its rank order)."""
-    ranked: list[ScoredNote]
-    """Every candidate in the baseline's rank order."""
-    used: int
-    stopped_at: ScoredNote | None
-    """The first note that did not fit (the fill stops there), if any."""
-
-
-def naive_score(c: ScoredNote) -> float:
-    """The seed's score: relevance * 0.95 ** age in days (no tiers, no floor)."""
-    return float(c.relevance * DAILY_DECAY ** c.age_days)
-
-
-def five_percent_fill(candidates: Sequence[ScoredNote], budget: int) -> Baseline:
-    """Sort by the seed's score, take notes top-down until the next one does not fit."""
-    ranked = sorted(candidates, key=lambda c: (-naive_score(c), c.note_id))
-    chosen: list[ScoredNote] = []
-    used = 0
-    for c in ranked:
-        if used + c.cost > budget:
-            return Baseline(chosen, ranked, used, c)
-        chosen.append(c)
-        used += c.cost
-    return Baseline(chosen, ranked, used, None)
-
-
-def value(notes: Sequence[ScoredNote]) -> float:
-    """Sum of scores (relevance x recency as hivemind computes them)."""
-    return sum(n.score for n in notes)
+__all__ = ["ASKS", "DAILY_DECAY", "Baseline", "compare", "five_percent_fill", "naive_score",
+           "run_demo", "value"]
 
 
 def _fmt_score(x: float) -> str:

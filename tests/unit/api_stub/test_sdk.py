@@ -54,6 +54,30 @@ def _agent_flow(alice: Memory, bob: Memory) -> None:
     bob.forget("bob-scratch")
     assert "bob-scratch" not in bob.recall("deploy wednesdays", budget=500).note_ids
 
+    # the context labels each note with its id and day; the notes carry date and tier
+    [first] = [n for n in got.notes if n.note_id == nid]
+    assert first.created_at.endswith("Z") and first.tier == "short"
+    assert f"[{nid} | {first.created_at[:10]}]\nDeploys happen on Tuesdays" in got.context
+
+    # reads by id and by id prefix: what this agent may see, its own writes included
+    for i, text in (("grp.a:1", "grouped one"), ("grp.a:2", "grouped two"),
+                    ("grp.ab:1", "grouped other")):
+        bob.remember(text, note_id=i)
+    assert [n.note_id for n in bob.notes("grp.a:")] == ["grp.a:1", "grp.a:2"]
+    assert [n.note_id for n in bob.notes("grp.", limit=2)] == ["grp.a:1", "grp.a:2"]
+    assert [n.note_id for n in bob.notes("grp.", after="grp.a:2")] == ["grp.ab:1"]
+    note = bob.get(nid)
+    assert note is not None and note.text.startswith("Deploys happen on Tuesdays")
+    assert (note.agent, note.uses, note.scope, note.tier) == ("alice", 1, "shared", "short")
+    assert bob.get(secret) is None and bob.get("bob-scratch") is None  # private; forgotten
+    mine = alice.get(secret)
+    assert mine is not None and mine.scope == "private"
+    assert [n.note_id for n in bob.read_notes(["grp.a:2", "nope", "grp.a:1"])] == [
+        "grp.a:2", "grp.a:1"]
+    # a recall among the notes of one id prefix only
+    assert sorted(bob.recall("grouped", budget=500, id_prefix="grp.a:").note_ids) == [
+        "grp.a:1", "grp.a:2"]
+
     # the raw calls
     res = bob.query("tuesdays", 500, as_of=AS_OF, explain=True)
     assert res["agent"] == "bob" and "candidates" in res
@@ -192,3 +216,17 @@ def test_the_package_root_is_the_public_face_and_wires_the_embedded_worker(
     monkeypatch.setattr(sdk, "_embedded_worker", None)
     with pytest.raises(StoreError, match="import Memory from hivemind_memory"):
         sdk.Memory("memory://", ns="root-face", agent="a")
+
+
+def test_reads_over_a_server_without_tokens_are_the_named_agents(tmp_path: Path) -> None:
+    """Without tokens (loopback, one trusted user) the SDK names its agent in reads too: its
+    private notes are its own, another agent's are not found."""
+    srv = start_live(f"memory://{tmp_path / 'open'}", tokens=None)
+    try:
+        al = Memory(srv.base, ns="n", agent="al")
+        nid = al.remember("al's private note", scope="private")
+        assert [n.note_id for n in al.read_notes([nid])] == [nid]
+        assert [n.note_id for n in al.notes("n-")] == [nid]
+        assert Memory(srv.base, ns="n", agent="bo").get(nid) is None
+    finally:
+        srv.stop()

@@ -67,7 +67,8 @@ def test_scored_note_has_exactly_the_contract_fields_in_order() -> None:
         "note_id", "text", "tokens", "cost", "score", "relevance", "recency", "tier", "uses",
         "age_days", "created_at", "chosen",
     )
-    assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates")
+    assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates",
+                                            "why")
 
 
 def test_signals_combine_into_score() -> None:

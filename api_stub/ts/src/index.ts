@@ -1,0 +1,359 @@
+/**
+ * hivemind's TypeScript client: the calls of the Python SDK over `hivemind serve`
+ * (remember, recall, used, forget, revise, reads, and the raw append, query and batch).
+ *
+ * ```ts
+ * import { Memory } from "hivemind-memory";
+ *
+ * const mem = new Memory("http://localhost:8080", { ns: "team-a", token: "..." });
+ * const id = await mem.remember("Deploys happen on Tuesdays after 14:00 UTC.");
+ * const got = await mem.recall("when do we deploy?", { budget: 500 });
+ * console.log(got.context);       // each note under a [note id | date] header
+ * await mem.used(...got.noteIds);
+ * ```
+ *
+ * It fills what an event needs (a time-ordered `event_id`, `at` from the clock; the server
+ * takes the agent from the bearer token), so a retried write is applied once, and raises typed
+ * errors (`NoteExists`, `UnknownNote`, `NotAllowed`, `AccessDenied`, ...; all `HivemindError`).
+ * The request and result types are generated from the server's `/openapi.json`
+ * (`src/openapi.ts`). No dependencies: Node's own `fetch`.
+ */
+
+import type { components } from "./openapi.js";
+
+type Schemas = components["schemas"];
+/** The contract's result object of a query. */
+export type QueryResult = Schemas["QueryResult"];
+/** A packed note of a result, with every signal that ranked it. */
+export type NoteSignals = Schemas["NoteSignals"];
+/** A query as `POST .../query` takes it (`ns` and `agent` come from the path and token). */
+export type QueryBody = Schemas["QueryBody"];
+/** A note as `read` answers it (`hivemind notes --json` fields and its text). */
+export type NoteRow = Schemas["NoteRow"];
+/** What an append answers. */
+export type Appended = Schemas["Appended"];
+/** An event as `POST .../events` takes it. */
+export type Event = Schemas["NoteCreated"] | Schemas["NoteUsed"] | Schemas["NoteForgotten"];
+/** An event to append: `event_id` and `at` may be left out (the client fills them). */
+export type EventInput = DistributiveOmit<Event, "event_id" | "at"> &
+  Partial<Pick<Event, "event_id" | "at">>;
+/** A query's error object (in a batch, in place of its result). */
+export interface QueryErrorObject {
+  query_id: string;
+  error: { code: string; message: string };
+}
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+// -- errors -----------------------------------------------------------------------------------
+/** Root of every error hivemind's client raises on purpose. */
+export class HivemindError extends Error {
+  constructor(message: string, readonly code: string = "error", readonly status: number = 0) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+/** An event failed validation (422); the message names the index and the field. */
+export class EventError extends HivemindError {}
+/** A write that would never apply; nothing of it was appended. */
+export class WriteRefused extends EventError {}
+/** A `note.created` reuses a note id (409 `note_exists`; ids are never reused). */
+export class NoteExists extends WriteRefused {}
+/** A use or forget of a note this agent cannot see (404 `unknown_note`). */
+export class UnknownNote extends WriteRefused {}
+/** Forgetting another author's note without `admin` (403 `not_allowed`). */
+export class NotAllowed extends WriteRefused {}
+/** The token is missing or unknown (401), or lacks a right here (403). */
+export class AccessDenied extends HivemindError {}
+/** A body or batch over the server's cap (413). */
+export class TooLarge extends HivemindError {}
+/** A query request is invalid (the code is machine-readable). */
+export class QueryError extends HivemindError {}
+/** No answer before the deadline (504). */
+export class QueryTimeout extends HivemindError {}
+/** The server or its store could not be reached. */
+export class StoreError extends HivemindError {}
+
+const REFUSED: Record<string, typeof WriteRefused> = {
+  note_exists: NoteExists,
+  unknown_note: UnknownNote,
+  not_allowed: NotAllowed,
+};
+
+/** The typed error of an HTTP error answer (as the Python SDK maps them). */
+export function errorOf(status: number, code: string, message: string,
+                        kind: "event" | "query"): HivemindError {
+  const refused = REFUSED[code];
+  if (refused !== undefined && kind === "event") return new refused(message, code, status);
+  if (status === 401 || status === 403) {
+    return new AccessDenied(`${status} ${code}: ${message}`, code, status);
+  }
+  if (status === 413) return new TooLarge(message, code, status);
+  if (status === 504) return new QueryTimeout(message, code, status);
+  if (status === 422 && kind === "event") return new EventError(message, code, status);
+  if (status === 400 || status === 404 || status === 422) {
+    return new QueryError(message, code, status);
+  }
+  return new StoreError(`${status} ${code}: ${message}`, code, status);
+}
+
+// -- ids and times ----------------------------------------------------------------------------
+let lastMicros = 0n;
+let seq = 0;
+
+/** A unique id that sorts by creation time: `<prefix>-<µs hex><seq hex><random hex>` (the
+ * Python SDK's format). */
+export function newId(prefix: string): string {
+  let us = BigInt(Date.now()) * 1000n;
+  if (us <= lastMicros) {
+    us = lastMicros;
+    seq = (seq + 1) & 0xffff;
+    if (seq === 0) us += 1n;
+  } else {
+    seq = 0;
+  }
+  lastMicros = us;
+  const rand = Array.from(globalThis.crypto.getRandomValues(new Uint8Array(5)),
+                          (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${prefix}-${us.toString(16).padStart(14, "0")}${seq.toString(16).padStart(4, "0")}${rand}`;
+}
+
+/** The clock, RFC 3339 in UTC. */
+export function now(): string {
+  return new Date().toISOString();
+}
+
+// -- recall -----------------------------------------------------------------------------------
+/** One note of a recall, in context order. */
+export interface RecalledNote {
+  noteId: string;
+  text: string;
+  score: number;
+  tokens: number;
+  /** When it was written (RFC 3339, UTC). */
+  createdAt: string;
+  tier: string;
+  uses: number;
+}
+
+/** What `recall` found: `context` is ready to paste into a prompt (each note under a
+ * `[note id | date]` header the server renders; the headers count in the budget). */
+export interface Recall {
+  context: string;
+  notes: RecalledNote[];
+  noteIds: string[];
+  usedTokens: number;
+  budget: number;
+  queryId: string;
+  /** The full result object. */
+  result: QueryResult;
+}
+
+/** A `Recall` from a result object. */
+export function recallOf(res: QueryResult): Recall {
+  const notes = res.notes.map((n): RecalledNote => ({
+    noteId: n.note_id, text: n.text, score: n.score, tokens: n.tokens, createdAt: n.created_at,
+    tier: n.tier, uses: n.uses,
+  }));
+  return {
+    context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,
+    noteIds: notes.map((n) => n.noteId),
+    usedTokens: res.used, budget: res.budget, queryId: res.query_id, result: res,
+  };
+}
+
+// -- the client -------------------------------------------------------------------------------
+export interface MemoryOptions {
+  /** The namespace (`^[a-z0-9][a-z0-9_-]{0,63}$`). */
+  ns: string;
+  /** The bearer token (it names the agent). */
+  token?: string;
+  /** Only for a server without tokens (loopback, one trusted user): who is writing. */
+  agent?: string;
+  /** How long one call may take, in milliseconds (default 35,000). */
+  timeoutMs?: number;
+  /** Another `fetch` (tests, proxies). */
+  fetch?: typeof fetch;
+}
+
+export interface RememberOptions {
+  kind?: "note" | "scratch";
+  scope?: "shared" | "private";
+  /** Default: a new time-ordered id. Ids are never reused, even after forgetting. */
+  noteId?: string;
+  tokens?: number;
+  embedding?: number[];
+}
+
+export interface QueryOptions {
+  /** The state as of this time (RFC 3339); same log + same query -> same answer. */
+  asOf?: string;
+  explain?: boolean;
+  embedding?: number[];
+  config?: Record<string, unknown>;
+  /** Only notes whose id starts with this are candidates. */
+  idPrefix?: string;
+  /** Answer `context` too: the packed notes rendered, headers counted in the budget. */
+  context?: boolean;
+}
+
+export interface RecallOptions extends QueryOptions {
+  /** Tokens the notes may take together (default 1000). */
+  budget?: number;
+}
+
+/** remember / recall / used / forget, reads, and the raw append / query / batch. */
+export class Memory {
+  readonly ns: string;
+  private readonly base: string;
+  private readonly token: string | undefined;
+  private readonly agent: string | undefined;
+  private readonly timeoutMs: number;
+  private readonly fetchFn: typeof fetch;
+
+  constructor(url: string, opts: MemoryOptions) {
+    this.ns = opts.ns;
+    this.base = `${url.replace(/\/+$/, "")}/v1/ns/${encodeURIComponent(opts.ns)}`;
+    this.token = opts.token;
+    this.agent = opts.agent;
+    this.timeoutMs = opts.timeoutMs ?? 35_000;
+    this.fetchFn = opts.fetch ?? globalThis.fetch;
+  }
+
+  private async call<T>(path: string, body: unknown, kind: "event" | "query"): Promise<T> {
+    const headers: Record<string, string> = { "Content-Type": "application/json" };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    let resp: Response;
+    try {
+      resp = await this.fetchFn(this.base + path, {
+        method: "POST", headers, body: JSON.stringify(body),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+    } catch (exc) {
+      if (exc instanceof Error && exc.name === "TimeoutError") {
+        throw new QueryTimeout(`no answer from ${this.base}${path} within ${this.timeoutMs} ms`,
+                               "timeout", 0);
+      }
+      throw new StoreError(`cannot reach ${this.base}: ${String(exc)}`, "unreachable", 0);
+    }
+    const raw = await resp.text();
+    if (resp.ok) return JSON.parse(raw) as T;
+    let code = "http_error";
+    let message = raw.slice(0, 500);
+    try {
+      const err = (JSON.parse(raw) as { error: { code: string; message: string } }).error;
+      code = String(err.code);
+      message = String(err.message);
+    } catch {
+      // not the contract's error object: keep the raw text
+    }
+    throw errorOf(resp.status, code, message, kind);
+  }
+
+  private fill(e: EventInput): Event {
+    const ev = { event_id: newId("ev"), at: now(), ...e } as Event;
+    if (this.agent && ev.agent === undefined) ev.agent = this.agent;
+    return ev;
+  }
+
+  /** Append raw events (all or nothing); `event_id` and `at` are filled when absent. A retry
+   * with the same `event_id` is applied once (`already` counts it). */
+  async append(events: EventInput[]): Promise<Appended> {
+    return this.call<Appended>("/events", events.map((e) => this.fill(e)), "event");
+  }
+
+  /** Store a note; returns its id. */
+  async remember(text: string, opts: RememberOptions = {}): Promise<string> {
+    const noteId = opts.noteId ?? newId("n");
+    const ev: EventInput = {
+      type: "note.created", note_id: noteId, text, kind: opts.kind ?? "note",
+      scope: opts.scope ?? "shared",
+    };
+    if (opts.tokens !== undefined) ev.tokens = opts.tokens;
+    if (opts.embedding !== undefined) ev.embedding = opts.embedding;
+    await this.append([ev]);
+    return noteId;
+  }
+
+  /** The best notes for `query` that fit the budget, packed and ordered. */
+  async recall(query: string, opts: RecallOptions = {}): Promise<Recall> {
+    const { budget = 1000, ...rest } = opts;
+    return recallOf(await this.query(query, budget, { ...rest, context: true }));
+  }
+
+  /** Say which notes the agent used (5 uses make a note permanent); returns how many uses
+   * were recorded. `UnknownNote` (nothing recorded) if one is not a note this agent sees. */
+  async used(...noteIds: string[]): Promise<number> {
+    const got = await this.append(noteIds.map((n) => ({ type: "note.used", note_id: n })));
+    return got.appended;
+  }
+
+  /** The note is gone from every future answer. `UnknownNote` if this agent cannot see it,
+   * `NotAllowed` for another author's note (an admin's token may forget any). */
+  async forget(noteId: string): Promise<void> {
+    await this.append([{ type: "note.forgotten", note_id: noteId }]);
+  }
+
+  /** A new version of a note this agent wrote (or any, with an admin token): `text` replaces
+   * its content; its id, uses and tier stay. Needs a server that folds `note.revised` (an
+   * older one refuses the event: `EventError`). `UnknownNote` if this agent cannot see it,
+   * `NotAllowed` for another author's note. */
+  async revise(noteId: string, text: string, opts: { tokens?: number; kind?: "note" | "scratch";
+                                                     embedding?: number[] } = {}): Promise<void> {
+    const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...opts };
+    await this.append([ev as unknown as EventInput]);
+  }
+
+  private who(): { agent?: string } {
+    return this.agent ? { agent: this.agent } : {};
+  }
+
+  private body(text: string, budget: number, opts: QueryOptions): QueryBody {
+    const q: QueryBody = { text, budget };
+    if (this.agent) q.agent = this.agent;
+    if (opts.asOf !== undefined) q.as_of = opts.asOf;
+    if (opts.explain) q.explain = true;
+    if (opts.embedding !== undefined) q.embedding = opts.embedding;
+    if (opts.config !== undefined) q.config = opts.config;
+    if (opts.idPrefix) q.id_prefix = opts.idPrefix;
+    if (opts.context) q.context = true;
+    return q;
+  }
+
+  /** The contract's result object (an invalid query raises `QueryError`). */
+  async query(text: string, budget: number, opts: QueryOptions = {}): Promise<QueryResult> {
+    return this.call<QueryResult>("/query", this.body(text, budget, opts), "query");
+  }
+
+  /** Many queries at once (at most 100); results, or error objects in place, in order. */
+  async batch(requests: QueryBody[]): Promise<(QueryResult | QueryErrorObject)[]> {
+    const reqs = requests.map((r) => (this.agent && r.agent === undefined
+      ? { ...r, agent: this.agent } : r));
+    return this.call<(QueryResult | QueryErrorObject)[]>("/queries", reqs, "query");
+  }
+
+  /** The note, if this agent may see it (its own writes included), else null. */
+  async get(noteId: string): Promise<NoteRow | null> {
+    const [row] = await this.readNotes([noteId]);
+    return row ?? null;
+  }
+
+  /** The notes of `noteIds` this agent may see, in the order asked (at most 1000). */
+  async readNotes(noteIds: string[]): Promise<NoteRow[]> {
+    if (noteIds.length === 0) return [];
+    return this.call<NoteRow[]>("/read", { note_ids: noteIds, ...this.who() }, "query");
+  }
+
+  /** The notes this agent may see whose id starts with `prefix`, in id order, after `after`,
+   * at most `limit` (1..1000, default 100). */
+  async notes(prefix = "", opts: { after?: string; limit?: number } = {}): Promise<NoteRow[]> {
+    return this.call<NoteRow[]>("/read", {
+      prefix, after: opts.after ?? "", limit: opts.limit ?? 100, ...this.who(),
+    }, "query");
+  }
+}
+
+/** Is this batch item an error object? */
+export function isError(r: QueryResult | QueryErrorObject): r is QueryErrorObject {
+  return "error" in r;
+}

@@ -1,0 +1,161 @@
+// The TypeScript client against a real `hivemind serve` (started here): the agent's calls,
+// ids and times filled, typed errors, reads, the raw query and batch.
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+
+import {
+  AccessDenied, EventError, HivemindError, isError, Memory, newId, NoteExists, NotAllowed,
+  QueryError, UnknownNote, type QueryResult,
+} from "../src/index.js";
+import { ALICE, BOB, OPS, serve, type Served } from "./serve.js";
+
+let srv: Served;
+let alice: Memory;
+let bob: Memory;
+
+before(async () => {
+  srv = await serve();
+  alice = new Memory(srv.base, { ns: "team-a", token: ALICE });
+  bob = new Memory(srv.base, { ns: "team-a", token: BOB });
+});
+
+after(async () => {
+  await srv.stop();
+});
+
+describe("ids and times", () => {
+  it("makes unique, valid, time-ordered ids", () => {
+    const ids = Array.from({ length: 5000 }, () => newId("ev"));
+    assert.equal(new Set(ids).size, ids.length);
+    assert.deepEqual([...ids].sort(), ids);
+    for (const id of ids) assert.match(id, /^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/);
+  });
+});
+
+describe("an agent's calls", () => {
+  it("remembers, recalls with headers, uses and forgets", async () => {
+    const id = await alice.remember("Deploys happen on Tuesdays after 14:00 UTC.");
+    assert.match(id, /^n-/);
+    const secret = await alice.remember("alice's deploy key hint: tuesdays", { scope: "private" });
+    await bob.remember("scratch: maybe deploy on wednesdays", { kind: "scratch",
+                                                                noteId: "bob-scratch" });
+
+    const got = await bob.recall("when do deploys happen on tuesdays", { budget: 500 });
+    assert.ok(got.noteIds.includes(id) && !got.noteIds.includes(secret));
+    const mine = got.notes.find((n) => n.noteId === id);
+    assert.ok(mine && mine.tier === "short" && mine.createdAt.endsWith("Z"));
+    assert.ok(got.context.includes(`[${id} | ${mine.createdAt.slice(0, 10)}]\nDeploys happen`));
+    assert.ok(got.usedTokens <= got.budget && got.budget === 500);
+    const tight = await bob.recall("deploys tuesdays wednesdays", { budget: 30 });
+    assert.ok(tight.notes.length >= 1 && Math.ceil(Buffer.byteLength(tight.context) / 4) <= 30);
+    assert.deepEqual((await alice.recall("key hint", { budget: 500 })).noteIds, [secret]);
+
+    assert.equal(await bob.used(id), 1);
+    await bob.forget("bob-scratch");
+    assert.ok(!(await bob.recall("deploy wednesdays")).noteIds.includes("bob-scratch"));
+
+    // reads: what the agent may see, its own writes included
+    const note = await bob.get(id);
+    assert.ok(note && note.agent === "alice" && note.uses === 1 && note.text.startsWith("Deploys"));
+    assert.equal(await bob.get(secret), null);
+    assert.equal((await alice.get(secret))?.scope, "private");
+    assert.equal(await bob.get("bob-scratch"), null);
+  });
+
+  it("reads by id prefix, paged, and recalls within one prefix", async () => {
+    for (const [nid, text] of [["grp.a:1", "grouped one"], ["grp.a:2", "grouped two"],
+                               ["grp.ab:1", "grouped other"]] as const) {
+      await bob.remember(text, { noteId: nid });
+    }
+    assert.deepEqual((await bob.notes("grp.a:")).map((n) => n.note_id), ["grp.a:1", "grp.a:2"]);
+    assert.deepEqual((await bob.notes("grp.", { limit: 2 })).map((n) => n.note_id),
+                     ["grp.a:1", "grp.a:2"]);
+    assert.deepEqual((await bob.notes("grp.", { after: "grp.a:2" })).map((n) => n.note_id),
+                     ["grp.ab:1"]);
+    const got = await bob.recall("grouped", { idPrefix: "grp.a:" });
+    assert.deepEqual([...got.noteIds].sort(), ["grp.a:1", "grp.a:2"]);
+  });
+
+  it("fills event ids, so a retried append applies once", async () => {
+    const ev = { type: "note.created" as const, note_id: "retried", text: "retried once",
+                 event_id: newId("ev") };
+    const first = await alice.append([ev]);
+    assert.deepEqual([first.appended, first.already], [1, 0]);
+    const again = await alice.append([ev]);
+    assert.deepEqual([again.appended, again.already, again.event_ids], [1, 1, [ev.event_id]]);
+    const filled = await alice.append([{ type: "note.used", note_id: "retried" }]);
+    assert.match(filled.event_ids[0] ?? "", /^ev-/);
+  });
+});
+
+describe("typed errors", () => {
+  it("refuses writes that would never apply", async () => {
+    const id = await alice.remember("only alice may forget this");
+    await assert.rejects(alice.remember("again", { noteId: id }), (e: unknown) =>
+      e instanceof NoteExists && e.status === 409 && e.code === "note_exists"
+      && e.message.includes("already exists"));
+    await assert.rejects(bob.used("no-such-note"), (e: unknown) =>
+      e instanceof UnknownNote && e.status === 404 && e.message.includes("no-such-note"));
+    await assert.rejects(bob.forget(id), (e: unknown) =>
+      e instanceof NotAllowed && e.status === 403);
+    await assert.rejects(bob.remember(""), (e: unknown) =>
+      e instanceof EventError && !(e instanceof NoteExists) && e.message.includes("$.text"));
+    assert.ok(new NoteExists("x") instanceof HivemindError);
+  });
+
+  it("names access and query errors", async () => {
+    await assert.rejects(new Memory(srv.base, { ns: "team-b", token: ALICE }).recall("x"),
+                         (e: unknown) => e instanceof AccessDenied && e.status === 403);
+    await assert.rejects(new Memory(srv.base, { ns: "team-a", token: "wrong-wrong-wrong" })
+      .recall("x"), (e: unknown) => e instanceof AccessDenied && e.status === 401);
+    await assert.rejects(alice.recall("x", { budget: 0 }), (e: unknown) =>
+      e instanceof QueryError && e.message.includes("budget"));
+  });
+});
+
+describe("revise", () => {
+  it("revises a note where the server folds note.revised, and says so where it does not",
+     async () => {
+    const doc = await (await fetch(`${srv.base}/openapi.json`)).json() as {
+      components: { schemas: Record<string, unknown> } };
+    const id = await alice.remember("Deploys go through ArgoCD.");
+    if ("NoteRevised" in doc.components.schemas) {
+      await alice.revise(id, "Deploys go through Flux.");
+      assert.equal((await alice.get(id))?.text, "Deploys go through Flux.");
+      await assert.rejects(bob.revise(id, "bob's version"), (e: unknown) =>
+        e instanceof NotAllowed);
+    } else {
+      await assert.rejects(alice.revise(id, "Deploys go through Flux."), (e: unknown) =>
+        e instanceof EventError && e.status === 422);
+    }
+  });
+});
+
+describe("raw query and batch", () => {
+  it("answers the contract's result object; as-of answers are reproducible", async () => {
+    await alice.append([{ type: "note.created", note_id: "old-fact", at: "2026-05-01T09:00:00Z",
+                          text: "The old fact about releases." }]);
+    const q = { asOf: "2026-06-01T00:00:00Z", explain: true };
+    const res: QueryResult = await alice.query("releases", 200, q);
+    assert.equal(res.as_of, "2026-06-01T00:00:00Z");
+    assert.deepEqual(res.notes.map((n) => n.note_id), ["old-fact"]);
+    assert.ok(Array.isArray(res.candidates));
+    assert.deepEqual(await alice.query("releases", 200, q), res);
+  });
+
+  it("keeps the order and puts error objects in place", async () => {
+    const out = await bob.batch([{ text: "grouped", budget: 100 }, { text: "x", budget: 0 },
+                                 { text: "releases", budget: 100 }]);
+    assert.equal(out.length, 3);
+    const [a, b, c] = out;
+    assert.ok(a && !isError(a) && a.notes.length > 0);
+    assert.ok(b && isError(b) && b.error.code === "invalid_request");
+    assert.ok(c && !isError(c) && c.agent === "bob");
+  });
+
+  it("lets an admin token forget another author's note", async () => {
+    const id = await alice.remember("an operator may forget this");
+    await new Memory(srv.base, { ns: "team-a", token: OPS }).forget(id);
+    assert.equal(await alice.get(id), null);
+  });
+});

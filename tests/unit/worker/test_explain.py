@@ -26,6 +26,8 @@ WHY_BYTES_PER_ROW = 200
 
 
 def _world(tmp_path: Path) -> tuple[World, str]:
+    """The query ranks by lexical relevance (``relevance = "bm25"``): the figures that put
+    each note on its side of ``min_relevance`` and of the budget are BM25's."""
     w = World(tmp_path)
     w.client.append([
         created("fit", at=T0 - timedelta(days=1), text="deploy canary rollback", tokens=30),
@@ -43,7 +45,7 @@ def _world(tmp_path: Path) -> tuple[World, str]:
     ])
     [qid] = w.serve([{"ns": "t", "text": "deploy canary rollback", "budget": 60,
                       "agent": "alice", "as_of": iso(T0 + timedelta(days=1)),
-                      "config": {"min_relevance": 0.2}}])
+                      "config": {"min_relevance": 0.2, "relevance": "bm25"}}])
     return w, qid
 
 
@@ -141,3 +143,21 @@ def test_notes_outside_the_id_prefix_are_not_left_out(tmp_path: Path) -> None:
     assert {n.note_id: n.outcome for n in d.notes} == {"rival": "shown"}
     assert e.recorded is not None and e.recorded.left_out == []
     assert "outside the query's id_prefix 'r'" in d.note_absent
+
+
+def test_a_calibrated_answer_is_explained_with_the_workers_embedder(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.client.append([
+        created("fit", at=T0 - timedelta(days=1), text="deploy canary rollback", tokens=30),
+        created("car", at=T0 - timedelta(days=2), text="fixing my car at the garage", tokens=9),
+        created("theirs", agent="bob", scope="private", at=T0, text="deploy canary rollback"),
+        created("other", at=T0 - timedelta(days=9), text="billing invoices", tokens=5)])
+    [qid] = w.serve([{"ns": "t", "text": "deploy canary rollback automobile repair",
+                      "budget": 35, "agent": "alice", "as_of": iso(T0 + timedelta(days=1))}])
+    e = explain(w.r, "t", DEFAULT, qid)
+    d = e.derived
+    assert d is not None and d.identical and d.recorded_why == "matches"
+    got = {n.note_id: n.outcome for n in d.notes}
+    assert got["fit"] == "shown" and got["theirs"] == "private"
+    assert got["car"] in ("shown", "packed_out")  # a candidate by meaning alone
+    assert "other" not in got  # unrelated: no candidate

@@ -517,10 +517,7 @@ class Api:
     async def read(self, request: Request) -> Response:
         """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
         ns, g = self.authorize(request, "query")
-        try:
-            body = msgspec.convert(await self.body(request), ReadRequest)
-        except msgspec.ValidationError as exc:
-            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        body = await self.shaped(request, ReadRequest)
         if bool(body.note_ids) == (body.prefix is not None):
             raise ApiError(422, "invalid_request",
                            'give "note_ids" (a non-empty list) or "prefix", not both')
@@ -599,10 +596,7 @@ class Api:
     async def reproduce(self, request: Request) -> Response:
         """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
         ns, _ = self.authorize(request, "admin")
-        try:
-            body = msgspec.convert(await self.body(request), ReproduceBody)
-        except msgspec.ValidationError as exc:
-            raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+        body = await self.shaped(request, ReproduceBody)
         if bool(body.query_ids) == body.all:
             raise ApiError(422, "invalid_request",
                            'give "query_ids" (a non-empty list) or "all": true, not both')

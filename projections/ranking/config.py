@@ -101,14 +101,6 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
             raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
                              f"{self.min_cosine}")
-        if not (math.isfinite(self.reference_notes) and self.reference_notes >= 0):
-            raise ValueError(f"calibration.reference_notes must be a finite number >= 0, got "
-                             f"{self.reference_notes}")
-        if self.max_tokens < 1:
-            raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
-        if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
-            raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
-                             f"{self.min_cosine}")
         if not (math.isfinite(self.floor) and 0.0 <= self.floor <= 1.0):
             raise ValueError(f"calibration.floor must be within [0, 1], got {self.floor}")
         if not (math.isfinite(self.context_minutes) and self.context_minutes >= 0):

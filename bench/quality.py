@@ -23,8 +23,8 @@ import numpy as np
 from bench.locomo import CATEGORIES, DEFAULT_DATA, Conversation, load_task, recall
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, load_config
-from hivemind_memory.projections.ranking.embedders import embedder_for
-from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
+from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo
 from hivemind_memory.worker.engine import run_rank
 
@@ -126,10 +126,11 @@ def baseline_pickers(convs: Sequence[Conversation], base: Baselines) -> dict[str
     }
 
 
-def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
-    """hivemind's query path: the index as the worker builds it (notes embedded by the
-    config's embedder), the questions of a conversation embedded as one batch (as a query job
-    does per wave), ``run_rank`` per query."""
+def _indexed(convs: Sequence[Conversation], cfg: RankingConfig
+             ) -> tuple[Embedder | None, dict[str, NamespaceIndex], dict[str, BatchMemo]]:
+    """The config's embedder, each conversation's index as the worker builds it (notes
+    embedded), and a batch memo per conversation with its questions embedded as one batch
+    (as a query job does per wave)."""
     embedder = embedder_for(cfg.embedder)
     indexes = {c.name: build_index(c.name, {n.note_id: n for n in c.notes}, embedder)
                for c in convs}
@@ -138,6 +139,14 @@ def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker
         memos[c.name] = memo = BatchMemo()
         if embedder is not None and cfg.relevance == "calibrated":
             memo.prime_cosines(indexes[c.name], [q.text for q in c.questions], embedder)
+    return embedder, indexes, memos
+
+
+def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
+    """hivemind's query path: the index as the worker builds it (notes embedded by the
+    config's embedder), the questions of a conversation embedded as one batch (as a query job
+    does per wave), ``run_rank`` per query."""
+    embedder, indexes, memos = _indexed(convs, cfg)
 
     def pick(c: Conversation, q: int, budget: int) -> set[str]:
         req = QueryRequest(ns="locomo", text=c.questions[q].text, budget=budget, as_of=c.asked)
@@ -149,14 +158,7 @@ def hivemind_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker
 def filled_picker(convs: Sequence[Conversation], cfg: RankingConfig) -> Picker:
     """hivemind's scores (calibrated relevance x recency) of every candidate, filled
     top-down instead of packed exactly: what the exact packer adds."""
-    embedder = embedder_for(cfg.embedder)
-    indexes = {c.name: build_index(c.name, {n.note_id: n for n in c.notes}, embedder)
-               for c in convs}
-    memos: dict[str, BatchMemo] = {}
-    for c in convs:
-        memos[c.name] = memo = BatchMemo()
-        if embedder is not None and cfg.relevance == "calibrated":
-            memo.prime_cosines(indexes[c.name], [q.text for q in c.questions], embedder)
+    embedder, indexes, memos = _indexed(convs, cfg)
     scored: dict[tuple[str, int], list[tuple[float, str, int]]] = {}
 
     def pick(c: Conversation, q: int, budget: int) -> set[str]:

@@ -30,6 +30,7 @@ from hivemind_memory.api_stub.protocol.messages import (
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import (
+    AlreadySuperseded,
     EventError,
     NotAllowed,
     NoteExists,
@@ -44,12 +45,10 @@ from hivemind_memory.events.schema import (
     NS_PATTERN,
     Event,
     NoteCreated,
-    NoteForgotten,
-    NoteUsed,
     event_type,
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
-from hivemind_memory.projections.reduce import Rejected, check_write
+from hivemind_memory.projections.reduce import Rejected, check_write, touched_by
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import keys, readmodel, results
 from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
@@ -82,9 +81,18 @@ def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
         return NoteExists(f"{where}: note {ev.note_id!r} already exists in namespace "
                           f"{ev.ns!r} (ids are never reused, even after forgetting)", index)
     if why.code == "not_allowed":
-        return NotAllowed(f"{where}: only the note's author or an admin may forget it", index)
+        return NotAllowed(f"{where}: {why.reason.partition(': ')[2]}", index)
+    if why.code == "superseded_note":
+        return AlreadySuperseded(f"{where}: {why.reason.partition(': ')[2]}", index)
+    if why.code == "duplicate_supersedes":
+        return WriteRefused(f"{where}: supersedes names {why.reason.partition(': ')[2]}",
+                            index)
+    if type(ev) is NoteCreated and ev.supersedes:
+        return UnknownNote(f"{where}: a note it supersedes is not in namespace {ev.ns!r} "
+                           "(never created, forgotten, erased, or not visible to this agent)",
+                           index)
     return UnknownNote(f"{where}: no note {ev.note_id!r} in namespace {ev.ns!r} "
-                       "(never created, forgotten, or not visible to this agent)", index)
+                       "(never created, forgotten, erased, or not visible to this agent)", index)
 
 
 class Client:
@@ -133,7 +141,7 @@ class Client:
             raise EventError(f"a checked write is of one namespace, got {sorted(nss)}")
         ns = evs[0].ns
         blobs = [encode_event(e) for e in evs]
-        note_ids = sorted({e.note_id for e in evs})
+        note_ids = sorted({n for e in evs for n in touched_by(e)})
         event_ids = [e.event_id for e in evs]
         for _ in range(CHECKED_ATTEMPTS):
             view = readmodel.write_view(self.store, ns, note_ids, event_ids)
@@ -154,7 +162,7 @@ class Client:
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []
         for i, e in enumerate(events, start=1):
-            if isinstance(e, NoteCreated | NoteUsed | NoteForgotten):
+            if isinstance(e, msgspec.Struct):
                 e = msgspec.to_builtins(e)
             evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
         return evs

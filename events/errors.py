@@ -87,16 +87,24 @@ class NoteExists(WriteRefused):
 
 
 class UnknownNote(WriteRefused):
-    """A use or forget names a note the namespace does not have, has forgotten, or the
-    writer may not see (another agent's private note: not found, so ids do not leak) (404)."""
+    """A use, forget, revision or supersession names a note the namespace does not have, has
+    forgotten or erased, or the writer may not see (another agent's private note: not
+    found, so ids do not leak) (404)."""
 
     code = "unknown_note"
     status = 404
 
 
 class NotAllowed(WriteRefused):
-    """The writer sees the note but may not do this to it (forget another author's shared
-    note without the ``admin`` right) (403)."""
+    """The writer sees the note but may not do this to it (forget, revise or supersede
+    another author's shared note, or erase any, without the ``admin`` right) (403)."""
 
     code = "not_allowed"
     status = 403
+
+
+class AlreadySuperseded(WriteRefused):
+    """A ``note.created`` supersedes a note that another note already superseded (409)."""
+
+    code = "already_superseded"
+    status = 409

@@ -58,21 +58,48 @@ class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field=
     at: UtcDatetime
 
 
-class NoteCreated(_Event, frozen=True, gc=False, tag="note.created"):
-    """A new note; its id is never reused in the namespace, even after forgetting."""
+MAX_SUPERSEDES = 64
+"""Most notes one ``note.created`` may supersede."""
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}\Z"
+"""``redacted``: the digest of the content an erasure removed from the event."""
 
-    text: Text
+Digest = Annotated[str, msgspec.Meta(pattern=DIGEST_PATTERN)]
+
+
+def _check_content(text: str, embedding: list[float] | None, redacted: str | None) -> None:
+    """The rules shared by every event that carries a note's content: at most
+    ``MAX_TEXT_BYTES`` of text, finite embeddings; a redacted event (its content erased) has
+    an empty text and no embedding, any other at least one byte of text."""
+    if redacted is not None:
+        if text or embedding is not None:
+            raise ValueError("a redacted event keeps no text and no embedding - at `$.redacted`")
+        return
+    if not text:
+        raise ValueError("Expected `str` of length >= 1 - at `$.text`")
+    n = len(text.encode("utf-8"))
+    if n > MAX_TEXT_BYTES:
+        raise ValueError(f"text is {n} bytes of UTF-8, at most {MAX_TEXT_BYTES} allowed")
+    if embedding is not None and not all(math.isfinite(x) for x in embedding):
+        raise ValueError("embedding must contain only finite floats")
+
+
+class NoteCreated(_Event, frozen=True, gc=False, tag="note.created", omit_defaults=True):
+    """A new note; its id is never reused in the namespace, even after forgetting.
+
+    ``supersedes``: notes this one replaces (they leave future answers; their uses carry
+    over). ``redacted``: set, with the text emptied and the embedding dropped, when the note
+    was erased (the log is rewritten; the digest is of the content that was removed)."""
+
+    text: str
     tokens: Tokens | None = None
     scope: Scope = "shared"
     kind: Kind = "note"
     embedding: Embedding | None = None
+    supersedes: Annotated[list[EventId], msgspec.Meta(max_length=MAX_SUPERSEDES)] = []
+    redacted: Digest | None = None
 
     def __post_init__(self) -> None:
-        n = len(self.text.encode("utf-8"))
-        if n > MAX_TEXT_BYTES:
-            raise ValueError(f"text is {n} bytes of UTF-8, at most {MAX_TEXT_BYTES} allowed")
-        if self.embedding is not None and not all(math.isfinite(x) for x in self.embedding):
-            raise ValueError("embedding must contain only finite floats")
+        _check_content(self.text, self.embedding, self.redacted)
 
 
 class NoteUsed(_Event, frozen=True, gc=False, tag="note.used"):
@@ -87,8 +114,37 @@ class NoteForgotten(_Event, frozen=True, gc=False, tag="note.forgotten", omit_de
     as_admin: bool = False
 
 
-Event = NoteCreated | NoteUsed | NoteForgotten
-EVENT_TYPES = ("note.created", "note.used", "note.forgotten")
+class NoteRevised(_Event, frozen=True, gc=False, tag="note.revised", omit_defaults=True):
+    """A new text (and optionally tokens, embedding, kind) for an existing note, by its
+    author or an ``admin`` (``as_admin``, set by the server from the token). The note keeps
+    its id, uses and tier; an answer as of before the revision shows the text before it.
+    ``tokens`` absent: estimated from the new text; ``embedding`` absent: the note has none
+    after the revision; ``kind`` absent: unchanged. ``redacted`` as on ``note.created``."""
+
+    text: str
+    tokens: Tokens | None = None
+    embedding: Embedding | None = None
+    kind: Kind | None = None
+    as_admin: bool = False
+    redacted: Digest | None = None
+
+    def __post_init__(self) -> None:
+        _check_content(self.text, self.embedding, self.redacted)
+
+
+class NoteErased(_Event, frozen=True, gc=False, tag="note.erased", omit_defaults=True):
+    """The note's content (every version's text and embedding) becomes unrecoverable from
+    everything hivemind wrote; the note leaves every answer, as of any time. ``admin`` only
+    (``as_admin``, set by the server from the token or by the operator's CLI)."""
+
+    as_admin: bool = False
+
+
+Event = NoteCreated | NoteUsed | NoteForgotten | NoteRevised | NoteErased
+EVENT_TYPES = ("note.created", "note.used", "note.forgotten", "note.revised", "note.erased")
+CONTENT_EVENTS = (NoteCreated, NoteRevised)
+"""The event types that carry a note's content (``text``, ``embedding``): what an erasure
+redacts."""
 
 
 def token_estimate(text: str) -> int:
@@ -142,3 +198,7 @@ def check_ids(ev: Event) -> None:
         if not _id_ok(agent):
             raise _regex_error(ID_PATTERN, "agent")
         _good(_GOOD_IDS, agent)
+    if type(ev) is NoteCreated:
+        for i, sid in enumerate(ev.supersedes):
+            if not _id_ok(sid):
+                raise _regex_error(ID_PATTERN, f"supersedes[{i}]")

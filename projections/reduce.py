@@ -8,7 +8,7 @@ a repeated ``event_id`` is applied once; events that cannot apply become dead le
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -16,7 +16,9 @@ import msgspec
 from hivemind_memory.events.schema import (
     Event,
     NoteCreated,
+    NoteErased,
     NoteForgotten,
+    NoteRevised,
     NoteUsed,
     event_type,
     token_estimate,
@@ -33,12 +35,14 @@ class Rejected:
     @property
     def code(self) -> str:
         """The machine-readable part (``note_id_exists``, ``unknown_note``, ``forgotten_note``,
-        ``not_visible``, ``not_allowed``)."""
+        ``not_visible``, ``not_allowed``, ``erased_note``, ``superseded_note``,
+        ``duplicate_supersedes``)."""
         return self.reason.partition(":")[0]
 
 
 def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
-    """Apply one event to the current state of its note (None: never seen)."""
+    """Apply one event to the current state of its note (None: never seen). A
+    ``note.created`` that supersedes other notes also changes them: see ``apply_write``."""
     if isinstance(ev, NoteCreated):
         if note is not None:
             return Rejected("note_id_exists: ids are never reused, even after forgetting")
@@ -46,22 +50,95 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
             note_id=ev.note_id, agent=ev.agent, scope=ev.scope, kind=ev.kind, text=ev.text,
             tokens=ev.tokens if ev.tokens is not None else token_estimate(ev.text),
             created_at=ev.at, embedding=ev.embedding,
+            supersedes=list(ev.supersedes) if ev.supersedes else None,
+            redacted=ev.redacted is not None,
         )
     if note is None:
         return Rejected("unknown_note: the namespace has never seen this note_id")
+    if note.erased:
+        return Rejected("erased_note: the note was erased")
+    admin = isinstance(ev, NoteForgotten | NoteRevised | NoteErased) and ev.as_admin
+    if isinstance(ev, NoteErased):
+        if not admin:
+            return Rejected("not_allowed: only an admin may erase a note")
+        return msgspec.structs.replace(note, text="", embedding=None, erased=True,
+                                       redacted=True)
     if note.forgotten:
         return Rejected("forgotten_note: the note was forgotten")
-    if note.scope == "private" and ev.agent != note.agent and \
-            not (isinstance(ev, NoteForgotten) and ev.as_admin):
+    if note.scope == "private" and ev.agent != note.agent and not admin:
         return Rejected("not_visible: a private note of another agent")
-    if isinstance(ev, NoteForgotten) and ev.agent != note.agent and not ev.as_admin:
-        return Rejected("not_allowed: only its author or an admin may forget a note")
     if isinstance(ev, NoteUsed):
         last = ev.at if note.last_used_at is None else max(note.last_used_at, ev.at)
         return msgspec.structs.replace(note, uses=note.uses + 1, last_used_at=last)
+    if ev.agent != note.agent and not admin:
+        verb = "forget" if isinstance(ev, NoteForgotten) else "revise"
+        return Rejected(f"not_allowed: only its author or an admin may {verb} a note")
     if isinstance(ev, NoteForgotten):
         return msgspec.structs.replace(note, forgotten=True)
+    if isinstance(ev, NoteRevised):
+        return msgspec.structs.replace(
+            note, text=ev.text, embedding=ev.embedding,
+            tokens=ev.tokens if ev.tokens is not None else (
+                token_estimate(ev.text) if ev.text else note.tokens),
+            kind=note.kind if ev.kind is None else ev.kind,
+            version=note.version + 1, revised_at=ev.at,
+            redacted=note.redacted or ev.redacted is not None)
     raise TypeError(f"unhandled event type {type(ev).__name__}")  # pragma: no cover
+
+
+def supersede(target: NoteState | None, ev: NoteCreated) -> NoteState | Rejected:
+    """The state of a note that ``ev`` (a new note) supersedes: it leaves future answers.
+    Only a note the new note's author may forget can be superseded (its author, since a
+    ``note.created`` carries no admin right), and only once."""
+    if target is None:
+        return Rejected("unknown_note: a superseded note the namespace has never seen")
+    if target.erased:
+        return Rejected("erased_note: a superseded note was erased")
+    if target.forgotten:
+        return Rejected("forgotten_note: a superseded note was forgotten")
+    if target.scope == "private" and ev.agent != target.agent:
+        return Rejected("not_visible: a superseded note is a private note of another agent")
+    if ev.agent != target.agent:
+        return Rejected("not_allowed: only its author may supersede a note")
+    if target.superseded_by is not None:
+        return Rejected(f"superseded_note: {target.note_id} was already superseded by "
+                        f"{target.superseded_by}")
+    return msgspec.structs.replace(target, superseded_by=ev.note_id)
+
+
+def apply_write(get: Callable[[str], NoteState | None], ev: Event
+                ) -> dict[str, NoteState] | Rejected:
+    """Apply one event, with every note it changes: ``{note_id: new state}``, or why it
+    changes nothing. ``get`` gives the current state of a note (None: never seen). A note
+    that supersedes others starts with their uses (they carry over: the fact lives on in the
+    new text) and the latest of their last uses."""
+    res = apply_event(get(ev.note_id), ev)
+    if isinstance(res, Rejected):
+        return res
+    if type(ev) is not NoteCreated or not ev.supersedes:
+        return {ev.note_id: res}
+    out: dict[str, NoteState] = {}
+    uses = 0
+    last = None
+    for sid in ev.supersedes:
+        if sid == ev.note_id or sid in out:
+            return Rejected(f"duplicate_supersedes: {sid} is named twice or is the note itself")
+        old = supersede(get(sid), ev)
+        if isinstance(old, Rejected):
+            return old
+        out[sid] = old
+        uses += old.uses
+        if old.last_used_at is not None and (last is None or old.last_used_at > last):
+            last = old.last_used_at
+    out[ev.note_id] = msgspec.structs.replace(res, uses=uses, last_used_at=last)
+    return out
+
+
+def touched_by(ev: Event) -> tuple[str, ...]:
+    """Every note id whose state ``ev`` may change (its own, and those it supersedes)."""
+    if type(ev) is NoteCreated and ev.supersedes:
+        return (ev.note_id, *ev.supersedes)
+    return (ev.note_id,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +218,15 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
                                    last_used_at=at if last is None or at > last else last)
             applied += 1
             continue
-        res = apply_event(current, ev)
+        if type(ev) is NoteCreated and ev.supersedes:
+            res = apply_write(lambda k: touched[k] if k in touched else notes.get(k), ev)
+        else:
+            one = apply_event(current, ev)
+            res = one if isinstance(one, Rejected) else {nid: one}
         if isinstance(res, Rejected):
             dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
         else:
-            touched[nid] = res
+            touched.update(res)
             applied += 1
     return applied, duplicates
 
@@ -164,8 +245,9 @@ class CheckedWrite:
 def check_write(notes: Mapping[str, NoteState], logged: set[str] | frozenset[str],
                 events: Sequence[Event]) -> CheckedWrite:
     """Fold ``events`` in order onto ``notes`` (the current state of every note they touch,
-    log tail included) exactly as the projector will, without writing anything. An event
-    whose ``event_id`` is in ``logged`` (or earlier in the write) is a duplicate."""
+    ``touched_by`` each, log tail included) exactly as the projector will, without writing
+    anything. An event whose ``event_id`` is in ``logged`` (or earlier in the write) is a
+    duplicate."""
     state = dict(notes)
     seen: set[str] = set()
     fresh: list[int] = []
@@ -175,10 +257,10 @@ def check_write(notes: Mapping[str, NoteState], logged: set[str] | frozenset[str
             dup.append(i)
             continue
         seen.add(ev.event_id)
-        res = apply_event(state.get(ev.note_id), ev)
+        res = apply_write(state.get, ev)
         if isinstance(res, Rejected):
             return CheckedWrite(fresh, dup, (i, res))
-        state[ev.note_id] = res
+        state.update(res)
         fresh.append(i)
     return CheckedWrite(fresh, dup, None)
 

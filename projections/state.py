@@ -38,6 +38,27 @@ class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False, gc=Fal
     last_used_at: datetime | None = None
     forgotten: bool = False
     embedding: list[float] | None = None
+    # Appended by the lifecycle events (defaults: read models written before them load).
+    revised_at: datetime | None = None
+    """When the text last changed (``note.revised``); None: never revised."""
+    version: int = 1
+    """1 for the created text, +1 per applied ``note.revised``."""
+    superseded_by: str | None = None
+    """The note that superseded this one (it leaves future answers); None: not superseded."""
+    supersedes: list[str] | None = None
+    """The notes this one superseded when it was created."""
+    erased: bool = False
+    """``note.erased`` applied: text empty, no embedding, never a candidate again."""
+    redacted: bool = False
+    """The content was removed from the log by an erasure (a replay of a rewritten log sees
+    the note before its ``note.erased`` this way: folded as usual, never a candidate)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the note may be a candidate at all: not forgotten, superseded or erased,
+        and its content not redacted."""
+        return not (self.forgotten or self.erased or self.redacted
+                    or self.superseded_by is not None)
 
 
 class NoteRow(msgspec.Struct, frozen=True):

@@ -192,7 +192,7 @@ class Columns:
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
         owner = self.agents.setdefault(note.agent, len(self.agents))
-        alive = not note.forgotten
+        alive = note.active
         if s is not None and (bool(self.private[s]) != private or int(self.owner[s]) != owner
                               or (alive and not self.live[s])
                               or self.texts.get(s) != note.text):
@@ -262,11 +262,11 @@ class Columns:
             created.append(micros(note.created_at))
             uses.append(note.uses)
             last_used.append(NO_TIME if note.last_used_at is None else micros(note.last_used_at))
-            live.append(not note.forgotten)
+            live.append(note.active)
             texts.append(note.text)
             if note.embedding is not None:
                 vec[s] = np.array(note.embedding, np.float64)
-            if note.forgotten:
+            if not note.active:
                 doc_len.append(0)
                 per_note.append(0)
                 continue

@@ -22,11 +22,9 @@ SCAN_COUNT = 1000
 
 
 def may_see(n: NoteState, agent: str) -> bool:
-    """Live, and shared or ``agent``'s own private note (the rule a query applies). Live is
-    ``NoteState.active`` where the state has it (notes that can also be superseded or erased),
-    else not forgotten."""
-    live = bool(getattr(n, "active", not n.forgotten))
-    return live and (n.scope == "shared" or (bool(agent) and n.agent == agent))
+    """Active (``NoteState.active``: not forgotten, superseded or erased), and shared or
+    ``agent``'s own private note (the rule a query applies)."""
+    return n.active and (n.scope == "shared" or (bool(agent) and n.agent == agent))
 
 
 def _tail_ids(r: Store, ns: str, prefix: str) -> set[str]:

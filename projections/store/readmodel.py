@@ -25,7 +25,7 @@ from hivemind_memory.events.codec import decode_event
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.events.schema import Event
-from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch
+from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch, touched_by
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
@@ -162,12 +162,13 @@ Decoded = tuple[str, Event | Undecodable, bytes]
 
 
 def _touched_ids(decoded: Sequence[Decoded]) -> tuple[list[str], list[str]]:
-    """The distinct note ids and event ids of a batch (undecodable entries have none)."""
+    """The distinct note ids (``touched_by`` each event) and event ids of a batch
+    (undecodable entries have none)."""
     note_ids: set[str] = set()
     event_ids: set[str] = set()
     for _, ev, _ in decoded:
         if not isinstance(ev, Undecodable):
-            note_ids.add(ev.note_id)
+            note_ids.update(touched_by(ev))
             event_ids.add(ev.event_id)
     return list(note_ids), list(event_ids)
 
@@ -744,10 +745,11 @@ def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[s
     decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str else "-",
                                       max="+") or [], ns)
     wanted = set(note_ids)
-    about = [d for d in decoded if not isinstance(d[1], Undecodable) and d[1].note_id in wanted]
-    _, about_eids = _touched_ids(about)
+    about = [d for d in decoded if not isinstance(d[1], Undecodable)
+             and not wanted.isdisjoint(touched_by(d[1]))]
+    about_nids, about_eids = _touched_ids(about)
     eids = sorted(set(event_ids) | set(about_eids))
-    nids = sorted(wanted)
+    nids = sorted(wanted | set(about_nids))
     p = r.pipeline(transaction=True)  # one consistent read: the projector commits atomically
     p.get(keys.checkpoint(ns))
     _queue_prior_reads(p, ns, nids, eids)

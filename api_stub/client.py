@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -31,6 +31,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import (
     AlreadySuperseded,
+    CatchUpTimeout,
     EventError,
     NotAllowed,
     NoteExists,
@@ -40,7 +41,7 @@ from hivemind_memory.events.errors import (
     UnknownNote,
     WriteRefused,
 )
-from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
+from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import (
     NS_PATTERN,
     Event,
@@ -50,7 +51,7 @@ from hivemind_memory.events.schema import (
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
 from hivemind_memory.projections.reduce import Rejected, check_write, touched_by
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import keys, readmodel, results
+from hivemind_memory.projections.store import erasure, keys, readmodel, results
 from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
@@ -70,6 +71,15 @@ class CheckedAppend:
 
     appended: int
     already: int
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """Outcome of ``Client.erase``: the ``note.erased`` events appended now (none for notes
+    erased before) and what the redaction rewrote."""
+
+    event_ids: list[str]
+    redaction: erasure.Redaction
 
 
 def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
@@ -158,6 +168,47 @@ class Client:
                 return CheckedAppend(len(ids), len(verdict.logged))
         raise StoreError(f"namespace {ns!r}: {CHECKED_ATTEMPTS} checked appends in a row lost "
                          "the race to other writers; try again")
+
+    def erase(self, ns: str, note_ids: Sequence[str], *, agent: str = "operator",
+              timeout_s: float = 60.0, on_append: Callable[[], None] | None = None,
+              catch_up: Callable[[str, Position, float], None] | None = None) -> Erasure:
+        """Erase notes (an admin's or the operator's act: ``as_admin`` is set): append their
+        ``note.erased`` through the checked write (``UnknownNote`` for a note the namespace
+        does not have; nothing appended then), wait until the projector folded them
+        (``catch_up``, default: wait for the workers, ``CatchUpTimeout`` after
+        ``timeout_s``; ``on_append`` runs after the append, e.g. to wake an in-process
+        worker), then redact their content everywhere (``projections.store.erasure``).
+        Returns once all of it is redacted. A note already erased is not erased again, but
+        its redaction runs again (it completes one a crash cut short)."""
+        ids = list(dict.fromkeys(note_ids))
+        if not ids:
+            raise EventError("erase: give at least one note id")
+        view = readmodel.write_view(self.store, ns, ids, [])
+        todo = [n for n in ids if not (n in view.notes and view.notes[n].erased)]
+        at = datetime.now(UTC).isoformat()
+        evs = [{"type": "note.erased", "event_id": f"erase-{uuid.uuid4().hex}", "ns": ns,
+                "note_id": n, "agent": agent, "at": at, "as_admin": True} for n in todo]
+        if evs:
+            try:
+                self.append_checked(evs)
+            except UnknownNote:  # erased meanwhile by someone else is fine; unknown is not
+                again = readmodel.write_view(self.store, ns, todo, [])
+                if not all(n in again.notes and again.notes[n].erased for n in todo):
+                    raise
+        if on_append is not None:
+            on_append()
+        target = tail(self.store, ns)
+        if catch_up is not None:
+            catch_up(ns, target, timeout_s)
+        elif not readmodel.wait_projected(self.store, ns, target, timeout_s):
+            raise CatchUpTimeout(f"namespace {ns!r} was not projected up to the erasure in "
+                                 f"{timeout_s:g}s (is a worker running? see `hivemind "
+                                 "worker`); nothing is redacted yet: erase again once it is")
+        red = erasure.redact(self.store, ns, ids)
+        if red.not_erased:
+            raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
+                             "read model after the projector folded their note.erased")
+        return Erasure([e["event_id"] for e in evs], red)
 
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []

@@ -5,6 +5,7 @@ Schemas evolve by appending fields with defaults; a breaking change gets a new t
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from datetime import datetime
@@ -145,6 +146,25 @@ EVENT_TYPES = ("note.created", "note.used", "note.forgotten", "note.revised", "n
 CONTENT_EVENTS = (NoteCreated, NoteRevised)
 """The event types that carry a note's content (``text``, ``embedding``): what an erasure
 redacts."""
+
+
+def content_digest(text: str, embedding: list[float] | None) -> str:
+    """The ``redacted`` digest of the content an erasure removes from an event: SHA-256 of
+    the canonical JSON ``[text, embedding]`` (``sha256:<64 hex>``). Whoever still holds the
+    content can prove it is the one erased; the digest gives nothing back."""
+    body = msgspec.json.encode([text, embedding])
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def redacted(ev: NoteCreated | NoteRevised) -> NoteCreated | NoteRevised:
+    """``ev`` with its content removed: the same fields, ``text`` empty, no embedding,
+    ``tokens`` the count the original had (explicit: an absent one is estimated from the
+    text) and ``redacted`` the digest of what was removed. Already redacted: unchanged."""
+    if ev.redacted is not None:
+        return ev
+    tokens = ev.tokens if ev.tokens is not None else token_estimate(ev.text)
+    return msgspec.structs.replace(ev, text="", embedding=None, tokens=tokens,
+                                   redacted=content_digest(ev.text, ev.embedding))
 
 
 def token_estimate(text: str) -> int:

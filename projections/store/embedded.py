@@ -48,11 +48,14 @@ from fakeredis._socket import FakeSocket
 from hivemind_memory.events.errors import LogDamaged, StoreError
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.logfile import (
+    BACKUP_PREFIX,
     LOG_NAME,
     Record,
+    RecordChange,
     check,
     frame,
     lock_directory,
+    rewrite_file,
     scan,
 )
 from hivemind_memory.projections.store.types import Store
@@ -176,6 +179,40 @@ class StreamLog:
             self._size += len(data)
             self._durable = last
 
+    def rewrite(self, change: RecordChange) -> int:
+        """Rewrite the records ``change`` changes (an erasure's redaction), in the file and in
+        the backups ``fsck`` kept beside it, crash-safely (``logfile.rewrite_file``). Appends
+        wait meanwhile: records queued before are written first, then the file is replaced
+        and reopened. How many records changed."""
+        with self._writing:
+            if self._broken is not None:
+                raise StoreError(self._broken)
+            with self.ordering:
+                chunk, self._queued = self._queued, []
+                last = self._seq
+                data = b"".join(chunk)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self._fd, view):]
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    self._queued[:0] = chunk
+                    os.ftruncate(self._fd, self._size)
+                    raise StoreError(f"cannot write the embedded store's log {self.path}: "
+                                     f"{exc}") from exc
+                self._size += len(data)
+                self._durable = last
+                try:
+                    n = rewrite_file(self.path, change)
+                    for backup in sorted(self.path.parent.glob(BACKUP_PREFIX + "*")):
+                        n += rewrite_file(backup, change)
+                finally:  # the file may have been replaced: append to the one at the path
+                    os.close(self._fd)
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+                    self._size = os.fstat(self._fd).st_size
+        return n
+
     def _undo(self, chunk: list[bytes], exc: OSError) -> None:
         """A write failed part-way: cut the file back to its whole records and queue the
         chunk again (the next sync retries it); if even that fails, refuse every later
@@ -230,6 +267,14 @@ class _LoggingConnection(FakeRedisConnection):
         setattr(sock, "stream_log", self.stream_log)  # noqa: B010 (set on the swapped class)
         setattr(sock, "logged", 0)  # noqa: B010
         return sock
+
+
+def stream_log_of(r: Store) -> StreamLog | None:
+    """The file a ``memory://PATH`` client's writes are logged in (None: any other store)."""
+    pool = getattr(r, "connection_pool", None)
+    cls = getattr(pool, "connection_class", None)
+    slog = getattr(cls, "stream_log", None)
+    return slog if isinstance(slog, StreamLog) else None
 
 
 class Embedded:

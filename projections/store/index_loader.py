@@ -32,6 +32,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.snapshot import decode_index, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes, newest_pos, stream_entries
 
 DRAFT_TTL_S = 600
@@ -63,7 +64,8 @@ def load_index(r: Store, idx: NamespaceIndex, *, snapshot: bool = True,
 
 def write_snapshot(r: Store, idx: NamespaceIndex) -> None:
     """Store ``idx`` as the namespace's index snapshot, replacing the stored one atomically
-    (and deleting those of older layouts).
+    (and deleting those of older layouts), unless an erasure's fence (``keys.erasure_fence``)
+    is past ``idx.checkpoint``.
 
     The fields go one command each into a draft key of this writer's own, renamed over the
     snapshot at the end: one MULTI with every field would make redis-py build the whole
@@ -79,15 +81,12 @@ def write_snapshot(r: Store, idx: NamespaceIndex) -> None:
     p.execute()
     for name, value in fields:
         r.hset(draft, name, value)
-    try:
-        r.rename(draft, key)  # atomic: a reader gets the old snapshot or this one
-    except redis.ResponseError:  # the draft expired before we were done: no snapshot
-        r.delete(draft)
-        return
-    p = r.pipeline(transaction=True)
-    p.persist(key)  # (were we to die right here, it would expire: a full load next time)
-    p.delete(*keys.old_index_snapshots(idx.ns))
-    p.execute()
+    # atomic: a reader gets the old snapshot or this one; refused (the draft dropped) when an
+    # erasure happened after the position this index folded up to (it may hold erased text)
+    stored = script(r, "publish_snapshot")(
+        keys=[draft, key, keys.erasure_fence(idx.ns)], args=[format_pos(idx.checkpoint)])
+    if stored == 1:
+        r.delete(*keys.old_index_snapshots(idx.ns))
 
 
 def read_snapshot(r: Store, idx: NamespaceIndex) -> bool:

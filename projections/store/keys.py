@@ -124,11 +124,30 @@ def old_index_snapshots(ns: str) -> list[str]:
     return [f"{_ns(ns)}:index:v{v}" for v in range(1, SNAPSHOT_VERSION)]
 
 
+def rewrite(ns: str) -> str:
+    """Where an erasure assembles the redacted copy of one of the namespace's streams before
+    swapping it in (``erasure``; a derived kind: ``memory://PATH`` never logs it)."""
+    return f"{_ns(ns)}:rewrite"
+
+
+def erasing(ns: str) -> str:
+    """Lease of the erasure rewriting the namespace's streams (one at a time; expires)."""
+    return f"{_ns(ns)}:erasing"
+
+
+def erasure_fence(ns: str) -> str:
+    """Log position (``ms-seq``) every index snapshot must have folded up to: raised by each
+    erasure to a checkpoint past its ``note.erased``, so a worker whose index still holds
+    erased content can never store it again (``publish_snapshot.lua``)."""
+    return f"{_ns(ns)}:erasure_fence"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
             dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
-            query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns)]
+            query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
+            erasing(ns), erasure_fence(ns)]
 
 
 def result(ns: str, query_id: str) -> str:
@@ -141,11 +160,12 @@ def done(ns: str, query_id: str) -> str:
     return f"{_ns(ns)}:done:{query_id}"
 
 
-DERIVED_STREAMS = ("dead", "changes")
+DERIVED_STREAMS = ("dead", "changes", "rewrite")
 """Kinds of a namespace's streams (``hm:{ns}:<kind>``) that the worker derives from the event
-log (``dead``, ``changes``). Every other hivemind stream (``events``, ``audit``, ``configs``,
-``qembeddings``) holds what nothing can rebuild: a new stream kind is a source unless it is
-named here (``memory://PATH`` keeps the sources only)."""
+log (``dead``, ``changes``), and an erasure's temporary copy of a stream (``rewrite``). Every
+other hivemind stream (``events``, ``audit``, ``configs``, ``qembeddings``) holds what nothing
+can rebuild: a new stream kind is a source unless it is named here (``memory://PATH`` keeps
+the sources only)."""
 
 
 def is_source_stream(key: bytes) -> bool:

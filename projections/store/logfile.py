@@ -28,6 +28,7 @@ import re
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -329,6 +330,45 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+RecordChange = Callable[[bytes, list[bytes]], list[bytes] | None]
+"""A rewrite of one record: ``(key, fields)`` -> its new fields, or None (unchanged)."""
+
+
+def rewritten(data: bytes, change: RecordChange) -> tuple[bytes, int]:
+    """``data`` (a log file's bytes) with every record ``change`` changes framed anew (same
+    key and entry id, new fields), every other byte kept; and how many records changed."""
+    sc = scan(data)
+    out: list[bytes] = []
+    pos = n = 0
+    for rec in sc.records:
+        new = change(rec.key, rec.fields)
+        if new is None:
+            continue
+        out += [data[pos:rec.offset], frame(rec.key, rec.entry_id, new)]
+        pos = rec.end
+        n += 1
+    out.append(data[pos:])
+    return b"".join(out), n
+
+
+def rewrite_file(path: Path, change: RecordChange) -> int:
+    """Rewrite the log file ``path`` with ``rewritten``, crash-safely: a new file beside it,
+    fsynced, renamed over it, the directory fsynced (a crash leaves the old file or the new
+    one, whole). How many records changed (0: the file was left as it is)."""
+    data = path.read_bytes()
+    new, n = rewritten(data, change)
+    if n == 0:
+        return 0
+    tmp = path.with_name(path.name + ".erase-tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(new)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return n
 
 
 @dataclass

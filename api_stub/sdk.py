@@ -468,6 +468,27 @@ class Memory:
             ev["as_admin"] = True
         self.append([ev])
 
+    def erase(self, note_id: str) -> dict[str, Any]:
+        """Erase a note: its text and embedding are removed from everything hivemind wrote
+        (the log is rewritten; replay gives the same state, without the content). Returns
+        once that is done: ``{"note_id", "event_id", "redacted": {kind: count}}``. Over HTTP
+        the token needs the ``admin`` right (else ``AccessDenied``); over a store URL this
+        Memory must be the operator's (``admin=True``, else ``NotAllowed``).
+        ``UnknownNote`` if the namespace has no such note."""
+        if isinstance(self._t, _HttpTransport):
+            out: dict[str, Any] = self._t.call("DELETE", f"/notes/{note_id}", kind="event")
+            return out
+        if not self.admin:
+            raise NotAllowed(f"erasing note {note_id!r} is an operator's act: open this Memory "
+                             "with admin=True (or use a token with the admin right over HTTP)")
+        assert isinstance(self._t, _StoreTransport)
+        from hivemind_memory.projections.store.erasure import erasure_counts
+
+        got = self._t.client.erase(self.ns, [note_id], agent=self.agent or "operator",
+                                   timeout_s=self.timeout, on_append=self._t.on_write)
+        return {"note_id": note_id, "event_id": got.event_ids[0] if got.event_ids else None,
+                "redacted": erasure_counts(got.redaction)}
+
 
 class AsyncMemory:
     """``Memory`` for asyncio code: the same calls, awaitable. Each runs the synchronous call
@@ -488,6 +509,9 @@ class AsyncMemory:
 
     async def forget(self, note_id: str) -> None:
         await asyncio.to_thread(self.sync.forget, note_id)
+
+    async def erase(self, note_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.erase, note_id)
 
     async def get(self, note_id: str) -> Note | None:
         return await asyncio.to_thread(self.sync.get, note_id)

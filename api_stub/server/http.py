@@ -53,7 +53,13 @@ from hivemind_memory.api_stub.server.tokens import (
     TokenTable,
 )
 from hivemind_memory.events.codec import parse_json_event
-from hivemind_memory.events.errors import EventError, QueryError, QueryTimeout, WriteRefused
+from hivemind_memory.events.errors import (
+    CatchUpTimeout,
+    EventError,
+    QueryError,
+    QueryTimeout,
+    WriteRefused,
+)
 from hivemind_memory.events.schema import (
     ID_PATTERN,
     NS_PATTERN,
@@ -65,6 +71,7 @@ from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.worker import heartbeat, metrics
 from hivemind_memory.worker.reproduce import (
@@ -189,6 +196,17 @@ class Remembered(msgspec.Struct):
 class Forgot(msgspec.Struct):
     note_id: str
     event_id: str
+
+
+class Erased(msgspec.Struct):
+    """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
+    everything hivemind wrote: the event that erased it (null: it was erased before, and
+    only the redaction ran again) and what was rewritten, by kind (``log_entries``,
+    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+
+    note_id: str
+    event_id: str | None
+    redacted: dict[str, int]
 
 
 class ErrorDetail(msgspec.Struct):
@@ -362,6 +380,10 @@ class Api:
         ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
         if agent:
             ev["agent"] = agent
+        if ev.get("type") == "note.erased":
+            raise ApiError(422, "invalid_event", f"{where}: a note is erased with DELETE "
+                           f"/v1/ns/{ns}/notes/{{note_id}} (admin), which also removes its "
+                           "content from everything hivemind wrote")
         if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
             ev["as_admin"] = True
         try:
@@ -593,6 +615,23 @@ class Api:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
         return _respond(show_of(h))
 
+    async def erase(self, request: Request) -> Response:
+        """``hivemind erase --ns NS NOTE_ID``: erase a note (admin), answered once its content
+        is redacted everywhere."""
+        ns, g = self.authorize(request, "admin")
+        nid = request.path_params["note_id"]
+        if not re.fullmatch(ID_PATTERN, nid):
+            raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
+        try:
+            got = await self.run(lambda: self.client.erase(
+                ns, [nid], agent=g.agent or "operator", on_append=self.opts.on_write))
+        except WriteRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from exc
+        except CatchUpTimeout as exc:
+            raise ApiError(504, "timeout", str(exc)) from exc
+        return _respond(Erased(nid, got.event_ids[0] if got.event_ids else None,
+                               erasure_counts(got.redaction)))
+
     async def reproduce(self, request: Request) -> Response:
         """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
         ns, _ = self.authorize(request, "admin")
@@ -694,6 +733,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/dead", _wrap(api.dead), methods=["GET"]),
         Route(f"{ns}/status", _wrap(api.status), methods=["GET"]),
         Route(f"{ns}/notes/{{note_id}}", _wrap(api.note), methods=["GET"]),
+        Route(f"{ns}/notes/{{note_id}}", _wrap(api.erase), methods=["DELETE"]),
         Route(f"{ns}/audit/reproduce", _wrap(api.reproduce), methods=["POST"]),
         Route("/healthz", _wrap(api.healthz), methods=["GET"]),
         Route("/metrics", _wrap(api.metrics), methods=["GET"]),
@@ -827,10 +867,12 @@ def _admin_openapi(p: str, op: Callable[..., dict[str, Any]], ok: Callable[..., 
     """The admin endpoints' paths and schemas (``Api.dead``, ``status``, ``note``,
     ``reproduce``)."""
     (refs, comps) = msgspec.json.schema_components(
-        [DeadLetters, Status, NoteShow, ReproduceBody, ReproduceSummary],
+        [DeadLetters, Status, NoteShow, ReproduceBody, ReproduceSummary, Erased],
         ref_template="#/components/schemas/{name}")
-    dead_ref, status_ref, show_ref, body_ref, summary_ref = refs
+    dead_ref, status_ref, show_ref, body_ref, summary_ref, erased_ref = refs
     bad_audit = {"500": err}  # an unreadable audit entry in the store (code bad_audit)
+    note_param = {"name": "note_id", "in": "path", "required": True,
+                  "schema": {"type": "string", "pattern": ID_PATTERN}}
     paths = {
         f"{p}/dead": {"get": op(
             "The dead letters, oldest first, and their total (admin; `hivemind dead`)",
@@ -843,8 +885,10 @@ def _admin_openapi(p: str, op: Callable[..., dict[str, Any]], ok: Callable[..., 
         f"{p}/notes/{{note_id}}": {"get": op(
             "A note, its events in log order, the served queries that returned it (admin; "
             "`hivemind show`)", {"200": ok(show_ref), **bad_audit},
-            params=[{"name": "note_id", "in": "path", "required": True,
-                     "schema": {"type": "string", "pattern": ID_PATTERN}}])},
+            params=[note_param]), "delete": op(
+            "Erase a note: its text and embedding are removed from everything hivemind wrote; "
+            "answered once that is done (admin; `hivemind erase`; 404 unknown_note)",
+            {"200": ok(erased_ref)}, params=[note_param])},
         f"{p}/audit/reproduce": {"post": op(
             "Re-run served queries exactly as they ran; `ok` false lists each difference "
             "(admin; `hivemind audit reproduce`)", {"200": ok(summary_ref), **bad_audit},

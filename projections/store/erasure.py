@@ -85,6 +85,12 @@ class Redaction:
     """The erasure fence after this erasure."""
 
 
+def erasure_counts(red: Redaction) -> dict[str, int]:
+    """What a redaction rewrote, by kind (for people and for JSON answers)."""
+    return {"log_entries": red.events, "dead_letters": red.dead, "results": red.results,
+            "snapshot_keys": red.snapshots, "file_records": red.log_records}
+
+
 def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes | None]:
     """The redaction of one encoded event: its redacted encoding when it is a content event
     of ``ns`` about one of ``note_ids`` that is not redacted yet, else None (unchanged)."""

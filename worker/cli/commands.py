@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,11 +20,14 @@ from hivemind_memory.api_stub.protocol.jobs import queue_connection
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, is_error_json, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed, QueryError
+from hivemind_memory.events.positions import Position
+from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.log import namespaces
@@ -41,6 +45,7 @@ from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.projector import ensure_projected
 from hivemind_memory.worker.status import dead_letters, read_status
 
 log = structlog.get_logger("hivemind.cli")
@@ -200,6 +205,32 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     print(f"replay: rebuilt {args.ns} from {rb.events} event(s): "
           f"{len(rb.projection.notes)} note(s), {len(rb.projection.dead)} dead letter(s), "
           f"{rb.duplicates} duplicate(s)")
+    return 0
+
+
+def cmd_erase(args: argparse.Namespace, s: Settings) -> int:
+    """Erase notes as the operator (``as_admin``), project the erasure here if no worker has
+    the lease, and redact their content everywhere; prints what was rewritten."""
+    for nid in args.note_ids:
+        if not re.fullmatch(ID_PATTERN, nid):
+            return fail(f"note id {nid!r} must match {ID_PATTERN}", 2)
+    rt = _runtime(s)
+    c = Client(rt.store, rt.rq, settings=s)
+
+    def catch_up(ns: str, target: Position, timeout_s: float) -> None:
+        ensure_projected(rt.store, ns, target, s, timeout_s)
+
+    got = c.erase(args.ns, args.note_ids, catch_up=catch_up, timeout_s=args.timeout)
+    red = got.redaction
+    if args.json:
+        print(_json.encode({"ns": args.ns, "erased": red.erased, "event_ids": got.event_ids,
+                            "redacted": erasure_counts(red)}).decode())
+        return 0
+    for nid in red.erased:
+        print(f"erased {nid}")
+    counts = erasure_counts(red)
+    print(f"erase: {len(red.erased)} note(s) of {args.ns} erased; rewritten: "
+          + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
     return 0
 
 

@@ -136,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one JSON object per line (id, entry, reason, at_ms); summary on stderr")
     _common(p)
 
+    p = sub.add_parser("erase", help="erase notes: their text and embedding are removed from "
+                       "everything hivemind wrote (the operator's act)")
+    p.add_argument("note_ids", nargs="+", metavar="NOTE_ID", help="the notes to erase")
+    p.add_argument("--ns", required=True, type=_ns_arg)
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait for the projector to fold the erasure (default 60)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    _common(p)
+
     p = sub.add_parser("curves", help="recency multiplier per tier vs 5%% a day")
     p.add_argument("--out", help="write a PNG plot here (needs matplotlib) instead of a table")
     p.add_argument("--config", help="ranking config TOML")

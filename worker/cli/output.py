@@ -27,7 +27,8 @@ ENDPOINT_OF = {"status": "GET /v1/ns/{ns}/status", "dead": "GET /v1/ns/{ns}/dead
                "audit reproduce": "POST /v1/ns/{ns}/audit/reproduce",
                "audit list": "GET /v1/ns/{ns}/audit", "notes": "GET /v1/ns/{ns}/notes",
                "ingest": "POST /v1/ns/{ns}/events", "import": "POST /v1/ns/{ns}/events",
-               "query": "POST /v1/ns/{ns}/query", "batch": "POST /v1/ns/{ns}/queries"}
+               "query": "POST /v1/ns/{ns}/query", "batch": "POST /v1/ns/{ns}/queries",
+               "erase": "DELETE /v1/ns/{ns}/notes/{note_id}"}
 """The endpoint of ``serve`` that does what a command does."""
 
 

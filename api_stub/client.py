@@ -186,8 +186,10 @@ class Client:
         view = readmodel.write_view(self.store, ns, ids, [])
         todo = [n for n in ids if not (n in view.notes and view.notes[n].erased)]
         at = datetime.now(UTC).isoformat()
-        evs = [{"type": "note.erased", "event_id": f"erase-{uuid.uuid4().hex}", "ns": ns,
-                "note_id": n, "agent": agent, "at": at, "as_admin": True} for n in todo]
+        event_ids = [f"erase-{uuid.uuid4().hex}" for _ in todo]
+        evs = [{"type": "note.erased", "event_id": eid, "ns": ns, "note_id": n,
+                "agent": agent, "at": at, "as_admin": True} for eid, n in zip(event_ids, todo,
+                                                                             strict=True)]
         if evs:
             try:
                 self.append_checked(evs)
@@ -208,7 +210,7 @@ class Client:
         if red.not_erased:
             raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
                              "read model after the projector folded their note.erased")
-        return Erasure([e["event_id"] for e in evs], red)
+        return Erasure(event_ids, red)
 
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []

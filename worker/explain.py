@@ -197,11 +197,12 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
                ) -> tuple[list[ScoredNote], dict[str, NoteState]]:
     """The notes the agent could not see that match the query, scored as if every note of
     the state were shared and live (so their figures compare with the candidates')."""
-    hidden = {k: n for k, n in notes.items()
-              if n.forgotten or (n.scope == "private" and n.agent != s.agent)}
+    hidden = {k: n for k, n in notes.items() if not (n.erased or n.redacted) and (
+        n.forgotten or n.superseded_by is not None
+        or (n.scope == "private" and n.agent != s.agent))}
     if not hidden:
         return [], hidden
-    every = {k: msgspec.structs.replace(n, scope="shared", forgotten=False)
+    every = {k: msgspec.structs.replace(n, scope="shared", forgotten=False, superseded_by=None)
              for k, n in notes.items()}
     idx = build_index("what-if", every, embedder)
     cosine = None
@@ -279,10 +280,15 @@ def derive(auditor: Auditor, x: ServedEntry, note_id: str | None = None) -> Deri
             rows.append(_Row(c, "forgotten", 0, 0,
                              f"forgotten before the query (in the log up to {s.seen}); "
                              "visible, it would have scored " + _fmt(c.score)))
+        elif st.superseded_by is not None:
+            rows.append(_Row(c, "superseded", 0, 0,
+                             f"superseded by {st.superseded_by} before the query (in the log "
+                             f"up to {s.seen}); live, it would have scored " + _fmt(c.score)))
         else:
             rows.append(_Row(c, "private", 0, 0,
                              f"private to {st.agent}: only its author may retrieve it; "
                              "visible, it would have scored " + _fmt(c.score)))
+    rows += _erased_rows(notes, s, cfg, {r.c.note_id for r in rows})
     shown_rows, rest = rows[:n_shown], rows[n_shown:]
     rest.sort(key=lambda r: (-r.c.score, -r.c.relevance, r.c.note_id))
     ordered = shown_rows + rest
@@ -317,8 +323,30 @@ def _scored(n: NoteState, rel: float, rec: float, score: float, cost: int, now: 
                       False)
 
 
+def _erased_rows(notes: dict[str, NoteState], s: QueryServed, cfg: RankingConfig,
+                 listed: set[str]) -> list[_Row]:
+    """The notes the query showed whose content was erased since (the log holds their
+    redacted form: no text to rank), with the signals the audit recorded."""
+    shown = s.why.shown if s.why is not None else []
+    out: list[_Row] = []
+    for i, (nid, score) in enumerate(s.chosen):
+        n = notes.get(nid)
+        if n is None or nid in listed or not (n.redacted or n.erased):
+            continue
+        sig = shown[i] if i < len(shown) else None
+        c = _scored(n, sig.relevance if sig else 0.0, sig.recency if sig else 0.0, score,
+                    sig.cost if sig else n.tokens, s.as_of, cfg)
+        out.append(_Row(c, "erased", 0, 0,
+                        f"shown at position {i + 1} when served; its content was erased since "
+                        "(the log keeps the note id and a digest of the content, no text)"))
+    return out
+
+
 def _absent(note_id: str, notes: dict[str, NoteState], s: QueryServed) -> str:
     n = notes.get(note_id)
+    if n is not None and (n.erased or n.redacted):
+        return (f"note {note_id} was erased: its content is gone from the log (the redacted "
+                "events keep its id and a digest), so it matches nothing")
     if n is None:
         return (f"note {note_id} is not in the log up to {s.seen}"
                 + (f" with at <= {s.as_of.isoformat()}" if s.requested_as_of else "")

@@ -244,6 +244,9 @@ class Reproduction:
     causes: list[str] = field(default_factory=list)
     result: QueryResult | None = None
     legacy: bool = False
+    erased: list[str] = field(default_factory=list)
+    """Notes whose content was in the state the query saw and was erased since: the answer
+    cannot be reproduced by design (status ``erased``, not a difference)."""
 
 
 class ReproductionView(msgspec.Struct, frozen=True):
@@ -255,12 +258,16 @@ class ReproductionView(msgspec.Struct, frozen=True):
     legacy: bool
     differences: list[str]
     causes: list[str]
+    erased: list[str] = []
+    """Non-empty: the answer does not reproduce because these notes were erased since
+    (status ``erased``; not counted as different)."""
 
 
 def view_of(rep: Reproduction) -> ReproductionView:
     return ReproductionView(query_id=rep.served.event.query_id, audit_id=rep.served.audit_id,
                             identical=rep.identical, legacy=rep.legacy,
-                            differences=rep.differences, causes=rep.causes)
+                            differences=rep.differences, causes=rep.causes,
+                            erased=rep.erased)
 
 
 class ReproduceSummary(msgspec.Struct, frozen=True):
@@ -268,7 +275,7 @@ class ReproduceSummary(msgspec.Struct, frozen=True):
 
     ns: str
     ok: bool
-    """Every query identical and none missing (the CLI's exit status 0)."""
+    """Every query identical (or ``erased``) and none missing (the CLI's exit status 0)."""
     identical: int
     different: int
     legacy: int
@@ -277,6 +284,10 @@ class ReproduceSummary(msgspec.Struct, frozen=True):
     not_found: list[str]
     """Query ids asked for that are not in the namespace's audit."""
     reproductions: list[ReproductionView]
+    erased: int = 0
+    """Answers that held (or were ranked among) notes erased since: not reproducible by
+    design, reported apart; they do not make ``ok`` false (an erasure is an admin's
+    recorded act, the ``note.erased`` stays in the log)."""
 
 
 def reproduce_queries(r: Store, ns: str, fallback: RankingConfig,
@@ -293,11 +304,13 @@ def reproduce_queries(r: Store, ns: str, fallback: RankingConfig,
         missing = [q for q in dict.fromkeys(query_ids) if q not in found]
         served = [x for x in served if x.event.query_id in wanted]
     auditor = Auditor(r, ns, fallback)
-    same = differ = legacy = 0
+    same = differ = legacy = erased = 0
     views: list[ReproductionView] = []
     for rep in auditor.reproduce(served):
         if rep.legacy and query_ids is None:
             legacy += 1
+        elif rep.erased:
+            erased += 1
         elif rep.identical:
             same += 1
         else:
@@ -307,7 +320,7 @@ def reproduce_queries(r: Store, ns: str, fallback: RankingConfig,
             on_each(rep)
     return ReproduceSummary(ns=ns, ok=not differ and not missing, identical=same,
                             different=differ, legacy=legacy, not_found=missing,
-                            reproductions=views)
+                            reproductions=views, erased=erased)
 
 
 def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryRequest:
@@ -337,12 +350,29 @@ class Auditor:
             self.embeddings[d] = raw if ok else None
         self.states = States(r, ns, embedder=self.embedder)
         self._current: dict[str, NoteState] | None = None
+        self._erased: list[str] | None = None
 
     def current_notes(self) -> dict[str, NoteState]:
         """The live read model (for 'forgotten since' causes), read once."""
         if self._current is None:
             self._current = read_notes(self.r, self.ns)
         return self._current
+
+    def erased_ids(self) -> list[str]:
+        """The notes the live read model has erased (sorted), read once."""
+        if self._erased is None:
+            self._erased = sorted(n for n, st in self.current_notes().items() if st.erased)
+        return self._erased
+
+    def erased_since(self, notes: Mapping[str, NoteState]) -> list[str]:
+        """Notes of a state a query saw whose content was there then (folded, not erased yet,
+        not forgotten or superseded) and is erased now: the log holds their redacted form."""
+        out: list[str] = []
+        for nid in self.erased_ids():
+            n = notes.get(nid)
+            if n is not None and not n.erased and not n.forgotten and n.superseded_by is None:
+                out.append(nid)
+        return out
 
     def inputs(self, s: QueryServed) -> tuple[QueryRequest, RankingConfig, list[str]]:
         """The request and the config to re-run ``s`` with, and any cause already known."""
@@ -390,6 +420,12 @@ class Auditor:
         if not diffs and digest_bytes(body) != s.result_digest:
             diffs.append("result bytes differ (same notes, order, scores, used and method; "
                          "a candidate or another field changed)")
+        if diffs and not causes:
+            gone = self.erased_since(notes)
+            if gone:  # the content it was ranked on was erased since: by design, not tampering
+                return Reproduction(x, identical=False, differences=diffs,
+                                    causes=[f"note {n} erased since" for n in gone],
+                                    result=res, erased=gone)
         if diffs:
             now = self.embedder_digest if cfg.relevance == "calibrated" else ""
             if now != s.embedder_digest:

@@ -22,16 +22,21 @@ import numpy as np
 
 from hivemind_memory.projections.ranking.columns import FloatArray, IntArray
 
-Reason = Literal["packed_out", "over_budget", "below_min_relevance", "private", "forgotten"]
-"""Why a note that matched the query is not in the context."""
+Reason = Literal["packed_out", "over_budget", "below_min_relevance", "private", "forgotten",
+                 "superseded", "erased"]
+"""Why a note that matched the query is not in the context (``erased``: it was shown, and
+its content was erased since)."""
 RECORDED_REASONS: tuple[Reason, ...] = ("packed_out", "over_budget", "below_min_relevance")
-"""The reasons a ranking records; ``private`` and ``forgotten`` are re-derived from the log."""
+"""The reasons a ranking records; ``private``, ``forgotten``, ``superseded`` and ``erased``
+are re-derived from the log."""
 REASON_TEXT: dict[str, str] = {
     "packed_out": "fits the budget alone, but the chosen set is worth more than any set with it",
     "over_budget": "costs more than the whole budget",
     "below_min_relevance": "relevance below min_relevance",
     "private": "another agent's private note",
     "forgotten": "forgotten before the query",
+    "superseded": "superseded by another note before the query",
+    "erased": "shown, and its content erased since",
 }
 """One line per reason, for people."""
 DECIMALS = 6

@@ -202,8 +202,8 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
                 return changed
             if int(done) == -1:
                 break  # entries were deleted meanwhile: copy afresh
-            last, more = _copy(r, key, tmp, last, name, change, lease)
-            changed += more
+            got, more = _copy(r, key, tmp, last, name, change, lease)
+            last, changed = got or last, changed + more
     r.delete(tmp)
     raise StoreError(f"namespace {ns!r}: {key} kept changing under {SWAP_ATTEMPTS} attempts "
                      "to swap in its redacted copy; run the erasure again")

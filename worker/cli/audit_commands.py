@@ -169,6 +169,10 @@ def _print_reproduction(rep: Reproduction, as_json: bool) -> None:
         sys.stdout.write(f"identical  {e.query_id}  ({mode}, {len(e.chosen)} note(s), "
                          f"used {e.used})\n")
         return
+    if rep.erased:
+        sys.stdout.write(f"erased     {e.query_id}  ({mode}; ranked on content erased since: "
+                         f"{', '.join(rep.erased)})\n")
+        return
     word = "skipped" if rep.legacy else "DIFFERENT"
     sys.stdout.write(f"{word}  {e.query_id}  ({mode})\n")
     for d in rep.differences:
@@ -189,6 +193,8 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
     for q in got.not_found:
         print(f"hivemind: query {q} is not in the audit of {args.ns}", file=sys.stderr)
     print(f"audit reproduce: {got.identical} identical, {got.different} different"
+          + (f", {got.erased} erased (ranked on notes erased since; not reproducible by "
+             "design)" if got.erased else "")
           + (f", {got.legacy} legacy (served before audit replay, skipped)"
              if got.legacy else "")
           + (f", {len(got.not_found)} not found" if got.not_found else ""), file=sys.stderr)

@@ -91,14 +91,21 @@ def erasure_counts(red: Redaction) -> dict[str, int]:
             "snapshot_keys": red.snapshots, "file_records": red.log_records}
 
 
+def needles(note_ids: Sequence[str]) -> list[bytes]:
+    """The bytes every encoded event about one of ``note_ids`` contains: the msgpack of its
+    ``note_id`` field and value, as ``encode_event`` writes them (side by side)."""
+    key = msgspec.msgpack.encode("note_id")
+    return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
+
+
 def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes | None]:
     """The redaction of one encoded event: its redacted encoding when it is a content event
     of ``ns`` about one of ``note_ids`` that is not redacted yet, else None (unchanged)."""
     wanted = frozenset(note_ids)
-    needles = [n.encode() for n in wanted]
+    found = needles(note_ids)
 
     def change(raw: bytes) -> bytes | None:
-        if not any(n in raw for n in needles):  # cheap: most entries are not about them
+        if not any(n in raw for n in found):  # cheap: most entries are not about them
             return None
         try:
             ev = decode_event(raw)
@@ -190,14 +197,14 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
     if not _needs_change(r, key, name, change):
         return 0
     tmp = keys.rewrite(ns)
-    needles = [n.encode() for n in note_ids]
+    marks = needles(note_ids)
     for _ in range(SWAP_ATTEMPTS):
         r.delete(tmp)
         last, changed = _copy(r, key, tmp, None, name, change, lease)
         if last is None:
             return 0
         for _ in range(SWAP_ATTEMPTS):
-            done, _ = script(r, "swap_stream")(keys=[key, tmp], args=[last, *needles])
+            done, _ = script(r, "swap_stream")(keys=[key, tmp], args=[last, *marks])
             if int(done) == 1:
                 return changed
             if int(done) == -1:

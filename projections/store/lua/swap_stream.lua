@@ -6,8 +6,9 @@
 -- KEYS[2] copy    its redacted copy (hm:{ns}:rewrite): every entry of the stream up to
 --                 ARGV[1], same ids, the erased content redacted
 -- ARGV[1] id of the newest entry the copy holds
--- ARGV[2..] needles: the erased note ids; an entry appended since the copy that contains
---           one may carry content to redact, so it is not taken along verbatim
+-- ARGV[2..] needles: the msgpack of the key `note_id` and of one erased id, side by side; an
+--           entry appended since the copy that holds one may carry content to redact, so it
+--           is not taken along verbatim (the caller copies it redacted)
 -- Returns {1, n}: swapped, n entries appended meanwhile taken along; {0, id}: not swapped,
 -- entry id (after ARGV[1]) holds a needle (copy it redacted, then call again); {-1, n}: not
 -- swapped, the stream lost entries the copy holds (deleted meanwhile: copy again).

@@ -6,6 +6,7 @@ object, and a snapshot of another layout is ignored and rebuilt."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import fakeredis
 import msgspec
@@ -257,13 +258,19 @@ def test_a_snapshot_is_assembled_in_a_draft_and_a_lost_draft_writes_nothing(
     before = r.hgetall(keys.index_snapshot("t"))
     _project(r, [created("c", text="redis lunch")])
     refresh_index(r, idx)
-    real_rename = type(r).rename
+    from hivemind_memory.projections.store import index_loader
 
-    def expired_first(self: fakeredis.FakeRedis, src: str, dst: str) -> object:
-        self.delete(src)  # as if the draft's TTL ran out before the rename
-        return real_rename(self, src, dst)
+    real_script = index_loader.script
 
-    monkeypatch.setattr(type(r), "rename", expired_first)
+    def expired_first(store: Any, name: str) -> Any:
+        run = real_script(store, name)
+
+        def go(keys: list[str], args: list[Any]) -> Any:
+            store.delete(keys[0])  # as if the draft's TTL ran out before the rename
+            return run(keys=keys, args=args)
+        return go
+
+    monkeypatch.setattr(index_loader, "script", expired_first)
     write_snapshot(r, idx)
     assert r.hgetall(keys.index_snapshot("t")) == before  # the stored one stays as it was
     assert not list(r.scan_iter(match="*draft*"))

@@ -25,7 +25,7 @@ export interface paths {
             };
             requestBody: {
                 content: {
-                    "application/json": (components["schemas"]["NoteCreated"] | components["schemas"]["NoteUsed"] | components["schemas"]["NoteForgotten"])[];
+                    "application/json": (components["schemas"]["NoteCreated"] | components["schemas"]["NoteUsed"] | components["schemas"]["NoteForgotten"] | components["schemas"]["NoteRevised"] | components["schemas"]["NoteErased"])[];
                 };
             };
             responses: {
@@ -1713,7 +1713,111 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        delete?: never;
+        /** Erase a note: its text and embedding are removed from everything hivemind wrote; answered once that is done (admin; `hivemind erase`; 404 unknown_note) */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    ns: string;
+                    note_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Erased"];
+                    };
+                };
+                /** @description error */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -2470,6 +2574,10 @@ export interface components {
             kind?: "note" | "scratch";
             /** @default null */
             embedding?: number[] | null;
+            /** @default [] */
+            supersedes?: string[];
+            /** @default null */
+            redacted?: string | null;
         };
         /**
          * NoteUsed
@@ -2496,6 +2604,53 @@ export interface components {
             ns?: string;
             note_id: string;
             agent?: string;
+            /** Format: date-time */
+            at: string;
+            /** @default false */
+            as_admin?: boolean;
+        };
+        /**
+         * NoteRevised
+         * @description A new text (and optionally tokens, embedding, kind) for an existing note, by its
+         *     author or an ``admin`` (``as_admin``, set by the server from the token). The note keeps
+         *     its id, uses and tier; an answer as of before the revision shows the text before it.
+         *     ``tokens`` absent: estimated from the new text; ``embedding`` absent: the note has none
+         *     after the revision; ``kind`` absent: unchanged. ``redacted`` as on ``note.created``.
+         */
+        NoteRevised: {
+            /** @enum {unknown} */
+            type: "note.revised";
+            event_id: string;
+            ns: string;
+            note_id: string;
+            agent: string;
+            /** Format: date-time */
+            at: string;
+            text: string;
+            /** @default null */
+            tokens?: number | null;
+            /** @default null */
+            embedding?: number[] | null;
+            /** @default null */
+            kind?: ("note" | "scratch") | null;
+            /** @default false */
+            as_admin?: boolean;
+            /** @default null */
+            redacted?: string | null;
+        };
+        /**
+         * NoteErased
+         * @description The note's content (every version's text and embedding) becomes unrecoverable from
+         *     everything hivemind wrote; the note leaves every answer, as of any time. ``admin`` only
+         *     (``as_admin``, set by the server from the token or by the operator's CLI).
+         */
+        NoteErased: {
+            /** @enum {unknown} */
+            type: "note.erased";
+            event_id: string;
+            ns: string;
+            note_id: string;
+            agent: string;
             /** Format: date-time */
             at: string;
             /** @default false */
@@ -2823,6 +2978,18 @@ export interface components {
             forgotten?: boolean;
             /** @default null */
             embedding?: number[] | null;
+            /** @default null */
+            revised_at?: string | null;
+            /** @default 1 */
+            version?: number;
+            /** @default null */
+            superseded_by?: string | null;
+            /** @default null */
+            supersedes?: string[] | null;
+            /** @default false */
+            erased?: boolean;
+            /** @default false */
+            redacted?: boolean;
         };
         /**
          * ServedHit
@@ -2857,6 +3024,8 @@ export interface components {
             legacy: number;
             not_found: string[];
             reproductions: components["schemas"]["ReproductionView"][];
+            /** @default 0 */
+            erased?: number;
         };
         /**
          * ReproductionView
@@ -2869,6 +3038,22 @@ export interface components {
             legacy: boolean;
             differences: string[];
             causes: string[];
+            /** @default [] */
+            erased?: string[];
+        };
+        /**
+         * Erased
+         * @description What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
+         *     everything hivemind wrote: the event that erased it (null: it was erased before, and
+         *     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
+         *     ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``).
+         */
+        Erased: {
+            note_id: string;
+            event_id: string | null;
+            redacted: {
+                [key: string]: number;
+            };
         };
         /**
          * Explanation

@@ -87,7 +87,8 @@ def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
     note of another agent is "not found" to the writer, so its id does not leak)."""
     ev = events[index]
     where = f"events[{index}] ({event_type(ev)} {ev.note_id!r})"
-    if why.code == "note_id_exists":
+    if why.code == "note_id_exists" or (why.code == "erased_note" and type(ev) is NoteCreated
+                                         and not why.reason.startswith("erased_note: a ")):
         return NoteExists(f"{where}: note {ev.note_id!r} already exists in namespace "
                           f"{ev.ns!r} (ids are never reused, even after forgetting)", index)
     if why.code == "not_allowed":

@@ -44,6 +44,8 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
     """Apply one event to the current state of its note (None: never seen). A
     ``note.created`` that supersedes other notes also changes them: see ``apply_write``."""
     if isinstance(ev, NoteCreated):
+        if note is not None and note.erased:
+            return Rejected("erased_note: the note was erased (ids are never reused)")
         if note is not None:
             return Rejected("note_id_exists: ids are never reused, even after forgetting")
         return NoteState(

@@ -14,6 +14,7 @@ from typing import Literal
 
 import msgspec
 import structlog
+from rq import Queue
 
 from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
@@ -47,7 +48,7 @@ from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
-from hivemind_memory.worker.projector import ensure_projected
+from hivemind_memory.worker.projector import ensure_projected, redaction_enqueuer
 
 log = structlog.get_logger("hivemind.query")
 AS_OF_CACHE = 4
@@ -90,8 +91,12 @@ class QueryEngine:
     """Per-process query state: the live indexes and a small cache of as-of folds."""
 
     def __init__(self, r: Store, cfg: RankingConfig, settings: Settings,
-                 embedder: Embedder | Literal["config"] | None = "config") -> None:
+                 embedder: Embedder | Literal["config"] | None = "config",
+                 project_queue: Queue | None = None) -> None:
         self.r = r
+        self.project_queue = project_queue
+        """Where a catch-up that folded a ``note.erased`` queues its redaction (None: not
+        queued; a projection job or the erasing client does it)."""
         self.cfg = cfg
         self.settings = settings
         self.embedder = embedder_for(cfg.embedder) if embedder == "config" else embedder
@@ -194,7 +199,9 @@ class QueryEngine:
                     current.add(ns)
                 continue
             try:
-                ensure_projected(self.r, ns, target, self.settings)
+                ensure_projected(self.r, ns, target, self.settings, on_erased=None
+                                 if self.project_queue is None
+                                 else redaction_enqueuer(self.project_queue, ns))
             except CatchUpTimeout as exc:
                 for q in live:
                     q.fail("catch_up_timeout", str(exc))

@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from hivemind_memory.api_stub.protocol.messages import Envelope
-from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN
+from hivemind_memory.projections.store import erasure
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.engine import QueryEngine
 from hivemind_memory.worker.projector import run_projection
@@ -28,6 +29,21 @@ def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
     rt = runtime.current()
     engine = rt.cache.get("query_engine")
     if engine is None:
-        engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings)
+        engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings,
+                                                            project_queue=rt.project_queue)
     return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])
 
+
+
+def redact_notes(ns: str, note_ids: list[str]) -> dict[str, Any]:
+    """Redact the content of erased notes everywhere (``projections.store.erasure``): what
+    the projector enqueues when it folds a ``note.erased``, so an erasure cut short (or one
+    appended by ``ingest``) completes."""
+    if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
+        raise ValueError(f"redact_notes: {ns!r} is not a namespace")  # a forged job
+    if not isinstance(note_ids, list) or not all(
+            isinstance(n, str) and re.fullmatch(ID_PATTERN, n) for n in note_ids):
+        raise ValueError(f"redact_notes: {note_ids!r} is not a list of note ids")
+    red = erasure.redact(runtime.current().store, ns, note_ids)
+    return {"ns": ns, "erased": red.erased, "not_erased": red.not_erased,
+            **erasure.erasure_counts(red)}

@@ -14,12 +14,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from rq import Queue
 
-from hivemind_memory.api_stub.protocol.jobs import enqueue_projection, schedule_projection
+from hivemind_memory.api_stub.protocol.jobs import (
+    enqueue_projection,
+    enqueue_redaction,
+    schedule_projection,
+)
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
@@ -69,14 +74,33 @@ def _log_batch(info: BatchInfo) -> None:
              duration_ms=round(info.seconds * 1000, 2))
 
 
-def fold_with_lease(r: Store, held: Lease, s: Settings,
-                    until: Position | None = None) -> int:
-    """Fold batches while holding ``held`` (up to the batch cap, or until ``until``)."""
-    with no_cycle_collection():
-        return _fold_batches(r, held, s, until)
+OnErased = Callable[[list[str]], None]
+"""Told the notes a fold made erasable (``BatchInfo.erased``): it enqueues their redaction."""
 
 
-def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) -> int:
+def fold_with_lease(r: Store, held: Lease, s: Settings, until: Position | None = None,
+                    on_erased: OnErased | None = None) -> int:
+    """Fold batches while holding ``held`` (up to the batch cap, or until ``until``); the
+    notes the committed batches erased go to ``on_erased`` (once, at the end)."""
+    erased: list[str] = []
+    try:
+        with no_cycle_collection():
+            return _fold_batches(r, held, s, until, erased)
+    finally:
+        if erased and on_erased is not None:
+            on_erased(list(dict.fromkeys(erased)))
+
+
+def redaction_enqueuer(q: Queue, ns: str) -> OnErased:
+    """``on_erased`` that queues a ``redact_notes`` job on ``q`` (the projection queue)."""
+    def enqueue(note_ids: list[str]) -> None:
+        log.info("redaction_enqueued", ns=ns, notes=note_ids)
+        enqueue_redaction(q, ns, note_ids)
+    return enqueue
+
+
+def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None,
+                  erased: list[str]) -> int:
     # One commit in flight at a time, each renewing the lease; only a batch that did not
     # commit asks whether the lease is still ours. ``close`` waits for the commit still in
     # flight, so every commit has run before the lease is given back.
@@ -93,6 +117,7 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) ->
                 break
             _log_batch(info)
             events += info.count
+            erased += info.erased
             reached = parse_pos(info.last) if info.committed else None
             if not info.committed and not held.renew():
                 log.warning("projection_lease_lost", ns=held.ns)
@@ -102,6 +127,7 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None) ->
         if last is not None:
             _log_batch(last)
             events += last.count
+            erased += last.erased
     return events
 
 
@@ -117,7 +143,7 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
         log.info("projection_busy", ns=ns)
     else:
         try:
-            events = fold_with_lease(r, held, s)
+            events = fold_with_lease(r, held, s, on_erased=redaction_enqueuer(q, ns))
         finally:
             held.release()
     more = script(r, "finish_job")(
@@ -131,11 +157,13 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
 
 
 def ensure_projected(r: Store, ns: str, target: Position, s: Settings,
-                     timeout_s: float | None = None) -> Position:
+                     timeout_s: float | None = None,
+                     on_erased: OnErased | None = None) -> Position:
     """Return once the namespace is projected up to ``target``; raise ``CatchUpTimeout``.
 
     Projects inline when the lease is free (the caller is a worker), else waits for the
-    projector holding it. Returns the checkpoint reached.
+    projector holding it. Returns the checkpoint reached. ``on_erased`` as in
+    ``fold_with_lease`` (a worker passes ``redaction_enqueuer``).
     """
     deadline = time.monotonic() + (s.catch_up_timeout_s if timeout_s is None else timeout_s)
     after = changes_tail(r, ns)
@@ -146,7 +174,7 @@ def ensure_projected(r: Store, ns: str, target: Position, s: Settings,
         held = try_lease(r, ns, s.lock_lease_ms)
         if held is not None:
             try:
-                folded = fold_with_lease(r, held, s, until=target)
+                folded = fold_with_lease(r, held, s, until=target, on_erased=on_erased)
             finally:
                 held.release()
             if folded == 0 and checkpoint(r, ns) < target:

@@ -38,7 +38,10 @@ PROJECT_JOB = "hivemind_memory.worker.jobs.project_namespace"
 """Job function that folds one namespace's pending events."""
 QUERY_JOB = "hivemind_memory.worker.jobs.answer_queries"
 """Job function that answers a chunk of queries."""
-JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB})
+REDACT_JOB = "hivemind_memory.worker.jobs.redact_notes"
+"""Job function that redacts erased notes' content (enqueued by a projector that folded a
+``note.erased``, or dead-lettered content for an erased note)."""
+JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB, REDACT_JOB})
 """Every function a hivemind job may name."""
 PROJECT_RETRIES = 3
 """Retries of a failed projection job."""
@@ -122,6 +125,13 @@ def enqueue_projection(q: Queue, ns: str) -> None:
     """Put one projection job for ``ns`` on the queue."""
     q.enqueue(PROJECT_JOB, ns, retry=Retry(max=PROJECT_RETRIES), result_ttl=JOB_RESULT_TTL,
               failure_ttl=JOB_FAILURE_TTL, description=f"project {ns}")
+
+
+def enqueue_redaction(q: Queue, ns: str, note_ids: Sequence[str]) -> None:
+    """Put one redaction job for erased notes of ``ns`` on the queue (idempotent work)."""
+    ids = sorted(set(note_ids))
+    q.enqueue(REDACT_JOB, ns, ids, retry=Retry(max=PROJECT_RETRIES), result_ttl=JOB_RESULT_TTL,
+              failure_ttl=JOB_FAILURE_TTL, description=f"redact {len(ids)} note(s) of {ns}")
 
 
 def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int) -> None:

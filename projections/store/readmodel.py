@@ -56,6 +56,9 @@ class BatchInfo:
     duplicates: int
     committed: bool
     seconds: float
+    erased: tuple[str, ...] = ()
+    """Notes whose content the batch made erasable: their ``note.erased`` applied, or a
+    content event about an erased note was dead-lettered (both call for a redaction)."""
 
 
 @contextmanager
@@ -267,7 +270,24 @@ def _info(prep: Prepared, ok: bool, t0: float) -> BatchInfo:
     res = prep.result
     return BatchInfo(ns=prep.ns, count=prep.count, first=prep.first, last=prep.new_checkpoint,
                      applied=res.applied, dead=len(res.dead), duplicates=res.duplicates,
-                     committed=ok, seconds=time.perf_counter() - t0)
+                     committed=ok, seconds=time.perf_counter() - t0,
+                     erased=_to_redact(res) if ok else ())
+
+
+_ERASED_CONTENT = ("note.created: erased_note", "note.revised: erased_note")
+"""Dead-letter reasons of content events about an erased note (their payload is content)."""
+
+
+def _to_redact(res: BatchResult) -> tuple[str, ...]:
+    """The notes a committed batch calls a redaction for (``BatchInfo.erased``)."""
+    out = [nid for nid, st in res.notes.items() if st.erased]
+    for d in res.dead:
+        if d.reason.startswith(_ERASED_CONTENT):
+            try:
+                out.append(decode_event(d.raw).note_id)
+            except Exception:  # an unreadable payload names no note
+                continue
+    return tuple(dict.fromkeys(out))
 
 
 def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,

@@ -231,3 +231,24 @@ def test_appenders_and_the_projector_lose_nothing_while_the_log_is_rewritten(
     cp, live = live_snapshot(store, "t")
     assert diff_notes(live, fold_log(store, "t", until=cp).projection.notes) == []
     assert not _holds_secret(store)
+
+
+def test_the_projector_queues_the_redaction_of_what_it_folds(store: Any) -> None:
+    """An erasure that reached the log without its redaction (appended by ``ingest``, or a
+    crash after the append), and content written later for an erased note (dead-lettered):
+    the worker that folds them redacts them."""
+    s = Settings()
+    rt = runtime.build(s, store, rq_for(store))
+    runtime.install(rt)
+    c = Client(store, rq_for(store), settings=s)
+    c.append([*_log(), {"type": "note.erased", "event_id": "x0", "ns": "t", "note_id": "s",
+                        "agent": "ops", "at": iso(T0 + timedelta(days=3)), "as_admin": True}])
+    assert run_worker(rt, burst=True) == 0
+    assert read_notes(store, "t")["s"].erased and not _holds_secret(store)
+    c.append([_revised("s", "r-late", "written after: zebra-quartz-late"),
+              created("s", eid="c-late", text="reused id: zebra-quartz-again")])
+    assert run_worker(rt, burst=True) == 0
+    assert [d.reason.split(": ")[1] for d in read_dead(store, "t")][-2:] == ["erased_note"] * 2
+    assert not _holds_secret(store)
+    cp, live = live_snapshot(store, "t")
+    assert diff_notes(live, fold_log(store, "t", until=cp).projection.notes) == []

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import structlog
@@ -41,7 +41,7 @@ from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, results
+from hivemind_memory.projections.store import audit_trail, erasure, keys, results
 from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
 from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
@@ -104,6 +104,10 @@ class QueryEngine:
         self.embedder_digest = "" if self.embedder is None else self.embedder.digest()
         self.live: dict[str, NamespaceIndex] = {}
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
+        self.fences: dict[str, bytes | None] = {}
+        """Per namespace: the erasure fence as this engine last read it. When it moves, an
+        erasure ran: the as-of folds kept of the namespace are dropped (they may hold the
+        log before its rewrite), and answers published meanwhile are checked."""
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
         """Per namespace: config and embedding digests already filed (read once)."""
         self.base_digest = cfg.digest()
@@ -184,6 +188,7 @@ class QueryEngine:
         current: set[str] = set()
         for ns, group in sorted(pending.items()):
             got = probe(self.r, ns, [q.env.query_id for q in group])
+            self._fence_seen(ns, got.fence)
             live: list[Pending] = []
             for q, done in zip(group, got.answered, strict=True):
                 if done:
@@ -318,7 +323,38 @@ class QueryEngine:
                     audit_trail.stage_config(p, ns, digest, encode(cfg))
                 for digest, vec in new_emb.items():
                     audit_trail.stage_embedding(p, ns, digest, encode(vec))
-            pub.send(p, partial(self._published, ns, group, new_cfg, new_emb))
+            if ns != results.INVALID_NS:
+                p.get(keys.erasure_fence(ns))  # read with the writes, atomically
+            pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),
+                     None if ns == results.INVALID_NS else partial(self._after_erasure, ns,
+                                                                   group))
+
+    def _fence_seen(self, ns: str, fence: bytes | None) -> bool:
+        """Note the namespace's erasure fence as read now; True when it moved since (its
+        kept as-of folds are dropped then)."""
+        if ns in self.fences and self.fences[ns] == fence:
+            return False
+        known = ns in self.fences
+        self.fences[ns] = fence
+        for key in [k for k in self.as_of if k[0] == ns]:
+            del self.as_of[key]
+        return known or fence is not None
+
+    def _after_erasure(self, ns: str, group: list[Pending], replies: list[Any]) -> None:
+        """A wave's MULTI went through; its last reply is the erasure fence as of that
+        write. If an erasure ran while the wave was ranked, an answer may show content it
+        erased after sweeping the result keys: those answers become ``erased`` errors."""
+        fence = replies[-1] if replies else None
+        if not self._fence_seen(ns, None if fence is None else bytes(fence)):
+            return
+        shown = sorted({n.note_id for q in group if q.result is not None
+                        for n in q.result.notes})
+        if not shown:
+            return
+        erased, _ = erasure.erased_notes(self.r, ns, shown)
+        if erased:
+            log.info("answers_redacted", ns=ns, notes=erased)
+            erasure.redact_results(self.r, ns, erased)
 
     def _published(self, ns: str, group: list[Pending], new_cfg: dict[str, RankingConfig],
                    new_emb: dict[str, list[float]]) -> None:

@@ -91,19 +91,24 @@ class Publisher:
         self.r = r
         self._pool = None if isinstance(r, redis.cluster.RedisCluster) else r.connection_pool
         self._conn: Any = None
-        self._pending: tuple[int, Callable[[], None]] | None = None
-        """The block in flight: how many commands it holds, and its callback."""
+        self._pending: tuple[int, Callable[[], None],
+                             Callable[[list[Any]], None] | None] | None = None
+        """The block in flight: how many commands it holds, and its callbacks."""
 
     def pipeline(self) -> Pipe:
         """A pipeline to stage one block's commands on (all of one namespace: one slot)."""
         return self.r.pipeline(transaction=True)
 
-    def send(self, p: Pipe, on_ok: Callable[[], None] = lambda: None) -> None:
-        """Settle the block in flight, then write ``p``'s commands as one MULTI."""
+    def send(self, p: Pipe, on_ok: Callable[[], None] = lambda: None,
+             on_replies: Callable[[list[Any]], None] | None = None) -> None:
+        """Settle the block in flight, then write ``p``'s commands as one MULTI. Once it
+        went through: ``on_replies`` (given) gets its replies, then ``on_ok`` runs."""
         self.settle()
         if self._pool is None or not len(p):
             if len(p):  # a cluster's block runs at once
-                p.execute()
+                got = p.execute()
+                if on_replies is not None:
+                    on_replies(list(got))
             on_ok()
             return
         cmds = [args for args, _ in p.command_stack]
@@ -115,13 +120,13 @@ class Publisher:
         except BaseException:
             self._drop()
             raise
-        self._pending = (len(cmds), on_ok)
+        self._pending = (len(cmds), on_ok, on_replies)
 
     def settle(self) -> None:
         """Take the reply of the block in flight (raise if it failed) and run its callback."""
         if self._pending is None:
             return
-        (n, on_ok), self._pending = self._pending, None
+        (n, on_ok, on_replies), self._pending = self._pending, None
         try:
             for _ in range(n + 1):  # +OK of MULTI, then QUEUED for each command
                 self._conn.read_response()
@@ -134,6 +139,8 @@ class Publisher:
         for got in replies:
             if isinstance(got, Exception):
                 raise StoreError(f"a command publishing results failed: {got}")
+        if on_replies is not None:
+            on_replies(list(replies))
         on_ok()
 
     def close(self) -> None:

@@ -252,3 +252,39 @@ def test_the_projector_queues_the_redaction_of_what_it_folds(store: Any) -> None
     assert not _holds_secret(store)
     cp, live = live_snapshot(store, "t")
     assert diff_notes(live, fold_log(store, "t", until=cp).projection.notes) == []
+
+
+@pytest.mark.parametrize("as_of", [False, True])
+def test_an_answer_ranked_before_an_erasure_and_published_after_it_is_redacted(
+        store: Any, as_of: bool) -> None:
+    """A query job ranks a wave, an erasure runs (and sweeps the result keys) before the
+    wave is published: the job sees the fence move with its own write and turns its answer
+    that showed the erased note into an ``erased`` error; its kept as-of fold goes too."""
+    from hivemind_memory.api_stub.protocol.messages import Envelope
+    from hivemind_memory.projections.store import results
+    from hivemind_memory.worker.engine import QueryEngine
+
+    s = Settings()
+    rt = runtime.build(s, store, rq_for(store))
+    runtime.install(rt)
+    c = Client(store, rq_for(store), settings=s)
+    c.append(_log())
+    _drain(store)
+    kw: dict[str, Any] = {"as_of": iso(T0 + timedelta(days=2))} if as_of else {}
+    qid = c.submit_query("t", "vault passphrase zebra", 500, agent="b", **kw)
+    [job] = rt.query_queue.jobs
+    envs = [msgspec.convert(e, Envelope) for e in job.args[0]]
+    job.delete()
+    engine = QueryEngine(store, rt.cfg, s, project_queue=rt.project_queue)
+
+    def erase_then_publish(wave: list[Any]) -> None:
+        assert "zebra-quartz" in (wave[0].body or b"").decode()  # ranked with the content
+        c.erase("t", ["s"], catch_up=_catch_up(store))
+        engine._publish(wave, pub)
+
+    with results.Publisher(store) as pub:
+        engine.answer(envs, erase_then_publish)
+    body = c.result(qid, timeout=5)
+    assert body["error"]["code"] == "erased"
+    assert b"zebra-quartz" not in store.get(keys.result("t", qid))
+    assert not [k for k in engine.as_of if k[0] == "t"]

@@ -58,6 +58,7 @@ from hivemind_memory.events.errors import (
     EventError,
     QueryError,
     QueryTimeout,
+    StoreError,
     WriteRefused,
 )
 from hivemind_memory.events.schema import (
@@ -629,6 +630,8 @@ class Api:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         except CatchUpTimeout as exc:
             raise ApiError(504, "timeout", str(exc)) from exc
+        except StoreError as exc:  # another erasure held the namespace too long, say
+            raise ApiError(503, "store_unavailable", str(exc)) from exc
         return _respond(Erased(nid, got.event_ids[0] if got.event_ids else None,
                                erasure_counts(got.redaction)))
 

@@ -62,5 +62,6 @@ def stream_keys(r: Store) -> list[bytes]:
 
 
 def source_kinds_known() -> set[str]:
-    """Stream kinds the product writes (a new one must be classified in ``keys``)."""
-    return {"events", "audit", "configs", "qembeddings", *keys.DERIVED_STREAMS}
+    """Stream kinds the product leaves in a store (a new one must be classified in ``keys``;
+    an erasure's ``rewrite`` copy exists only while it runs)."""
+    return {"events", "audit", "configs", "qembeddings", *keys.DERIVED_STREAMS} - {"rewrite"}

@@ -189,11 +189,11 @@ def test_a_job_run_again_answers_only_what_it_had_not_published(
     real_send = results.Publisher.send
     sent: list[int] = []
 
-    def failing_send(self: results.Publisher, p: Any, on_ok: Any = None) -> None:
+    def failing_send(self: results.Publisher, p: Any, *rest: Any) -> None:
         sent.append(len(p))
         if len(sent) == 2:
             raise ConnectionError("redis went away")
-        real_send(self, p, on_ok)
+        real_send(self, p, *rest)
 
     monkeypatch.setattr(results.Publisher, "send", failing_send)
     eng = QueryEngine(store, DEFAULT, Settings())

@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hivemind_memory.events.codec import decode_event, encode_event, parse_json_event
 from hivemind_memory.events.errors import EventError
@@ -139,3 +141,48 @@ def test_bad_redacted_events_are_refused_naming_the_field(extra: dict[str, Any],
                                                           word: str) -> None:
     with pytest.raises(EventError, match=word):
         parse_json_event(msgspec.json.encode(created("n") | extra))
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["create", "use", "revise", "forget", "erase",
+                                           "erase_no_admin"]),
+                          st.sampled_from(["n1", "n2", "n3"]),
+                          st.sampled_from(["a", "b"])), max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS, cut=st.integers(min_value=0, max_value=25))
+def test_any_log_folds_the_same_after_its_erased_notes_are_redacted(
+        ops: list[tuple[str, str, str]], cut: int) -> None:
+    """Random logs of creations, uses, revisions, forgets and erasures (by admins and not):
+    the log with every content event of each erased note redacted (what the erasure writes)
+    folds to the live state, in any batching, with the same dead letters."""
+    log: list[dict[str, Any]] = []
+    for i, (op, nid, agent) in enumerate(ops):
+        eid = f"e{i}"
+        if op == "create":
+            log.append(created(nid, eid=eid, agent=agent, text=f"text {i} of {nid}",
+                               embedding=[0.5, float(i)]))
+        elif op == "use":
+            log.append(used(nid, eid, agent=agent))
+        elif op == "revise":
+            log.append(revised(nid, eid, f"revised {i}") | {"agent": agent})
+        elif op == "forget":
+            log.append(forgotten(nid, eid, agent=agent))
+        else:
+            log.append(erased(nid, eid, admin=op == "erase", agent=agent))
+    live = _fold(log)
+    gone = {nid for nid, n in live.notes.items() if n.erased}
+    rewritten = []
+    for d in log:
+        e = ev(d)
+        rewritten.append(redacted(e) if isinstance(e, NoteCreated | NoteRevised)
+                         and e.note_id in gone else e)
+    entries = [(f"{i + 1}-0", e, b"") for i, e in enumerate(rewritten)]
+    again = Projection()
+    k = min(cut, len(entries))
+    again.feed(entries[:k])
+    again.feed(entries[k:])
+    assert again.notes == live.notes
+    assert [d.reason for d in again.dead] == [d.reason for d in live.dead]
+    assert all(not n.text and n.embedding is None for nid, n in again.notes.items()
+               if nid in gone)

@@ -102,7 +102,9 @@ def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
         return NoteExists(f"{where}: note {ev.note_id!r} already exists in namespace "
                           f"{ev.ns!r} (ids are never reused, even after forgetting)", index)
     if why.code == "not_allowed":
-        return NotAllowed(f"{where}: {why.reason.partition(': ')[2]}", index)
+        verb = {"note.forgotten": "forget", "note.revised": "revise"}.get(event_type(ev))
+        return NotAllowed(f"{where}: only the note's author or an admin may {verb} it"
+                          if verb else f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "superseded_note":
         return AlreadySuperseded(f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "duplicate_supersedes":

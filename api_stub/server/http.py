@@ -210,7 +210,7 @@ class Duplicate(msgspec.Struct):
     """Word overlap of the two texts, 0..1 (``projections.ranking.similarity``)."""
 
 
-class Remembered(msgspec.Struct):
+class Remembered(msgspec.Struct, omit_defaults=True):
     note_id: str
     event_id: str
     duplicates: list[Duplicate] | None = None

@@ -40,7 +40,8 @@ SUPERSEDING = st.builds(  # a new note (a fresh id, mostly) that supersedes exis
     st.integers(0, 40), st.sampled_from(["al", "al", "bo"]), DAY,
     st.lists(st.sampled_from([*IDS, "s1", "s2"]), min_size=1, max_size=2))
 USED = st.builds(lambda n, k, a, d: used(n, f"u{k}", agent=a, at=_at(d)),
-                 st.sampled_from([*IDS, "s1", "s2"]), st.integers(0, 20), st.sampled_from(AGENTS), DAY)
+                 st.sampled_from([*IDS, "s1", "s2"]), st.integers(0, 20),
+                 st.sampled_from(AGENTS), DAY)
 FORGOTTEN = st.builds(
     lambda n, k, a, d, adm: {**forgotten(n, f"f{k}", agent=a, at=_at(d)),
                              **({"as_admin": True} if adm else {})},
@@ -65,7 +66,8 @@ EVENT = st.one_of(CREATED, CREATED, SUPERSEDING, USED, USED, USED, FORGOTTEN, RE
 
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.tuples(PRELUDE, st.lists(EVENT, min_size=5, max_size=40)).map(lambda x: x[0] + x[1]), st.lists(st.integers(1, 6), min_size=1, max_size=6),
+@given(st.tuples(PRELUDE, st.lists(EVENT, min_size=5, max_size=40)).map(lambda x: x[0] + x[1]),
+       st.lists(st.integers(1, 6), min_size=1, max_size=6),
        st.lists(DAY, min_size=1, max_size=3))
 def test_the_projector_replay_and_a_reference_fold_agree_as_of_any_time(
         store: Any, events: list[dict[str, Any]], cuts: list[int], times: list[int]) -> None:

@@ -239,7 +239,7 @@ def test_a_revision_keeps_id_uses_and_tier_and_changes_the_content() -> None:
      "superseded_note"),
 ])
 def test_lifecycle_events_that_cannot_apply(events: list[dict], code: str) -> None:  # type: ignore[type-arg]
-    p, dead = _states(*events)
+    _, dead = _states(*events)
     assert dead == [code]
 
 

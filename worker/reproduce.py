@@ -43,7 +43,7 @@ from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import audit_trail as audit_store
 from hivemind_memory.projections.store.log import iter_all, read_after
 from hivemind_memory.projections.store.readmodel import decode_entry, read_notes
-from hivemind_memory.projections.store.rebuild import fold_entries
+from hivemind_memory.projections.store.rebuild import fold_entries, fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.engine import run_rank, to_result
 
@@ -540,6 +540,8 @@ def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
             if nid == note_id:
                 hits.append((x, i, score))
     note = read_notes(r, ns).get(note_id)
+    if note is None and events:  # not projected here (yet): fold the log for it
+        note = fold_log(r, ns).projection.notes.get(note_id)
     return NoteHistory(note=note, events=events, served=hits, versions=note_versions(own))
 
 

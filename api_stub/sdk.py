@@ -393,7 +393,7 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
 
 
 class Memory:
-    """remember / recall / used / forget, and the raw append / query / batch."""
+    """remember / recall / used / revise / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
                  timeout: float = 30.0, settings: Any = None, admin: bool = False) -> None:

@@ -8,7 +8,7 @@
 
     mem = Memory("http://localhost:8080", ns="team-a", token="...")
     docs = HivemindRetriever(memory=mem, budget=500).invoke("when do we deploy?")
-    tools = memory_tools(mem)   # remember, recall, used, forget: bind them to a chat model
+    tools = memory_tools(mem)   # remember, recall, used, revise, forget: bind them to a model
 
 The retriever takes a token budget instead of ``k``: hivemind packs the notes that are most
 useful together into the budget (``budget=`` on ``invoke`` overrides it for one call). Each

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -43,12 +43,14 @@ from hivemind_memory.events.errors import (
 )
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import (
+    MAX_SUPERSEDES,
     NS_PATTERN,
     Event,
     NoteCreated,
     event_type,
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
+from hivemind_memory.projections.ranking.similarity import near_duplicates
 from hivemind_memory.projections.reduce import Rejected, check_write, touched_by
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import erasure, keys, readmodel, results
@@ -57,9 +59,13 @@ from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
 from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.notes_view import visible_notes
-from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes
 
 CHECKED_ATTEMPTS = 50
+DUPLICATE_CHECK_TIMEOUT_S = 10.0
+"""How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
+MAX_QUERY_CHARS = 16_384
+"""The longest query text (``QueryRequest.text``): a longer note's start finds candidates."""
 """A checked append that keeps losing the compare-and-set to other writers gives up after
 this many attempts (each one re-reads only the namespace's unprojected tail)."""
 
@@ -82,6 +88,21 @@ class Erasure:
     redaction: erasure.Redaction
 
 
+DuplicateMode = Literal["report", "supersede", "ignore"]
+"""What ``remember`` does about near-duplicates: report them, also supersede those the
+writer may supersede (its own), or not look."""
+
+
+@dataclass(frozen=True, slots=True)
+class RememberOutcome:
+    """Outcome of ``Client.remember``: the write, the near-duplicates found before it
+    (``(note_id, word overlap)``; None: not checked) and the notes it superseded."""
+
+    write: CheckedAppend
+    duplicates: list[tuple[str, float]] | None
+    superseded: list[str]
+
+
 def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
     """The typed error for the first event of a write that would never apply (a private
     note of another agent is "not found" to the writer, so its id does not leak)."""
@@ -92,7 +113,9 @@ def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
         return NoteExists(f"{where}: note {ev.note_id!r} already exists in namespace "
                           f"{ev.ns!r} (ids are never reused, even after forgetting)", index)
     if why.code == "not_allowed":
-        return NotAllowed(f"{where}: {why.reason.partition(': ')[2]}", index)
+        verb = {"note.forgotten": "forget", "note.revised": "revise"}.get(event_type(ev))
+        return NotAllowed(f"{where}: only the note's author or an admin may {verb} it"
+                          if verb else f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "superseded_note":
         return AlreadySuperseded(f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "duplicate_supersedes":
@@ -181,7 +204,7 @@ class Client:
         worker), then redact their content everywhere (``projections.store.erasure``).
         Returns once all of it is redacted. A note already erased is not erased again, but
         its redaction runs again (it completes one a crash cut short)."""
-        ids = list(dict.fromkeys(note_ids))
+        ids = list(dict.fromkeys(str(n) for n in note_ids))  # a str subclass (Remembered)
         if not ids:
             raise EventError("erase: give at least one note id")
         view = readmodel.write_view(self.store, ns, ids, [])
@@ -212,6 +235,28 @@ class Client:
             raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
                              "read model after the projector folded their note.erased")
         return Erasure(event_ids, red)
+
+    def remember(self, ev: NoteCreated, duplicates: DuplicateMode = "report") -> RememberOutcome:
+        """A checked append of one new note, after looking for near-duplicates of it
+        (``near_duplicates``; not for ``ignore`` nor for a retry of an event already in
+        the log). ``supersede``: the new note also supersedes the near-duplicates its author
+        wrote (not already superseded), besides any ``ev.supersedes`` names."""
+        found: list[tuple[str, float]] | None = None
+        superseded = list(ev.supersedes)
+        if duplicates != "ignore" and \
+                ev.event_id not in readmodel.write_view(self.store, ev.ns, [], [ev.event_id]
+                                                        ).logged:
+            found = self.near_duplicates(ev.ns, ev.agent, ev.text, embedding=ev.embedding)
+            if found is not None:
+                found = [d for d in found if d[0] != ev.note_id]
+            if found and duplicates == "supersede":
+                mine = visible_notes(self.store, ev.ns, ev.agent, note_ids=[d[0] for d in found])
+                superseded += [nid for nid, _ in found if nid in mine and nid not in superseded
+                               and mine[nid].agent == ev.agent
+                               and mine[nid].superseded_by is None]
+                if len(superseded) > len(ev.supersedes):
+                    ev = msgspec.structs.replace(ev, supersedes=superseded[:MAX_SUPERSEDES])
+        return RememberOutcome(self.append_checked([ev]), found, list(ev.supersedes))
 
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []
@@ -249,15 +294,47 @@ class Client:
         """The notes ``agent`` may see (live; shared or its own) of ``req``: by id in the
         order asked, or by prefix in id order after ``req.after``, at most ``req.limit``; as
         they stand after every event appended before the call (``notes_view``)."""
-        if self._cfg is None:
-            self._cfg = load_config(self.settings.config_path)
-        cfg = self._cfg
+        cfg = self.config()
         if req.prefix is None:
             got = visible_notes(self.store, ns, agent, note_ids=req.note_ids)
             return [note_row(got[i], cfg) for i in dict.fromkeys(req.note_ids) if i in got]
         got = visible_notes(self.store, ns, agent, prefix=req.prefix)
         ids = sorted(i for i in got if i > req.after)[:req.limit]
         return [note_row(got[i], cfg) for i in ids]
+
+    def config(self) -> RankingConfig:
+        """The ranking config this client's settings name (read once)."""
+        if self._cfg is None:
+            self._cfg = load_config(self.settings.config_path)
+        return self._cfg
+
+    def workers_alive(self) -> bool:
+        """Whether any worker process keeps a heartbeat (one SMEMBERS and one MGET)."""
+        names = [as_bytes(n).decode() for n in self.rq.smembers(keys.WORKERS)]
+        return bool(names) and any(b is not None for b in
+                                   self.rq.mget([keys.worker_beat(n) for n in names]))
+
+    def near_duplicates(self, ns: str, agent: str, text: str, *,
+                        embedding: Sequence[float] | None = None,
+                        timeout: float = DUPLICATE_CHECK_TIMEOUT_S
+                        ) -> list[tuple[str, float]] | None:
+        """The notes ``agent`` may see that say nearly what ``text`` says: ``(note_id,
+        word overlap)`` at or above the config's ``duplicate_threshold``, most similar first
+        (``projections.ranking.similarity``). The candidates are those of a query of the text
+        (one job, read-your-writes; it is audited like any query). None: not checked (no
+        worker is alive, or none answered within ``timeout`` s)."""
+        if not self.workers_alive():
+            return None
+        cfg = self.config()
+        try:
+            res = self.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True,
+                             embedding=embedding, timeout=timeout)
+        except QueryTimeout:
+            return None
+        if "error" in res:
+            return None
+        return near_duplicates(text, ((c["note_id"], c["text"]) for c in res["candidates"]),
+                               cfg)
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

@@ -37,6 +37,7 @@ import msgspec
 
 from hivemind_memory.events.errors import (
     AccessDenied,
+    AlreadySuperseded,
     EventError,
     HivemindError,
     NotAllowed,
@@ -95,7 +96,9 @@ class Note:
     last_used_at: datetime | None
     tier: str
     revised_at: datetime | None = None
-    """When its current text was written, if it was revised (servers that revise notes)."""
+    """When its current text was written, if it was revised."""
+    version: int = 1
+    """1 for the created text, +1 per revision."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Note:
@@ -105,7 +108,56 @@ class Note:
                    scope=row["scope"], kind=row["kind"], tokens=row["tokens"],
                    created_at=_parse_time(row["created_at"]), uses=row["uses"],
                    last_used_at=None if last is None else _parse_time(last), tier=row["tier"],
-                   revised_at=_parse_time(row["revised_at"]) if row.get("revised_at") else None)
+                   revised_at=_parse_time(row["revised_at"]) if row.get("revised_at") else None,
+                   version=int(row.get("version", 1)))
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """A note that says nearly what a remembered note says: its id and the word overlap
+    of the two texts (0..1; ``duplicate_threshold`` of the config is the bar)."""
+
+    note_id: str
+    overlap: float
+
+
+class Remembered(str):
+    """What ``remember`` returns: the new note's id (a ``str``), with ``duplicates`` (the
+    near-duplicates found before writing it, most similar first; None: not checked, e.g.
+    no worker was running), ``superseded`` (the notes it superseded) and ``event_id``."""
+
+    duplicates: list[Duplicate] | None
+    superseded: list[str]
+    event_id: str
+
+    def __new__(cls, note_id: str, event_id: str = "",
+                duplicates: list[Duplicate] | None = None,
+                superseded: Sequence[str] = ()) -> Remembered:
+        self = super().__new__(cls, note_id)
+        self.event_id = event_id
+        self.duplicates = duplicates
+        self.superseded = list(superseded)
+        return self
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Remembered:
+        """From the answer of ``POST .../remember``."""
+        dups = body.get("duplicates")
+        return cls(body["note_id"], body.get("event_id", ""),
+                   None if dups is None else [Duplicate(d["note_id"], d["overlap"])
+                                              for d in dups],
+                   body.get("superseded", []))
+
+
+def _plain(obj: Any) -> Any:
+    """msgspec's hook for what it cannot encode: a ``str`` subclass (``Remembered``) as its
+    text; anything else is still an error."""
+    if isinstance(obj, str):
+        return str.__str__(obj)
+    raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+
+_encode = msgspec.json.Encoder(enc_hook=_plain).encode
 
 
 def _parse_time(s: str) -> datetime:
@@ -185,6 +237,10 @@ class _Transport:
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def remember(self, ev: dict[str, Any], duplicates: str) -> Remembered:
+        """Write one ``note.created`` after looking for near-duplicates (``Client.remember``)."""
+        raise NotImplementedError
+
     def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         """Rows of the notes ``agent`` may see (the body of ``POST .../read``)."""
         raise NotImplementedError
@@ -221,13 +277,29 @@ class _StoreTransport(_Transport):
     def append(self, events: list[dict[str, Any]]) -> int:
         from hivemind_memory.events.codec import parse_json_event
 
-        evs = [parse_json_event(msgspec.json.encode(e), lineno=i)
+        evs = [parse_json_event(_encode(e), lineno=i)
                for i, e in enumerate(events, start=1)]
         for ns in dict.fromkeys(e.ns for e in evs):  # each namespace's events all or nothing
             self.client.append_checked([e for e in evs if e.ns == ns])
         if self.on_write is not None:
             self.on_write()
         return len(evs)
+
+    def remember(self, ev: dict[str, Any], duplicates: str) -> Remembered:
+        from hivemind_memory.events.codec import parse_json_event
+        from hivemind_memory.events.schema import NoteCreated
+
+        parsed = parse_json_event(_encode(ev), lineno=1)
+        assert isinstance(parsed, NoteCreated)
+        if duplicates not in ("report", "supersede", "ignore"):
+            raise EventError(f"duplicates must be 'report', 'supersede' or 'ignore', "
+                             f"got {duplicates!r}")
+        got = self.client.remember(parsed, duplicates)
+        if self.on_write is not None:
+            self.on_write()
+        return Remembered(parsed.note_id, parsed.event_id,
+                          None if got.duplicates is None else
+                          [Duplicate(n, o) for n, o in got.duplicates], got.superseded)
 
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = self.client.submit_batch(reqs)
@@ -263,7 +335,7 @@ class _HttpTransport(_Transport):
 
     def call(self, method: str, path: str, body: Any = None,
              kind: Literal["event", "query"] = "query") -> Any:
-        data = None if body is None else msgspec.json.encode(body)
+        data = None if body is None else _encode(body)
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
         if self.token:
@@ -285,6 +357,11 @@ class _HttpTransport(_Transport):
     def append(self, events: list[dict[str, Any]]) -> int:
         return int(self.call("POST", "/events", events, kind="event")["appended"])
 
+    def remember(self, ev: dict[str, Any], duplicates: str) -> Remembered:
+        body = {k: v for k, v in ev.items() if k not in ("type", "ns")}
+        body["duplicates"] = duplicates
+        return Remembered.from_body(self.call("POST", "/remember", body, kind="event"))
+
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in reqs:
             r.pop("ns", None)
@@ -299,7 +376,7 @@ class _HttpTransport(_Transport):
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
     refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
-               "not_allowed": NotAllowed}.get(code)
+               "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded}.get(code)
     if refused is not None and kind == "event":
         return refused(message)
     if status in (401, 403):
@@ -316,7 +393,7 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
 
 
 class Memory:
-    """remember / recall / used / forget, and the raw append / query / batch."""
+    """remember / recall / used / revise / forget, and the raw append / query / batch."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
                  timeout: float = 30.0, settings: Any = None, admin: bool = False) -> None:
@@ -410,8 +487,18 @@ class Memory:
     # -- for agents --------------------------------------------------------------------------
     def remember(self, text: str, *, kind: Literal["note", "scratch"] = "note",
                  scope: Literal["shared", "private"] = "shared", note_id: str | None = None,
-                 tokens: int | None = None, embedding: Sequence[float] | None = None) -> str:
-        """Store a note; returns its id (a new time-ordered one unless ``note_id`` is given)."""
+                 tokens: int | None = None, embedding: Sequence[float] | None = None,
+                 supersedes: Sequence[str] = (),
+                 duplicates: Literal["report", "supersede", "ignore"] = "report"
+                 ) -> Remembered:
+        """Store a note; returns its id (a new time-ordered one unless ``note_id`` is given)
+        as a ``Remembered`` (a ``str``) that also lists the near-duplicates found before
+        writing (``duplicates``: notes this agent may see whose word overlap with ``text``
+        reaches the config's ``duplicate_threshold``; looking takes one query, so a worker
+        must be running, else it is None). ``duplicates="supersede"``: the new note also
+        supersedes those of them this agent wrote; ``"ignore"``: do not look.
+        ``supersedes``: notes this one replaces (they leave future answers, their uses carry
+        over to it); only their author may supersede them (``NotAllowed``)."""
         nid = note_id or new_id("n")
         ev: dict[str, Any] = {"type": "note.created", "note_id": nid, "text": text,
                               "kind": kind, "scope": scope}
@@ -419,8 +506,27 @@ class Memory:
             ev["tokens"] = tokens
         if embedding is not None:
             ev["embedding"] = list(embedding)
+        if supersedes:
+            ev["supersedes"] = list(supersedes)
+        return self._t.remember(self._fill(ev), duplicates)
+
+    def revise(self, note_id: str, text: str, *, tokens: int | None = None,
+               embedding: Sequence[float] | None = None,
+               kind: Literal["note", "scratch"] | None = None) -> None:
+        """A new text for a note (it keeps its id, uses and tier; an answer as of before now
+        still shows the old text). Only its author may revise it (``NotAllowed``), or an admin;
+        ``UnknownNote`` if this agent cannot see it. ``tokens`` absent: estimated from the new
+        text; ``embedding`` absent: the note has none after it; ``kind`` absent: unchanged."""
+        ev: dict[str, Any] = {"type": "note.revised", "note_id": note_id, "text": text}
+        if tokens is not None:
+            ev["tokens"] = tokens
+        if embedding is not None:
+            ev["embedding"] = list(embedding)
+        if kind is not None:
+            ev["kind"] = kind
+        if self.admin and not isinstance(self._t, _HttpTransport):
+            ev["as_admin"] = True
         self.append([ev])
-        return nid
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
                embedding: Sequence[float] | None = None, id_prefix: str = "") -> Recall:
@@ -475,6 +581,7 @@ class Memory:
         the token needs the ``admin`` right (else ``AccessDenied``); over a store URL this
         Memory must be the operator's (``admin=True``, else ``NotAllowed``).
         ``UnknownNote`` if the namespace has no such note."""
+        note_id = str(note_id)  # what remember returned (a Remembered) works as is
         if isinstance(self._t, _HttpTransport):
             out: dict[str, Any] = self._t.call("DELETE", f"/notes/{note_id}", kind="event")
             return out
@@ -498,8 +605,11 @@ class AsyncMemory:
                  timeout: float = 30.0) -> None:
         self.sync = Memory(url, ns=ns, agent=agent, token=token, timeout=timeout)
 
-    async def remember(self, text: str, **kw: Any) -> str:
+    async def remember(self, text: str, **kw: Any) -> Remembered:
         return await asyncio.to_thread(self.sync.remember, text, **kw)
+
+    async def revise(self, note_id: str, text: str, **kw: Any) -> None:
+        await asyncio.to_thread(self.sync.revise, note_id, text, **kw)
 
     async def recall(self, query: str, budget: int = 1000, **kw: Any) -> Recall:
         return await asyncio.to_thread(self.sync.recall, query, budget, **kw)

@@ -13,14 +13,16 @@ from pydantic_core import ErrorDetails
 
 from hivemind_memory.api_stub.protocol.messages import MAX_BUDGET
 from hivemind_memory.events.errors import HivemindError, QueryError, WriteRefused
-from hivemind_memory.events.schema import ID_PATTERN, MAX_TEXT_BYTES
+from hivemind_memory.events.schema import ID_PATTERN, MAX_SUPERSEDES, MAX_TEXT_BYTES
 
 INSTRUCTIONS = (
     "Shared long-term memory. Call `recall` with what you are about to work on and paste the "
     "returned context into your reasoning: each note in it starts with a header "
     "`[note id | date written]`. Call `used` with the ids of the notes that actually helped "
     "(notes used 5 times become permanent); `remember` anything a teammate (or you, later) "
-    "should know; `forget` what is wrong or obsolete.")
+    "should know (it tells you of notes that already say nearly the same: `revise` one of "
+    "those instead of adding a twin); `revise` a note whose fact changed; `forget` what is "
+    "wrong.")
 
 MAX_USED = 1000
 """Most note ids one ``used`` call takes."""
@@ -30,9 +32,10 @@ ID_RULE = ("1 to 128 characters of A-Z a-z 0-9 _ . : @ -, starting with a letter
 
 DESCRIPTIONS = {
     "remember": (
-        "Store a note for later recall by you and your teammates; returns its note id. Use "
-        "kind=scratch for working notes that should fade within days, scope=private for notes "
-        "only you may recall."),
+        "Store a note for later recall by you and your teammates; returns its note id, and the "
+        "ids of existing notes that say nearly the same (revise one of those rather than keep "
+        "twins). Use kind=scratch for working notes that should fade within days, "
+        "scope=private for notes only you may recall, supersedes to replace notes you wrote."),
     "recall": (
         "The most useful notes for a query that fit in a token budget, as one text to paste "
         "into your prompt (each note under a [note id | date] header), with each note's id, "
@@ -119,6 +122,16 @@ OptionalNoteId = Annotated[NoteId | None, Field(description=(
     "Default: a new unique id."))]
 
 
+ReviseText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_BYTES, description=(
+    "The note's new text, in plain words: 1 byte to 64 KiB of UTF-8."))]
+Supersedes = Annotated[list[NoteId], Field(max_length=MAX_SUPERSEDES, description=(
+    f"Ids of notes you wrote that this note replaces (0 to {MAX_SUPERSEDES}): they leave "
+    "every future recall and their uses carry over to the new note. Default: none."))]
+Duplicates = Annotated[Literal["report", "supersede", "ignore"], Field(description=(
+    "What to do about existing notes that say nearly the same: report (default) lists their "
+    "ids, supersede also replaces those of them you wrote, ignore does not look."))]
+
+
 class RememberArgs(BaseModel):
     """The arguments of ``remember``."""
 
@@ -126,6 +139,23 @@ class RememberArgs(BaseModel):
     kind: Kind = "note"
     scope: Scope = "shared"
     note_id: OptionalNoteId = None
+    supersedes: Supersedes = []
+    duplicates: Duplicates = "report"
+
+
+def remembered_message(note_id: str, duplicates: list[tuple[str, float]] | None,
+                       superseded: list[str]) -> str:
+    """What ``remember`` tells an agent: the new id, then what it superseded and the notes
+    that say nearly the same (with their word overlap)."""
+    out = note_id
+    if superseded:
+        out += f"; it supersedes {', '.join(superseded)}"
+    rest = [(n, o) for n, o in duplicates or [] if n not in superseded]
+    if rest:
+        out += ("; existing notes say nearly the same: "
+                + ", ".join(f"{n} (overlap {o:.2f})" for n, o in rest)
+                + ". If one states the same fact, revise it and forget the new one")
+    return out
 
 
 class RecallArgs(BaseModel):
@@ -156,5 +186,4 @@ class ReviseArgs(BaseModel):
     """The arguments of ``revise``."""
 
     note_id: Annotated[NoteId, Field(description=f"The id of the note to revise ({ID_RULE}).")]
-    text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_BYTES, description=(
-        "The note's new text, in plain words: 1 byte to 64 KiB of UTF-8."))]
+    text: ReviseText

@@ -213,7 +213,8 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
         if current is None:
             current = notes.get(nid)
         if type(ev) is NoteUsed and current is not None and not current.forgotten and \
-                not current.erased and (current.scope != "private" or current.agent == ev.agent):
+                not current.erased and \
+                (current.scope != "private" or current.agent == ev.agent):
             last = current.last_used_at
             at = ev.at
             touched[nid] = replace(current, uses=current.uses + 1,

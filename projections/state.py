@@ -76,6 +76,12 @@ class NoteRow(msgspec.Struct, frozen=True):
     forgotten: bool
     text: str = ""
     """The note's text (an auditor reads what was shown without another lookup)."""
+    version: int = 1
+    """1 for the created text, +1 per revision."""
+    revised_at: datetime | None = None
+    """When the current text was written by a revision (None: never revised)."""
+    superseded_by: str | None = None
+    """The note that superseded this one (it is then in no answer)."""
 
 
 def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
@@ -84,7 +90,8 @@ def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
         note_id=n.note_id, agent=n.agent, scope=n.scope, kind=n.kind, tokens=n.tokens,
         created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at,
         tier=tier_of(n.uses, n.kind, cfg),
-        forgotten=n.forgotten, text=n.text,
+        forgotten=n.forgotten, text=n.text, version=n.version, revised_at=n.revised_at,
+        superseded_by=n.superseded_by,
     )
 
 

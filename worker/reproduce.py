@@ -30,7 +30,7 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.events.positions import ZERO, Position, parse_pos
-from hivemind_memory.events.schema import Event
+from hivemind_memory.events.schema import CONTENT_EVENTS, Event
 from hivemind_memory.projections.ranking.config import (
     RankingConfig,
     config_from_json,
@@ -38,12 +38,12 @@ from hivemind_memory.projections.ranking.config import (
 )
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
-from hivemind_memory.projections.reduce import Projection, Undecodable
+from hivemind_memory.projections.reduce import Projection, Rejected, Undecodable, apply_event
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import audit_trail as audit_store
 from hivemind_memory.projections.store.log import iter_all, read_after
 from hivemind_memory.projections.store.readmodel import decode_entry, read_notes
-from hivemind_memory.projections.store.rebuild import fold_entries
+from hivemind_memory.projections.store.rebuild import fold_entries, fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.engine import run_rank, to_result
 
@@ -493,6 +493,39 @@ class NoteHistory:
     events: list[tuple[str, dict[str, Any]]]
     served: list[tuple[ServedEntry, int, float]]
     """Each served query that returned the note, with its rank in context order and score."""
+    versions: list[Version] = field(default_factory=list)
+    """Its texts, oldest first: the created one and each applied revision."""
+
+
+class Version(msgspec.Struct, frozen=True):
+    """One text a note had: from ``at`` (its event's time) until the next version."""
+
+    version: int
+    at: datetime
+    agent: str
+    event_id: str
+    position: str
+    text: str
+    """Empty when an erasure redacted it (``erased`` then says so)."""
+    tokens: int
+    erased: bool = False
+
+
+def note_versions(events: Sequence[tuple[str, Event]]) -> list[Version]:
+    """The versions of one note from its own events in log order: each content event
+    (``note.created``, ``note.revised``) that the fold applies (``apply_event``)."""
+    out: list[Version] = []
+    state: NoteState | None = None
+    for pos, ev in events:
+        got = apply_event(state, ev)
+        if isinstance(got, Rejected):
+            continue
+        state = got
+        if isinstance(ev, CONTENT_EVENTS):
+            out.append(Version(version=got.version, at=ev.at, agent=ev.agent,
+                               event_id=ev.event_id, position=pos, text=ev.text,
+                               tokens=got.tokens, erased=ev.redacted is not None))
+    return out
 
 
 class ServedHit(msgspec.Struct, frozen=True):
@@ -513,10 +546,13 @@ class NoteShow(msgspec.Struct, frozen=True):
     events: list[dict[str, Any]]
     """Its events in log order, each with its log ``position``."""
     served: list[ServedHit]
+    versions: list[Version] = []
+    """Its texts, oldest first (the created one, then each applied revision)."""
 
 
 def show_of(h: NoteHistory) -> NoteShow:
     return NoteShow(note=h.note, events=[{"position": p, **e} for p, e in h.events],
+                    versions=h.versions,
                     served=[ServedHit(query_id=x.event.query_id, agent=x.event.agent,
                                       served_at=x.served_at, rank=i, score=sc)
                             for x, i, sc in h.served])
@@ -525,20 +561,27 @@ def show_of(h: NoteHistory) -> NoteShow:
 def note_history(r: Store, ns: str, note_id: str) -> NoteHistory:
     """Everything the namespace knows about one note (reads the whole log and audit)."""
     events: list[tuple[str, dict[str, Any]]] = []
+    own: list[tuple[str, Event]] = []
     for entry in iter_all(r, ns):
         ev, _ = decode_entry(entry.fields, ns)
-        if getattr(ev, "note_id", None) == note_id:
+        if isinstance(ev, Undecodable):
+            continue
+        if ev.note_id == note_id or note_id in getattr(ev, "supersedes", ()):
             events.append((entry.id.decode(), msgspec.to_builtins(ev)))
+        if ev.note_id == note_id:
+            own.append((entry.id.decode(), ev))
     hits: list[tuple[ServedEntry, int, float]] = []
     for x in all_served(r, ns):
         for i, (nid, score) in enumerate(x.event.chosen, start=1):
             if nid == note_id:
                 hits.append((x, i, score))
     note = read_notes(r, ns).get(note_id)
-    return NoteHistory(note=note, events=events, served=hits)
+    if note is None and events:  # not projected here (yet): fold the log for it
+        note = fold_log(r, ns).projection.notes.get(note_id)
+    return NoteHistory(note=note, events=events, served=hits, versions=note_versions(own))
 
 
 __all__ = ["Auditor", "ConfigHistory", "NoteHistory", "NoteShow", "ReproduceSummary",
-           "Reproduction", "ReproductionView", "ServedEntry", "ServedHit", "States",
-           "all_served", "compare", "list_served", "note_history", "reproduce_queries",
-           "show_of", "view_of"]
+           "Reproduction", "ReproductionView", "ServedEntry", "ServedHit", "States", "Version",
+           "all_served", "compare", "list_served", "note_history", "note_versions",
+           "reproduce_queries", "show_of", "view_of"]

@@ -8,7 +8,7 @@
 
     mem = Memory("http://localhost:8080", ns="team-a", token="...")
     docs = HivemindRetriever(memory=mem, budget=500).invoke("when do we deploy?")
-    tools = memory_tools(mem)   # remember, recall, used, forget: bind them to a chat model
+    tools = memory_tools(mem)   # remember, recall, used, revise, forget: bind them to a model
 
 The retriever takes a token budget instead of ``k``: hivemind packs the notes that are most
 useful together into the budget (``budget=`` on ``invoke`` overrides it for one call). Each
@@ -45,6 +45,7 @@ from hivemind_memory.api_stub.tool_spec import (
     ReviseArgs,
     UsedArgs,
     arguments_message,
+    remembered_message,
     tool_message,
 )
 
@@ -97,15 +98,20 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def memory_tools(memory: Memory) -> list[BaseTool]:
-    """``remember``, ``recall``, ``used`` and ``forget`` over ``memory``, as LangChain tools,
-    and ``revise`` where the SDK has ``Memory.revise`` (a server that folds ``note.revised``).
-    ``recall`` answers the context (each note under ``[note id | date]``) and keeps the
-    Documents as the tool message's artifact."""
+    """``remember``, ``recall``, ``used``, ``revise`` and ``forget`` over ``memory``, as
+    LangChain tools. ``remember`` answers the new id and the notes that already say nearly
+    the same; ``recall`` answers the context (each note under ``[note id | date]``) and keeps
+    the Documents as the tool message's artifact."""
 
     def remember(text: str, kind: str = "note", scope: str = "shared",
-                 note_id: str | None = None) -> str:
-        return memory.remember(text, kind=kind, scope=scope,  # type: ignore[arg-type]
-                               note_id=note_id)
+                 note_id: str | None = None, supersedes: list[str] | None = None,
+                 duplicates: str = "report") -> str:
+        got = memory.remember(text, kind=kind, scope=scope,  # type: ignore[arg-type]
+                              note_id=note_id, supersedes=supersedes or (),
+                              duplicates=duplicates)  # type: ignore[arg-type]
+        dups = None if got.duplicates is None else [(d.note_id, d.overlap)
+                                                     for d in got.duplicates]
+        return remembered_message(str(got), dups, got.superseded)
 
     def recall(query: str, budget: int = 1000) -> tuple[str, list[Document]]:
         got = memory.recall(query, budget)
@@ -119,7 +125,7 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
         return f"forgot {note_id}"
 
     def revise(note_id: str, text: str) -> str:
-        getattr(memory, "revise")(note_id, text)  # noqa: B009 - present only on newer SDKs
+        memory.revise(note_id, text)
         return f"revised {note_id}"
 
     def invalid(tool: str) -> Callable[[ValidationError], str]:
@@ -129,10 +135,9 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
         ("remember", remember, RememberArgs, "content"),
         ("recall", recall, RecallArgs, "content_and_artifact"),
         ("used", used, UsedArgs, "content"),
+        ("revise", revise, ReviseArgs, "content"),
         ("forget", forget, ForgetArgs, "content"),
     ]
-    if callable(getattr(memory, "revise", None)):  # a server that revises notes
-        specs.append(("revise", revise, ReviseArgs, "content"))
     return [StructuredTool.from_function(
         func=_guarded(name, fn), name=name, description=DESCRIPTIONS[name], args_schema=schema,
         response_format=fmt,  # type: ignore[arg-type]

@@ -16,8 +16,9 @@ How items map to notes (lossless and reversible): every item of a store is one l
 ``<root>.<label>.<label>.:<key>:<version>``, where each label and the key keep the characters
 ``A-Z a-z 0-9 _ -`` and write every other byte of their UTF-8 as ``@`` and two hex digits
 (``.`` ``:`` and ``@`` included, so the separators never occur inside a part), each label ends
-with ``.``, and ``version`` is a time-ordered stamp of the item's creation (``-2``, ``-3`` ...
-after each update while the server cannot revise notes). ``decode_note_id`` inverts it. A note
+with ``.``, and ``version`` is a time-ordered stamp of the item's creation (stores written by
+releases that could not revise notes also hold ``-2``, ``-3`` ... versions, read as before).
+``decode_note_id`` inverts it. A note
 id holds at most 128 characters: an item whose encoded namespace and key do not fit is refused
 (``ValueError``). The note's text is the item's value as JSON, which is what hivemind ranks.
 
@@ -26,8 +27,7 @@ id holds at most 128 characters: an item whose encoded namespace and key do not 
   wait); within one ``batch`` reads see the state before the batch's puts, as LangGraph's
   in-memory store does.
 - ``put`` on an existing key is a revision of its note (``Memory.revise``: same id, uses and
-  tier kept). Until the server can revise notes, ``revise_note`` forgets the old version and
-  creates the next (``<version>-2`` ...) in one all-or-nothing append.
+  tier kept; ``as_of`` before the put answers the old value).
 - ``search(query=...)`` is hivemind's ranking: the notes that best fill ``search_budget``
   tokens, restricted to the namespace prefix on the server (``id_prefix``), best score first.
   Value ``filter``s are applied to what comes back (the server has no value index); without a
@@ -157,22 +157,11 @@ def new_stamp() -> str:
 
 # -- the revision strategy (one switch) -------------------------------------------------------
 def revise_note(memory: Memory, current: Note, text: str, scope: str) -> None:
-    """Put on an existing key: the new value as a revision of the key's note. With
-    ``Memory.revise`` (a server that folds ``note.revised``) the note keeps its id, uses and
-    tier; until then the old version is forgotten and the next one (``<stamp>-<n+1>``) created
-    in one all-or-nothing append (a concurrent writer makes it ``NoteExists`` or
-    ``UnknownNote``: the caller reads again)."""
-    revise = getattr(memory, "revise", None)
-    if revise is not None:
-        revise(current.note_id, text)
-        return
-    stamp, _, n = current.note_id.rpartition(":")[2].partition("-")
-    nid = current.note_id.rpartition(":")[0] + ":" + stamp + f"-{(int(n) if n else 1) + 1}"
-    if len(nid) > MAX_ID:
-        raise ValueError(f"note id {nid!r} would exceed {MAX_ID} characters")
-    memory.append([{"type": "note.forgotten", "note_id": current.note_id},
-                   {"type": "note.created", "note_id": nid, "text": text, "kind": "note",
-                    "scope": scope}])
+    """Put on an existing key: the new value as a revision of the key's note
+    (``Memory.revise``): the note keeps its id, uses and tier, and an answer as of before the
+    put still shows the old value (``scope`` stays the note's; a note's scope never changes).
+    A key whose note was forgotten meanwhile is ``UnknownNote``: the caller reads again."""
+    memory.revise(current.note_id, text)
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -328,7 +317,7 @@ class HivemindStore(BaseStore):
                 text = json.dumps(op.value, ensure_ascii=False)
                 if not live:
                     self.memory.remember(text, scope=self.scope, note_id=note_id_of(
-                        self.root, op.namespace, op.key, new_stamp()))
+                        self.root, op.namespace, op.key, new_stamp()), duplicates="ignore")
                     return
                 for stale in live[:-1]:  # a race of two creators left two versions
                     self.memory.forget(stale.note_id)

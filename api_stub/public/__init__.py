@@ -15,9 +15,18 @@ needs is injected here.
 from __future__ import annotations
 
 from hivemind_memory.api_stub import sdk
-from hivemind_memory.api_stub.sdk import AsyncMemory, Memory, Note, Recall, RecalledNote
+from hivemind_memory.api_stub.sdk import (
+    AsyncMemory,
+    Duplicate,
+    Memory,
+    Note,
+    Recall,
+    RecalledNote,
+    Remembered,
+)
 from hivemind_memory.events.errors import (
     AccessDenied,
+    AlreadySuperseded,
     EventError,
     HivemindError,
     NotAllowed,
@@ -33,6 +42,7 @@ from hivemind_memory.worker.inprocess import start_embedded
 
 sdk.use_embedded_worker(start_embedded)
 
-__all__ = ["AccessDenied", "AsyncMemory", "EventError", "HivemindError", "Memory", "NotAllowed",
-           "Note", "NoteExists", "QueryError", "QueryTimeout", "Recall", "RecalledNote",
-           "StoreError", "TooLarge", "UnknownNote", "WriteRefused"]
+__all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
+           "HivemindError", "Memory", "NotAllowed", "Note", "NoteExists", "QueryError",
+           "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError", "TooLarge",
+           "UnknownNote", "WriteRefused"]

@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -66,6 +66,7 @@ from hivemind_memory.events.schema import (
     NS_PATTERN,
     Embedding,
     Event,
+    NoteCreated,
     UtcDatetime,
 )
 from hivemind_memory.projections.ranking.config import load_config
@@ -90,6 +91,8 @@ _T = TypeVar("_T")
 MAX_BODY_BYTES = 1024 * 1024
 """Largest request body (bytes) by default; ``--max-body`` changes it. Over it: 413."""
 MAX_EVENTS = 1000
+ADMIN_EVENTS = ("note.forgotten", "note.revised", "note.erased")
+"""Events whose ``as_admin`` the server sets from the token's ``admin`` right."""
 """Most events in one ``POST .../events``; more: 413."""
 MAX_QUERIES = 100
 """Most queries in one ``POST .../queries``; more: 413."""
@@ -144,6 +147,26 @@ class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     event_id: str | None = None
     at: str | None = None
     agent: str | None = None
+    supersedes: list[str] | None = None
+    """Notes this one replaces (they leave future answers; their uses carry over to it)."""
+    duplicates: Literal["report", "supersede", "ignore"] = "report"
+    """Near-duplicates (notes the writer may see whose word overlap with ``text`` reaches
+    the config's ``duplicate_threshold``): ``report`` them in the answer, also
+    ``supersede`` those the writer wrote, or ``ignore`` (do not look)."""
+
+
+class ReviseBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST .../revise``: a new text (and optionally tokens, embedding, kind) for a note
+    (its author, or an ``admin`` token)."""
+
+    note_id: str
+    text: str
+    tokens: int | None = None
+    embedding: list[float] | None = None
+    kind: str | None = None
+    event_id: str | None = None
+    at: str | None = None
+    agent: str | None = None
 
 
 class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -189,7 +212,23 @@ class Recalled(msgspec.Struct):
     budget: int
 
 
-class Remembered(msgspec.Struct):
+class Duplicate(msgspec.Struct):
+    note_id: str
+    overlap: float
+    """Word overlap of the two texts, 0..1 (``projections.ranking.similarity``)."""
+
+
+class Remembered(msgspec.Struct, omit_defaults=True):
+    note_id: str
+    event_id: str
+    duplicates: list[Duplicate] | None = None
+    """Near-duplicates found before writing, most similar first; null: not checked (no worker
+    alive, or none answered in time, or ``duplicates: "ignore"``)."""
+    superseded: list[str] = []
+    """The notes the new note superseded."""
+
+
+class Revised(msgspec.Struct):
     note_id: str
     event_id: str
 
@@ -385,7 +424,7 @@ class Api:
             raise ApiError(422, "invalid_event", f"{where}: a note is erased with DELETE "
                            f"/v1/ns/{ns}/notes/{{note_id}} (admin), which also removes its "
                            "content from everything hivemind wrote")
-        if ev.get("type") == "note.forgotten" and g.may(ns, "admin"):
+        if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
         try:
             return parse_json_event(_json.encode(ev))
@@ -414,13 +453,29 @@ class Api:
             raise ApiError(422, "invalid_request", f"body: {exc}") from exc
 
     async def remember(self, request: Request) -> Response:
-        """A note -> its id (a new time-ordered one unless given) and the event id."""
+        """A note -> its id (a new time-ordered one unless given), the event id, the
+        near-duplicates found before writing it and the notes it superseded."""
         ns, g = self.authorize(request, "write")
         body = await self.shaped(request, RememberBody)
-        ev = {"type": "note.created", "note_id": body.note_id or new_id("n"),
-              **msgspec.to_builtins(body)}
-        got = await self.write(ns, g, [ev], "remember")
-        return _respond(Remembered(str(ev["note_id"]), got.event_ids[0]))
+        raw = {k: v for k, v in msgspec.to_builtins(body).items() if k != "duplicates"}
+        ev = self.event(ns, g, {"type": "note.created", "note_id": body.note_id or new_id("n"),
+                                **raw}, "remember")
+        assert isinstance(ev, NoteCreated)
+        try:
+            got = await self.run(lambda: self.client.remember(ev, body.duplicates))
+        except WriteRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from exc
+        self.opts.on_write()
+        dups = None if got.duplicates is None else [Duplicate(n, o) for n, o in got.duplicates]
+        return _respond(Remembered(ev.note_id, ev.event_id, dups, got.superseded))
+
+    async def revise(self, request: Request) -> Response:
+        """A new text for a note -> its id and the event id (``note.revised``)."""
+        ns, g = self.authorize(request, "write")
+        body = await self.shaped(request, ReviseBody)
+        ev = {"type": "note.revised", **msgspec.to_builtins(body)}
+        got = await self.write(ns, g, [ev], "revise")
+        return _respond(Revised(body.note_id, got.event_ids[0]))
 
     async def used(self, request: Request) -> Response:
         """The notes the agent used -> how many uses were recorded."""
@@ -726,6 +781,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
         Route(f"{ns}/forget", _wrap(api.forget), methods=["POST"]),
+        Route(f"{ns}/revise", _wrap(api.revise), methods=["POST"]),
         Route(f"{ns}/recall", _wrap(api.recall), methods=["POST"]),
         Route(f"{ns}/query", _wrap(api.query), methods=["POST"]),
         Route(f"{ns}/queries", _wrap(api.queries), methods=["POST"]),
@@ -775,18 +831,18 @@ def openapi_document() -> dict[str, Any]:
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
-         RecallBody, Recalled, ReadRequest],
+         RecallBody, Recalled, ReadRequest, ReviseBody, Revised],
         ref_template="#/components/schemas/{name}")
     for struct in (Appended, NoteRow, Health):  # answers that always carry every field
         c = comps[struct.__name__]
         c["required"] = list(c["properties"])
-    for name in ("NoteCreated", "NoteUsed", "NoteForgotten"):
+    for name in ("NoteCreated", "NoteUsed", "NoteForgotten", "NoteRevised", "NoteErased"):
         c = comps[name]
         c["required"] = [f for f in c.get("required", []) if f not in ("ns", "agent")]
         c["description"] = _EVENT_DOC
     events_ref, query_ref, queries_ref, result_ref, appended_ref, error_ref, health_ref, \
         notes_ref, audit_ref, remember_ref, remembered_ref, used_ref, forget_ref, forgot_ref, \
-        recall_ref, recalled_ref, read_ref = refs
+        recall_ref, recalled_ref, read_ref, revise_ref, revised_ref = refs
     err = {"description": "error", "content": {"application/json": {"schema": error_ref}}}
 
     def ok(schema: dict[str, Any], desc: str = "OK") -> dict[str, Any]:
@@ -820,8 +876,12 @@ def openapi_document() -> dict[str, Any]:
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
-                "Store a note (409 note_exists for a reused id)", {"200": ok(remembered_ref)},
-                body=remember_ref)},
+                "Store a note, reporting its near-duplicates (409 note_exists for a reused "
+                "id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it "
+                "supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
+            f"{p}/revise": {"post": op(
+                "A new text for a note: it keeps its id, uses and tier (404 unknown_note; "
+                "403 not_allowed: not its author)", {"200": ok(revised_ref)}, body=revise_ref)},
             f"{p}/used": {"post": op(
                 "Report the notes the agent used (404 unknown_note: nothing recorded)",
                 {"200": ok(appended_ref)}, body=used_ref)},

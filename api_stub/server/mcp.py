@@ -1,8 +1,9 @@
 """``hivemind mcp``: memory tools for agents over MCP (the official ``mcp`` SDK, 2.x).
 
-Tools: ``remember`` (text, kind, scope, optional note id -> note id), ``recall`` (query,
-token budget -> the packed context as text ready to paste into a prompt, plus note ids and
-scores), ``used`` (note ids the agent used), ``forget`` (note id).
+Tools: ``remember`` (text, kind, scope, optional note id, supersedes, duplicates -> note id
+and near-duplicates), ``recall`` (query, token budget -> the packed context as text ready to
+paste into a prompt, plus note ids and scores), ``used`` (note ids the agent used),
+``revise`` (note id, new text), ``forget`` (note id).
 
 Two transports, one set of tools:
 - stdio (``hivemind mcp --ns NS --agent A --redis-url URL``): one namespace and agent, fixed
@@ -29,14 +30,18 @@ from hivemind_memory.api_stub.tool_spec import (
     ID_RULE,
     INSTRUCTIONS,
     Budget,
+    Duplicates,
     Kind,
     NoteId,
     NoteIds,
     OptionalNoteId,
     Query,
+    ReviseText,
     Scope,
+    Supersedes,
     Text,
     arguments_message,
+    remembered_message,
     tool_message,
 )
 from hivemind_memory.events.errors import HivemindError
@@ -96,11 +101,26 @@ def build_server(resolve: Resolver) -> MCPServer:
 
     @server.tool(description=DESCRIPTIONS["remember"])
     def remember(text: Text, ctx: Context, kind: Kind = "note", scope: Scope = "shared",
-                 note_id: OptionalNoteId = None) -> str:
+                 note_id: OptionalNoteId = None, supersedes: Supersedes = [],  # noqa: B006
+                 duplicates: Duplicates = "report") -> str:
         try:
-            return mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id)
+            got = mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id,
+                                             supersedes=supersedes, duplicates=duplicates)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
+        dups = None if got.duplicates is None else [(d.note_id, d.overlap)
+                                                     for d in got.duplicates]
+        return remembered_message(str(got), dups, got.superseded)
+
+    @server.tool(description=DESCRIPTIONS["revise"])
+    def revise(note_id: Annotated[NoteId, Field(description=(
+            f"The id of the note to revise ({ID_RULE})."))],
+               text: ReviseText, ctx: Context) -> str:
+        try:
+            mem(ctx, "write").revise(note_id, text)
+        except HivemindError as exc:
+            raise ToolError(tool_message(exc)) from exc
+        return f"revised {note_id}"
 
     @server.tool(description=DESCRIPTIONS["recall"])
     def recall(query: Query, ctx: Context, budget: Budget = 1000) -> RecallResult:

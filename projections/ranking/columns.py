@@ -134,7 +134,8 @@ class Columns:
         self.bags: Bags | None = None
         """Each slot's words and counts, kept by ``bulk(keep_bags=True)`` for the embedder."""
         self.layout = 0
-        """Bumped whenever a slot is added or dies (caches of slot sets compare it)."""
+        """Bumped whenever a slot is added or dies, or a slot's creation time changes (caches
+        of slot sets and of their creation order compare it)."""
         self.version = 0
         """Bumped by every ``put`` (caches of per-note values compare it)."""
 
@@ -214,7 +215,11 @@ class Columns:
             if alive:
                 self._index_text(s, note.text)
         self.tokens[s] = note.tokens
-        self.created_us[s] = micros(note.created_at)
+        created = micros(note.created_at)
+        if created != self.created_us[s]:  # a new slot, or a kept one whose time changed
+            self.created_us[s] = created
+            self._created.forget(s)  # ``created`` converts it again
+            self.layout += 1  # the creation order may have changed
         self.uses[s] = note.uses
         self.last_used_us[s] = NO_TIME if note.last_used_at is None else micros(
             note.last_used_at)

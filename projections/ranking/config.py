@@ -156,6 +156,11 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED
     """Calibrated relevance's coefficients."""
+    duplicate_threshold: float = 0.5
+    """A note being remembered reports the notes the writer may see whose word overlap
+    with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
+    could revise or supersede instead; 1 reports only notes of the same words. Read at
+    write time only: no ranking depends on it."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -177,6 +182,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"'package.module:factory', got {self.embedder!r}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if not (math.isfinite(self.duplicate_threshold) and
+                0.0 < self.duplicate_threshold <= 1.0):
+            raise ValueError("duplicate_threshold must be within (0, 1], got "
+                             f"{self.duplicate_threshold}")
 
     def digest(self) -> str:
         """A short stable fingerprint of every value (recorded with each served query). Keys
@@ -187,7 +196,7 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
-LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain"}
+LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
 """Keys added with calibrated relevance that nothing else reads."""

@@ -161,7 +161,7 @@ class NamespaceIndex:
 
     def visible_order(self, agent: str) -> IntArray:
         """The slots ``agent`` may see, in creation order (ties by note id); cached until a
-        slot is added or dies."""
+        slot is added or dies or a slot's creation time changes (``Columns.layout``)."""
         cols = self.cols
         if self._order_key != (id(cols), cols.layout):
             self._order = creation_order(cols)

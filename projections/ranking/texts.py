@@ -32,9 +32,10 @@ T = TypeVar("T")
 
 
 class SlotMemo(Generic[T]):
-    """Values worked out once per slot and kept (a slot's value never changes, slots are only
-    appended): a list by slot and a numpy mask of the slots it holds, so a read of slots it
-    holds is one gather (``TextColumn.many``, ``Columns.created``)."""
+    """Values worked out once per slot and kept (slots are only appended; a slot whose value
+    changes is ``forget``-ten by its owner): a list by slot and a numpy mask of the slots it
+    holds, so a read of slots it holds is one gather (``TextColumn.many``,
+    ``Columns.created``)."""
 
     def __init__(self, blank: T) -> None:
         self._blank = blank
@@ -61,6 +62,12 @@ class SlotMemo(Generic[T]):
         if len(slots) <= 1:
             return [self.at[s] for s in slots]
         return list(itemgetter(*slots)(self.at))
+
+    def forget(self, s: int) -> None:
+        """Slot ``s``'s value changed: it is worked out again when next read."""
+        if s < len(self.known) and self.known[s]:
+            self.at[s] = self._blank
+            self.known[s] = False
 
     def clear(self) -> None:
         self.at = [self._blank] * len(self.known)

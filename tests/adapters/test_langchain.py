@@ -134,7 +134,7 @@ async def test_ainvoke_runs_off_the_loop(memory: Memory) -> None:
 
 def test_the_tools_as_a_model_calls_them(memory: Memory) -> None:
     tools = {t.name: t for t in memory_tools(memory)}
-    assert set(tools) == {"remember", "recall", "used", "forget"}
+    assert set(tools) == {"remember", "recall", "used", "forget", "revise"}
     schema = tools["recall"].tool_call_schema.model_json_schema()
     budget = schema["properties"]["budget"]
     assert (budget["minimum"], budget["maximum"]) == (1, 1_000_000)
@@ -153,6 +153,14 @@ def test_the_tools_as_a_model_calls_them(memory: Memory) -> None:
     assert isinstance(got.content, str) and f"[{nid} | " in got.content
     assert got.artifact[0].id == nid
     assert call("used", {"note_ids": [nid]}).content == "recorded 1 use(s)"
+    twin = call("remember", {"text": "Canary deploys start at 5 % of the traffic."}).content
+    assert isinstance(twin, str) and twin.endswith(
+        f"; existing notes say nearly the same: {nid} (overlap 1.00). If one states the same "
+        "fact, revise it and forget the new one")
+    assert call("revise", {"note_id": nid, "text": "Canary deploys start at 1 %."}).content == \
+        f"revised {nid}"
+    got = call("recall", {"query": "canary deploys traffic", "budget": 200})
+    assert "Canary deploys start at 1 %." in got.content
     assert call("forget", {"note_id": nid}).content == f"forgot {nid}"
 
     # errors reach the model as tool messages, in the tools' words
@@ -160,31 +168,17 @@ def test_the_tools_as_a_model_calls_them(memory: Memory) -> None:
     assert bad.content == "recall: budget must be 1 to 1000000, got 0"
     gone = call("used", {"note_ids": [nid]})
     assert gone.status == "error" and gone.content == (
-        f"no note '{nid}' in namespace 'team-a' (never created, forgotten, or not visible to "
-        "this agent); nothing was recorded")
+        f"no note '{nid}' in namespace 'team-a' (never created, forgotten, erased, or not "
+        "visible to this agent); nothing was recorded")
 
 
-def test_a_revise_tool_where_the_sdk_revises_notes(memory: Memory) -> None:
-    """``revise`` is offered exactly when ``Memory.revise`` exists (a server that folds
-    ``note.revised``); its arguments are checked like the others'."""
-    names = {t.name for t in memory_tools(memory)}
-    assert ("revise" in names) == callable(getattr(memory, "revise", None))
-
-    class Revising:
-        """A memory whose SDK has ``revise`` (records the calls)."""
-
-        def __init__(self) -> None:
-            self.calls: list[tuple[str, str]] = []
-
-        def revise(self, note_id: str, text: str) -> None:
-            self.calls.append((note_id, text))
-
-    fake = Revising()
-    tool = {t.name: t for t in memory_tools(fake)}["revise"]  # type: ignore[arg-type]
+def test_the_revise_tool_checks_its_arguments(memory: Memory) -> None:
+    """``revise`` checks its arguments like the others and refuses another's note."""
+    tool = {t.name: t for t in memory_tools(memory)}["revise"]
     assert "keeps its id" in tool.description
-    out = tool.invoke(ToolCall(name="revise", args={"note_id": "deploys", "text": "Fridays."},
-                               id="call-revise", type="tool_call"))
-    assert out.content == "revised deploys" and fake.calls == [("deploys", "Fridays.")]
     bad = tool.invoke(ToolCall(name="revise", args={"note_id": "a b", "text": "x"},
                                id="call-bad", type="tool_call"))
     assert bad.content.startswith("revise: note_id 'a b' is not a valid note id")
+    ghost = tool.invoke(ToolCall(name="revise", args={"note_id": "no-such", "text": "x"},
+                                 id="call-ghost", type="tool_call"))
+    assert ghost.status == "error" and "no note 'no-such'" in ghost.content

@@ -41,3 +41,18 @@ def ev(d: dict[str, Any]) -> Event:
 
 def jsonl(dicts: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(d) + "\n" for d in dicts)
+
+
+def revised(nid: str, eid: str, *, ns: str = "t", agent: str = "a",
+            at: datetime = T0 + timedelta(days=1), text: str | None = None,
+            **extra: Any) -> dict[str, Any]:
+    """A revision by ``agent`` (the note's author, ``created``'s default, unless said)."""
+    return {"type": "note.revised", "event_id": eid, "ns": ns, "note_id": nid, "agent": agent,
+            "at": iso(at), "text": text or f"note {nid} revised by {eid}", **extra}
+
+
+def erased(nid: str, eid: str, *, ns: str = "t", agent: str = "ops",
+           at: datetime = T0 + timedelta(days=3), as_admin: bool = True) -> dict[str, Any]:
+    """An erasure (an admin's unless ``as_admin=False``)."""
+    return {"type": "note.erased", "event_id": eid, "ns": ns, "note_id": nid, "agent": agent,
+            "at": iso(at), "as_admin": as_admin}

@@ -383,3 +383,96 @@ def calibrated(notes: Iterable[NoteState], query: str, lexical: Mapping[str, flo
              "log_tokens_sq", "context_bm25", "context_cosine", "author_named"), f, strict=True))
         out[n.note_id] = (f, 1.0 / (1.0 + math.exp(-logit)))
     return out
+
+
+# -- a fold of the lifecycle written apart from projections.reduce ---------------------------
+def lifecycle_fold(events: Iterable[Mapping[str, Any]], as_of: str | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """The contract's fold of events (JSON-like dicts, in log order) written from the rules as
+    the README states them, with plain dicts: ids apply once; a created id is never reused; a
+    use needs a live note the agent may see; forget and revise need that and the author (or
+    ``as_admin``); ``supersedes`` needs live notes of the same author, not already superseded,
+    each named once and not the note itself, and carries their uses over; erase needs
+    ``as_admin``, applies to forgotten notes too, empties the content, and ends the note.
+    ``as_of`` (RFC 3339, ``Z``, whole seconds like the events'): only events dated at or
+    before it apply, but a later-dated event's id is taken all the same (a duplicate of it
+    further down the log never applies, as in the live projection).
+    Returns note id -> the facts a ``NoteState`` holds (``state_facts`` gives the same view)."""
+    notes: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    for e in events:
+        if e["event_id"] in seen:
+            continue
+        seen.add(e["event_id"])
+        if as_of is not None and e["at"] > as_of:
+            continue
+        t, nid, agent = e["type"], e["note_id"], e["agent"]
+        n = notes.get(nid)
+        admin = bool(e.get("as_admin"))
+        if t == "note.created":
+            if n is not None:
+                continue
+            targets = list(e.get("supersedes", []))
+            olds = [notes.get(s) for s in targets]
+            if len(set(targets)) != len(targets) or nid in targets or any(
+                    o is None or o["erased"] or o["forgotten"] or o["agent"] != agent
+                    or o["superseded_by"] is not None for o in olds):
+                continue
+            lasts = [o["last_used_at"] for o in olds if o and o["last_used_at"] is not None]
+            redacted = e.get("redacted") is not None
+            notes[nid] = {
+                "agent": agent, "scope": e.get("scope", "shared"), "kind": e.get("kind", "note"),
+                "text": e["text"], "tokens": e.get("tokens") or max(1, -(-len(
+                    e["text"].encode()) // 4)),
+                "created_at": e["at"], "uses": sum(o["uses"] for o in olds if o),
+                "last_used_at": max(lasts) if lasts else None, "forgotten": False,
+                "erased": False, "redacted": redacted, "version": 1, "revised_at": None,
+                "superseded_by": None, "embedding": e.get("embedding"),
+                "supersedes": targets or None}
+            for s in targets:
+                notes[s]["superseded_by"] = nid
+            continue
+        if n is None or n["erased"]:
+            continue
+        if t == "note.erased":
+            if admin:
+                n.update(text="", embedding=None, erased=True, redacted=True)
+            continue
+        if n["forgotten"]:
+            continue
+        if n["scope"] == "private" and agent != n["agent"] and not (
+                admin and t != "note.used"):
+            continue
+        if t == "note.used":
+            n["uses"] += 1
+            if n["last_used_at"] is None or e["at"] > n["last_used_at"]:
+                n["last_used_at"] = e["at"]
+            continue
+        if agent != n["agent"] and not admin:
+            continue
+        if t == "note.forgotten":
+            n["forgotten"] = True
+        elif t == "note.revised":
+            n["text"] = e["text"]
+            n["embedding"] = e.get("embedding")
+            n["tokens"] = e.get("tokens") or (max(1, -(-len(e["text"].encode()) // 4))
+                                              if e["text"] else n["tokens"])
+            n["kind"] = e.get("kind") or n["kind"]
+            n["version"] += 1
+            n["revised_at"] = e["at"]
+            n["redacted"] = n["redacted"] or e.get("redacted") is not None
+    return notes
+
+
+def state_facts(states: Mapping[str, NoteState]) -> dict[str, dict[str, Any]]:
+    """``NoteState``s as ``lifecycle_fold`` gives them (times as the events write them)."""
+    def iso(t: Any) -> Any:
+        return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+    return {k: {"agent": n.agent, "scope": n.scope, "kind": n.kind, "text": n.text,
+                "tokens": n.tokens, "created_at": iso(n.created_at), "uses": n.uses,
+                "last_used_at": iso(n.last_used_at), "forgotten": n.forgotten,
+                "erased": n.erased, "redacted": n.redacted, "version": n.version,
+                "revised_at": iso(n.revised_at), "superseded_by": n.superseded_by,
+                "embedding": n.embedding, "supersedes": n.supersedes}
+            for k, n in states.items()}

@@ -94,7 +94,8 @@ def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
     rows = [json.loads(x) for x in out.stdout.splitlines()]
     assert list(rows[0]) == ["note_id", "agent", "scope", "kind", "tokens",
                                           "created_at", "uses", "last_used_at", "tier",
-                                          "forgotten", "text"]
+                                          "forgotten", "text", "version", "revised_at",
+                                          "superseded_by"]
     a, bb = rows
     assert (a["uses"], a["tier"], a["scope"], a["kind"], a["tokens"]) == \
         (5, "longterm", "private", "scratch", 42)

@@ -390,7 +390,8 @@ def test_a_query_within_an_id_prefix_ranks_only_those_notes_and_reproduces(live:
     b = live.base
     for nid in ("a.x:1", "a.x:2", "a.xy:1", "b:1"):
         assert call(b, "POST", "/v1/ns/team-a/remember",
-                    {"text": f"release notes {nid}", "note_id": nid}, token=ALICE)[0] == 200
+                    {"text": f"release notes {nid}", "note_id": nid, "duplicates": "ignore"},
+                    token=ALICE)[0] == 200
     st, got = call(b, "POST", "/v1/ns/team-a/query",
                    {"text": "release notes", "budget": 500, "id_prefix": "a.x:"}, token=ALICE)
     assert st == 200 and sorted(n["note_id"] for n in got["notes"]) == ["a.x:1", "a.x:2"]

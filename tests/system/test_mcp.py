@@ -48,9 +48,10 @@ async def _exercise(client: Client) -> None:
     """remember / recall / used / forget as an agent would call them."""
     tools = await client.list_tools()
     names = {t.name for t in tools.tools}
-    assert names == {"remember", "recall", "used", "forget"}
+    assert names == {"remember", "recall", "used", "forget", "revise"}
     remember = next(t for t in tools.tools if t.name == "remember")
-    assert {"text", "kind", "scope", "note_id"} <= set(remember.input_schema["properties"])
+    assert {"text", "kind", "scope", "note_id", "supersedes", "duplicates"} <= \
+        set(remember.input_schema["properties"])
     _check_tools_read_well(tools.tools)
 
     r1 = await client.call_tool("remember", {"text": "Deploys happen on Tuesdays after lunch"})
@@ -77,6 +78,23 @@ async def _exercise(client: Client) -> None:
 
     u = await client.call_tool("used", {"note_ids": [nid]})
     assert not u.is_error and "1" in _text(u)
+
+    # a near-duplicate is told, with the id to revise instead; a revision keeps the id
+    twin_text = await client.call_tool("remember", {
+        "text": "Deploys happen on Tuesdays after lunch, UTC", "note_id": "deploy-twin"})
+    assert not twin_text.is_error
+    assert _text(twin_text).startswith("deploy-twin; existing notes say nearly the same: "
+                                       f"{nid} (overlap 0.80)"), _text(twin_text)
+    rv = await client.call_tool("revise", {"note_id": nid,
+                                           "text": "Deploys happen on Wednesdays after lunch"})
+    assert not rv.is_error and _text(rv) == f"revised {nid}"
+    after = await client.call_tool("recall", {"query": "when do deploys happen", "budget": 200})
+    assert "Deploys happen on Wednesdays after lunch" in after.structured_content["context"]
+    assert "Deploys happen on Tuesdays after lunch\n" not in after.structured_content["context"]
+    f0 = await client.call_tool("forget", {"note_id": "deploy-twin"})
+    assert not f0.is_error
+    nobody = await client.call_tool("revise", {"note_id": "no-such-note", "text": "x"})
+    assert nobody.is_error and "no note 'no-such-note'" in _text(nobody)
     f = await client.call_tool("forget", {"note_id": "canary-idea"})
     assert not f.is_error
     again = await client.call_tool("recall", {"query": "deploys canary", "budget": 200})
@@ -306,7 +324,7 @@ def test_the_inspector_cli_lists_and_calls_the_tools_with_a_bearer_token(tmp_pat
         rc, listed = cli("--method", "tools/list")
         assert rc == 0, listed
         tools = {t["name"]: t for t in listed["tools"]}
-        assert set(tools) == {"remember", "recall", "used", "forget"}
+        assert set(tools) == {"remember", "recall", "used", "forget", "revise"}
         budget = tools["recall"]["inputSchema"]["properties"]["budget"]
         assert budget["minimum"] == 1 and "tokens" in budget["description"]
         rc, made = cli("--method", "tools/call", "--tool-name", "remember",

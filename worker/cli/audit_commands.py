@@ -326,12 +326,19 @@ def cmd_show(args: argparse.Namespace, s: Settings) -> int:
     out = sys.stdout
     n = h.note
     if n is not None:
-        flag = " (forgotten)" if n.forgotten else ""
+        flag = " (erased)" if n.erased else " (forgotten)" if n.forgotten else \
+            f" (superseded by {n.superseded_by})" if n.superseded_by else ""
         out.write(f"note {n.note_id}{flag}  agent={n.agent} {n.scope} {n.kind} "
                   f"tokens={n.tokens} uses={n.uses} created {n.created_at.isoformat()}\n")
         out.write("".join(f"    {line}\n" for line in n.text.splitlines() or [""]))
     else:
         out.write(f"note {args.note_id}: not projected (yet)\n")
+    if len(h.versions) > 1 or any(v.erased for v in h.versions):
+        out.write(f"versions ({len(h.versions)}, oldest first):\n")
+        for v in h.versions:
+            text = "(erased)" if v.erased else v.text.splitlines()[0] if v.text else ""
+            out.write(f"    v{v.version}  {v.at.isoformat()}  agent={v.agent}  "
+                      f"tokens={v.tokens}  {text}\n")
     out.write(f"events ({len(h.events)}, log order):\n")
     for pos, e in h.events:
         out.write(f"    {pos}  {e['type']:<14} {e['event_id']:<24} agent={e['agent']} "

@@ -183,6 +183,9 @@ export interface RememberOptions {
   noteId?: string;
   tokens?: number;
   embedding?: number[];
+  /** Notes this agent wrote that the new note replaces: they leave every future answer and
+   * their uses carry over to it. */
+  supersedes?: string[];
 }
 
 export interface QueryOptions {
@@ -271,6 +274,7 @@ export class Memory {
     };
     if (opts.tokens !== undefined) ev.tokens = opts.tokens;
     if (opts.embedding !== undefined) ev.embedding = opts.embedding;
+    if (opts.supersedes !== undefined && opts.supersedes.length) ev.supersedes = opts.supersedes;
     await this.append([ev]);
     return noteId;
   }
@@ -295,9 +299,8 @@ export class Memory {
   }
 
   /** A new version of a note this agent wrote (or any, with an admin token): `text` replaces
-   * its content; its id, uses and tier stay. Needs a server that folds `note.revised` (an
-   * older one refuses the event: `EventError`). `UnknownNote` if this agent cannot see it,
-   * `NotAllowed` for another author's note. */
+   * its content; its id, uses and tier stay, and an answer as of before it shows the old
+   * text. `UnknownNote` if this agent cannot see it, `NotAllowed` for another author's note. */
   async revise(noteId: string, text: string, opts: { tokens?: number; kind?: "note" | "scratch";
                                                      embedding?: number[] } = {}): Promise<void> {
     const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...opts };

@@ -136,7 +136,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Store a note (409 note_exists for a reused id) */
+        /** Store a note, reporting its near-duplicates (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
         post: {
             parameters: {
                 query?: never;
@@ -159,6 +159,129 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["Remembered"];
+                    };
+                };
+                /** @description error */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ns/{ns}/revise": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new text for a note: it keeps its id, uses and tier (404 unknown_note; 403 not_allowed: not its author) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    ns: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["ReviseBody"];
+                };
+            };
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Revised"];
                     };
                 };
                 /** @description error */
@@ -2611,19 +2734,15 @@ export interface components {
         };
         /**
          * NoteRevised
-         * @description A new text (and optionally tokens, embedding, kind) for an existing note, by its
-         *     author or an ``admin`` (``as_admin``, set by the server from the token). The note keeps
-         *     its id, uses and tier; an answer as of before the revision shows the text before it.
-         *     ``tokens`` absent: estimated from the new text; ``embedding`` absent: the note has none
-         *     after the revision; ``kind`` absent: unchanged. ``redacted`` as on ``note.created``.
+         * @description An event in the `hivemind ingest` format; `ns` and `agent` may be omitted (the path and the token supply them) and must match when present.
          */
         NoteRevised: {
             /** @enum {unknown} */
             type: "note.revised";
             event_id: string;
-            ns: string;
+            ns?: string;
             note_id: string;
-            agent: string;
+            agent?: string;
             /** Format: date-time */
             at: string;
             text: string;
@@ -2640,17 +2759,15 @@ export interface components {
         };
         /**
          * NoteErased
-         * @description The note's content (every version's text and embedding) becomes unrecoverable from
-         *     everything hivemind wrote; the note leaves every answer, as of any time. ``admin`` only
-         *     (``as_admin``, set by the server from the token or by the operator's CLI).
+         * @description An event in the `hivemind ingest` format; `ns` and `agent` may be omitted (the path and the token supply them) and must match when present.
          */
         NoteErased: {
             /** @enum {unknown} */
             type: "note.erased";
             event_id: string;
-            ns: string;
+            ns?: string;
             note_id: string;
-            agent: string;
+            agent?: string;
             /** Format: date-time */
             at: string;
             /** @default false */
@@ -2760,6 +2877,12 @@ export interface components {
             forgotten: boolean;
             /** @default  */
             text: string;
+            /** @default 1 */
+            version: number;
+            /** @default null */
+            revised_at: string | null;
+            /** @default null */
+            superseded_by: string | null;
         };
         /** AuditEntry */
         AuditEntry: {
@@ -2789,11 +2912,27 @@ export interface components {
             at?: string | null;
             /** @default null */
             agent?: string | null;
+            /** @default null */
+            supersedes?: string[] | null;
+            /**
+             * @default report
+             * @enum {unknown}
+             */
+            duplicates?: "ignore" | "report" | "supersede";
         };
         /** Remembered */
         Remembered: {
             note_id: string;
             event_id: string;
+            /** @default null */
+            duplicates?: components["schemas"]["Duplicate"][] | null;
+            /** @default [] */
+            superseded?: string[];
+        };
+        /** Duplicate */
+        Duplicate: {
+            note_id: string;
+            overlap: number;
         };
         /**
          * UsedBody
@@ -2869,6 +3008,32 @@ export interface components {
             limit?: number;
             /** @default null */
             agent?: string | null;
+        };
+        /**
+         * ReviseBody
+         * @description ``POST .../revise``: a new text (and optionally tokens, embedding, kind) for a note
+         *     (its author, or an ``admin`` token).
+         */
+        ReviseBody: {
+            note_id: string;
+            text: string;
+            /** @default null */
+            tokens?: number | null;
+            /** @default null */
+            embedding?: number[] | null;
+            /** @default null */
+            kind?: string | null;
+            /** @default null */
+            event_id?: string | null;
+            /** @default null */
+            at?: string | null;
+            /** @default null */
+            agent?: string | null;
+        };
+        /** Revised */
+        Revised: {
+            note_id: string;
+            event_id: string;
         };
         /**
          * DeadLetters
@@ -2951,6 +3116,8 @@ export interface components {
             note: components["schemas"]["NoteState"] | null;
             events: Record<string, unknown>[];
             served: components["schemas"]["ServedHit"][];
+            /** @default [] */
+            versions?: components["schemas"]["Version"][];
         };
         /**
          * NoteState
@@ -3001,6 +3168,21 @@ export interface components {
             served_at: string;
             rank: number;
             score: number;
+        };
+        /**
+         * Version
+         * @description One text a note had: from ``at`` (its event's time) until the next version.
+         */
+        Version: {
+            version: number;
+            at: string;
+            agent: string;
+            event_id: string;
+            position: string;
+            text: string;
+            tokens: number;
+            /** @default false */
+            erased?: boolean;
         };
         /**
          * ReproduceBody

@@ -114,20 +114,25 @@ describe("typed errors", () => {
 });
 
 describe("revise", () => {
-  it("revises a note where the server folds note.revised, and says so where it does not",
-     async () => {
-    const doc = await (await fetch(`${srv.base}/openapi.json`)).json() as {
-      components: { schemas: Record<string, unknown> } };
+  it("revises a note (same id, new text, version 2); only its author may", async () => {
     const id = await alice.remember("Deploys go through ArgoCD.");
-    if ("NoteRevised" in doc.components.schemas) {
-      await alice.revise(id, "Deploys go through Flux.");
-      assert.equal((await alice.get(id))?.text, "Deploys go through Flux.");
-      await assert.rejects(bob.revise(id, "bob's version"), (e: unknown) =>
-        e instanceof NotAllowed);
-    } else {
-      await assert.rejects(alice.revise(id, "Deploys go through Flux."), (e: unknown) =>
-        e instanceof EventError && e.status === 422);
-    }
+    await alice.revise(id, "Deploys go through Flux.");
+    const got = await alice.get(id);
+    assert.equal(got?.text, "Deploys go through Flux.");
+    await assert.rejects(bob.revise(id, "bob's version"), (e: unknown) =>
+      e instanceof NotAllowed);
+    await assert.rejects(alice.revise("no-such-note", "x"), (e: unknown) =>
+      e instanceof UnknownNote);
+  });
+
+  it("supersedes a note: it leaves the answers, its uses carry over", async () => {
+    const old = await alice.remember("The staging cluster is kube-staging-1.");
+    await alice.used(old);
+    const neu = await alice.remember("The staging cluster is kube-staging-2.",
+                                     { supersedes: [old] });
+    assert.equal(await alice.get(old), null);
+    const got = await alice.get(neu);
+    assert.equal(got?.uses, 1);
   });
 });
 

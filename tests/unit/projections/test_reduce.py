@@ -12,7 +12,7 @@ from hivemind_memory.events.schema import token_estimate
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.reduce import Projection, Rejected, Undecodable, apply_event
 from hivemind_memory.projections.state import tier_of
-from tests.support.factories import T0, created, ev, forgotten, used
+from tests.support.factories import T0, created, erased, ev, forgotten, revised, used
 
 CFG = RankingConfig()
 
@@ -201,3 +201,77 @@ def test_check_write_folds_like_the_projector_and_stops_at_the_first_refusal() -
     again = check_write(landed.notes, {"u1", "c-m"}, evs[:4])
     assert again.fresh == [2] and again.logged == [0, 1, 3] and again.refused is None
     assert check_write(base, set(), [ev(used("m", "u9"))]).refused[1].code == "unknown_note"
+
+
+# --- the lifecycle: revise, supersede, erase ---------------------------------------------------
+def _states(*dicts: dict) -> tuple[Projection, list[str]]:  # type: ignore[type-arg]
+    p = _fold(list(dicts))
+    return p, [d.reason.split(": ", 1)[1].split(":")[0] for d in p.dead]
+
+
+def test_a_revision_keeps_id_uses_and_tier_and_changes_the_content() -> None:
+    p, dead = _states(created("n", agent="a", embedding=[1.0, 0.0]), used("n", "u1"),
+                      revised("n", "r1", agent="a", text="new words here", kind="scratch"),
+                      revised("n", "r2", agent="a", text="x" * 40, tokens=3))
+    n = p.notes["n"]
+    assert dead == [] and (n.uses, n.version, n.kind) == (1, 3, "scratch")
+    assert n.text == "x" * 40 and n.tokens == 3 and n.embedding is None
+    assert n.created_at == T0 and n.revised_at == T0 + timedelta(days=1)
+    p2, _ = _states(created("n"), revised("n", "r1", text="abcdefghi"))
+    assert p2.notes["n"].tokens == token_estimate("abcdefghi")
+
+
+@pytest.mark.parametrize(("events", "code"), [
+    ([created("n", agent="a"), revised("n", "r", agent="b")], "not_allowed"),
+    ([created("n", agent="a", scope="private"), revised("n", "r", agent="b")], "not_visible"),
+    ([created("n"), forgotten("n", "f"), revised("n", "r")], "forgotten_note"),
+    ([revised("n", "r")], "unknown_note"),
+    ([created("n"), erased("n", "e", as_admin=False)], "not_allowed"),
+    ([created("n"), erased("n", "e"), used("n", "u")], "erased_note"),
+    ([created("n"), erased("n", "e"), erased("n", "e2")], "erased_note"),
+    ([created("o", agent="b"), created("n", agent="a", supersedes=["o"])], "not_allowed"),
+    ([created("n", supersedes=["ghost"])], "unknown_note"),
+    ([created("o"), created("n", supersedes=["o", "o"])], "duplicate_supersedes"),
+    ([created("n", supersedes=["n"])], "duplicate_supersedes"),
+    ([created("o"), forgotten("o", "f"), created("n", supersedes=["o"])], "forgotten_note"),
+    ([created("o"), created("n", supersedes=["o"]), created("m", eid="c-m",
+                                                            supersedes=["o"])],
+     "superseded_note"),
+])
+def test_lifecycle_events_that_cannot_apply(events: list[dict], code: str) -> None:  # type: ignore[type-arg]
+    _, dead = _states(*events)
+    assert dead == [code]
+
+
+def test_an_admin_revises_any_note_and_erases_a_forgotten_one() -> None:
+    p, dead = _states(created("n", agent="a", scope="private"),
+                      revised("n", "r", agent="ops", as_admin=True, text="fixed"),
+                      forgotten("n", "f"), erased("n", "e"))
+    n = p.notes["n"]
+    assert dead == [] and n.erased and n.redacted and n.forgotten
+    assert (n.text, n.embedding, n.version) == ("", None, 2) and not n.active
+
+
+def test_a_superseding_note_takes_the_uses_and_the_old_one_leaves() -> None:
+    late = T0 + timedelta(days=9)
+    p, dead = _states(created("o1", agent="a"), created("o2", agent="a"),
+                      used("o1", "u1"), used("o1", "u2", at=late), used("o2", "u3"),
+                      created("n", agent="a", supersedes=["o1", "o2"], at=late))
+    assert dead == []
+    n, o1, o2 = p.notes["n"], p.notes["o1"], p.notes["o2"]
+    assert (n.uses, n.last_used_at, n.supersedes) == (3, late, ["o1", "o2"])
+    assert o1.superseded_by == o2.superseded_by == "n" and not o1.active and n.active
+    assert o1.uses == 2  # the old note keeps its own count
+    # a refused supersession changes none of the notes it names
+    q, dead = _states(created("o1", agent="a"), created("o2", agent="b"),
+                      created("n", agent="a", supersedes=["o1", "o2"]))
+    assert dead == ["not_allowed"] and q.notes["o1"].superseded_by is None and "n" not in q.notes
+
+
+def test_a_redacted_event_folds_to_a_note_that_is_never_active() -> None:
+    digest = "sha256:" + "0" * 64
+    p, dead = _states({**created("n"), "text": "", "redacted": digest, "tokens": 5},
+                      used("n", "u"))
+    n = p.notes["n"]
+    assert dead == [] and (n.text, n.tokens, n.uses) == ("", 5, 1)
+    assert n.redacted and not n.erased and not n.active

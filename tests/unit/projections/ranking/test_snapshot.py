@@ -12,9 +12,10 @@ import fakeredis
 import msgspec
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hivemind_memory.events.positions import ZERO
 from hivemind_memory.projections.ranking import texts as texts_mod
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import NamespaceIndex
@@ -144,8 +145,17 @@ def _same_answers(a: NamespaceIndex, b: NamespaceIndex) -> None:
         assert msgspec.json.encode(got[0]) == msgspec.json.encode(got[1])
 
 
+def _note(i: int, at: timedelta, text: str) -> NoteState:
+    return NoteState(note_id=f"n{i:02d}", agent="alice", scope="shared", kind="note", text=text,
+                     tokens=10, created_at=T0 + at)
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(note_states(), max_size=25), st.lists(note_states(), max_size=15))
+# found on a fresh machine: the same note put again 1 µs earlier kept the slot, and the answers
+# showed the creation time converted before the put
+@example(first=[_note(0, timedelta(0), "redis redis redis redis redis")],
+         later=[_note(0, timedelta(microseconds=-1), "redis redis redis redis redis")])
 def test_notes_survive_puts_bulk_snapshot_and_changes_after_it(
         first: list[NoteState], later: list[NoteState]) -> None:
     truth: dict[str, NoteState] = {}
@@ -174,6 +184,41 @@ def test_notes_survive_puts_bulk_snapshot_and_changes_after_it(
     _same_answers(snap, fresh)
     again = decode_index(encode_index(snap), "t")
     assert again is not None and dict(again.notes) == truth
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_a_note_put_again_at_another_creation_time_answers_like_a_fresh_build(
+        decoded: bool) -> None:
+    # n03 keeps its slot (same text, scope and owner) and its creation time is rewritten in
+    # place: what was worked out from the old time before the put (the datetime an answer
+    # shows, the creation order whose neighbours give the calibrated model its context) must
+    # not outlive it
+    minute = timedelta(minutes=1)
+    notes = [_note(0, 0 * minute, "redis stream"), _note(1, minute, "lunch"),
+             _note(2, 2 * minute, "deploy"), _note(3, 3 * minute, "redis argo argo argo")]
+    moved = _note(3, -minute, "redis argo argo argo")  # now just before n00: its neighbour
+    idx = NamespaceIndex("t")
+    idx.reset(notes, ZERO, ZERO)
+    if decoded:
+        got = decode_index(encode_index(idx), "t")
+        assert got is not None
+        idx = got
+    now = T0 + timedelta(days=3)
+
+    def answer(x: NamespaceIndex) -> bytes:
+        slots, rel = x.relevance_slots("redis", None, CFG)
+        return msgspec.json.encode(rank_index(x, slots, rel, agent="", now=now, budget=300,
+                                              cfg=CFG))
+
+    answer(idx)  # the caches filled from the old time
+    idx.put(moved)
+    assert idx.notes["n03"] == moved
+    fresh = NamespaceIndex("t")
+    fresh.reset([*notes[:3], moved], ZERO, ZERO)
+    assert idx.relevance("redis", None, CFG) == fresh.relevance("redis", None, CFG)
+    assert answer(idx) == answer(fresh)
+    shown = msgspec.json.decode(answer(idx))["notes"]
+    assert {n["note_id"]: n["created_at"] for n in shown}["n03"] == "2025-12-31T23:59:00Z"
 
 
 def _project(r: fakeredis.FakeRedis, events: list[dict[str, object]]) -> None:

@@ -13,7 +13,6 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 import structlog
-from tqdm import tqdm
 
 from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.events.times import to_utc
@@ -119,6 +118,8 @@ def progress(total: int | None, desc: str, unit: str = "ev", *,
     an object whose ``update``/``close`` do nothing (logs and pipes stay clean)."""
     if not sys.stderr.isatty() or (total is not None and total < minimum):
         return _NoBar()
+    from tqdm import tqdm  # a terminal only: a piped command never loads it
+
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
 
 

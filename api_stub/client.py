@@ -249,7 +249,9 @@ class Client:
                 continue  # the same as-of query on the same log: already answered
             envs.append(msgspec.to_builtins(
                 Envelope(qid, positions[p.ns], msgspec.to_builtins(p))))
-        jobs.enqueue_queries(self._qq, envs, self.settings.query_chunk)
+        chunk = self.settings.query_chunk
+        workers = jobs.query_workers(self._qq) if len(envs) > jobs.MIN_QUERY_CHUNK else 1
+        jobs.enqueue_queries(self._qq, envs, chunk, workers)
         return ids
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:

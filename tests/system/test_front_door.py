@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hivemind_memory.api_stub.server.http import MAX_EVENTS
+from hivemind_memory.api_stub.server.http import MAX_EVENTS, MAX_QUERIES
 from tests.support import IN_CI, RedisProc, free_port
 from tests.support.docs import GUIDE, README, fenced, section, session
 from tests.support.frontdoor import (
@@ -193,8 +193,8 @@ def test_bodies_over_the_cap_get_413(live: Live) -> None:
                     token=ALICE)
     assert st == 413 and f"at most {MAX_EVENTS}" in body["error"]["message"]
     st, body = call(live.base, "POST", "/v1/ns/team-a/queries",
-                    [{"text": "x", "budget": 1}] * 101, token=ALICE)
-    assert st == 413 and "at most 100" in body["error"]["message"]
+                    [{"text": "x", "budget": 1}] * (MAX_QUERIES + 1), token=ALICE)
+    assert st == 413 and f"at most {MAX_QUERIES}" in body["error"]["message"]
     assert call(live.base, "GET", "/v1/ns/team-a/notes", token=OPS) == (200, [])
 
 

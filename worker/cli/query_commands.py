@@ -60,12 +60,16 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
     failed = 0
     bar = progress(len(ids), "batch", unit="q", minimum=100)
     out = sys.stdout.buffer
-    for qid, body in zip(ids, c.batch_results(ids, args.timeout), strict=True):
-        out.write(body)  # the worker's bytes as they are: no decode, no re-encode
-        out.write(b"\n")
-        failed += is_error_json(body, qid)
-        bar.update(1)
-    out.flush()
+    done = 0
+    for run in c.batch_result_runs(ids, args.timeout):
+        # the worker's bytes as they are (no decode, no re-encode), a run at a time, flushed
+        # so a reader sees each job's answers as they land
+        out.write(b"\n".join(run) + b"\n")
+        out.flush()
+        failed += sum(is_error_json(body, qid)
+                      for body, qid in zip(run, ids[done:done + len(run)], strict=True))
+        done += len(run)
+        bar.update(len(run))
     bar.close()
     print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
           file=sys.stderr)

@@ -26,8 +26,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -266,6 +264,9 @@ class _HttpTransport(_Transport):
 
     def call(self, method: str, path: str, body: Any = None,
              kind: Literal["event", "query"] = "query") -> Any:
+        import urllib.error  # over HTTP only
+        import urllib.request
+
         data = None if body is None else msgspec.json.encode(body)
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")

@@ -11,13 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.urls import redact
-from hivemind_memory.worker import logs
 from hivemind_memory.worker.cli import parsers
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
@@ -149,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
     args = build_parser().parse_args(argv)
-    logs.configure()  # JSON lines unless stderr is a terminal
+    if args.cmd not in CLIENT_ONLY:
+        _configure_logs()
     service = args.cmd in SERVICES
     errors_as_log_lines(service)
     try:
@@ -175,8 +174,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not service:
             raise
         # a service's stderr is its log: even a crash is one log line (JSON in production)
+        import structlog
+
         structlog.get_logger("hivemind.cli").exception("command_crashed", command=args.cmd)
         return 1
+
+
+def _configure_logs() -> None:
+    """JSON lines unless stderr is a terminal (``worker.logs``). A client-only command on
+    Redis logs nothing (its messages are stderr lines), so it never loads structlog."""
+    from hivemind_memory.worker import logs
+
+    logs.configure()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -206,6 +215,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cmd in ("demo", "curves", "fsck"):
         return int(handler(args))
     s = _settings(args)
+    if args.cmd in CLIENT_ONLY and s.redis_url.startswith("memory://"):
+        _configure_logs()  # the embedded store logs (recovery, ...)
     if s.redis_url_source == "default":
         announce_default_store(redact(s.redis_url))
     if args.cmd not in CLIENT_ONLY:

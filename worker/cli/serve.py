@@ -12,14 +12,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.server.tokens import TokenTable, load_tokens
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker.cli.args import fail
-
-log = structlog.get_logger("hivemind.serve")
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -82,8 +78,10 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
 
 
 def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
+    import structlog  # here, not at import: the parser of every command imports this module
     import uvicorn
 
+    log = structlog.get_logger("hivemind.serve")
     if args.max_body is not None and args.max_body < 1:
         return fail("--max-body must be at least 1 byte")
     tokens = load_tokens(args.tokens) if args.tokens else None

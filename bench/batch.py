@@ -17,9 +17,10 @@ Prints figures; never asserts timings.
    its rounds over the median no-op rate (each round's own ratio printed too).
 4. The CLI runs as users run it, ``hivemind batch FILE > out`` in a process of its own; its
    wall time includes the interpreter's start, and its CPU (user + system, from ``wait4``) is
-   printed beside the wall time. ``serve`` runs as a process too (no tokens, loopback), and
-   the HTTP client sends the batch in requests of at most the server's ``MAX_QUERIES``. The
-   SDK runs in this process over the store URL.
+   printed beside the wall time, also without the start (less the CPU and wall time of the
+   round's ``hivemind batch`` of an empty file). ``serve`` runs as a process too (no tokens,
+   loopback), and the HTTP client sends the batch in requests of at most the server's
+   ``MAX_QUERIES``. The SDK runs in this process over the store URL.
 
 Everything shares this machine's cores: the workers, Redis, the no-op worker, the server and
 the client. Without ``--redis-url`` a private ``redis-server`` is started and stopped.
@@ -271,9 +272,6 @@ def measure(url: str, opts: Options, ns: str) -> None:
         empty = Path(d) / "empty.jsonl"
         empty.write_bytes(b"")
         outfile = Path(d) / "out.jsonl"
-        start = run_cli(url, empty, outfile)
-        print(f"hivemind batch of an empty file (the process's fixed cost): "
-              f"{start.seconds * 1000:,.0f} ms wall, {start.client_cpu_s * 1000:,.0f} ms CPU")
         mem = Memory(url, ns=ns, agent="bench", timeout=600)
         with noop_worker(url) as noop_proc, server(url) as port:
             for n_workers in opts.workers:
@@ -282,8 +280,14 @@ def measure(url: str, opts: Options, ns: str) -> None:
                         run_cli(url, files["own"], outfile)
                     series: dict[tuple[str, str], Series] = {}
                     rates: list[float] = []
+                    starts: list[Run] = []
                     for k in range(opts.rounds):
                         rates.append(drain_noops(rt, opts.noop, noop_proc))
+                        starts.append(run_cli(url, empty, outfile))
+                        print(f"  {n_workers} worker(s) round {k + 1} hivemind batch of an "
+                              f"empty file (the process's fixed cost): "
+                              f"{starts[-1].seconds * 1000:,.0f} ms wall, "
+                              f"{starts[-1].client_cpu_s * 1000:,.0f} ms CPU")
                         for name, reqs in loads.items():
                             for path in PATHS:
                                 r = (run_cli(url, files[name], outfile) if path == "cli" else
@@ -298,15 +302,17 @@ def measure(url: str, opts: Options, ns: str) -> None:
                                       + (f", {r.out_bytes / max(r.answered, 1) / 1024:.1f} "
                                          f"KiB an answer" if r.out_bytes else "")
                                       + (f"  ERRORS {r.errors}" if r.errors else ""))
-                    report(n_workers, rates, series, start)
+                    report(n_workers, rates, series, starts)
         mem.close()
 
 
 def report(n_workers: int, rates: list[float], series: dict[tuple[str, str], Series],
-           start: Run) -> None:
+           starts: list[Run]) -> None:
     rate = statistics.median(rates)
     print(f"{n_workers} worker(s): no-op drain median {rate:,.0f} jobs/s "
-          f"({', '.join(f'{r:,.0f}' for r in rates)})")
+          f"({', '.join(f'{r:,.0f}' for r in rates)}); hivemind batch's start (an empty "
+          f"file) median {statistics.median(z.seconds for z in starts) * 1000:,.0f} ms wall, "
+          f"{statistics.median(z.client_cpu_s for z in starts) * 1000:,.0f} ms CPU")
     for (name, path), ser in sorted(series.items(), key=lambda kv: (kv[0][0] != "dense",
                                                                       PATHS.index(kv[0][1]))):
         qps = statistics.median(r.qps for r in ser.runs)
@@ -318,10 +324,11 @@ def report(n_workers: int, rates: list[float], series: dict[tuple[str, str], Ser
         cpu = ""
         if path == "cli":  # and without the interpreter's start (an empty batch's process)
             share = statistics.median(r.client_cpu_s / r.seconds for r in ser.runs)
-            batch = statistics.median((r.client_cpu_s - start.client_cpu_s)
-                                      / max(r.seconds - start.seconds, 1e-9) for r in ser.runs)
+            batch = statistics.median((r.client_cpu_s - z.client_cpu_s)
+                                      / max(r.seconds - z.seconds, 1e-9)
+                                      for r, z in zip(ser.runs, starts, strict=True))
             cpu = (f"; client CPU {100 * share:.0f} % of wall, {100 * batch:.0f} % without "
-                   "the start")
+                   "the start (the round's empty batch)")
         print(f"  {name:<5} {path:<4} {qps:7,.0f} q/s = {qps / rate:4.1f}x the no-op rate "
               f"(rounds {each}){vs}{cpu}")
 

@@ -31,6 +31,7 @@ def test_every_path_answers_every_query_beside_the_noop_rate(
     assert main(TINY) == 0
     out = capsys.readouterr().out
     assert "hivemind batch of an empty file" in out and "rq no-op baseline" in out
+    assert "without the start" in out
     for workers in (1, 2):
         assert f"{workers} worker(s): no-op drain median" in out
         for load, n in (("dense", 30), ("own", 12)):

@@ -388,7 +388,9 @@ class Client:
                 continue  # the same as-of query on the same log: already answered
             envs.append(msgspec.to_builtins(
                 Envelope(qid, positions[p.ns], msgspec.to_builtins(p))))
-        jobs.enqueue_queries(self._qq, envs, self.settings.query_chunk)
+        chunk = self.settings.query_chunk
+        workers = jobs.query_workers(self._qq) if len(envs) > jobs.MIN_QUERY_CHUNK else 1
+        jobs.enqueue_queries(self._qq, envs, chunk, workers)
         return ids
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
@@ -443,9 +445,19 @@ class Client:
 
     def batch_results(self, query_ids: Sequence[str], timeout: float = 300.0
                       ) -> Iterator[bytes]:
-        """Each query's JSON in input order; one deadline for the whole batch. Results that
-        are already there are read many at a time (one round trip per namespace run of up
-        to ``READ_AHEAD`` ids)."""
+        """Each query's JSON in input order, as the worker wrote it; one deadline for the
+        whole batch (``batch_result_runs``, one by one)."""
+        for run in self.batch_result_runs(query_ids, timeout):
+            yield from run
+
+    def batch_result_runs(self, query_ids: Sequence[str], timeout: float = 300.0
+                          ) -> Iterator[list[bytes]]:
+        """The queries' JSON in input order, in runs: each run is what one round trip found
+        (up to ``READ_AHEAD`` results of one namespace that are already there), or the one
+        result waited for when the next is not there yet, so a caller can write each run at
+        once (``hivemind batch``, ``POST .../queries``) while later jobs are still running.
+        One deadline for the whole batch: a result still missing then is a ``timeout`` error
+        object in its place."""
         deadline = time.monotonic() + timeout
         i = 0
         while i < len(query_ids):
@@ -454,17 +466,21 @@ class Client:
             while j < len(query_ids) and j - i < READ_AHEAD and \
                     self._result_ns(query_ids[j]) == ns:
                 j += 1
-            for qid, body in zip(query_ids[i:j],
-                                 results.read_results(self.store, ns, query_ids[i:j]),
-                                 strict=True):
-                i += 1
+            run: list[bytes] = []
+            for body in results.read_results(self.store, ns, query_ids[i:j]):
                 if body is None:  # not there yet: wait for this one, then read ahead again
-                    try:
-                        yield self.result_json(qid, max(0.0, deadline - time.monotonic()))
-                    except QueryTimeout as exc:
-                        yield error_json(qid, "timeout", str(exc))
                     break
-                yield body
+                run.append(body)
+            i += len(run)
+            if run:
+                yield run
+                continue
+            qid = query_ids[i]
+            i += 1
+            try:
+                yield [self.result_json(qid, max(0.0, deadline - time.monotonic()))]
+            except QueryTimeout as exc:
+                yield [error_json(qid, "timeout", str(exc))]
 
 
 READ_AHEAD = 100

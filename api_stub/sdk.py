@@ -26,8 +26,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -201,6 +199,9 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
 
 READ_CHUNK = 1000
 """Note ids one read names at most (the server's ``MAX_READ``)."""
+QUERY_CHUNK = 1000
+"""Queries one ``POST .../queries`` carries at most (the server's ``MAX_QUERIES``): a larger
+``batch`` over HTTP goes in several requests."""
 
 
 class EmbeddedWorker(Protocol):
@@ -335,6 +336,9 @@ class _HttpTransport(_Transport):
 
     def call(self, method: str, path: str, body: Any = None,
              kind: Literal["event", "query"] = "query") -> Any:
+        import urllib.error  # over HTTP only
+        import urllib.request
+
         data = None if body is None else _encode(body)
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
@@ -342,7 +346,7 @@ class _HttpTransport(_Transport):
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout + 5) as resp:
-                return json.loads(resp.read())
+                return msgspec.json.decode(resp.read())
         except urllib.error.HTTPError as exc:
             raw = exc.read()
             try:
@@ -365,7 +369,9 @@ class _HttpTransport(_Transport):
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in reqs:
             r.pop("ns", None)
-        out: list[dict[str, Any]] = self.call("POST", "/queries", reqs)
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(reqs), QUERY_CHUNK):
+            out += self.call("POST", "/queries", reqs[i:i + QUERY_CHUNK])
         return out
 
     def read(self, ns: str, agent: str, body: dict[str, Any]) -> list[dict[str, Any]]:

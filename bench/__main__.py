@@ -1,7 +1,9 @@
-"""``python -m bench core|ranking|query|scale|all [...]``: benchmarks that print figures (never
-shipped). ``all`` runs ``core`` (ingest, projection, replay, each beside its baseline) and
-``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS, end to end and batch vs
-the RQ no-op job), after a header naming the machine and the date."""
+"""``python -m bench batch|core|ranking|query|scale|all [...]``: benchmarks that print
+figures (never shipped). ``all`` runs ``core`` (ingest, projection, replay, each beside its
+baseline) and ``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS, end to end
+and batch vs the RQ no-op job), after a header naming the machine and the date; ``batch``
+runs a batch the three ways users do (``hivemind batch``, HTTP, the SDK) beside the no-op
+job."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import core, fit_calibration, quality, query, ranking, scale
+from bench import batch, core, fit_calibration, quality, query, ranking, scale
 
 
 def all_(argv: list[str]) -> int:
@@ -42,9 +44,9 @@ def all_(argv: list[str]) -> int:
     return code or query.main(["--sizes", args.sizes, "--common", common])
 
 
-COMMANDS = {"core": core.main, "ranking": ranking.main, "query": query.main, "all": all_,
-            "quality": quality.main, "fit": fit_calibration.main,
-            "scale": scale.main}
+COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
+            "query": query.main, "all": all_, "quality": quality.main,
+            "fit": fit_calibration.main, "scale": scale.main}
 
 
 def main(argv: list[str]) -> int:

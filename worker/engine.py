@@ -57,6 +57,11 @@ WAVE = 20
 """Queries ranked before their answers are handed to Redis (``QueryEngine.serve``)."""
 REFRESH_TRIES = 5
 """Extra index refreshes per batch while projection commits keep racing the refresh."""
+PRIME_FLOATS = 2_000_000
+"""Cosines (one float per note and query) primed at once per namespace: the query embeddings
+of a whole job go in one embedder call and one matrix product while the job's queries times
+the namespace's notes stay under this (16 MB); a larger namespace primes fewer queries at a
+time (never fewer than a wave)."""
 
 
 @dataclass(slots=True)
@@ -133,9 +138,10 @@ class QueryEngine:
         live = self._refresh(todo, current)
         now = utcnow()  # the clock, read once for the batch, after catching up
         memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
+        primed: dict[str, int] = {}  # per namespace: queries of ``todo`` primed so far
         for start in range(0, len(todo), WAVE):
             wave = todo[start:start + WAVE]
-            self._prime(wave, live, memo)
+            self._prime(todo, start, live, memo, primed)
             for q in wave:
                 if q.body is None:
                     self._rank(q, live, now, memo)
@@ -143,17 +149,41 @@ class QueryEngine:
                 publish(wave)
         return todo
 
-    def _prime(self, wave: list[Pending], live: dict[str, NamespaceIndex],
-               memo: BatchMemo) -> None:
-        """The query embeddings of a wave's live calibrated queries: one embedder call and one
-        matrix product per namespace."""
+    def _prime(self, todo: list[Pending], start: int, live: dict[str, NamespaceIndex],
+               memo: BatchMemo, primed: dict[str, int]) -> None:
+        """The query embeddings of the live calibrated queries from ``todo[start]`` on: for
+        each namespace with a query of this wave not primed yet, one embedder call and one
+        matrix product for the wave's queries and as many of the next as ``PRIME_FLOATS``
+        allows (the whole job at 10k notes; priming a namespace again replaces what it had).
+        ``primed``: how far each namespace got."""
         if self.embedder is None:
             return
-        texts: dict[str, list[str]] = {}
-        for q in wave:
+        def calibrated(q: Pending) -> str | None:  # its text, if it is primed at all
             if q.body is None and q.req is not None and q.cfg is not None and \
                     q.req.as_of is None and q.cfg.relevance == "calibrated" and q.ns in live:
-                texts.setdefault(q.ns, []).append(q.req.text)
+                return q.req.text
+            return None
+
+        stop = min(start + WAVE, len(todo))
+        texts: dict[str, list[str]] = {}
+        wave = [(i, todo[i], calibrated(todo[i])) for i in range(start, stop)]
+        need = {q.ns for i, q, text in wave if text is not None and primed.get(q.ns, 0) <= i}
+        for _, q, text in wave:  # the wave's own queries of those namespaces
+            if text is not None and q.ns in need:
+                texts.setdefault(q.ns, []).append(text)
+                primed[q.ns] = stop
+        full = {ns for ns in need if len(texts[ns]) * len(live[ns].cols) >= PRIME_FLOATS}
+        for i in range(stop, len(todo)):  # then as many of the next as fit
+            if len(full) == len(need):
+                break
+            q = todo[i]
+            text = calibrated(q)
+            if text is not None and q.ns in need and q.ns not in full:
+                group = texts[q.ns]
+                group.append(text)
+                primed[q.ns] = i + 1
+                if len(group) * len(live[q.ns].cols) >= PRIME_FLOATS:
+                    full.add(q.ns)
         for ns, group in texts.items():
             memo.prime_cosines(live[ns], group, self.embedder)
 

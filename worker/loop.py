@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from rq.queue import Queue
 
+from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.projections.store.urls import redact
@@ -30,7 +31,7 @@ from hivemind_memory.worker.rqworker import HivemindWorker
 
 log = structlog.get_logger("hivemind.worker")
 
-SWEEP_INTERVAL_S = 60
+SWEEP_INTERVAL_S = keys.SWEEP_INTERVAL_S
 """A long-running worker re-sweeps for namespaces left behind after this long idle."""
 
 

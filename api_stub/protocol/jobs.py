@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
-from rq import Queue, Retry
+from rq import Queue, Retry, Worker
 from rq.exceptions import DeserializationError
 from rq.job import Job
 
@@ -51,6 +51,13 @@ JOB_RESULT_TTL = 300
 """Seconds RQ keeps a finished job's return value."""
 JOB_FAILURE_TTL = 86_400
 """Seconds RQ keeps a failed job in its failed registry."""
+MIN_QUERY_CHUNK = 10
+"""Smallest query job a batch is split into while several workers share it (RQ costs a few
+milliseconds a job: ten queries' work keeps that a small share)."""
+JOBS_PER_WORKER = 2
+"""A batch shared by several workers is cut so that each job is at most the remaining
+queries over this many jobs per worker (guided self-scheduling: big jobs first, smaller ones
+as the batch runs out, so the workers finish together)."""
 
 
 def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:
@@ -134,18 +141,50 @@ def enqueue_redaction(q: Queue, ns: str, note_ids: Sequence[str]) -> None:
               failure_ttl=JOB_FAILURE_TTL, description=f"redact {len(ids)} note(s) of {ns}")
 
 
-def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int) -> None:
-    """Queue ``envelopes`` as query jobs of at most ``chunk`` queries each, all jobs in one
-    MULTI (one round trip instead of RQ's two per job)."""
+def query_chunks(n: int, limit: int, workers: int) -> list[int]:
+    """The sizes of the jobs a batch of ``n`` queries is split into, in order: ``limit``
+    each for one worker; for several, each job at most the remaining queries over
+    ``JOBS_PER_WORKER`` jobs per worker, at least ``MIN_QUERY_CHUNK`` (and at most
+    ``limit``), so the batch's last jobs are small and every worker is busy to the end (a
+    remainder under ``MIN_QUERY_CHUNK`` joins the job before it, within ``limit``)."""
+    if n < 0 or limit < 1:
+        raise ValueError(f"query_chunks: n={n}, limit={limit}")
+    out: list[int] = []
+    left = n
+    while left > 0:
+        size = limit if workers <= 1 else \
+            min(limit, max(MIN_QUERY_CHUNK, -(-left // (JOBS_PER_WORKER * workers))))
+        if left - size < MIN_QUERY_CHUNK:
+            size = left if left <= limit else size  # no job of a few left-overs
+        out.append(size)
+        left -= size
+    return out
+
+
+def query_workers(q: Queue) -> int:
+    """How many workers listen on the query queue ``q`` (one round trip; RQ's registry of
+    live workers)."""
+    return int(Worker.count(connection=q.connection, queue=q))
+
+
+def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int,
+                    workers: int = 1) -> int:
+    """Queue ``envelopes`` as query jobs (``query_chunks``: at most ``chunk`` queries each,
+    smaller ones when ``workers`` share the batch), all jobs in one MULTI (one round trip
+    instead of RQ's two per job). Returns how many jobs."""
     if not envelopes:
-        return
+        return 0
     p = q.connection.pipeline()
-    for i in range(0, len(envelopes), chunk):
-        part = list(envelopes[i:i + chunk])
+    i = 0
+    sizes = query_chunks(len(envelopes), chunk, workers)
+    for size in sizes:
+        part = list(envelopes[i:i + size])
+        i += size
         q.enqueue(QUERY_JOB, part, retry=Retry(max=QUERY_RETRIES), result_ttl=JOB_RESULT_TTL,
                   failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries",
                   pipeline=p)
     p.execute()
+    return len(sizes)
 
 
 def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> bool:

@@ -23,8 +23,7 @@ from hivemind_memory.projections.ranking.config import (
     id_digest,
     with_overrides,
 )
-from hivemind_memory.projections.ranking.signals import NoteSignals
-from hivemind_memory.projections.ranking.why import Why
+from hivemind_memory.projections.ranking.signals import NoteSignals, Why
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from hivemind_memory.events.errors import ConfigError
-from hivemind_memory.projections.ranking.packing import PACKERS
+from hivemind_memory.projections.ranking import PACKERS
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.cluster import is_cluster_url
 from hivemind_memory.projections.store.urls import redact

@@ -14,6 +14,8 @@ needs is injected here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hivemind_memory.api_stub import sdk
 from hivemind_memory.api_stub.sdk import (
     AsyncMemory,
@@ -38,9 +40,17 @@ from hivemind_memory.events.errors import (
     UnknownNote,
     WriteRefused,
 )
-from hivemind_memory.worker.inprocess import start_embedded
 
-sdk.use_embedded_worker(start_embedded)
+
+def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
+    """``worker.inprocess.start_embedded``, imported when a ``memory://`` Memory first needs
+    it (so importing the package, or any of its modules, does not load the worker)."""
+    from hivemind_memory.worker.inprocess import start_embedded
+
+    return start_embedded(settings, store)
+
+
+sdk.use_embedded_worker(_start_embedded)
 
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
            "HivemindError", "Memory", "NotAllowed", "Note", "NoteExists", "QueryError",

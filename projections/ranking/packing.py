@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Literal, Protocol
+from typing import Protocol
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
-Method = Literal["exact", "greedy+swap"]
+from hivemind_memory.projections import ranking
+from hivemind_memory.projections.ranking.signals import Method
 
 VALUE_SCALE = 1e9
 """Values are compared as ``round(value * VALUE_SCALE)`` integers (1e-9 resolution)."""
@@ -73,7 +74,7 @@ off (``use_packer("numpy")``, which ``Settings.packer`` / ``HIVEMIND_PACKER=nump
 entry points for); otherwise the numpy code below (the reference: the tests run both and require
 the same packing)."""
 
-PACKERS = ("c", "numpy")
+PACKERS = ranking.PACKERS
 """The packers ``use_packer`` accepts."""
 
 

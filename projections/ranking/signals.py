@@ -1,4 +1,5 @@
-"""What a ranking returns: the result structs and the rounding rule. The ranking itself is
+"""What a ranking returns: the result structs (``Why`` and its rows too: what
+``projections.ranking.why`` fills) and the rounding rule. The ranking itself is
 ``projections.ranking.ranker.rank_index`` (pure: ``now`` and the config are arguments); the
 per-note pipeline it replaced lives on in ``tests/support/reference.py`` as the reference the tests
 compare it with.
@@ -11,17 +12,48 @@ note id), so what a reader sees is consistent with the order.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import msgspec
 
-from hivemind_memory.projections.ranking.packing import Method
-from hivemind_memory.projections.ranking.why import Why
 from hivemind_memory.projections.state import Tier
+
+Method = Literal["exact", "greedy+swap"]
+"""How a packing was found (``projections.ranking.packing``)."""
 
 DECIMALS = 6
 """Output floats are rounded to this many decimals."""
 PRINTS_AS_ZERO = 0.5 * 10.0**-DECIMALS
 """A relevance at or below this rounds to 0.0 at ``DECIMALS`` (so it is no candidate)."""
+
+
+class LeftOut(msgspec.Struct, frozen=True, array_like=True):
+    """A note that matched but was not shown (encoded as a JSON array: 6 values)."""
+
+    note_id: str
+    reason: str
+    relevance: float
+    recency: float
+    score: float
+    cost: int
+
+
+class Shown(msgspec.Struct, frozen=True, array_like=True):
+    """The signals of a shown note (parallel to ``QueryServed.chosen``)."""
+
+    relevance: float
+    recency: float
+    cost: int
+
+
+class Why(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a served query's audit entry keeps about why: the shown notes' signals, the
+    ``limit`` strongest left-out notes and how many were left out per reason."""
+
+    limit: int
+    left_out: list[LeftOut] = []
+    counts: dict[str, int] = {}
+    shown: list[Shown] = []
 
 
 class NoteSignals(msgspec.Struct, frozen=True):

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-import msgspec
 import numpy as np
 
 from hivemind_memory.projections.ranking.columns import FloatArray, IntArray
+from hivemind_memory.projections.ranking.signals import LeftOut, Shown, Why
 
 Reason = Literal["packed_out", "over_budget", "below_min_relevance", "private", "forgotten",
                  "superseded", "erased"]
@@ -41,35 +41,6 @@ REASON_TEXT: dict[str, str] = {
 """One line per reason, for people."""
 DECIMALS = 6
 """Floats are rounded as in results (``signals.DECIMALS``)."""
-
-
-class LeftOut(msgspec.Struct, frozen=True, array_like=True):
-    """A note that matched but was not shown (encoded as a JSON array: 6 values)."""
-
-    note_id: str
-    reason: str
-    relevance: float
-    recency: float
-    score: float
-    cost: int
-
-
-class Shown(msgspec.Struct, frozen=True, array_like=True):
-    """The signals of a shown note (parallel to ``QueryServed.chosen``)."""
-
-    relevance: float
-    recency: float
-    cost: int
-
-
-class Why(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What a served query's audit entry keeps about why: the shown notes' signals, the
-    ``limit`` strongest left-out notes and how many were left out per reason."""
-
-    limit: int
-    left_out: list[LeftOut] = []
-    counts: dict[str, int] = {}
-    shown: list[Shown] = []
 
 
 def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int]:
@@ -131,3 +102,6 @@ def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
 def strongest(rows: list[LeftOut], limit: int) -> list[LeftOut]:
     """The ``limit`` strongest rows: score, then relevance, descending, then note id."""
     return sorted(rows, key=lambda x: (-x.score, -x.relevance, x.note_id))[:limit]
+
+
+__all__ = ["LeftOut", "Shown", "Why", "left_out", "strongest"]

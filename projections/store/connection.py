@@ -22,7 +22,7 @@ passed to redis-py as they are; a URL is never printed with its password (``urls
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -30,8 +30,10 @@ from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store.cluster import connect_cluster, is_cluster_url
-from hivemind_memory.projections.store.embedded import Embedded
 from hivemind_memory.projections.store.types import QueueConn, Store
+
+if TYPE_CHECKING:
+    from hivemind_memory.projections.store.embedded import Embedded
 from hivemind_memory.projections.store.urls import redact, scrub
 
 SOCKET_CONNECT_TIMEOUT_S = 5.0
@@ -50,6 +52,8 @@ HEALTH_CHECK_INTERVAL_S = 15
 """A connection idle this long is PINGed before it is used again."""
 
 _EMBEDDED: dict[str, Embedded] = {}
+"""The embedded stores of this process by URL (``store.embedded.Embedded``, imported with
+the first: a process that talks to Redis never loads fakeredis)."""
 
 
 def client_options() -> dict[str, Any]:
@@ -73,6 +77,8 @@ def connect(url: str) -> Store:
         return connect_cluster(url, client_options())
     if url.startswith("memory://"):
         if url not in _EMBEDDED:
+            from hivemind_memory.projections.store.embedded import Embedded
+
             _EMBEDDED[url] = Embedded(url)
         return _EMBEDDED[url].client()
     try:

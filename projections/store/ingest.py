@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import redis
-from tqdm import tqdm
 
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import AppendFailed, EventError
@@ -58,6 +57,8 @@ def iter_events(fh: IO[bytes]) -> Iterator[tuple[int, Event | EventError, int]]:
 def _progress(total: int | None, enabled: bool) -> Any:
     if not enabled:
         return None
+    from tqdm import tqdm  # on a terminal only
+
     return tqdm(total=total, unit="B", unit_scale=True, desc="ingest", file=sys.stderr)
 
 

@@ -8,8 +8,6 @@ connection (plain Redis; RQ does not run on Cluster); queue names are in
 
 from __future__ import annotations
 
-from hivemind_memory.projections.ranking.snapshot import SNAPSHOT_VERSION
-
 PREFIX = "hm"
 """Prefix of every hivemind key."""
 NAMESPACES = f"{PREFIX}:namespaces"
@@ -18,6 +16,8 @@ RESULT_TTL_SECONDS = 3600
 """Default lifetime of a query result key."""
 SCHEDULE_TTL_SECONDS = 600
 """Lifetime of a namespace's 'projection job queued' marker (self-heals a lost job)."""
+SWEEP_INTERVAL_S = 60
+"""A long-running worker schedules the namespaces left behind after this long idle."""
 CHANGES_MAXLEN = 10_000
 """Approximate length kept of a namespace's changes stream (not the source of truth)."""
 WORKERS = f"{PREFIX}:workers"
@@ -109,7 +109,7 @@ def index_snapshot(ns: str) -> str:
     """The worker's index of the namespace as one hash (``projections.ranking.snapshot``),
     versioned; written lazily by a worker after a full load, deleted by ``replay``'s
     write-back."""
-    return f"{_ns(ns)}:index:v{SNAPSHOT_VERSION}"
+    return f"{_ns(ns)}:index:v{_snapshot_version()}"
 
 
 def index_snapshot_draft(ns: str, token: str) -> str:
@@ -121,7 +121,15 @@ def index_snapshot_draft(ns: str, token: str) -> str:
 def old_index_snapshots(ns: str) -> list[str]:
     """The index snapshot keys of earlier layouts (never read; deleted when a snapshot is
     written, by ``replay`` and with the namespace)."""
-    return [f"{_ns(ns)}:index:v{v}" for v in range(1, SNAPSHOT_VERSION)]
+    return [f"{_ns(ns)}:index:v{v}" for v in range(1, _snapshot_version())]
+
+
+def _snapshot_version() -> int:
+    """``snapshot.SNAPSHOT_VERSION``, read when a snapshot key is named (so naming the
+    other keys, as a client does, does not load the numpy-backed snapshot code)."""
+    from hivemind_memory.projections.ranking.snapshot import SNAPSHOT_VERSION
+
+    return SNAPSHOT_VERSION
 
 
 def rewrite(ns: str) -> str:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from hivemind_memory.api_stub.server.http import MAX_EVENTS
+from hivemind_memory.api_stub.protocol.messages import error_json
+from hivemind_memory.api_stub.server.http import MAX_EVENTS, MAX_QUERIES
 from tests.support import IN_CI, RedisProc, free_port
 from tests.support.docs import GUIDE, README, fenced, section, session
 from tests.support.frontdoor import (
@@ -193,8 +195,8 @@ def test_bodies_over_the_cap_get_413(live: Live) -> None:
                     token=ALICE)
     assert st == 413 and f"at most {MAX_EVENTS}" in body["error"]["message"]
     st, body = call(live.base, "POST", "/v1/ns/team-a/queries",
-                    [{"text": "x", "budget": 1}] * 101, token=ALICE)
-    assert st == 413 and "at most 100" in body["error"]["message"]
+                    [{"text": "x", "budget": 1}] * (MAX_QUERIES + 1), token=ALICE)
+    assert st == 413 and f"at most {MAX_QUERIES}" in body["error"]["message"]
     assert call(live.base, "GET", "/v1/ns/team-a/notes", token=OPS) == (200, [])
 
 
@@ -240,6 +242,36 @@ def test_batch_queries_in_order_and_read_your_writes(live: Live) -> None:
     assert {a["event"]["query_id"] for a in audit} <= {r["query_id"] for r in res}
     st, h = call(b, "GET", "/readyz")
     assert st == 200 and h["ok"]
+
+
+def test_batch_answers_are_the_workers_bytes_streamed_in_input_order(live: Live) -> None:
+    # the array is the result keys' bytes joined as they are (never decoded and re-encoded),
+    # an invalid item's error object in its place, sent as a chunked (streamed) response
+    b = live.base
+    assert call(b, "POST", "/v1/ns/team-a/events", [
+        created(f"e{i}", f"n{i}", f"redis stream number {i}") for i in range(30)
+    ], token=BOB)[0] == 200
+    reqs: list[dict[str, Any]] = [{"text": f"redis {i}", "budget": 7 + i} for i in range(25)]
+    reqs[3] = {"text": "", "budget": 10}
+    req = urllib.request.Request(b + "/v1/ns/team-a/queries", data=json.dumps(reqs).encode(),
+                                 method="POST", headers={"Authorization": f"Bearer {BOB}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200 and resp.headers.get("Transfer-Encoding") == "chunked"
+        raw = resp.read()
+    got = json.loads(raw)
+    assert [r["budget"] for i, r in enumerate(got) if i != 3] == \
+        [q["budget"] for i, q in enumerate(reqs) if i != 3]
+    assert got[3]["error"]["code"] == "invalid_request" and "queries[3]" in \
+        got[3]["error"]["message"]
+    err = got[3]["error"]  # at a key of the pseudo-namespace of invalid requests
+    stored = [error_json(got[3]["query_id"], err["code"], err["message"])]
+    for r in got[:3] + got[4:]:
+        one = urllib.request.Request(b + f"/v1/ns/team-a/results/{r['query_id']}",
+                                     headers={"Authorization": f"Bearer {BOB}"})
+        with urllib.request.urlopen(one, timeout=60) as resp:
+            stored.append(resp.read())
+    stored = stored[1:4] + stored[:1] + stored[4:]  # back in input order
+    assert raw == b"[" + b",".join(stored) + b"]"
 
 
 def test_serve_without_tokens_refuses_a_public_address(tmp_path: Path) -> None:

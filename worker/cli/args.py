@@ -12,8 +12,6 @@ from datetime import UTC, date, datetime
 from typing import IO, Any, NoReturn
 
 import msgspec
-import structlog
-from tqdm import tqdm
 
 from hivemind_memory.events.schema import NS_PATTERN
 from hivemind_memory.events.times import to_utc
@@ -77,6 +75,8 @@ def errors_as_log_lines(on: bool) -> None:
 def fail(message: str, code: int = 2, err: IO[str] | None = None) -> int:
     """Print an error in the CLI's style and return the exit status to use."""
     if _as_log_lines and err is None:
+        import structlog  # a service's: its logs are configured
+
         structlog.get_logger("hivemind.cli").error("command_failed", message=message,
                                                    exit_status=code)
     else:
@@ -90,6 +90,8 @@ def announce_default_store(url: str, err: IO[str] | None = None) -> None:
     why = "no --redis-url or HIVEMIND_REDIS_URL given"
     other = "--redis-url memory://PATH keeps an embedded store in the directory PATH instead"
     if _as_log_lines and err is None:
+        import structlog  # a service's: its logs are configured
+
         structlog.get_logger("hivemind.cli").info("store_default", store=url, reason=why,
                                                   alternative=other)
     else:
@@ -119,6 +121,8 @@ def progress(total: int | None, desc: str, unit: str = "ev", *,
     an object whose ``update``/``close`` do nothing (logs and pipes stay clean)."""
     if not sys.stderr.isatty() or (total is not None and total < minimum):
         return _NoBar()
+    from tqdm import tqdm  # a terminal only: a piped command never loads it
+
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
 
 

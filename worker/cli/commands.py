@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 import redis
@@ -17,9 +16,8 @@ import structlog
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import queue_connection
-from hivemind_memory.api_stub.protocol.messages import QueryRequest, is_error_json, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import AppendFailed, QueryError
+from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import Position
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
@@ -43,7 +41,7 @@ from hivemind_memory.worker import logs, metrics, runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
-from hivemind_memory.worker.cli.output import print_result, print_status, redis_message
+from hivemind_memory.worker.cli.output import print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import ensure_projected
 from hivemind_memory.worker.status import dead_letters, read_status
@@ -270,56 +268,3 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 0
     logs.configure(level="warning")  # the demo's own output tells the story; keep logs quiet
     return run_demo(args.config, as_json=args.json, store_url=args.store)
-
-
-def _client(s: Settings) -> Client:
-    return Client.connect(s)
-
-
-def cmd_query(args: argparse.Namespace, s: Settings) -> int:
-    c = _client(s)
-    warn_unknown_namespaces([args.ns], namespaces(c.store))
-    req: dict[str, Any] = {"ns": args.ns, "text": args.text, "budget": args.budget,
-                           "agent": args.agent, "explain": args.explain}
-    if args.as_of is not None:
-        req["as_of"] = args.as_of
-    [body] = c.batch_results(c.submit_batch([req]), args.timeout)
-    return print_result(body, args.json)
-
-
-def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
-    c = _client(s)
-    try:
-        fh = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        return fail(f"cannot read {args.file}: {exc.strerror or exc}")
-    reqs: list[QueryRequest | QueryError] = []
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = msgspec.json.decode(line)
-                if not isinstance(obj, dict):
-                    raise QueryError("invalid_request", "a query must be a JSON object")
-                reqs.append(parse_request(obj))
-            except msgspec.DecodeError as exc:
-                reqs.append(QueryError("invalid_request", f"line {lineno}: malformed JSON: {exc}"))
-            except QueryError as exc:
-                reqs.append(QueryError(exc.code, f"line {lineno}: {exc.message}"))
-    warn_unknown_namespaces([q.ns for q in reqs if isinstance(q, QueryRequest)],
-                            namespaces(c.store))
-    ids = c.submit_batch(reqs)
-    failed = 0
-    bar = progress(len(ids), "batch", unit="q", minimum=100)
-    out = sys.stdout.buffer
-    for qid, body in zip(ids, c.batch_results(ids, args.timeout), strict=True):
-        out.write(body)  # the worker's bytes as they are: no decode, no re-encode
-        out.write(b"\n")
-        failed += is_error_json(body, qid)
-        bar.update(1)
-    out.flush()
-    bar.close()
-    print(f"batch: {len(ids)} queries, {len(ids) - failed} answered, {failed} error(s)",
-          file=sys.stderr)
-    return 1 if failed else 0

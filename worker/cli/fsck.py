@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -21,20 +20,6 @@ from hivemind_memory.projections.store.logfile import fsck
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker.cli.args import fail
 from hivemind_memory.worker.cli.output import print_fsck
-
-
-def add_parsers(sub: Any) -> None:
-    """Register ``fsck`` on the ``hivemind`` parser."""
-    p = sub.add_parser("fsck", help="check (and repair) the log of a memory://PATH store")
-    p.add_argument("--store", required=True, metavar="memory://PATH",
-                   help="the embedded store whose PATH/streams.log to check")
-    p.add_argument("--repair", action="store_true",
-                   help="rewrite the log so that it replays, losing no acknowledged record "
-                   "(the old file is kept as streams.log.before-fsck-N)")
-    p.add_argument("--drop-unreadable", action="store_true",
-                   help="with --repair: also leave out unreadable bytes between records (the "
-                   "records they held are lost)")
-    p.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:

@@ -4,20 +4,19 @@ status (0 ok, 1 rejected/failed/different, 2 usage or connection error)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import redis
-import structlog
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
-from hivemind_memory.projections.ranking.packing import use_packer
+from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.urls import redact
-from hivemind_memory.worker import logs
-from hivemind_memory.worker.cli import audit_commands, commands, fsck, serve
+from hivemind_memory.worker.cli import parsers
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -29,7 +28,6 @@ from hivemind_memory.worker.cli.args import (
 )
 from hivemind_memory.worker.cli.output import redis_message, store_locked_message
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
-from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -84,9 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="RQ worker: projections and query jobs")
     p.add_argument("--burst", action="store_true",
                    help="drain all pending work, then exit 0 once every stream is projected")
-    p.add_argument("--sweep-every", type=int, default=SWEEP_INTERVAL_S, metavar="S",
+    p.add_argument("--sweep-every", type=int, default=keys.SWEEP_INTERVAL_S, metavar="S",
                    help="when idle this long, schedule namespaces left behind (default "
-                   f"{SWEEP_INTERVAL_S} s)")
+                   f"{keys.SWEEP_INTERVAL_S} s)")
     p.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on this port (/metrics)")
     p.add_argument("--metrics-host", default="127.0.0.1",
@@ -150,15 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="ranking config TOML")
 
     serve_parsers(sub, _common, _ns_arg)
-    fsck.add_parsers(sub)
-    audit_commands.add_parsers(sub, _common, _ns_arg, _time_arg)
+    parsers.fsck_parsers(sub)
+    parsers.audit_parsers(sub, _common, _ns_arg, _time_arg)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
     args = build_parser().parse_args(argv)
-    logs.configure()  # JSON lines unless stderr is a terminal
+    if args.cmd not in CLIENT_ONLY:
+        _configure_logs()
     service = args.cmd in SERVICES
     errors_as_log_lines(service)
     try:
@@ -184,8 +183,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not service:
             raise
         # a service's stderr is its log: even a crash is one log line (JSON in production)
+        import structlog
+
         structlog.get_logger("hivemind.cli").exception("command_crashed", command=args.cmd)
         return 1
+
+
+def _configure_logs() -> None:
+    """JSON lines unless stderr is a terminal (``worker.logs``). A client-only command on
+    Redis logs nothing (its messages are stderr lines), so it never loads structlog."""
+    from hivemind_memory.worker import logs
+
+    logs.configure()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -194,16 +203,35 @@ def _settings(args: argparse.Namespace) -> Settings:
                              config_path=getattr(args, "config", None))
 
 
+COMMAND_MODULES = {
+    **dict.fromkeys(("serve", "mcp"), "serve"),
+    "fsck": "fsck",
+    **dict.fromkeys(("audit", "export", "import", "calibrate", "sweep", "show"),
+                    "audit_commands"),
+    **dict.fromkeys(("query", "batch"), "query_commands"),
+}
+"""The module of ``hivemind_memory.worker.cli`` that holds each command's body (``commands``
+when not named), imported only for the command that runs: ``batch`` and ``query`` import the
+client side alone."""
+CLIENT_ONLY = frozenset({"query", "batch"})
+"""Commands that rank nothing in this process (no packer to choose)."""
+
+
 def _dispatch(args: argparse.Namespace) -> int:
-    mod: Any = serve if args.cmd in ("serve", "mcp") else fsck if args.cmd == "fsck" else \
-        audit_commands if hasattr(audit_commands, f"cmd_{args.cmd}") else commands
+    mod: Any = importlib.import_module(
+        f"hivemind_memory.worker.cli.{COMMAND_MODULES.get(args.cmd, 'commands')}")
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves", "fsck"):
         return int(handler(args))
     s = _settings(args)
+    if args.cmd in CLIENT_ONLY and s.redis_url.startswith("memory://"):
+        _configure_logs()  # the embedded store logs (recovery, ...)
     if s.redis_url_source == "default":
         announce_default_store(redact(s.redis_url))
-    use_packer(s.packer)
+    if args.cmd not in CLIENT_ONLY:
+        from hivemind_memory.projections.ranking.packing import use_packer
+
+        use_packer(s.packer)
     return int(handler(args, s))
 
 

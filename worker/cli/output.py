@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import msgspec
 import redis
 
-from hivemind_memory.projections.store.logfile import FsckReport
-from hivemind_memory.worker.status import Status
+if TYPE_CHECKING:
+    from hivemind_memory.projections.store.logfile import FsckReport
+    from hivemind_memory.worker.status import Status
 
 
 def redis_message(exc: redis.RedisError) -> str:

@@ -12,14 +12,10 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.server.tokens import TokenTable, load_tokens
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker.cli.args import fail
-
-log = structlog.get_logger("hivemind.serve")
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -82,8 +78,10 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
 
 
 def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
+    import structlog  # here, not at import: the parser of every command imports this module
     import uvicorn
 
+    log = structlog.get_logger("hivemind.serve")
     if args.max_body is not None and args.max_body < 1:
         return fail("--max-body must be at least 1 byte")
     tokens = load_tokens(args.tokens) if args.tokens else None
@@ -138,7 +136,7 @@ def add_parsers(sub: Any, common: Any, ns_arg: Any) -> None:
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default 1 MiB)")
     common(p)
 
-    p = sub.add_parser("mcp", help="MCP server over stdio (remember, recall, used, forget)")
+    p = sub.add_parser("mcp", help="MCP server over stdio (remember, recall, used, revise, forget)")
     p.add_argument("--ns", required=True, type=ns_arg)
     p.add_argument("--agent", required=True, type=_agent_arg,
                    help="the agent every tool call acts as")

@@ -328,7 +328,7 @@ export class Memory {
     return this.call<QueryResult>("/query", this.body(text, budget, opts), "query");
   }
 
-  /** Many queries at once (at most 100); results, or error objects in place, in order. */
+  /** Many queries at once (at most 1000); results, or error objects in place, in order. */
   async batch(requests: QueryBody[]): Promise<(QueryResult | QueryErrorObject)[]> {
     const reqs = requests.map((r) => (this.agent && r.agent === undefined
       ? { ...r, agent: this.agent } : r));

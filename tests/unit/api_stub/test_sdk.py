@@ -204,15 +204,27 @@ def test_memory_on_a_store_uses_the_given_settings(tmp_path: Path) -> None:
 def test_the_package_root_is_the_public_face_and_wires_the_embedded_worker(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``from hivemind_memory import Memory`` is the SDK's class; the SDK itself never
-    imports the worker: without the root's injection, ``memory://`` says what is missing."""
+    imports the worker: without the root's injection, ``memory://`` says what is missing.
+    The root imports the worker only when a ``memory://`` Memory starts one (a client-only
+    process, ``hivemind batch`` say, never loads it)."""
+    import subprocess
+    import sys
+
     import hivemind_memory
     from hivemind_memory.api_stub import sdk
     from hivemind_memory.events.errors import StoreError
-    from hivemind_memory.worker.inprocess import start_embedded
 
     assert hivemind_memory.Memory is sdk.Memory
     assert hivemind_memory.AsyncMemory is sdk.AsyncMemory
-    assert sdk._embedded_worker is start_embedded
+    assert sdk._embedded_worker is hivemind_memory._start_embedded
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, hivemind_memory.api_stub.client; "
+         "print(sorted(m for m in sys.modules if m.startswith('hivemind_memory.worker') "
+         "or m in ('numpy', 'fakeredis')))"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
+    with Memory("memory://", ns="root-face", agent="a") as mem:  # the worker, started lazily
+        mem.remember("root face", note_id="r1")
+        assert mem.recall("root face", budget=50).note_ids == ["r1"]
     monkeypatch.setattr(sdk, "_embedded_worker", None)
     with pytest.raises(StoreError, match="import Memory from hivemind_memory"):
         sdk.Memory("memory://", ns="root-face", agent="a")

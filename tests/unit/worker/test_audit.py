@@ -448,7 +448,7 @@ def test_the_embedder_is_recorded_and_a_change_is_named_as_a_cause(tmp_path: Pat
     assert other.reproduce_one(lexical).identical  # the lexical answer owes it nothing
 
 
-def test_a_wave_embeds_its_queries_in_one_call_and_one_product(
+def test_a_job_embeds_its_queries_in_one_call_and_one_product(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from hivemind_memory.projections.ranking import vectors
     from hivemind_memory.projections.ranking.embedders import WordLlamaEmbedder
@@ -472,9 +472,15 @@ def test_a_wave_embeds_its_queries_in_one_call_and_one_product(
     monkeypatch.setattr(vectors.DerivedVectors, "cosines", cosines)
     reqs = [{"ns": "t", "text": f"redis streams {i}", "budget": 50} for i in range(25)]
     w.serve(reqs)
-    wave = engine_mod.WAVE
     queries = [c for c in calls if c != 30]  # (the notes are embedded once, at the load)
-    assert queries == [wave, 25 - wave] and products == [wave, 25 - wave]
+    assert queries == [25] and products == [25]  # the whole job: 25 queries x 30 notes
+    # where queries x notes would pass PRIME_FLOATS, a wave (or more) at a time
+    calls.clear()
+    products.clear()
+    wave = engine_mod.WAVE
+    monkeypatch.setattr(engine_mod, "PRIME_FLOATS", wave * 30)
+    w.serve(reqs)
+    assert calls == [wave, 25 - wave] and products == [wave, 25 - wave]
 
 
 def test_sweep_varies_the_calibration_and_the_relevance_mode(

@@ -208,3 +208,49 @@ def test_a_job_run_again_answers_only_what_it_had_not_published(
     # and once more: nothing left to answer, nothing written
     assert eng.serve(envs) == {"ok": 0, "failed": 0, "already": 5}
     assert store.xlen("hm:{a}:audit") == 5
+
+
+def test_a_jobs_query_embeddings_are_one_call_and_give_the_same_bytes(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # calibrated relevance (the default): the queries of a whole job are embedded in one
+    # call and one matrix product while PRIME_FLOATS allows, else a wave or more at a time;
+    # either way every answer is the one each query gets when ranked on its own
+    c = Client(store, settings=Settings())
+    c.append([created(f"n{i}", ns="a", text=f"redis stream {i} deploy tuesday")
+              for i in range(30)])
+    monkeypatch.setattr(engine_mod, "WAVE", 4)
+    reqs = [{"ns": "a", "text": f"redis deploy {i}", "budget": 40, "agent": "x",
+             "as_of": None} for i in range(10)]
+    eng = QueryEngine(store, DEFAULT, Settings())
+    assert eng.embedder is not None
+    calls: list[int] = []
+    real = type(eng.embedder).embed
+
+    def embed(self: Any, texts: Any) -> Any:
+        calls.append(len(texts))
+        return real(self, texts)
+
+    monkeypatch.setattr(type(eng.embedder), "embed", embed)
+    envs = _envelopes(store, c, reqs)
+    whole = {q.env.query_id: q.body for q in eng.answer(envs)}
+    assert calls[-1:] == [10]  # the whole job at once (the index's own load came before)
+    calls.clear()
+    monkeypatch.setattr(engine_mod, "PRIME_FLOATS", 30 * 6)  # 6 queries x 30 notes
+    capped = {q.env.query_id: q.body for q in eng.answer(envs)}
+    assert calls == [6, 6]  # the first wave and what fits, then the second wave and the rest
+    calls.clear()
+    alone = {}
+    for env in envs:
+        [q] = eng.answer([env])
+        alone[env.query_id] = q.body
+    assert calls == [1] * 10
+    strip = [b'"as_of":"[^"]*"', b'"age_days":[0-9.e-]+']
+    def same(x: bytes | None) -> bytes:
+        import re
+
+        assert x is not None and b'"notes":[{' in x
+        for pat in strip:  # answered at different instants: the clock moved
+            x = re.sub(pat, b"", x)
+        return x
+    assert {k: same(v) for k, v in whole.items()} == {k: same(v) for k, v in capped.items()} \
+        == {k: same(v) for k, v in alone.items()}

@@ -166,18 +166,12 @@ class StreamLog:
             with self.ordering:
                 chunk, self._queued = self._queued, []
                 last = self._seq
-            data = b"".join(chunk)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view):]
-                os.fsync(self._fd)
+                self._write(chunk, last)
             except OSError as exc:
                 self._undo(chunk, exc)
                 raise StoreError(f"cannot write the embedded store's log {self.path}: "
                                  f"{exc}") from exc
-            self._size += len(data)
-            self._durable = last
 
     def rewrite(self, change: RecordChange) -> int:
         """Rewrite the records ``change`` changes (an erasure's redaction), in the file and in
@@ -190,19 +184,13 @@ class StreamLog:
             with self.ordering:
                 chunk, self._queued = self._queued, []
                 last = self._seq
-                data = b"".join(chunk)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(self._fd, view):]
-                    os.fsync(self._fd)
+                    self._write(chunk, last)
                 except OSError as exc:
                     self._queued[:0] = chunk
                     os.ftruncate(self._fd, self._size)
                     raise StoreError(f"cannot write the embedded store's log {self.path}: "
                                      f"{exc}") from exc
-                self._size += len(data)
-                self._durable = last
                 try:
                     n = rewrite_file(self.path, change)
                     for backup in sorted(self.path.parent.glob(BACKUP_PREFIX + "*")):
@@ -212,6 +200,18 @@ class StreamLog:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
                     self._size = os.fstat(self._fd).st_size
         return n
+
+    def _write(self, chunk: list[bytes], last: int) -> None:
+        """Write the queued records ``chunk`` (up to record ``last``) and fsync them (the
+        caller holds ``_writing``; ``OSError`` leaves the size and the durable mark as they
+        were, for the caller to cut back)."""
+        data = b"".join(chunk)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        os.fsync(self._fd)
+        self._size += len(data)
+        self._durable = last
 
     def _undo(self, chunk: list[bytes], exc: OSError) -> None:
         """A write failed part-way: cut the file back to its whole records and queue the

@@ -42,7 +42,6 @@ from hivemind_memory.events.positions import format_pos
 from hivemind_memory.events.schema import CONTENT_EVENTS, NoteCreated, NoteRevised, redacted
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.embedded import stream_log_of
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
 from hivemind_memory.projections.store.scripts import script
@@ -308,6 +307,10 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
         out.dead = rewrite_stream(r, ns, keys.dead(ns), DEAD_RAW, out.erased, lease)
         out.results = redact_results(r, ns, out.erased)
         out.snapshots = drop_snapshots(r, ns)
+        from hivemind_memory.projections.store.embedded import (  # fakeredis: not for plain Redis
+            stream_log_of,
+        )
+
         slog = stream_log_of(r)
         if slog is not None:
             change = content_change(ns, out.erased)

@@ -54,20 +54,21 @@ from hivemind_memory.projections.ranking.similarity import near_duplicates
 from hivemind_memory.projections.reduce import Rejected, check_write, touched_by
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import erasure, keys, readmodel, results
+from hivemind_memory.projections.store.beats import live_beats
 from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
 from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.notes_view import visible_notes
-from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes
+from hivemind_memory.projections.store.types import QueueConn, Store
 
 CHECKED_ATTEMPTS = 50
+"""A checked append that keeps losing the compare-and-set to other writers gives up after
+this many attempts (each one re-reads only the namespace's unprojected tail)."""
 DUPLICATE_CHECK_TIMEOUT_S = 10.0
 """How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
 MAX_QUERY_CHARS = 16_384
 """The longest query text (``QueryRequest.text``): a longer note's start finds candidates."""
-"""A checked append that keeps losing the compare-and-set to other writers gives up after
-this many attempts (each one re-reads only the namespace's unprojected tail)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,9 +311,7 @@ class Client:
 
     def workers_alive(self) -> bool:
         """Whether any worker process keeps a heartbeat (one SMEMBERS and one MGET)."""
-        names = [as_bytes(n).decode() for n in self.rq.smembers(keys.WORKERS)]
-        return bool(names) and any(b is not None for b in
-                                   self.rq.mget([keys.worker_beat(n) for n in names]))
+        return bool(live_beats(self.rq))
 
     def near_duplicates(self, ns: str, agent: str, text: str, *,
                         embedding: Sequence[float] | None = None,

@@ -31,6 +31,7 @@ import redis
 import structlog
 
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.beats import live_beats
 from hivemind_memory.projections.store.types import QueueConn
 
 log = structlog.get_logger("hivemind.heartbeat")
@@ -64,14 +65,8 @@ _dec = msgspec.json.Decoder(WorkerBeat)
 
 def read_beats(rq: QueueConn) -> list[WorkerBeat]:
     """The heartbeats alive now (one SMEMBERS and one MGET), by name."""
-    names = sorted(n.decode() if isinstance(n, bytes) else str(n)
-                   for n in rq.smembers(keys.WORKERS))
-    if not names:
-        return []
     out: list[WorkerBeat] = []
-    for raw in rq.mget([keys.worker_beat(n) for n in names]):
-        if raw is None:
-            continue  # expired: that worker is dead
+    for raw in live_beats(rq):
         with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
             out.append(_dec.decode(raw))
     return out

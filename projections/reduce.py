@@ -198,6 +198,9 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
     """
     applied = duplicates = 0
     replace = msgspec.structs.replace
+
+    def state_of(k: str) -> NoteState | None:
+        return touched[k] if k in touched else notes.get(k)
     for entry_id, ev, raw in entries:
         if isinstance(ev, Undecodable):
             dead.append(DeadLetter(entry_id, ev.reason, ev.raw))
@@ -221,11 +224,7 @@ def _fold(touched: dict[str, NoteState], notes: Mapping[str, NoteState], seen_no
                                    last_used_at=at if last is None or at > last else last)
             applied += 1
             continue
-        if type(ev) is NoteCreated and ev.supersedes:
-            res = apply_write(lambda k: touched[k] if k in touched else notes.get(k), ev)
-        else:
-            one = apply_event(current, ev)
-            res = one if isinstance(one, Rejected) else {nid: one}
+        res = apply_write(state_of, ev)
         if isinstance(res, Rejected):
             dead.append(DeadLetter(entry_id, f"{event_type(ev)}: {res.reason}", raw))
         else:

@@ -48,7 +48,7 @@ import msgspec
 import redis
 from rq import Worker
 
-from bench.core import _free_port, private_redis
+from bench.core import _free_port, private_redis, stop_processes
 from bench.query import (
     COMMON_WORDS,
     Corpus,
@@ -196,14 +196,7 @@ def workers(n: int, url: str, rq: redis.Redis) -> Iterator[list[subprocess.Popen
             time.sleep(0.05)  # other processes starting: nothing to block on
         yield procs
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs)
 
 
 @contextmanager
@@ -230,12 +223,7 @@ def server(url: str) -> Iterator[int]:
             time.sleep(0.05)  # a process opening its port: nothing to block on
         yield port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_processes([proc])
 
 
 @dataclass

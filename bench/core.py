@@ -21,13 +21,14 @@ import json
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,18 @@ def peak_rss_mib() -> float:
         pass
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return ru / 2**20 if sys.platform == "darwin" else ru / 1024
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[Any]]) -> None:
+    """SIGTERM every process, then wait for each (30 s), killing one that does not exit."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
 
 
 def _free_port() -> int:

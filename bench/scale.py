@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from typing import Any
 import redis
 from rq import Worker
 
-from bench.core import _free_port, private_redis, pure_fold
+from bench.core import _free_port, private_redis, pure_fold, stop_processes
 from bench.data import _WORDS, generate
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol import jobs
@@ -184,14 +183,7 @@ def _workers(n: int, env: dict[str, str], rq: redis.Redis) -> Iterator[list[int]
         _until(lambda: len(Worker.all(connection=rq)) >= n, f"{n} workers to register", 60)
         yield [p.pid for p in procs]
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(procs)
 
 
 def _queries(nss: list[str], n: int) -> list[dict[str, Any]]:

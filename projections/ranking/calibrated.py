@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,32 @@ import numpy.typing as npt
 from hivemind_memory.projections.ranking.columns import BoolArray, Columns, FloatArray, IntArray
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
 from hivemind_memory.projections.ranking.relevance import tokenize
+
+
+class NativeKernel(Protocol):
+    """What this module calls of the C kernel (checked against ``_calibrated.pyi``)."""
+
+    def logits(self, seq: IntArray, at: IntArray, lex: FloatArray, cosine: FloatArray,
+               owner: npt.NDArray[np.int32], named: FloatArray, wb: FloatArray,
+               wc: FloatArray, base: FloatArray, near: npt.NDArray[np.uint8], k: int,
+               w_cb: float, w_cc: float, w_an: float, min_cosine: float, neg: FloatArray,
+               evidence: npt.NDArray[np.uint8]) -> None: ...
+
+    def finish(self, e: FloatArray, evidence: npt.NDArray[np.uint8], floor: float,
+               pos: IntArray) -> int: ...
+
+
+_built: NativeKernel | None
+try:
+    from hivemind_memory.projections.ranking import _calibrated as _built
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _built = None
+
+native: NativeKernel | None = _built
+"""The per-note arithmetic of ``likely`` in C (``projections/ranking/_calibrated.c``), when it
+was built; otherwise (or set to None) the numpy code of ``signals``, ``probability`` and
+``evidence`` (the reference: the tests run both and require the same bits)."""
+_NONE = np.zeros(0, np.float64)
 
 FEATURES = ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
             "log_tokens_sq", "context_bm25", "context_cosine", "author_named")
@@ -117,6 +144,9 @@ class Layout:
     ``context_minutes`` of each other."""
     pos: npt.NDArray[np.int32]
     """The position of each slot of the table in the sequence (-1: not in it)."""
+    near_flat: npt.NDArray[np.uint8]
+    """``near`` as one array for the C path: ``near_flat[(k - 1) * n + i]`` is
+    ``near[k - 1][i]`` (0 past its end)."""
 
 
 def log_tokens(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
@@ -143,10 +173,14 @@ def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
     start = cal.intercept + prior(len(seq), cal)
     pos = np.full(len(cols), -1, np.int32)
     pos[seq] = np.arange(len(seq), dtype=np.int32)
+    flat = np.zeros((len(near), len(seq)), np.uint8)
+    for k, m in enumerate(near, start=1):
+        flat[k - 1, :len(seq) - k] = m
     return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
                   wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
                   wc=cal.cosine + cal.cosine_x_log_tokens * lt,
-                  owner=cols.owner[seq].astype(np.int32), near=near, pos=pos)
+                  owner=cols.owner[seq].astype(np.int32), near=near, pos=pos,
+                  near_flat=flat.reshape(-1))
 
 
 def context(values: FloatArray, near: Sequence[BoolArray]) -> FloatArray:
@@ -243,6 +277,44 @@ def evidence(sig: Signals, cal: Calibration) -> BoolArray:
     candidate's probability, it does not make one)."""
     out: BoolArray = (sig.b > 0) | (sig.c >= cal.min_cosine)
     return out
+
+
+def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
+           cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
+           limit: int) -> tuple[IntArray, FloatArray]:
+    """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
+    ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
+    at least ``cal.floor`` likely, and among the ``limit`` most probable."""
+    kernel = native
+    if kernel is None:
+        sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
+        p = probability(sig, lay, cal)
+        p[~evidence(sig, cal)] = 0.0
+        if cal.floor > 0:
+            p[p < cal.floor] = 0.0
+        keep = candidates(p, limit)
+        keep = keep[p[keep] > 0]
+        return keep, p[keep]
+    n = len(seq)
+    mask = _NONE
+    if named:
+        mask = np.zeros(len(cols.agents) + 1, np.float64)
+        mask[list(named)] = 1.0
+    neg = np.empty(n, np.float64)
+    ev = np.empty(n, np.uint8)
+    kernel.logits(seq, lay.pos[lex_slots].astype(np.int64), lex,
+                  _NONE if cosine is None else np.ascontiguousarray(cosine, np.float64),
+                  lay.owner, mask, lay.wb, lay.wc, lay.base, lay.near_flat, len(lay.near),
+                  cal.context_bm25, cal.context_cosine, cal.author_named, cal.min_cosine,
+                  neg, ev)
+    with np.errstate(over="ignore"):
+        np.exp(neg, out=neg)
+    pos = np.empty(n, np.int64)
+    pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
+    # the most probable among the notes above 0 are those among all of them (the rest are 0)
+    p = neg[pos]
+    keep = candidates(p, limit)
+    return pos[keep], p[keep]
 
 
 def candidates(p: FloatArray, limit: int) -> IntArray:

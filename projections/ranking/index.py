@@ -19,14 +19,12 @@ from hivemind_memory.events.positions import ZERO, Position
 from hivemind_memory.projections.ranking.calibrated import (
     Layout,
     Signals,
-    candidates,
     creation_order,
-    evidence,
     features,
     layout_of,
+    likely,
     log_tokens,
     named_owners,
-    probability,
     signals,
 )
 from hivemind_memory.projections.ranking.columns import (
@@ -212,12 +210,13 @@ class NamespaceIndex:
         self._layouts[key] = got  # the most recently used last
         return seq, got
 
-    def signals(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
-                agent: str = "", cache: TermCache | None = None,
-                cosine: FloatArray | None = None) -> tuple[IntArray, Layout, Signals]:
-        """The notes ``agent`` may see (slots, in creation order), their query-independent
-        part of the calibrated model and the query's signals over them. ``cosine``: see
-        ``calibrated_slots``."""
+    def _inputs(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
+                agent: str, cache: TermCache | None, cosine: FloatArray | None
+                ) -> tuple[IntArray, Layout, IntArray, FloatArray, FloatArray | None, list[int]]:
+        """What the calibrated model reads of a query: the notes ``agent`` may see (slots, in
+        creation order) and their ``calibrated.Layout``, the BM25 hits (slots, values), the
+        cosine per slot (caller embeddings in place of the derived ones where the note carries
+        one of the query embedding's length) and the owners the query names."""
         seq, lay = self._layout(agent, cfg.calibration)
         cols = self.cols
         lex_slots, lex = cols.bm25(text, cfg, agent, cache)
@@ -226,8 +225,17 @@ class NamespaceIndex:
             if len(cslots):
                 cosine = np.zeros(len(cols)) if cosine is None else cosine.copy()
                 cosine[cslots] = ccos
-        return seq, lay, signals(cols, seq, lex_slots, lex, cosine, named_owners(cols, text),
-                                 lay)
+        return seq, lay, lex_slots, lex, cosine, named_owners(cols, text)
+
+    def signals(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
+                agent: str = "", cache: TermCache | None = None,
+                cosine: FloatArray | None = None) -> tuple[IntArray, Layout, Signals]:
+        """The notes ``agent`` may see (slots, in creation order), their query-independent
+        part of the calibrated model and the query's signals over them. ``cosine``: see
+        ``calibrated_slots``."""
+        seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
+                                                            cosine)
+        return seq, lay, signals(self.cols, seq, lex_slots, lex, cos, named, lay)
 
     def feature_columns(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
@@ -247,16 +255,11 @@ class NamespaceIndex:
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
         vector (``query_cosines``; None: no semantic part but caller embeddings, which take
         precedence where the note carries one of the query embedding's length)."""
-        seq, lay, sig = self.signals(text, embedding, cfg, agent, cache, cosine)
-        cal = cfg.calibration
-        p = probability(sig, lay, cal)
-        # evidence: a shared word or a close enough meaning
-        p[~evidence(sig, cal)] = 0.0
-        if cal.floor > 0:
-            p[p < cal.floor] = 0.0
-        keep = candidates(p, cfg.max_candidates if limit is None else limit)
-        keep = keep[p[keep] > 0]
-        return seq[keep], p[keep]
+        seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
+                                                            cosine)
+        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration,
+                       cfg.max_candidates if limit is None else limit)
+        return seq[at], p
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,

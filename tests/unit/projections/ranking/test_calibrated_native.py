@@ -1,0 +1,184 @@
+"""Calibrated relevance's per-note arithmetic in C (``projections/ranking/_calibrated.c``)
+against the numpy code it replaces on the query path (``calibrated.signals``,
+``probability``, ``evidence``, ``candidates``: the reference): the same candidates and the same
+probability bits on every input, with every signal varying (BM25 hits, cosines of either sign
+or none, caller embeddings, the context window and its width, named authors, the floor, the
+candidate limit). Without the compiled module these skip on a laptop and fail under
+``CI=true``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hivemind_memory.projections.ranking import calibrated
+from hivemind_memory.projections.ranking.calibrated import layout_of, likely
+from hivemind_memory.projections.ranking.config import DEFAULT, Calibration, RankingConfig
+from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.state import NoteState
+from tests.support import IN_CI
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+WORDS = ["alpha", "beta", "gamma", "delta", "kiwi", "plum", "ann", "bob", "ship", "deploy"]
+AGENTS = ["ann", "bob", "cy"]
+
+
+@pytest.fixture(scope="module")
+def native() -> ModuleType:
+    if calibrated.native is None:
+        msg = "the calibrated kernel (hivemind_memory.projections.ranking._calibrated) is not built"
+        if IN_CI:
+            pytest.fail(msg + " (CI=true: it must be)")
+        pytest.skip(msg)
+    return calibrated.native  # type: ignore[return-value]
+
+
+def _both(idx: NamespaceIndex, text: str, agent: str, cosine: Any, cal: Calibration,
+          limit: int) -> tuple[tuple[list[int], bytes], tuple[list[int], bytes]]:
+    """``likely`` with the C path, then with the numpy path: (positions, probability bytes)."""
+    cols = idx.cols
+    cfg = RankingConfig(calibration=cal)
+    seq = idx.visible_order(agent)
+    lay = layout_of(cols, seq, cal)
+    lex_slots, lex = cols.bm25(text, cfg, agent)
+    named = calibrated.named_owners(cols, text)
+
+    def run() -> tuple[list[int], bytes]:
+        at, p = likely(cols, seq, lex_slots, lex, cosine, named, lay, cal, limit)
+        return at.tolist(), p.tobytes()
+
+    got = run()
+    saved = calibrated.native
+    calibrated.native = None
+    try:
+        want = run()
+    finally:
+        calibrated.native = saved
+    return got, want
+
+
+def fitted(**changes: Any) -> Calibration:
+    """The default (fitted) calibration with ``changes``."""
+    return msgspec.structs.replace(DEFAULT.calibration, **changes)
+
+
+notes_strategy = st.lists(
+    st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6),  # words
+              st.sampled_from(AGENTS), st.booleans(),  # agent, private
+              st.integers(0, 90), st.integers(1, 3_000)),  # minutes after the last, tokens
+    min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(notes=notes_strategy,
+       query=st.lists(st.sampled_from(WORDS), min_size=0, max_size=4),
+       agent=st.sampled_from(["", *AGENTS]),
+       cosines=st.one_of(st.none(), st.lists(
+           st.one_of(st.floats(-1.0, 1.0), st.sampled_from([0.0, -0.0, 0.45, 1.0, -1.0])),
+           min_size=40, max_size=40)),
+       context_notes=st.integers(0, 4), context_minutes=st.sampled_from([0.0, 5.0, 60.0]),
+       floor=st.sampled_from([0.0, 0.05, 0.5]), limit=st.integers(1, 45),
+       signs=st.tuples(*[st.sampled_from([-2.5, -0.5, 0.0, 0.7, 3.0])] * 4))
+def test_c_path_scores_as_the_numpy_path(native: ModuleType, notes: list[Any],
+                                         query: list[str], agent: str,
+                                         cosines: list[float] | None, context_notes: int,
+                                         context_minutes: float, floor: float, limit: int,
+                                         signs: tuple[float, float, float, float]) -> None:
+    states = []
+    at = NOW - timedelta(days=3)
+    for i, (words, who, private, gap, tokens) in enumerate(notes):
+        at += timedelta(minutes=gap)
+        states.append(NoteState(note_id=f"n{i:02d}", agent=who,
+                                scope="private" if private else "shared", kind="note",
+                                text=" ".join(words), tokens=tokens, created_at=at))
+    idx = build_index("t", {n.note_id: n for n in states}, None)
+    base = DEFAULT.calibration
+    cal = fitted(context_notes=context_notes, context_minutes=context_minutes, floor=floor,
+                 context_bm25=base.context_bm25 + signs[0],
+                 context_cosine=base.context_cosine + signs[1],
+                 author_named=base.author_named + signs[2], cosine=base.cosine + signs[3])
+    cos = None if cosines is None else np.array(cosines[:len(idx.cols)], np.float64)
+    got, want = _both(idx, " ".join(query), agent, cos, cal, limit)
+    assert got == want
+
+
+def test_every_signal_moves_the_c_path_as_the_numpy_path(native: ModuleType) -> None:
+    """A namespace where each signal decides something (a shared word, a cosine above and
+    below ``min_cosine``, a neighbour within the window, a named author, the floor), each
+    compared bit for bit, and each shown to matter: dropping it changes the probabilities."""
+    states = [
+        NoteState(note_id="a", agent="ann", scope="shared", kind="note", text="kiwi deploy",
+                  tokens=40, created_at=NOW - timedelta(minutes=30)),
+        NoteState(note_id="b", agent="bob", scope="shared", kind="note", text="plum ship",
+                  tokens=400, created_at=NOW - timedelta(minutes=25)),
+        NoteState(note_id="c", agent="cy", scope="shared", kind="note", text="gamma delta",
+                  tokens=9, created_at=NOW - timedelta(days=2)),
+        NoteState(note_id="d", agent="bob", scope="private", kind="note", text="kiwi plum",
+                  tokens=120, created_at=NOW - timedelta(minutes=20)),
+    ]
+    idx = build_index("t", {n.note_id: n for n in states}, None)
+    slot = idx.cols.slot
+    cos = np.zeros(len(idx.cols))
+    cos[slot["b"]], cos[slot["c"]], cos[slot["d"]] = 0.6, 0.44, -0.3
+    cal = fitted(context_notes=2, context_minutes=10.0, floor=0.01)
+    got, want = _both(idx, "kiwi bob", "bob", cos, cal, 10)
+    assert got == want
+    # each input moves the answer: without it the probabilities differ
+    for other in (_both(idx, "kiwi", "bob", cos, cal, 10)[0],  # no named author
+                  _both(idx, "kiwi bob", "bob", None, cal, 10)[0],  # no cosines
+                  _both(idx, "kiwi bob", "bob", cos,  # no context
+                        Calibration(context_notes=0, context_minutes=10.0, floor=0.01), 10)[0],
+                  _both(idx, "kiwi bob", "", cos, cal, 10)[0]):  # d is not visible
+        assert other != got
+    positions, _ = got
+    seq = idx.visible_order("bob").tolist()
+    ids = {idx.cols.ids[seq[i]] for i in positions}
+    assert "c" not in ids  # no shared word and a cosine under min_cosine: no evidence
+    assert {"a", "b", "d"} <= ids
+
+
+def test_the_query_path_runs_the_c_kernel(native: ModuleType, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    calls: list[int] = []
+
+    class Counting:
+        def logits(self, *args: Any) -> None:
+            calls.append(len(args[0]))
+            native.logits(*args)
+
+        def finish(self, *args: Any) -> int:
+            return int(native.finish(*args))
+
+    monkeypatch.setattr(calibrated, "native", Counting())
+    states = [NoteState(note_id=f"n{i}", agent="ann", scope="shared", kind="note",
+                        text=f"kiwi {WORDS[i % len(WORDS)]}", tokens=10,
+                        created_at=NOW - timedelta(hours=i)) for i in range(7)]
+    idx = build_index("t", {n.note_id: n for n in states}, None)
+    slots, rel = idx.calibrated_slots("kiwi", None, DEFAULT)
+    assert calls == [7]
+    assert len(slots) == 7 and (rel > 0).all()
+
+
+def test_bad_arrays_are_refused_with_the_function_named(native: ModuleType) -> None:
+    n = 3
+    f8, i8 = np.zeros(n), np.arange(n, dtype=np.int64)
+    out, ev = np.empty(n), np.empty(n, np.uint8)
+    with pytest.raises(ValueError, match="logits: arrays of different lengths"):
+        native.logits(i8, i8, f8[:2], f8, np.zeros(n, np.int32), f8, f8, f8, f8,
+                      np.zeros(0, np.uint8), 0, 1.0, 1.0, 1.0, 0.5, out, ev)
+    with pytest.raises(ValueError, match="logits: a BM25 hit outside the notes"):
+        native.logits(i8, np.array([5], np.int64), np.ones(1), f8, np.zeros(n, np.int32), f8,
+                      f8, f8, f8, np.zeros(0, np.uint8), 0, 1.0, 1.0, 1.0, 0.5, out, ev)
+    with pytest.raises(ValueError, match="logits: a slot outside the cosines"):
+        native.logits(np.array([0, 1, 9], np.int64), i8[:0], f8[:0], f8,
+                      np.zeros(n, np.int32), f8[:0], f8, f8, f8, np.zeros(0, np.uint8), 0,
+                      1.0, 1.0, 1.0, 0.5, out, ev)
+    with pytest.raises(ValueError, match="finish: arrays of different lengths"):
+        native.finish(out, ev[:2], 0.0, i8)

@@ -70,9 +70,10 @@ static PyObject *cal_logits(PyObject *self, PyObject *args) {
         scratch = grown;
         scratch_cap = need;
     }
-    memset(scratch, 0, need * sizeof(double));
     b = scratch;
     double *c = b + n, *cb = b + 2 * n, *cc = b + 3 * n;
+    memset(b, 0, (size_t)n * sizeof(double));
+    memset(cb, 0, 2 * (size_t)n * sizeof(double));  /* cb and cc */
     if (h) {
         double top = lex[0];
         for (i64 j = 1; j < h; j++)
@@ -95,6 +96,8 @@ static PyObject *cal_logits(PyObject *self, PyObject *args) {
     }
     if (ncos)
         for (i64 i = 0; i < n; i++) c[i] = cos[seq[i]];
+    else
+        memset(c, 0, (size_t)n * sizeof(double));
     /* context: the largest of the near neighbours' values, from 0 (branch-free selects, so
      * the loops vectorise; the maxima are exact) */
     for (i64 j = 1; j <= k && j < n; j++) {
@@ -174,13 +177,14 @@ static PyObject *cal_finish(PyObject *self, PyObject *args) {
     double *p = be.buf;
     const unsigned char *ev = bev.buf;
     i64 *pos = bpos.buf;
-    for (i64 i = 0; i < n; i++) {
-        double e = p[i] + 1.0;
-        double v = ev[i] ? 1.0 / e : 0.0;
-        if (floor > 0.0 && v < floor) v = 0.0;
-        p[i] = v;
-        if (v > 0.0) pos[m++] = i;
+    const int floored = floor > 0.0;
+    for (i64 i = 0; i < n; i++) {  /* branch-free: the loop vectorises */
+        double v = 1.0 / (p[i] + 1.0);
+        v = ev[i] ? v : 0.0;
+        p[i] = (floored && v < floor) ? 0.0 : v;
     }
+    for (i64 i = 0; i < n; i++)
+        if (p[i] > 0.0) pos[m++] = i;
     ret = PyLong_FromLongLong(m);
 done:
     PyBuffer_Release(&be);

@@ -126,6 +126,9 @@ class Columns:
         self.private_n: dict[int, int] = {}
         self.private_len: dict[int, int] = {}
         self._vis: dict[str, BoolArray] = {}
+        self._english_total: dict[str, int] = {}
+        """Per agent: the english analyzer's total length of the notes it may see (cleared
+        with ``_vis``)."""
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
         self._english_len: tuple[int, IntArray] | None = None
@@ -189,6 +192,7 @@ class Columns:
         (or one whose text, scope or owner changed) gets a new slot, so a slot has one text
         and one set of postings."""
         self._vis.clear()
+        self._english_total.clear()
         self.version += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
@@ -328,6 +332,7 @@ class Columns:
         self.private_n = {o: int(counts[o]) for o in np.flatnonzero(counts).tolist()}
         self.private_len = {o: int(lens[o]) for o in np.flatnonzero(counts).tolist()}
         self._vis.clear()
+        self._english_total.clear()
 
     def compact(self, force: bool = False) -> bool:
         """Merge the delta postings into the CSR base, dropping postings of dead slots; only
@@ -471,7 +476,10 @@ class Columns:
             words = list(dict.fromkeys(tokenize(query)))
         else:
             stem_terms, dl = self._english()
-            total_len = int(dl[self.visible(agent)].sum())
+            got = self._english_total.get(agent)
+            if got is None:  # the same sum until a write
+                got = self._english_total[agent] = int(dl[self.visible(agent)].sum())
+            total_len = got
             words = list(dict.fromkeys(analyze(tokenize(query), cfg.analyzer)))
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
         if total_len == 0:

@@ -39,7 +39,7 @@ from hivemind_memory.projections.ranking.signals import (
     RankResult,
     ScoredNote,
 )
-from hivemind_memory.projections.ranking.why import Why, left_out
+from hivemind_memory.projections.ranking.why import Why, left_out, rounded
 from hivemind_memory.projections.state import Tier
 
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
@@ -100,23 +100,6 @@ class BatchMemo:
     def terms(self, cols: Columns) -> TermCache:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
-
-
-_SCALE = 10.0**DECIMALS
-
-
-def rounded(x: FloatArray) -> list[float]:
-    """``[round(v, DECIMALS) for v in x]``, vectorised: ``rint(v * 10**DECIMALS) / 10**DECIMALS``
-    is that (the division of two exact integers-as-floats rounds once, to the double nearest
-    the decimal, as ``round`` does) unless ``v * 10**DECIMALS`` was rounded across a half;
-    it is off by at most half an ulp, so only products that close to a half go through
-    ``round`` itself."""
-    y = x * _SCALE
-    out: list[float] = (np.rint(y) / _SCALE).tolist()
-    near = (np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0)).nonzero()[0]
-    for i in near.tolist():
-        out[i] = round(float(x[i]), DECIMALS)
-    return out
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,

@@ -43,6 +43,23 @@ DECIMALS = 6
 """Floats are rounded as in results (``signals.DECIMALS``)."""
 
 
+_SCALE = 10.0**DECIMALS
+
+
+def rounded(x: FloatArray) -> list[float]:
+    """``[round(v, DECIMALS) for v in x]``, vectorised: ``rint(v * 10**DECIMALS) / 10**DECIMALS``
+    is that (the division of two exact integers-as-floats rounds once, to the double nearest
+    the decimal, as ``round`` does) unless ``v * 10**DECIMALS`` was rounded across a half;
+    it is off by at most half an ulp, so only products that close to a half go through
+    ``round`` itself."""
+    y = x * _SCALE
+    out: list[float] = (np.rint(y) / _SCALE).tolist()
+    near = (np.abs(y - np.floor(y) - 0.5) <= 1e-12 * np.maximum(np.abs(y), 1.0)).nonzero()[0]
+    for i in near.tolist():
+        out[i] = round(float(x[i]), DECIMALS)
+    return out
+
+
 def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int]:
     """Positions of the ``limit`` highest ``score`` values (ties by note id, ``id_of(i)``: read
     only for the positions that make the cut), best first."""
@@ -53,8 +70,9 @@ def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int
     if n > limit:  # keep everything tied with the limit-th value, then sort exactly
         cut = np.partition(score, n - limit)[n - limit]
         pos = (score >= cut).nonzero()[0]
-    got = sorted(pos.tolist(), key=lambda i: (-float(score[i]), id_of(i)))
-    return got[:limit]
+    at, vals = pos.tolist(), score[pos].tolist()
+    got = sorted(range(len(at)), key=lambda k: (-vals[k], id_of(at[k])))
+    return [at[k] for k in got[:limit]]
 
 
 def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
@@ -79,11 +97,12 @@ def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
     rows: list[LeftOut] = []
     r = np.round(score[at], DECIMALS)
     out_slots = cand[at]
-    for i in _top(r, lambda k: ids[int(out_slots[k])], limit):
-        j = int(at[i])
-        rows.append(LeftOut(ids[int(out_slots[i])], "over_budget" if over[i] else "packed_out",
-                            round(float(rel[j]), DECIMALS), round(float(rec[j]), DECIMALS),
-                            float(r[i]), int(cost[j])))
+    top = np.array(_top(r, lambda k: ids[int(out_slots[k])], limit), np.int64)
+    js = at[top]
+    for s, o, rl, rc, sc, c in zip(out_slots[top].tolist(), over[top].tolist(),
+                                   rounded(rel[js]), rounded(rec[js]), r[top].tolist(),
+                                   cost[js].tolist(), strict=True):
+        rows.append(LeftOut(ids[s], "over_budget" if o else "packed_out", rl, rc, sc, c))
     if len(below) and limit > 0:
         top = _top(np.round(below_rel, DECIMALS), lambda k: ids[int(below[k])], limit)
         slots = below[np.array(top, np.int64)]

@@ -89,6 +89,10 @@ _EPOCH = from_micros(0)
 """A placeholder in ``Columns.created``'s list (never returned)."""
 
 
+TERM_POSTINGS_KEPT = 2_000_000
+"""``Columns.kept_terms`` holds at most about this many postings (16 bytes each)."""
+
+
 class Columns:
     """One row per note slot; see the module docstring."""
 
@@ -129,6 +133,8 @@ class Columns:
         self._english_total: dict[str, int] = {}
         """Per agent: the english analyzer's total length of the notes it may see (cleared
         with ``_vis``)."""
+        self._terms_kept: TermCache = {}
+        """``bm25``'s cache kept from batch to batch (``kept_terms``; cleared by a write)."""
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
         self._english_len: tuple[int, IntArray] | None = None
@@ -193,6 +199,7 @@ class Columns:
         and one set of postings."""
         self._vis.clear()
         self._english_total.clear()
+        self._terms_kept = {}
         self.version += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
@@ -389,6 +396,14 @@ class Columns:
             tokens=int(self.tokens[s]), created_at=from_micros(int(self.created_us[s])),
             uses=int(self.uses[s]), last_used_at=None if lu == NO_TIME else from_micros(lu),
             forgotten=not self.live[s], embedding=None if v is None else v.tolist())
+
+    def kept_terms(self) -> TermCache:
+        """A ``bm25`` cache that lives as long as the table is unchanged: the words a worker's
+        later batches share with earlier ones are not looked up again. Started afresh by a
+        write, and once it holds more than ``TERM_POSTINGS_KEPT`` postings."""
+        if sum(len(v[0]) for v in self._terms_kept.values()) > TERM_POSTINGS_KEPT:
+            self._terms_kept = {}
+        return self._terms_kept
 
     def visible(self, agent: str) -> BoolArray:
         """Slots ``agent`` may retrieve: live, and shared or its own (cached until a write)."""

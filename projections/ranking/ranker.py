@@ -49,8 +49,10 @@ class BatchMemo:
     """What the queries of a batch share, filled as they need it: recency per slot of tables
     at one instant (the queries share ``now`` and, mostly, their candidates, so each
     ``math.pow`` runs once per note and batch instead of once per query) and each query
-    word's BM25 part (``Columns.bm25``'s cache); the texts and creation times of the notes
-    they return are kept by the table itself (``TextColumn.many``, ``Columns.created``).
+    word's BM25 part (``Columns.bm25``'s cache, the table's own: ``Columns.kept_terms``,
+    kept from batch to batch while the table does not change); the texts and creation
+    times of the notes they return are kept by the table itself (``TextColumn.many``,
+    ``Columns.created``).
     Valid only while the tables do not change (a query job refreshes its indexes before
     ranking any query); entries are keyed by the table object (held, so its id is never
     reused), and recency also by ``now`` and the decay settings."""
@@ -94,7 +96,7 @@ class BatchMemo:
     def _table(self, cols: Columns) -> tuple[Columns, TermCache]:
         got = self._tables.get(id(cols))
         if got is None:
-            got = self._tables[id(cols)] = (cols, {})
+            got = self._tables[id(cols)] = (cols, cols.kept_terms())
         return got
 
     def terms(self, cols: Columns) -> TermCache:

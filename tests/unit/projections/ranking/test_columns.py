@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hivemind_memory.projections.ranking import columns
 from hivemind_memory.projections.ranking.columns import Columns
 from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
 from hivemind_memory.projections.ranking.index import NamespaceIndex
@@ -285,9 +286,18 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
     idx.relevance_slots("redis", None, cfg, "bob", memo.terms(idx.cols))  # another audience
     idx.relevance_slots("redis", None, lexical(bm25_b=0.3), "alice", memo.terms(idx.cols))
     assert calls == ["redis", "stream", "redis", "redis"]
-    other = BatchMemo()  # a new batch starts empty
-    idx.relevance_slots("redis", None, cfg, "alice", other.terms(idx.cols))
+    other = BatchMemo()  # a new batch over the unchanged table: the parts are kept
+    want = idx.relevance_slots("redis", None, cfg, "alice", other.terms(idx.cols))
+    assert len(calls) == 4
+    idx.put(note(7, ["lease"], "cy", False, False, 0, 60))  # a write: parts start afresh
+    after = BatchMemo()
+    got = idx.relevance_slots("redis", None, cfg, "alice", after.terms(idx.cols))
     assert len(calls) == 5
+    assert got[0].tolist() == want[0].tolist()
+    assert got[1].tolist() != want[1].tolist()  # one more note: other statistics
+    monkeypatch.setattr(columns, "TERM_POSTINGS_KEPT", 0)  # over the bound: dropped
+    idx.relevance_slots("redis", None, cfg, "alice", BatchMemo().terms(idx.cols))
+    assert len(calls) == 6
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -50,17 +50,21 @@ from hivemind_memory.events.schema import (
     event_type,
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
-from hivemind_memory.projections.ranking.similarity import near_duplicates
-from hivemind_memory.projections.reduce import Rejected, check_write, touched_by
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import erasure, keys, readmodel, results
+from hivemind_memory.projections.store import keys, results
 from hivemind_memory.projections.store.beats import live_beats
-from hivemind_memory.projections.store.cluster import append_encoded_replicated, append_if_tail
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.ingest import Appender, IngestReport, append_chunks
 from hivemind_memory.projections.store.log import append_encoded, tail
-from hivemind_memory.projections.store.notes_view import visible_notes
 from hivemind_memory.projections.store.types import QueueConn, Store
+
+# What only writes, erasure and duplicate checks need is imported by the methods that use it
+# (the checked write's fold, the read model, erasure, the cluster's appends, ingest's
+# chunking, similarity): a process that only submits queries and reads their results
+# (``hivemind batch``, ``hivemind query``) never loads it.
+if TYPE_CHECKING:
+    from hivemind_memory.projections.reduce import Rejected
+    from hivemind_memory.projections.store import erasure
+    from hivemind_memory.projections.store.ingest import Appender
 
 CHECKED_ATTEMPTS = 50
 """A checked append that keeps losing the compare-and-set to other writers gives up after
@@ -155,6 +159,8 @@ class Client:
         skips msgspec's checks, so it is encoded and parsed again), then append as ``ingest``
         does (one chunk, scheduled before and after it lands). Returns how many were appended.
         Nothing is appended if any is bad; ``AppendFailed`` says how many landed."""
+        from hivemind_memory.projections.store.ingest import IngestReport, append_chunks
+
         evs = self._validated(events)
         report = IngestReport()
         append_chunks(self.store, [[(e.ns, encode_event(e)) for e in evs]], report,
@@ -168,6 +174,10 @@ class Client:
         compare-and-set on the stream's newest entry (a concurrent writer makes it check
         again). Raises ``NoteExists``, ``UnknownNote`` or ``NotAllowed`` (nothing appended).
         Events already in the log (a retry: same ``event_id``) are not appended again."""
+        from hivemind_memory.projections.reduce import check_write, touched_by
+        from hivemind_memory.projections.store import readmodel
+        from hivemind_memory.projections.store.cluster import append_if_tail
+
         evs = self._validated(events)
         if not evs:
             return CheckedAppend(0, 0)
@@ -205,6 +215,8 @@ class Client:
         worker), then redact their content everywhere (``projections.store.erasure``).
         Returns once all of it is redacted. A note already erased is not erased again, but
         its redaction runs again (it completes one a crash cut short)."""
+        from hivemind_memory.projections.store import erasure, readmodel
+
         ids = list(dict.fromkeys(str(n) for n in note_ids))  # a str subclass (Remembered)
         if not ids:
             raise EventError("erase: give at least one note id")
@@ -242,6 +254,9 @@ class Client:
         (``near_duplicates``; not for ``ignore`` nor for a retry of an event already in
         the log). ``supersede``: the new note also supersedes the near-duplicates its author
         wrote (not already superseded), besides any ``ev.supersedes`` names."""
+        from hivemind_memory.projections.store import readmodel
+        from hivemind_memory.projections.store.notes_view import visible_notes
+
         found: list[tuple[str, float]] | None = None
         superseded = list(ev.supersedes)
         if duplicates != "ignore" and \
@@ -279,6 +294,7 @@ class Client:
         s = self.settings
         if s.wait_replicas <= 0:
             return append_encoded
+        from hivemind_memory.projections.store.cluster import append_encoded_replicated
 
         def replicated(r: Store, events: Sequence[tuple[str, bytes]]) -> list[str]:
             return append_encoded_replicated(r, events, s.wait_replicas, s.wait_timeout_ms)
@@ -288,6 +304,8 @@ class Client:
     def wait_projected(self, ns: str, timeout_s: float) -> bool:
         """Wait (never project) until every event appended to ``ns`` before this call is
         projected; False if ``timeout_s`` ran out first."""
+        from hivemind_memory.projections.store import readmodel
+
         return readmodel.wait_projected(self.store, ns, tail(self.store, ns), timeout_s)
 
     # -- reads -------------------------------------------------------------------------------
@@ -295,6 +313,8 @@ class Client:
         """The notes ``agent`` may see (live; shared or its own) of ``req``: by id in the
         order asked, or by prefix in id order after ``req.after``, at most ``req.limit``; as
         they stand after every event appended before the call (``notes_view``)."""
+        from hivemind_memory.projections.store.notes_view import visible_notes
+
         cfg = self.config()
         if req.prefix is None:
             got = visible_notes(self.store, ns, agent, note_ids=req.note_ids)
@@ -322,6 +342,8 @@ class Client:
         (``projections.ranking.similarity``). The candidates are those of a query of the text
         (one job, read-your-writes; it is audited like any query). None: not checked (no
         worker is alive, or none answered within ``timeout`` s)."""
+        from hivemind_memory.projections.ranking.similarity import near_duplicates
+
         if not self.workers_alive():
             return None
         cfg = self.config()

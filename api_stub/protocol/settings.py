@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.ranking import PACKERS
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.cluster import is_cluster_url
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import is_cluster_url, redact
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 """The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command

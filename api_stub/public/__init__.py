@@ -9,23 +9,16 @@
 This module is the package root (``api_stub/public/__init__.py``, installed as
 ``hivemind_memory/__init__.py``). It sits above the client side and the worker side and wires
 them together: the SDK never imports the worker, so the in-process worker that ``memory://``
-needs is injected here.
+needs is injected here (left in ``api_stub.wiring``, which the SDK reads when it is imported).
+The SDK's names are imported when first asked for, so importing another module of the package
+(``hivemind batch`` imports the client side only) does not load the SDK.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hivemind_memory.api_stub import sdk
-from hivemind_memory.api_stub.sdk import (
-    AsyncMemory,
-    Duplicate,
-    Memory,
-    Note,
-    Recall,
-    RecalledNote,
-    Remembered,
-)
+from hivemind_memory.api_stub import wiring
 from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
@@ -41,6 +34,24 @@ from hivemind_memory.events.errors import (
     WriteRefused,
 )
 
+if TYPE_CHECKING:
+    from hivemind_memory.api_stub import sdk
+    from hivemind_memory.api_stub.sdk import (
+        AsyncMemory,
+        Duplicate,
+        Memory,
+        Note,
+        Recall,
+        RecalledNote,
+        Remembered,
+    )
+
+_FROM_SDK = frozenset({"AsyncMemory", "Duplicate", "Memory", "Note", "Recall", "RecalledNote",
+                       "Remembered"})
+"""The SDK's names of the public face, imported when first asked for (``__getattr__``): a
+process that imports only some module of the package (``hivemind batch``: the client side)
+does not load the SDK."""
+
 
 def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     """``worker.inprocess.start_embedded``, imported when a ``memory://`` Memory first needs
@@ -50,7 +61,25 @@ def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     return start_embedded(settings, store)
 
 
-sdk.use_embedded_worker(_start_embedded)
+# Left for the SDK before it can be imported (this module runs first, whatever is imported):
+# ``api_stub.sdk`` starts with it, without this module importing the SDK.
+wiring.embedded_worker = _start_embedded
+
+
+if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and nothing else
+
+    def __getattr__(name: str) -> Any:
+        if name in _FROM_SDK:
+            from hivemind_memory.api_stub import sdk
+
+            value = getattr(sdk, name)
+            globals()[name] = value  # asked once
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | _FROM_SDK)
+
 
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
            "HivemindError", "Memory", "NotAllowed", "Note", "NoteExists", "QueryError",

@@ -31,15 +31,10 @@ from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD, append_encoded, register_namespaces
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import CLUSTER_SCHEMES, is_cluster_url, redact
 
-SCHEMES = ("redis+cluster://", "rediss+cluster://")
+SCHEMES = CLUSTER_SCHEMES
 """URL schemes that name a Redis Cluster (the second one with TLS)."""
-
-
-def is_cluster_url(url: str) -> bool:
-    """Whether ``url`` names a Redis Cluster."""
-    return url.startswith(SCHEMES)
 
 
 def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:

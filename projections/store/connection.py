@@ -29,12 +29,11 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
-from hivemind_memory.projections.store.cluster import connect_cluster, is_cluster_url
 from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.projections.store.urls import is_cluster_url, redact, scrub
 
 if TYPE_CHECKING:
     from hivemind_memory.projections.store.embedded import Embedded
-from hivemind_memory.projections.store.urls import redact, scrub
 
 SOCKET_CONNECT_TIMEOUT_S = 5.0
 """TCP (and TLS) connect timeout."""
@@ -74,6 +73,8 @@ def connect(url: str) -> Store:
     URL); ``memory://PATH`` keeps its streams on disk (see ``store.embedded``);
     ``redis+cluster://`` / ``rediss+cluster://`` a Redis Cluster (see ``store.cluster``)."""
     if is_cluster_url(url):
+        from hivemind_memory.projections.store.cluster import connect_cluster
+
         return connect_cluster(url, client_options())
     if url.startswith("memory://"):
         if url not in _EMBEDDED:

@@ -8,6 +8,15 @@ from urllib.parse import unquote
 
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^@/]*@)")
 
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+"""URL schemes that name a Redis Cluster (the second one with TLS; ``store.cluster``)."""
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (here, not in ``store.cluster``, so settings and
+    ``connect`` can tell without loading the cluster code)."""
+    return url.startswith(CLUSTER_SCHEMES)
+
 
 def redact(url: str) -> str:
     """``url`` without its password (``redis://user:***@host``), for logs and errors."""

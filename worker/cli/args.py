@@ -5,7 +5,6 @@ and progress bars that appear only on a terminal."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from datetime import UTC, date, datetime
@@ -109,6 +108,8 @@ def warn_unknown_namespaces(asked: list[str], known: list[str],
     otherwise); returns them. Suggests a close known name when there is one."""
     unknown = [ns for ns in dict.fromkeys(asked) if ns not in set(known)]
     for ns in unknown:
+        import difflib  # only to suggest a name: a command that asks no unknown never loads it
+
         close = difflib.get_close_matches(ns, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         warn(f"namespace {ns!r} has never seen an event; the answer is empty{hint}", err)

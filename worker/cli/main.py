@@ -58,10 +58,39 @@ def _positive(value: str) -> int:
     return n
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree."""
+class _Skipped:
+    """The parser of a command ``build_parser(only=...)`` does not build: every call on it
+    (``add_argument``, ``add_subparsers``, ``add_parser``...) does nothing and returns it."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self._nothing
+
+    def _nothing(self, *args: Any, **kwargs: Any) -> _Skipped:
+        return self
+
+
+class _OneCommand:
+    """The subcommands action as ``build_parser(only=...)`` hands it to the code that
+    registers the commands: only the command ``only`` gets a real parser."""
+
+    def __init__(self, sub: Any, only: str) -> None:
+        self.sub, self.only, self.found = sub, only, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name != self.only:
+            return _Skipped()
+        self.found = True
+        return self.sub.add_parser(name, **kwargs)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command tree; with ``only``, the tree of that one command (what ``main``
+    parses a command line with: the same parser for that command, without building two
+    dozen others; the whole tree when ``only`` names no command, so ``hivemind --help``, a
+    misspelt command and every usage message read as before)."""
     ap = Parser(prog="hivemind", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    real = ap.add_subparsers(dest="cmd", required=True)
+    sub: Any = real if only is None else _OneCommand(real, only)
 
     p = sub.add_parser("demo", help="the whole flow in one process on the embedded store")
     p.add_argument("--config", help="ranking config TOML")
@@ -150,12 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parsers(sub, _common, _ns_arg)
     parsers.fsck_parsers(sub)
     parsers.audit_parsers(sub, _common, _ns_arg, _time_arg)
+    if isinstance(sub, _OneCommand) and not sub.found:
+        return build_parser()
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hivemind`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = argv[0] if argv and not argv[0].startswith("-") else None
+    args = build_parser(only=first).parse_args(argv)
     if args.cmd not in CLIENT_ONLY:
         _configure_logs()
     service = args.cmd in SERVICES

@@ -54,8 +54,9 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
                 reqs.append(QueryError("invalid_request", f"line {lineno}: malformed JSON: {exc}"))
             except QueryError as exc:
                 reqs.append(QueryError(exc.code, f"line {lineno}: {exc.message}"))
-    warn_unknown_namespaces([q.ns for q in reqs if isinstance(q, QueryRequest)],
-                            namespaces(c.store))
+    asked = [q.ns for q in reqs if isinstance(q, QueryRequest)]
+    if asked:  # nothing to warn about: no round trip for the known namespaces
+        warn_unknown_namespaces(asked, namespaces(c.store))
     ids = c.submit_batch(reqs)
     failed = 0
     bar = progress(len(ids), "batch", unit="q", minimum=100)

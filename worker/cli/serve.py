@@ -8,14 +8,15 @@ beside the server.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.api_stub.server.tokens import TokenTable, load_tokens
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker.cli.args import fail
+
+if TYPE_CHECKING:  # the parser of every command imports this module: the bodies import it
+    from hivemind_memory.api_stub.server.tokens import TokenTable
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -23,6 +24,8 @@ LOOPBACK_NAMES = ("localhost",)
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -80,6 +83,8 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
 def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
     import structlog  # here, not at import: the parser of every command imports this module
     import uvicorn
+
+    from hivemind_memory.api_stub.server.tokens import load_tokens
 
     log = structlog.get_logger("hivemind.serve")
     if args.max_body is not None and args.max_body < 1:

@@ -75,7 +75,7 @@ class BatchMemo:
             return
         got = idx.query_cosines(embedder.embed(todo))
         assert got is not None
-        rows = np.ascontiguousarray(got.T)
+        rows = got.T  # a query per row, contiguous (``DerivedVectors.cosines``)
         for j, t in enumerate(todo):
             self._cos[(id(cols), t)] = (cols, rows[j])
 

@@ -105,10 +105,12 @@ class DerivedVectors:
 
     def cosines(self, queries: npt.NDArray[np.floating[Any]], n: int) -> FloatArray:
         """The cosine of every slot ``[0, n)`` with each query vector (columns, one per
-        query): one matrix product for the batch; 0 where a note or a query has no vector."""
+        query): one matrix product for the batch; 0 where a note or a query has no vector.
+        Computed a query per row (each query's cosines contiguous: the transpose is a view),
+        with the same bits either way (exact products; ``|n| |q|`` is ``|q| |n|``)."""
         q, qn = quantize(np.asarray(queries).reshape(-1, self.dim), QUERY_LEVELS)
         self.ensure(n)
-        dots = (self.mat[:n] @ q.T.astype(self._dtype)).astype(np.float64)
-        denom = self.norm[:n, None] * qn[None, :]
+        dots = (q.astype(self._dtype) @ self.mat[:n].T).astype(np.float64)
+        denom = qn[:, None] * self.norm[None, :n]
         out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
-        return out
+        return out.T

@@ -60,9 +60,9 @@ def rounded(x: FloatArray) -> list[float]:
     return out
 
 
-def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int]:
-    """Positions of the ``limit`` highest ``score`` values (ties by note id, ``id_of(i)``: read
-    only for the positions that make the cut), best first."""
+def _top(score: FloatArray, ids_of: Callable[[IntArray], list[str]], limit: int) -> list[int]:
+    """Positions of the ``limit`` highest ``score`` values (ties by note id, ``ids_of(at)``:
+    read only for the positions that make the cut), best first."""
     n = len(score)
     if n == 0 or limit <= 0:
         return []
@@ -70,9 +70,8 @@ def _top(score: FloatArray, id_of: Callable[[int], str], limit: int) -> list[int
     if n > limit:  # keep everything tied with the limit-th value, then sort exactly
         cut = np.partition(score, n - limit)[n - limit]
         pos = (score >= cut).nonzero()[0]
-    at, vals = pos.tolist(), score[pos].tolist()
-    got = sorted(range(len(at)), key=lambda k: (-vals[k], id_of(at[k])))
-    return [at[k] for k in got[:limit]]
+    got = sorted(zip((-score[pos]).tolist(), ids_of(pos), pos.tolist(), strict=True))
+    return [i for _, _, i in got[:limit]]
 
 
 def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
@@ -97,14 +96,16 @@ def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
     rows: list[LeftOut] = []
     r = np.round(score[at], DECIMALS)
     out_slots = cand[at]
-    top = np.array(_top(r, lambda k: ids[int(out_slots[k])], limit), np.int64)
+    top = np.array(_top(r, lambda k: [ids[i] for i in out_slots[k].tolist()], limit), np.int64)
     js = at[top]
+    two = rounded(np.concatenate((rel[js], rec[js])))  # one pass, then split
     for s, o, rl, rc, sc, c in zip(out_slots[top].tolist(), over[top].tolist(),
-                                   rounded(rel[js]), rounded(rec[js]), r[top].tolist(),
+                                   two[:len(js)], two[len(js):], r[top].tolist(),
                                    cost[js].tolist(), strict=True):
         rows.append(LeftOut(ids[s], "over_budget" if o else "packed_out", rl, rc, sc, c))
     if len(below) and limit > 0:
-        top = _top(np.round(below_rel, DECIMALS), lambda k: ids[int(below[k])], limit)
+        top = _top(np.round(below_rel, DECIMALS), lambda k: [ids[i] for i in below[k].tolist()],
+                   limit)
         slots = below[np.array(top, np.int64)]
         b_rec, b_cost = signals_of(slots)
         b_rel = below_rel[np.array(top, np.int64)]

@@ -9,7 +9,8 @@ Prints figures; never asserts timings.
 2. Two workloads over it: ``dense`` (``--queries`` queries of 2-6 words, budgets drawn from
    500-8,000 tokens, one in ten drawn like the corpus, common words included, the rest
    leaving out the 100 commonest words) and ``own`` (``bench query``'s batch: 2-5 words,
-   budgets 2,000 / 8,000, no common words).
+   budgets 2,000 / 8,000, no common words), drawn afresh for every run of every path (a run
+   finds no word in the worker's caches because a run before asked the same batch).
 3. For each worker count (``--workers``, default 1 and 2) that many ``hivemind worker``
    processes are started, warmed up (each loads the index), and ``--rounds`` rounds run, each
    the no-op drain (``bench.noop``: one plain RQ ``SimpleWorker`` process, the per-job cost of
@@ -114,7 +115,11 @@ class Series:
 
 
 def _env(url: str) -> dict[str, str]:
-    return {**os.environ, "HIVEMIND_REDIS_URL": url,
+    """The CLI's environment: the store, this checkout, and bytecode caching on (as an
+    installed command runs; a shell with ``PYTHONDONTWRITEBYTECODE`` set would compile the
+    package's modules again at every start)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "HIVEMIND_REDIS_URL": url,
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
@@ -249,14 +254,14 @@ def measure(url: str, opts: Options, ns: str) -> None:
     rng = random.Random(opts.seed)
     corpus = Corpus.make(rng)
     load_namespace(rt, ns, opts.notes, corpus, opts.seed)
-    loads = {"dense": dense_requests(ns, opts.queries, corpus, rng),
-             "own": query_requests(ns, opts.own, corpus, rng)}
+    draw = {"dense": lambda: dense_requests(ns, opts.queries, corpus, rng),
+            "own": lambda: query_requests(ns, opts.own, corpus, rng)}
     per_request = MAX_QUERIES
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-batch-") as d:
         files = {}
-        for name, reqs in loads.items():
+        for name, make in draw.items():
             files[name] = Path(d) / f"{name}.jsonl"
-            files[name].write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in reqs))
+            files[name].write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in make()))
         empty = Path(d) / "empty.jsonl"
         empty.write_bytes(b"")
         outfile = Path(d) / "out.jsonl"
@@ -276,8 +281,14 @@ def measure(url: str, opts: Options, ns: str) -> None:
                               f"empty file (the process's fixed cost): "
                               f"{starts[-1].seconds * 1000:,.0f} ms wall, "
                               f"{starts[-1].client_cpu_s * 1000:,.0f} ms CPU")
-                        for name, reqs in loads.items():
+                        for name, make in draw.items():
                             for path in PATHS:
+                                # a fresh batch for every run: no run finds its words in
+                                # the worker's caches because an earlier run asked the same
+                                reqs = make()
+                                if path == "cli":
+                                    files[name].write_bytes(b"".join(
+                                        msgspec.json.encode(r) + b"\n" for r in reqs))
                                 r = (run_cli(url, files[name], outfile) if path == "cli" else
                                      run_http(port, ns, reqs, per_request) if path == "http"
                                      else run_sdk(mem, reqs))

@@ -17,6 +17,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     error_json,
     is_error_json,
 )
+from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.worker.rqworker import HivemindWorker
 
 
@@ -56,7 +57,7 @@ def test_query_chunks_refuses_nonsense() -> None:
 
 
 def test_a_batch_shared_by_two_workers_is_queued_as_shrinking_jobs(store: Any) -> None:
-    c = Client(store)
+    c = Client(store, settings=Settings(query_chunk=100))
     reqs = [{"ns": "team-a", "text": f"word{i}", "budget": 100} for i in range(300)]
     c.submit_batch(reqs)
     one = [len(j.args[0]) for j in c._qq.get_jobs()]

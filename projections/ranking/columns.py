@@ -135,6 +135,8 @@ class Columns:
         with ``_vis``)."""
         self._terms_kept: TermCache = {}
         """``bm25``'s cache kept from batch to batch (``kept_terms``; cleared by a write)."""
+        self._kept_postings = 0
+        """The postings ``_terms_kept`` holds."""
         self._stems_of: list[str | None] = []
         self._stem_terms: dict[str, list[int]] = {}
         self._english_len: tuple[int, IntArray] | None = None
@@ -200,6 +202,7 @@ class Columns:
         self._vis.clear()
         self._english_total.clear()
         self._terms_kept = {}
+        self._kept_postings = 0
         self.version += 1
         s = self.slot.get(note.note_id)
         private = note.scope == "private"
@@ -401,8 +404,9 @@ class Columns:
         """A ``bm25`` cache that lives as long as the table is unchanged: the words a worker's
         later batches share with earlier ones are not looked up again. Started afresh by a
         write, and once it holds more than ``TERM_POSTINGS_KEPT`` postings."""
-        if sum(len(v[0]) for v in self._terms_kept.values()) > TERM_POSTINGS_KEPT:
+        if self._kept_postings > TERM_POSTINGS_KEPT:
             self._terms_kept = {}
+            self._kept_postings = 0
         return self._terms_kept
 
     def visible(self, agent: str) -> BoolArray:
@@ -512,6 +516,8 @@ class Columns:
                 got = (slots, part, float(part.min()) if len(part) else 1.0)
                 if cache is not None:
                     cache[key] = got
+                    if cache is self._terms_kept:
+                        self._kept_postings += len(slots)
             runs.append(got)
         weights = [idf(n_docs, len(slots)) for slots, _, _ in runs]
         max_score = 0.0

@@ -178,13 +178,15 @@ static PyObject *cal_finish(PyObject *self, PyObject *args) {
     const unsigned char *ev = bev.buf;
     i64 *pos = bpos.buf;
     const int floored = floor > 0.0;
-    for (i64 i = 0; i < n; i++) {  /* branch-free: the loop vectorises */
-        double v = 1.0 / (p[i] + 1.0);
-        v = ev[i] ? v : 0.0;
-        p[i] = (floored && v < floor) ? 0.0 : v;
+    for (i64 i = 0; i < n; i++)  /* doubles only: the division vectorises */
+        p[i] = 1.0 / (p[i] + 1.0);
+    for (i64 i = 0; i < n; i++) {  /* branch-free: about half the notes pass */
+        double v = ev[i] ? p[i] : 0.0;
+        v = (floored && v < floor) ? 0.0 : v;
+        p[i] = v;
+        pos[m] = i;
+        m += v > 0.0;
     }
-    for (i64 i = 0; i < n; i++)
-        if (p[i] > 0.0) pos[m++] = i;
     ret = PyLong_FromLongLong(m);
 done:
     PyBuffer_Release(&be);

@@ -254,8 +254,13 @@ def measure(url: str, opts: Options, ns: str) -> None:
     rng = random.Random(opts.seed)
     corpus = Corpus.make(rng)
     load_namespace(rt, ns, opts.notes, corpus, opts.seed)
-    draw = {"dense": lambda: dense_requests(ns, opts.queries, corpus, rng),
-            "own": lambda: query_requests(ns, opts.own, corpus, rng)}
+    def dense() -> list[dict[str, Any]]:
+        return dense_requests(ns, opts.queries, corpus, rng)
+
+    def own() -> list[dict[str, Any]]:
+        return query_requests(ns, opts.own, corpus, rng)
+
+    draw = {"dense": dense, "own": own}
     per_request = MAX_QUERIES
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-batch-") as d:
         files = {}

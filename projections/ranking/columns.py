@@ -495,10 +495,10 @@ class Columns:
             words = list(dict.fromkeys(tokenize(query)))
         else:
             stem_terms, dl = self._english()
-            got = self._english_total.get(agent)
-            if got is None:  # the same sum until a write
-                got = self._english_total[agent] = int(dl[self.visible(agent)].sum())
-            total_len = got
+            known = self._english_total.get(agent)
+            if known is None:  # the same sum until a write
+                known = self._english_total[agent] = int(dl[self.visible(agent)].sum())
+            total_len = known
             words = list(dict.fromkeys(analyze(tokenize(query), cfg.analyzer)))
         empty = (np.zeros(0, np.int64), np.zeros(0, np.float64))
         if total_len == 0:

@@ -96,11 +96,12 @@ def left_out(ids: list[str], cand: IntArray, rel: FloatArray, rec: FloatArray,
     rows: list[LeftOut] = []
     r = np.round(score[at], DECIMALS)
     out_slots = cand[at]
-    top = np.array(_top(r, lambda k: [ids[i] for i in out_slots[k].tolist()], limit), np.int64)
-    js = at[top]
+    picked = np.array(_top(r, lambda k: [ids[i] for i in out_slots[k].tolist()], limit),
+                      np.int64)
+    js = at[picked]
     two = rounded(np.concatenate((rel[js], rec[js])))  # one pass, then split
-    for s, o, rl, rc, sc, c in zip(out_slots[top].tolist(), over[top].tolist(),
-                                   two[:len(js)], two[len(js):], r[top].tolist(),
+    for s, o, rl, rc, sc, c in zip(out_slots[picked].tolist(), over[picked].tolist(),
+                                   two[:len(js)], two[len(js):], r[picked].tolist(),
                                    cost[js].tolist(), strict=True):
         rows.append(LeftOut(ids[s], "over_budget" if o else "packed_out", rl, rc, sc, c))
     if len(below) and limit > 0:

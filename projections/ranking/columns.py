@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,26 @@ from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.relevance import idf, tokenize
 from hivemind_memory.projections.ranking.texts import SlotMemo, TextColumn
 from hivemind_memory.projections.state import NoteState
+
+
+class NativeSums(Protocol):
+    """What ``Columns.bm25`` calls of the C sums (checked against ``_bm25.pyi``)."""
+
+    def accumulate(self, every: npt.NDArray[np.int64], parts: npt.NDArray[np.float64], n: int,
+                   max_score: float, keep_zero: bool, slots: npt.NDArray[np.int64],
+                   values: npt.NDArray[np.float64]) -> int: ...
+
+
+_built: NativeSums | None
+try:
+    from hivemind_memory.projections.ranking import _bm25 as _built
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _built = None
+
+native: NativeSums | None = _built
+"""BM25's per-note sums in C (``projections/ranking/_bm25.c``), when it was built; otherwise
+(or set to None) the numpy code of ``Columns.bm25`` (the reference: the tests run both and
+require the same bits)."""
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -531,13 +551,19 @@ class Columns:
         # additions in the same order as adding word after word (a word's slots are distinct)
         parts = [w * part for w, (_, part, _) in zip(weights, runs, strict=True)]
         every = np.concatenate(hits)
-        acc = np.bincount(every, weights=np.concatenate(parts), minlength=n)
         # a sum of positive terms is > 0; min(w * part) is w * min(part) (w > 0, rounding is
         # monotonic), so the minimum kept with the part says whether one underflowed to 0
-        if all(w * low > 0.0 for w, (_, _, low) in zip(weights, runs, strict=True)):
-            out = (acc > 0.0).nonzero()[0]
-        else:  # a part underflowed to 0 (absurd k1): count the postings instead
-            out = np.bincount(every, minlength=n).nonzero()[0]
+        whole = all(w * low > 0.0 for w, (_, _, low) in zip(weights, runs, strict=True))
+        sums = native
+        if sums is not None:  # the same additions in the same order, in C
+            got_slots = np.empty(len(every), np.int64)
+            got_values = np.empty(len(every), np.float64)
+            k = sums.accumulate(every, np.concatenate(parts), n, max_score, not whole,
+                                got_slots, got_values)
+            return got_slots[:k], got_values[:k]
+        acc = np.bincount(every, weights=np.concatenate(parts), minlength=n)
+        # a part underflowed to 0 (absurd k1): the postings are counted instead
+        out = (acc > 0.0 if whole else np.bincount(every, minlength=n)).nonzero()[0]
         return out, acc[out] / max_score
 
     def _visible_postings(self, word: str, agent: str,

@@ -3,13 +3,12 @@ workers to the end and prints every figure's label (timings are never asserted).
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 
 import pytest
 
 from bench.batch import main
+from tests.support import need_binary
 
 pytestmark = pytest.mark.redis_server
 
@@ -17,17 +16,11 @@ TINY = ["--notes", "300", "--queries", "30", "--own", "12", "--rounds", "1", "--
         "--workers", "1,2"]
 
 
-def _need_binary() -> None:
-    if shutil.which("redis-server") is None:
-        msg = "redis-server binary not found"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg + " (CI=true: real-Redis tests must run)")
-        pytest.skip(msg)
 
 
 def test_every_path_answers_every_query_beside_the_noop_rate(
         capsys: pytest.CaptureFixture[str]) -> None:
-    _need_binary()
+    need_binary()
     assert main(TINY) == 0
     out = capsys.readouterr().out
     assert "hivemind batch of an empty file" in out and "rq no-op baseline" in out

@@ -3,13 +3,10 @@ figure's label (timings are never asserted)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 
 from bench.query import main
-from tests.support import RedisProc
+from tests.support import RedisProc, need_binary
 
 pytestmark = pytest.mark.redis_server
 
@@ -37,16 +34,10 @@ TINY = ["--sizes", "300,500", "--queries", "3", "--e2e", "3", "--batch", "12",
         "--batch-chunk1", "4", "--noop", "10"]
 
 
-def _need_binary() -> None:
-    if shutil.which("redis-server") is None:
-        msg = "redis-server binary not found"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg + " (CI=true: real-Redis tests must run)")
-        pytest.skip(msg)
 
 
 def test_private_server_run_prints_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    _need_binary()
+    need_binary()
     assert main(TINY) == 0
     out = capsys.readouterr().out
     for label in LABELS:

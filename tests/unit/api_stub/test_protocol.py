@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import MIN_QUERY_CHUNK, query_chunks
+from hivemind_memory.api_stub.protocol.jobs import JOBS_PER_WORKER, MIN_QUERY_CHUNK, query_chunks
 from hivemind_memory.api_stub.protocol.messages import (
     QueryResult,
     encode,
@@ -45,7 +45,7 @@ def test_a_batch_is_cut_into_jobs_that_shrink_as_it_runs_out(n: int, workers: in
     assert head == sorted(head, reverse=True)
     assert all(s >= MIN_QUERY_CHUNK for s in head)
     if len(sizes) > 1:
-        assert sizes[0] == min(100, max(MIN_QUERY_CHUNK, -(-n // (2 * workers))))
+        assert sizes[0] == min(100, max(MIN_QUERY_CHUNK, -(-n // (JOBS_PER_WORKER * workers))))
     if n >= 400:  # several workers get small jobs at the end, so they finish together
         assert sizes[-1] < 2 * MIN_QUERY_CHUNK
         assert len(sizes) > -(-n // 100)

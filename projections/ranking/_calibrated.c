@@ -115,9 +115,9 @@ static PyObject *cal_logits(PyObject *self, PyObject *args) {
             cc[i] = cc[i] > w ? cc[i] : w;
         }
     }
-    /* the logit, in calibrated.probability's order; without a named owner every author is
-     * 0, whose product is the same constant */
-    const double none = 0.0 * w_an;
+    /* the logit, in calibrated.probability's order of additions: all but the author's term
+     * (the loop vectorises), then that term (without a named owner every author is 0, whose
+     * product is one constant), negated */
     for (i64 i = 0; i < n; i++) {
         double logit = b[i] * wb[i];
         logit += base[i];
@@ -127,24 +127,12 @@ static PyObject *cal_logits(PyObject *self, PyObject *args) {
         logit += t;
         t = cc[i] * w_cc;
         logit += t;
-        logit += none;
         neg[i] = logit;
     }
-    if (na)  /* again from the last term, with each note's author */
-        for (i64 i = 0; i < n; i++) {
-            double logit = b[i] * wb[i];
-            logit += base[i];
-            double t = c[i] * wc[i];
-            logit += t;
-            t = cb[i] * w_cb;
-            logit += t;
-            t = cc[i] * w_cc;
-            logit += t;
-            t = named[owner[i]] * w_an;
-            neg[i] = logit + t;
-        }
+    const double none = 0.0 * w_an;
     for (i64 i = 0; i < n; i++) {
-        neg[i] = -neg[i];
+        double t = na ? named[owner[i]] * w_an : none;
+        neg[i] = -(neg[i] + t);
         ev[i] = (unsigned char)((b[i] > 0.0) | (c[i] >= min_cosine));
     }
     ret = Py_NewRef(Py_None);

@@ -12,10 +12,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -94,6 +96,29 @@ class RedisProc:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port)
+
+
+def built_native(module: ModuleType, what: str) -> ModuleType:
+    """``module.native`` (a C path of the ranking core), skipping without it on a laptop and
+    failing under ``CI=true``, where every C path must be built."""
+    got: ModuleType | None = getattr(module, "native")  # noqa: B009 - every such module has it
+    if got is None:
+        msg = f"{what} is not built"
+        if IN_CI:
+            pytest.fail(msg + " (CI=true: it must be)")
+        pytest.skip(msg)
+    return got
+
+
+@contextmanager
+def numpy_path(module: ModuleType) -> Iterator[None]:
+    """Run ``module``'s numpy code (the reference) instead of its C path, within the block."""
+    saved = getattr(module, "native")  # noqa: B009 - every such module has it
+    setattr(module, "native", None)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(module, "native", saved)  # noqa: B010
 
 
 def need_binary() -> None:

@@ -20,7 +20,7 @@ from hivemind_memory.projections.ranking import columns
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.state import NoteState
-from tests.support import IN_CI
+from tests.support import built_native, numpy_path
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 WORDS = ["deploy", "deploys", "deployed", "kiwi", "plum", "the", "a", "ship", "shipping", "x"]
@@ -29,12 +29,8 @@ AGENTS = ["ann", "bob"]
 
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
-    if columns.native is None:
-        msg = "BM25's C sums (hivemind_memory.projections.ranking._bm25) are not built"
-        if IN_CI:
-            pytest.fail(msg + " (CI=true: it must be)")
-        pytest.skip(msg)
-    return columns.native  # type: ignore[return-value]
+    return built_native(columns,
+                        "BM25's C sums (hivemind_memory.projections.ranking._bm25)")
 
 
 def _both(idx: NamespaceIndex, text: str, cfg: RankingConfig, agent: str
@@ -46,12 +42,8 @@ def _both(idx: NamespaceIndex, text: str, cfg: RankingConfig, agent: str
         return slots.tolist(), values.tobytes()
 
     got = run()
-    saved = columns.native
-    columns.native = None
-    try:
+    with numpy_path(columns):
         want = run()
-    finally:
-        columns.native = saved
     return got, want
 
 

@@ -23,7 +23,7 @@ from hivemind_memory.projections.ranking.calibrated import layout_of, likely
 from hivemind_memory.projections.ranking.config import DEFAULT, Calibration, RankingConfig
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.state import NoteState
-from tests.support import IN_CI
+from tests.support import built_native, numpy_path
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 WORDS = ["alpha", "beta", "gamma", "delta", "kiwi", "plum", "ann", "bob", "ship", "deploy"]
@@ -32,12 +32,8 @@ AGENTS = ["ann", "bob", "cy"]
 
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
-    if calibrated.native is None:
-        msg = "the calibrated kernel (hivemind_memory.projections.ranking._calibrated) is not built"
-        if IN_CI:
-            pytest.fail(msg + " (CI=true: it must be)")
-        pytest.skip(msg)
-    return calibrated.native  # type: ignore[return-value]
+    return built_native(calibrated,
+                        "the calibrated kernel (hivemind_memory.projections.ranking._calibrated)")
 
 
 def _both(idx: NamespaceIndex, text: str, agent: str, cosine: Any, cal: Calibration,
@@ -55,12 +51,8 @@ def _both(idx: NamespaceIndex, text: str, agent: str, cosine: Any, cal: Calibrat
         return at.tolist(), p.tobytes()
 
     got = run()
-    saved = calibrated.native
-    calibrated.native = None
-    try:
+    with numpy_path(calibrated):
         want = run()
-    finally:
-        calibrated.native = saved
     return got, want
 
 

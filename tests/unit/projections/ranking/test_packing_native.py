@@ -18,19 +18,15 @@ from hypothesis import strategies as st
 
 from hivemind_memory.projections.ranking import packing
 from hivemind_memory.projections.ranking.packing import Item, Packed, pack_positions
-from tests.support import IN_CI
+from tests.support import built_native, numpy_path
 from tests.support.reference import pack_full_table
 from tests.unit.projections.ranking.test_packing import items_strategy, small_thresholds
 
 
 @pytest.fixture(scope="module")
 def native() -> ModuleType:
-    if packing.native is None:
-        msg = "the C packer (hivemind_memory.projections.ranking._knapsack) is not built"
-        if IN_CI:
-            pytest.fail(msg + " (CI=true: it must be)")
-        pytest.skip(msg)
-    return packing.native
+    return built_native(packing,
+                        "the C packer (hivemind_memory.projections.ranking._knapsack)")
 
 
 def _both(items: list[Item], budget: int, cap: int) -> tuple[Packed, Packed]:
@@ -44,12 +40,8 @@ def _both(items: list[Item], budget: int, cap: int) -> tuple[Packed, Packed]:
                               budget, cap)
 
     got = run()
-    saved = packing.native
-    packing.native = None
-    try:
+    with numpy_path(packing):
         want = run()
-    finally:
-        packing.native = saved
     return got, want
 
 

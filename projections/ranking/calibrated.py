@@ -38,7 +38,6 @@ last bit across CPUs.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -75,26 +74,6 @@ native: NativeKernel | None = _built
 was built; otherwise (or set to None) the numpy code of ``signals``, ``probability`` and
 ``evidence`` (the reference: the tests run both and require the same bits)."""
 _NONE = np.zeros(0, np.float64)
-
-
-class _Scratch(threading.local):
-    """``likely``'s working arrays, kept per thread and grown as needed: fresh arrays of a
-    namespace's size are fresh pages, whose first touch costs more than the kernel's pass."""
-
-    def __init__(self) -> None:
-        self.neg = np.zeros(0, np.float64)
-        self.ev = np.zeros(0, np.uint8)
-        self.pos = np.zeros(0, np.int64)
-
-    def take(self, n: int) -> tuple[FloatArray, npt.NDArray[np.uint8], IntArray]:
-        if len(self.neg) < n:
-            self.neg = np.empty(n, np.float64)
-            self.ev = np.empty(n, np.uint8)
-            self.pos = np.empty(n, np.int64)
-        return self.neg[:n], self.ev[:n], self.pos[:n]
-
-
-_scratch = _Scratch()
 
 FEATURES = ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
             "log_tokens_sq", "context_bm25", "context_cosine", "author_named")
@@ -321,7 +300,8 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     if named:
         mask = np.zeros(len(cols.agents) + 1, np.float64)
         mask[list(named)] = 1.0
-    neg, ev, pos = _scratch.take(n)  # overwritten whole by the kernel; read into copies below
+    neg = np.empty(n, np.float64)
+    ev = np.empty(n, np.uint8)
     kernel.logits(seq, lay.pos[lex_slots].astype(np.int64), lex,
                   _NONE if cosine is None else np.ascontiguousarray(cosine, np.float64),
                   lay.owner, mask, lay.wb, lay.wc, lay.base, lay.near_flat, len(lay.near),
@@ -329,11 +309,12 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
                   neg, ev)
     with np.errstate(over="ignore"):
         np.exp(neg, out=neg)
+    pos = np.empty(n, np.int64)
     pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
     # the most probable among the notes above 0 are those among all of them (the rest are 0)
     p = neg[pos]
     keep = candidates(p, limit)
-    return pos[keep], p[keep]  # copies (fancy indexing): the scratch may be reused
+    return pos[keep], p[keep]
 
 
 def candidates(p: FloatArray, limit: int) -> IntArray:

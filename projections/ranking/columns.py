@@ -423,7 +423,8 @@ class Columns:
     def kept_terms(self) -> TermCache:
         """A ``bm25`` cache that lives as long as the table is unchanged: the words a worker's
         later batches share with earlier ones are not looked up again. Started afresh by a
-        write, and once it holds more than ``TERM_POSTINGS_KEPT`` postings."""
+        write, and by the next batch once it holds more than ``TERM_POSTINGS_KEPT`` postings
+        (``bm25`` adds no word to it past that)."""
         if self._kept_postings > TERM_POSTINGS_KEPT:
             self._terms_kept = {}
             self._kept_postings = 0
@@ -534,10 +535,12 @@ class Columns:
                 slots, tfs = self._visible_postings(word, agent, stem_terms)
                 part = tfs / (tfs + base + slope * dl[slots])
                 got = (slots, part, float(part.min()) if len(part) else 1.0)
-                if cache is not None:
-                    cache[key] = got
-                    if cache is self._terms_kept:
+                if cache is self._terms_kept:  # kept while under its bound, also mid-batch
+                    if self._kept_postings <= TERM_POSTINGS_KEPT:
+                        cache[key] = got
                         self._kept_postings += len(slots)
+                elif cache is not None:
+                    cache[key] = got
             runs.append(got)
         weights = [idf(n_docs, len(slots)) for slots, _, _ in runs]
         max_score = 0.0

@@ -296,8 +296,12 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
     assert got[0].tolist() == want[0].tolist()
     assert got[1].tolist() != want[1].tolist()  # one more note: other statistics
     monkeypatch.setattr(columns, "TERM_POSTINGS_KEPT", 0)  # over the bound: dropped
-    idx.relevance_slots("redis", None, cfg, "alice", BatchMemo().terms(idx.cols))
-    assert len(calls) == 6
+    full = BatchMemo()
+    idx.relevance_slots("redis", None, cfg, "alice", full.terms(idx.cols))
+    assert len(calls) == 6  # kept (the cache was under its bound), which is now passed
+    idx.relevance_slots("redis stream", None, cfg, "alice", full.terms(idx.cols))
+    idx.relevance_slots("stream", None, cfg, "alice", full.terms(idx.cols))
+    assert calls[6:] == ["stream", "stream"]  # past the bound no word is added, mid-batch too
 
 
 @settings(max_examples=60, deadline=None)

@@ -109,8 +109,9 @@ _EPOCH = from_micros(0)
 """A placeholder in ``Columns.created``'s list (never returned)."""
 
 
-TERM_POSTINGS_KEPT = 2_000_000
-"""``Columns.kept_terms`` holds at most about this many postings (16 bytes each)."""
+TERM_POSTINGS_KEPT = 4_000_000
+"""``Columns.kept_terms`` holds at most about this many postings (16 bytes each: 64 MB; a
+10k-note namespace has ~0.7M postings in all, a 100k-note one ~7M)."""
 
 
 class Columns:

@@ -153,10 +153,13 @@ def _compact_aof(r: redis.Redis, rp: RedisProc) -> None:
 
 
 def _bgsave(r: redis.Redis) -> None:
-    before = r.lastsave()
+    # counted by ``rdb_saves``: LASTSAVE has a resolution of one second, so a save in the
+    # second the server started (or saved before) would never be seen to finish
+    before = int(_info(r, "rdb_saves"))
     r.bgsave()
-    _wait(lambda: _info(r, "rdb_bgsave_in_progress") == "0" and r.lastsave() != before,
-          "BGSAVE")
+    _wait(lambda: _info(r, "rdb_bgsave_in_progress") == "0"
+          and int(_info(r, "rdb_saves")) > before, "BGSAVE")
+    assert _info(r, "rdb_last_bgsave_status") == "ok"
 
 
 @pytest.mark.redis_server

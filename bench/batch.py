@@ -77,17 +77,9 @@ def dense_requests(ns: str, n: int, corpus: Corpus, rng: random.Random) -> list[
     out: list[dict[str, Any]] = []
     for _ in range(n):
         skip = 0 if rng.random() < DENSE_COMMON else COMMON_WORDS
-        words = corpus.words[skip:]
-        base = corpus.cum[skip - 1] if skip else 0.0
-        cum = [c - base for c in corpus.cum[skip:]]
-        k = rng.randint(2, 6)
-        got: list[str] = []
-        while len(got) < k:
-            w = rng.choices(words, cum_weights=cum, k=1)[0]
-            if w not in got:
-                got.append(w)
+        text = corpus.query(rng, skip, most=6)
         agent = rng.choice(("", "agent1", "agent2", "agent3"))
-        out.append({"ns": ns, "text": " ".join(got),
+        out.append({"ns": ns, "text": text,
                     "budget": rng.randint(*DENSE_BUDGETS), "agent": agent})
     return out
 

@@ -118,13 +118,13 @@ class Corpus:
     def text(self, rng: random.Random, n_words: int) -> str:
         return " ".join(rng.choices(self.words, cum_weights=self.cum, k=n_words))
 
-    def query(self, rng: random.Random, skip: int = 0) -> str:
-        """2..5 distinct words drawn with the corpus' own Zipf weights, leaving out the
+    def query(self, rng: random.Random, skip: int = 0, most: int = 5) -> str:
+        """2..``most`` distinct words drawn with the corpus' own Zipf weights, leaving out the
         ``skip`` commonest words (the analogue of stop words)."""
         words = self.words[skip:]
         base = self.cum[skip - 1] if skip else 0.0
         cum = [c - base for c in self.cum[skip:]]
-        k = rng.randint(2, 5)
+        k = rng.randint(2, most)
         got: list[str] = []
         while len(got) < k:
             w = rng.choices(words, cum_weights=cum, k=1)[0]

@@ -30,5 +30,5 @@ def test_the_wheel_holds_only_hivemind_memory(tmp_path: Path) -> None:
             for m in ("langchain", "langgraph", "llamaindex")} <= set(names)
     assert not any("/ts/" in n or "node_modules" in n for n in names)  # the npm package stays out
     [ep] = [n for n in names if n.endswith("entry_points.txt")]
-    assert "hivemind = hivemind_memory.worker.cli.main:main" in zipfile.ZipFile(wheel).read(
+    assert "hivemind = hivemind_memory.worker.cli:run" in zipfile.ZipFile(wheel).read(
         ep).decode()

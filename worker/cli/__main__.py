@@ -2,6 +2,6 @@
 
 import sys
 
-from hivemind_memory.worker.cli.main import main
+from hivemind_memory.worker.cli import run
 
-sys.exit(main())
+sys.exit(run())

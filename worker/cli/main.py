@@ -16,7 +16,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.urls import redact
-from hivemind_memory.worker.cli import parsers
+from hivemind_memory.worker.cli import parsers, without_collector
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -251,8 +251,9 @@ CLIENT_ONLY = frozenset({"query", "batch"})
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    mod: Any = importlib.import_module(
-        f"hivemind_memory.worker.cli.{COMMAND_MODULES.get(args.cmd, 'commands')}")
+    with without_collector():
+        mod: Any = importlib.import_module(
+            f"hivemind_memory.worker.cli.{COMMAND_MODULES.get(args.cmd, 'commands')}")
     handler: Any = getattr(mod, f"cmd_{args.cmd}")
     if args.cmd in ("demo", "curves", "fsck"):
         return int(handler(args))

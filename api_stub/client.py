@@ -480,12 +480,12 @@ class Client:
         One deadline for the whole batch: a result still missing then is a ``timeout`` error
         object in its place."""
         deadline = time.monotonic() + timeout
+        nss = [self._result_ns(q) for q in query_ids]  # once each, not once a read-ahead
         i = 0
         while i < len(query_ids):
-            ns = self._result_ns(query_ids[i])
+            ns = nss[i]
             j = i + 1
-            while j < len(query_ids) and j - i < READ_AHEAD and \
-                    self._result_ns(query_ids[j]) == ns:
+            while j < len(query_ids) and j - i < READ_AHEAD and nss[j] == ns:
                 j += 1
             run: list[bytes] = []
             for body in results.read_results(self.store, ns, query_ids[i:j]):

@@ -215,3 +215,27 @@ def test_a_cluster_rq_url_is_named_without_its_password() -> None:
     with pytest.raises(ConfigError) as err:
         Settings(rq_url="redis+cluster://alice:s3cret-pw@h1:7000").check_urls()
     assert "s3cret-pw" not in str(err.value) and "alice:***@h1:7000" in str(err.value)
+
+
+@pytest.mark.redis_server
+def test_a_new_connection_names_the_client_without_reading_package_metadata(
+        redis_server: RedisProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py 8 reads its version from the installed package's metadata for every new
+    connection (~15 ms a connection) unless the client is given it: hivemind gives it, from
+    ``redis.__version__``, the version the server is told (``CLIENT SETINFO``)."""
+    import importlib.metadata
+
+    def looked_up(name: str) -> str:
+        raise AssertionError(f"importlib.metadata.version({name!r}) at connection time")
+
+    r = connect(redis_server.url)  # the first connection
+    monkeypatch.setattr(importlib.metadata, "version", looked_up)
+    assert connect(redis_server.url).ping()  # a new client, a new connection
+    if hasattr(redis, "driver_info"):  # redis-py 8 (5-7 read it once, at import)
+        info = r.connection_pool.connection_kwargs["driver_info"]
+        assert (info.name, info.lib_version) == ("redis-py", redis.__version__)
+        kept = r.connection_pool.get_connection()
+        try:
+            assert kept.driver_info.lib_version == redis.__version__
+        finally:
+            r.connection_pool.release(kept)

@@ -758,15 +758,22 @@ class WriteView:
 def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[str]
                ) -> WriteView:
     """The read model at its checkpoint plus the log tail the projector has not folded yet
-    (only the entries about ``note_ids``, folded with the projector's own fold): the notes as
-    the projector will see them once it reaches the stream's end."""
+    (only the entries about ``note_ids`` and about every note those entries touch, again
+    and again: a note created to supersede another in the tail folds onto that one's tail
+    too; folded with the projector's own fold): the notes as the projector will see them
+    once it reaches the stream's end."""
     cp_raw = r.get(keys.checkpoint(ns))
     cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
     decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str else "-",
                                       max="+") or [], ns)
     wanted = set(note_ids)
-    about = [d for d in decoded if not isinstance(d[1], Undecodable)
-             and not wanted.isdisjoint(touched_by(d[1]))]
+    while True:  # and the entries those notes' states hang on (B supersedes A: A's too)
+        about = [d for d in decoded if not isinstance(d[1], Undecodable)
+                 and not wanted.isdisjoint(touched_by(d[1]))]
+        grown = wanted.union(*(touched_by(d[1]) for d in about))
+        if grown == wanted:
+            break
+        wanted = grown
     about_nids, about_eids = _touched_ids(about)
     eids = sorted(set(event_ids) | set(about_eids))
     nids = sorted(wanted | set(about_nids))

@@ -261,6 +261,8 @@ class _StoreTransport(_Transport):
                  on_write: Callable[[], None] | None = None, settings: Any = None) -> None:
         self.timeout = timeout
         self._worker: Any = None
+        self._held: str | None = None
+        """The store URL this transport connected itself (released by ``close``)."""
         self.on_write = on_write
         if client is None:
             from dataclasses import replace
@@ -270,6 +272,7 @@ class _StoreTransport(_Transport):
 
             s = settings if settings is not None else Settings.from_env(redis_url=url)
             client = Client.connect(replace(s, redis_url=url))  # with RQ apart if rq_url
+            self._held = url
             if url.startswith("memory://"):
                 if _embedded_worker is None:
                     raise StoreError(
@@ -326,8 +329,17 @@ class _StoreTransport(_Transport):
         return out
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
+        """Stop the embedded worker, then let go of the store: the last ``Memory`` of a
+        ``memory://PATH`` store in this process to close unlocks it (``connection.release``);
+        a second ``close`` does nothing."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+        held, self._held = self._held, None
+        if held is not None:
+            from hivemind_memory.projections.store.connection import release
+
+            release(held)
 
 
 class _HttpTransport(_Transport):

@@ -67,6 +67,8 @@ else:
 _EMBEDDED: dict[str, Embedded] = {}
 """The embedded stores of this process by URL (``store.embedded.Embedded``, imported with
 the first: a process that talks to Redis never loads fakeredis)."""
+_HOLDERS: dict[str, int] = {}
+"""How many ``connect`` calls of each embedded URL no ``release`` has answered yet."""
 
 
 def client_options() -> dict[str, Any]:
@@ -96,6 +98,7 @@ def connect(url: str) -> Store:
             from hivemind_memory.projections.store.embedded import Embedded
 
             _EMBEDDED[url] = Embedded(url)
+        _HOLDERS[url] = _HOLDERS.get(url, 0) + 1
         return _EMBEDDED[url].client()
     try:
         r = redis.Redis.from_url(url, **client_options())
@@ -115,9 +118,25 @@ def connect_queue(url: str) -> QueueConn:
     return r
 
 
+def release(url: str) -> None:
+    """One ``connect(url)`` is done with its client (``Memory.close``). When the last holder
+    of a ``memory://PATH`` store releases it, the store is closed: its log unlocked, so
+    another process (``hivemind serve``, ``fsck``) may open the directory, and a later
+    ``connect`` replays it again. A ``memory://`` store without a path is kept for the
+    process (its data lives nowhere else); other URLs hold nothing to release."""
+    left = _HOLDERS.get(url, 0) - 1
+    if left > 0:
+        _HOLDERS[url] = left
+        return
+    _HOLDERS.pop(url, None)
+    if url.startswith("memory://") and url != "memory://":
+        close_embedded(url)
+
+
 def close_embedded(url: str) -> None:
     """Forget the embedded store of ``url`` (its file is closed and unlocked; a later
     ``connect`` replays it again). For tests and orderly shutdown."""
+    _HOLDERS.pop(url, None)
     emb = _EMBEDDED.pop(url, None)
     if emb is not None:
         emb.close()

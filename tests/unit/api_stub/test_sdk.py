@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from hivemind_memory.events.errors import (
     TooLarge,
 )
 from hivemind_memory.events.schema import ID_PATTERN
+from tests.support import HIVEMIND
 from tests.support.frontdoor import ALICE, BOB, OTHER, Live, start_live
 
 AS_OF = "2026-07-01T00:00:00Z"
@@ -155,6 +157,44 @@ def test_two_embedded_stores_in_one_process_keep_to_themselves(tmp_path: Path) -
         two.remember("apples are green here", note_id="green-apple")
         assert one.recall("apples", budget=100).note_ids == ["apple"]
         assert two.recall("apples", budget=100).note_ids == ["green-apple"]
+
+
+def _another_process_opens(url: str) -> subprocess.CompletedProcess[str]:
+    """``hivemind fsck`` on ``url`` from a process of its own: it opens the store's log, or
+    is refused (exit 2) while another process holds it."""
+    return subprocess.run([*HIVEMIND, "fsck", "--store", url, "--json"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_closing_the_last_memory_of_a_store_path_unlocks_it(tmp_path: Path) -> None:
+    """Another process may open a ``memory://PATH`` once every ``Memory`` of this process
+    on it is closed (before, the directory stayed locked until this process exited); a
+    ``Memory`` still open keeps it, and keeps working."""
+    url = f"memory://{tmp_path / 'kept'}"
+    one = Memory(url, ns="n", agent="a")
+    two = Memory(url, ns="n", agent="a")
+    one.remember("apples are red", note_id="apple")
+    one.close()
+    one.close()  # a second close lets go of nothing more
+    locked = _another_process_opens(url)
+    assert locked.returncode == 2 and "in use by another process" in locked.stderr, locked.stderr
+    two.remember("apples are green", note_id="green")
+    assert sorted(two.recall("apples", budget=100).note_ids) == ["apple", "green"]
+    two.close()
+    opened = _another_process_opens(url)
+    assert opened.returncode == 0, opened.stderr
+    assert '"ok":true' in opened.stdout, opened.stdout
+    with Memory(url, ns="n", agent="a") as again:  # this process may open it again too
+        assert sorted(again.recall("apples", budget=100).note_ids) == ["apple", "green"]
+
+
+def test_a_memory_store_without_a_path_outlives_its_memory() -> None:
+    """Plain ``memory://`` lives only in this process: closing a ``Memory`` keeps its data
+    for the next one."""
+    with Memory("memory://", ns="kept-in-process", agent="a") as one:
+        one.remember("pears are sweet", note_id="pear")
+    with Memory("memory://", ns="kept-in-process", agent="a") as two:
+        assert two.recall("pears", budget=100).note_ids == ["pear"]
 
 
 def test_async_memory_does_not_block_the_loop(live: Live) -> None:

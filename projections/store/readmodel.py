@@ -767,10 +767,11 @@ def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[s
     decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str else "-",
                                       max="+") or [], ns)
     wanted = set(note_ids)
+    events = [(d, touched_by(d[1])) for d in decoded if not isinstance(d[1], Undecodable)]
     while True:  # and the entries those notes' states hang on (B supersedes A: A's too)
-        about = [d for d in decoded if not isinstance(d[1], Undecodable)
-                 and not wanted.isdisjoint(touched_by(d[1]))]
-        grown = wanted.union(*(touched_by(d[1]) for d in about))
+        hits = [(d, ids) for d, ids in events if not wanted.isdisjoint(ids)]
+        about = [d for d, _ in hits]
+        grown = wanted.union(*(ids for _, ids in hits))
         if grown == wanted:
             break
         wanted = grown

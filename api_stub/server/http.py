@@ -442,7 +442,7 @@ class Api:
         try:
             got = await self.run(lambda: self.client.append_checked(evs))
         except WriteRefused as exc:
-            raise ApiError(exc.status, exc.code, exc.message) from exc
+            raise ApiError(exc.status, exc.code, _as_sent(exc, where)) from exc
         self.opts.on_write()
         return Appended(len(evs), [e.event_id for e in evs], got.already)
 
@@ -731,6 +731,22 @@ def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> i
 
 def _no_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
+
+
+SENT_AS = {"used": "note_ids[{}]", "revise": "note_id", "forget": "note_id"}
+"""What a refused event is called in the body of each endpoint that builds its events
+(``/events`` sends them as they are: ``events[i]``, the client's own word)."""
+
+
+def _as_sent(exc: WriteRefused, where: str) -> str:
+    """A refusal's message naming the event as the request sent it: ``POST .../used``
+    refused for its second note says ``note_ids[1] (note.used 'x'): ...``, not
+    ``events[1]``, a field that body does not have."""
+    prefix = f"events[{exc.index}]"
+    shape = SENT_AS.get(where)
+    if shape is None or not exc.message.startswith(prefix):
+        return exc.message
+    return shape.format(exc.index) + exc.message[len(prefix):]
 
 
 

@@ -59,6 +59,25 @@ def test_another_agents_private_note_is_not_found_to_it(live: Live) -> None:
                 token=ALICE)[1]["error"]["code"] == "unknown_note"  # forgotten now
 
 
+def test_a_refusal_names_the_note_as_the_request_sent_it(live: Live) -> None:
+    """``/used`` names the refused note by its place in ``note_ids``, ``/revise`` and
+    ``/forget`` by ``note_id``, ``/events`` by its place in the list it sent."""
+    b = live.base
+    assert call(b, "POST", f"{NS}/remember", {"text": "kept", "note_id": "kept"},
+                token=ALICE)[0] == 200
+    for path, body, named in (
+            (f"{NS}/used", {"note_ids": ["kept", "ghost"]}, "note_ids[1] (note.used 'ghost')"),
+            (f"{NS}/revise", {"note_id": "ghost", "text": "x"},
+             "note_id (note.revised 'ghost')"),
+            (f"{NS}/forget", {"note_id": "ghost"}, "note_id (note.forgotten 'ghost')"),
+            (f"{NS}/events", [{"type": "note.used", "note_id": "kept"},
+                              {"type": "note.used", "note_id": "ghost"}],
+             "events[1] (note.used 'ghost')")):
+        st, got = call(b, "POST", path, body, token=ALICE)
+        assert (st, got["error"]["code"]) == (404, "unknown_note"), got
+        assert got["error"]["message"].startswith(named + ": no note 'ghost'"), got
+
+
 def test_a_shared_note_is_forgotten_by_its_author_or_an_admin(live: Live) -> None:
     b = live.base
     for nid, token in (("by-alice", ALICE), ("by-alice-2", ALICE)):

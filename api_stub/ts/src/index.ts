@@ -1,6 +1,6 @@
 /**
  * hivemind's TypeScript client: the calls of the Python SDK over `hivemind serve`
- * (remember, recall, used, forget, revise, reads, and the raw append, query and batch).
+ * (remember, recall, used, forget, revise, erase, reads, and the raw append, query and batch).
  *
  * ```ts
  * import { Memory } from "hivemind-memory";
@@ -32,6 +32,9 @@ export type QueryBody = Schemas["QueryBody"];
 export type NoteRow = Schemas["NoteRow"];
 /** What an append answers. */
 export type Appended = Schemas["Appended"];
+/** What an erasure answers once the note's content is gone: its id, the `note.erased` event's
+ * id (null when the note was erased before) and how many records of each kind were redacted. */
+export type Erased = Schemas["Erased"];
 /** An event as `POST .../events` takes it. */
 export type Event = Schemas["NoteCreated"] | Schemas["NoteUsed"] | Schemas["NoteForgotten"];
 /** An event to append: `event_id` and `at` may be left out (the client fills them). */
@@ -223,13 +226,15 @@ export class Memory {
     this.fetchFn = opts.fetch ?? globalThis.fetch;
   }
 
-  private async call<T>(path: string, body: unknown, kind: "event" | "query"): Promise<T> {
-    const headers: Record<string, string> = { "Content-Type": "application/json" };
+  private async call<T>(path: string, body: unknown, kind: "event" | "query",
+                        method: "POST" | "DELETE" = "POST"): Promise<T> {
+    const headers: Record<string, string> = {};
+    if (method === "POST") headers["Content-Type"] = "application/json";
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     let resp: Response;
     try {
       resp = await this.fetchFn(this.base + path, {
-        method: "POST", headers, body: JSON.stringify(body),
+        method, headers, body: method === "POST" ? JSON.stringify(body) : undefined,
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (exc) {
@@ -305,6 +310,16 @@ export class Memory {
                                                      embedding?: number[] } = {}): Promise<void> {
     const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...opts };
     await this.append([ev as unknown as EventInput]);
+  }
+
+  /** Erase a note: its text and embedding are removed from everything hivemind wrote (the
+   * log is rewritten; replay gives the same state without the content), answered once that is
+   * done. The token needs the namespace's `admin` right (else `AccessDenied`); `UnknownNote`
+   * if the namespace has no such note. Erasing an erased note again redacts what is left and
+   * answers `event_id` null. */
+  async erase(noteId: string): Promise<Erased> {
+    return this.call<Erased>(`/notes/${encodeURIComponent(noteId)}`, undefined, "event",
+                             "DELETE");
   }
 
   private who(): { agent?: string } {

@@ -163,4 +163,22 @@ describe("raw query and batch", () => {
     await new Memory(srv.base, { ns: "team-a", token: OPS }).forget(id);
     assert.equal(await alice.get(id), null);
   });
+
+  it("erases a note for an admin token only, once its content is gone", async () => {
+    const ops = new Memory(srv.base, { ns: "team-a", token: OPS });
+    const id = await alice.remember("the vault passphrase is orange-kettle-42");
+    assert.ok((await bob.recall("vault passphrase", { budget: 200 })).noteIds.includes(id));
+    await assert.rejects(alice.erase(id), AccessDenied);  // its author is no admin
+    await assert.rejects(ops.erase("never-was"), UnknownNote);
+    const got = await ops.erase(id);
+    assert.equal(got.note_id, id);
+    assert.match(got.event_id ?? "", /^erase-/);
+    assert.ok(Object.values(got.redacted).every((n) => Number.isInteger(n) && n >= 0));
+    assert.equal(await alice.get(id), null);
+    const after = await bob.recall("vault passphrase orange kettle", { budget: 200 });
+    assert.ok(!after.noteIds.includes(id) && !after.context.includes("orange-kettle"));
+    const again = await ops.erase(id);  // erased before: what is left is redacted, no event
+    assert.equal(again.note_id, id);
+    assert.equal(again.event_id, null);
+  });
 });

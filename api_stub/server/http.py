@@ -40,6 +40,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     IdPrefix,
     QueryResult,
     ReadRequest,
+    error_json,
     ns_of,
     parse_request,
 )
@@ -553,11 +554,21 @@ class Api:
         runs = self.client.batch_result_runs(ids, self.opts.query_timeout_s)
 
         def array() -> Iterator[bytes]:  # the worker's bytes as they are, in input order
-            first = True
-            for run in runs:
-                yield (b"[" if first else b",") + b",".join(run)
-                first = False
-            yield b"]"
+            sent = 0
+            try:
+                for run in runs:
+                    yield (b"[" if not sent else b",") + b",".join(run)
+                    sent += len(run)
+            except (redis.RedisError, StoreError) as exc:
+                # the status line is gone already: the answers sent stay, and every query
+                # not answered yet gets its error object in place, so the array stays whole
+                log.warning("store_error", error=str(exc), answered=sent, left=len(ids) - sent)
+                why = f"the store failed while the answers were read: {type(exc).__name__}"
+                left = [error_json(qid, "store_unavailable", why) for qid in ids[sent:]]
+                if left:
+                    yield (b"[" if not sent else b",") + b",".join(left)
+                    sent += len(left)
+            yield b"]" if sent else b"[]"
 
         # streamed as the jobs finish (one chunk per round trip of results), never re-encoded
         return StreamingResponse(array(), media_type="application/json")

@@ -244,6 +244,39 @@ def test_batch_queries_in_order_and_read_your_writes(live: Live) -> None:
     assert st == 200 and h["ok"]
 
 
+@pytest.mark.parametrize("answered_first", [0, 1])
+def test_a_store_failure_mid_stream_keeps_the_array_whole(
+        live: Live, monkeypatch: pytest.MonkeyPatch, answered_first: int) -> None:
+    """The status line of a streamed batch is sent before its answers are read: a store that
+    fails after it (here after ``answered_first`` runs) leaves the answers sent as they were
+    and an error object in place of each query not answered yet, in a valid JSON array."""
+    import redis
+
+    b = live.base
+    assert call(b, "POST", "/v1/ns/team-a/events", [
+        created(f"e{i}", f"n{i}", f"redis stream number {i}") for i in range(5)
+    ], token=BOB)[0] == 200
+    client = live.served.client
+    real = client.batch_result_runs
+
+    def failing(ids: Any, timeout: float = 300.0) -> Any:
+        got = real(ids, timeout)
+        for _ in range(answered_first):
+            yield [next(got)[0]]  # one answer a run
+        raise redis.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(client, "batch_result_runs", failing)
+    reqs = [{"text": f"redis {i}", "budget": 50} for i in range(4)]
+    st, got = call(b, "POST", "/v1/ns/team-a/queries", reqs, token=BOB)
+    assert st == 200 and len(got) == 4
+    assert [("error" in r) for r in got] == [False] * answered_first + [True] * (4 - answered_first)
+    assert all(r["budget"] == 50 for r in got[:answered_first])
+    for r in got[answered_first:]:
+        assert r["error"]["code"] == "store_unavailable"
+        assert "ConnectionError" in r["error"]["message"]
+    assert len({r["query_id"] for r in got}) == 4
+
+
 def test_batch_answers_are_the_workers_bytes_streamed_in_input_order(live: Live) -> None:
     # the array is the result keys' bytes joined as they are (never decoded and re-encoded),
     # an invalid item's error object in its place, sent as a chunked (streamed) response

@@ -16,7 +16,6 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.urls import redact
-from hivemind_memory.worker.cli import parsers, without_collector
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -26,7 +25,9 @@ from hivemind_memory.worker.cli.args import (
     ns_arg,
     time_arg,
 )
+from hivemind_memory.worker.cli.collector import without_collector
 from hivemind_memory.worker.cli.output import redis_message, store_locked_message
+from hivemind_memory.worker.cli.parsers import audit_parsers, fsck_parsers
 from hivemind_memory.worker.cli.serve import add_parsers as serve_parsers
 
 
@@ -177,8 +178,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--config", help="ranking config TOML")
 
     serve_parsers(sub, _common, _ns_arg)
-    parsers.fsck_parsers(sub)
-    parsers.audit_parsers(sub, _common, _ns_arg, _time_arg)
+    fsck_parsers(sub)
+    audit_parsers(sub, _common, _ns_arg, _time_arg)
     if isinstance(sub, _OneCommand) and not sub.found:
         return build_parser()
     return ap

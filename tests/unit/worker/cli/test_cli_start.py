@@ -63,6 +63,7 @@ def test_the_batch_path_imports_only_the_client_side() -> None:
     worker = {m for m in got if m.startswith(f"{pkg}.worker.")}
     assert worker <= {f"{pkg}.worker.cli", f"{pkg}.worker.cli.main", f"{pkg}.worker.cli.args",
                       f"{pkg}.worker.cli.output", f"{pkg}.worker.cli.parsers",
+                      f"{pkg}.worker.cli.collector",
                       f"{pkg}.worker.cli.serve", f"{pkg}.worker.cli.query_commands"}, worker
     absent = {f"{pkg}.api_stub.sdk", f"{pkg}.projections.reduce",
               f"{pkg}.projections.store.readmodel", f"{pkg}.projections.store.erasure",

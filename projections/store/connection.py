@@ -27,6 +27,7 @@ passed to redis-py as they are; a URL is never printed with its password (``urls
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -69,6 +70,8 @@ _EMBEDDED: dict[str, Embedded] = {}
 the first: a process that talks to Redis never loads fakeredis)."""
 _HOLDERS: dict[str, int] = {}
 """How many ``connect`` calls of each embedded URL no ``release`` has answered yet."""
+_EMBEDDED_LOCK = threading.Lock()
+"""Held while ``_EMBEDDED`` and ``_HOLDERS`` change (Memory objects of several threads)."""
 
 
 def client_options() -> dict[str, Any]:
@@ -94,12 +97,13 @@ def connect(url: str) -> Store:
 
         return connect_cluster(url, client_options())
     if url.startswith("memory://"):
-        if url not in _EMBEDDED:
-            from hivemind_memory.projections.store.embedded import Embedded
+        with _EMBEDDED_LOCK:
+            if url not in _EMBEDDED:
+                from hivemind_memory.projections.store.embedded import Embedded
 
-            _EMBEDDED[url] = Embedded(url)
-        _HOLDERS[url] = _HOLDERS.get(url, 0) + 1
-        return _EMBEDDED[url].client()
+                _EMBEDDED[url] = Embedded(url)
+            _HOLDERS[url] = _HOLDERS.get(url, 0) + 1
+            return _EMBEDDED[url].client()
     try:
         r = redis.Redis.from_url(url, **client_options())
         r.ping()
@@ -124,19 +128,23 @@ def release(url: str) -> None:
     another process (``hivemind serve``, ``fsck``) may open the directory, and a later
     ``connect`` replays it again. A ``memory://`` store without a path is kept for the
     process (its data lives nowhere else); other URLs hold nothing to release."""
-    left = _HOLDERS.get(url, 0) - 1
-    if left > 0:
-        _HOLDERS[url] = left
-        return
-    _HOLDERS.pop(url, None)
-    if url.startswith("memory://") and url != "memory://":
-        close_embedded(url)
+    with _EMBEDDED_LOCK:
+        left = _HOLDERS.get(url, 0) - 1
+        if left > 0:
+            _HOLDERS[url] = left
+            return
+        _HOLDERS.pop(url, None)
+        emb = _EMBEDDED.pop(url, None) if url.startswith("memory://") and url != "memory://" \
+            else None
+        if emb is not None:  # closed under the lock: a connect of the same URL waits for it
+            emb.close()
 
 
 def close_embedded(url: str) -> None:
     """Forget the embedded store of ``url`` (its file is closed and unlocked; a later
     ``connect`` replays it again). For tests and orderly shutdown."""
-    _HOLDERS.pop(url, None)
-    emb = _EMBEDDED.pop(url, None)
-    if emb is not None:
-        emb.close()
+    with _EMBEDDED_LOCK:
+        _HOLDERS.pop(url, None)
+        emb = _EMBEDDED.pop(url, None)
+        if emb is not None:
+            emb.close()

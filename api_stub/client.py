@@ -6,6 +6,7 @@ sleeps; a timeout raises ``QueryTimeout`` naming the query id.
 
 from __future__ import annotations
 
+import random
 import re
 import time
 import uuid
@@ -69,6 +70,13 @@ if TYPE_CHECKING:
 CHECKED_ATTEMPTS = 50
 """A checked append that keeps losing the compare-and-set to other writers gives up after
 this many attempts (each one re-reads only the namespace's unprojected tail)."""
+CHECKED_BACKOFF_S = 0.0005
+"""The longest random pause after the first lost compare-and-set, doubled after each one..."""
+CHECKED_BACKOFF_CAP_S = 0.05
+"""...up to this (50 attempts then wait at most ~2.2 s in all). Four and eight processes
+writing checked uses to one namespace with a worker projecting: none of 3,600 writes gave up,
+410-430 writes a second (before the pause and the narrower window: 5 of 1,200 and 8 of 2,400
+gave up, 170-300 writes a second)."""
 DUPLICATE_CHECK_TIMEOUT_S = 10.0
 """How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
 MAX_QUERY_CHARS = 16_384
@@ -177,6 +185,7 @@ class Client:
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
         from hivemind_memory.projections.store.cluster import append_if_tail
+        from hivemind_memory.projections.store.log import register_namespaces
 
         evs = self._validated(events)
         if not evs:
@@ -188,16 +197,23 @@ class Client:
         blobs = [encode_event(e) for e in evs]
         note_ids = sorted({n for e in evs for n in touched_by(e)})
         event_ids = [e.event_id for e in evs]
-        for _ in range(CHECKED_ATTEMPTS):
+        # once, before the first entry can land: between a check's read and its compare-and-
+        # set there is nothing but the check itself, so other writers seldom win the race
+        self.schedule([ns])
+        register_namespaces(self.store, [ns])
+        for attempt in range(CHECKED_ATTEMPTS):
+            if attempt:  # lost the race: a random pause, so writers that met do not meet again
+                time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
+                                                   CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
             view = readmodel.write_view(self.store, ns, note_ids, event_ids)
             verdict = check_write(view.notes, view.logged, evs)
             if verdict.refused is not None:
                 raise refusal(*verdict.refused, evs)
             if not verdict.fresh:
                 return CheckedAppend(0, len(verdict.logged))
-            self.schedule([ns])
             ids = append_if_tail(self.store, ns, view.tail, [blobs[i] for i in verdict.fresh],
-                                 self.settings.wait_replicas, self.settings.wait_timeout_ms)
+                                 self.settings.wait_replicas, self.settings.wait_timeout_ms,
+                                 register=False)
             if ids is not None:
                 self.schedule([ns])
                 return CheckedAppend(len(ids), len(verdict.logged))

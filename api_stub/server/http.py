@@ -812,6 +812,9 @@ def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], A
         except redis.RedisError as exc:
             log.warning("store_error", error=str(exc))
             return _error(503, "store_unavailable", f"the store failed: {type(exc).__name__}")
+        except StoreError as exc:  # hivemind's own words (a write that kept losing its race)
+            log.warning("store_error", error=str(exc))
+            return _error(503, "store_unavailable", str(exc))
 
     return endpoint
 

@@ -174,12 +174,14 @@ def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) ->
 
 
 def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replicas: int,
-                   timeout_ms: int) -> list[str] | None:
+                   timeout_ms: int, register: bool = True) -> list[str] | None:
     """Append encoded events of ``ns`` only if its stream still ends at entry ``tail``
     (``lua/append_if_tail.lua``); None when it moved on (nothing written). Registers the
-    namespace first; with ``replicas`` > 0 waits for them (``WAIT`` on the same connection,
-    the stream's master) and raises ``StoreError`` if too few acknowledged."""
-    register_namespaces(r, [ns])
+    namespace first (``register=False``: the caller did, once for all its attempts); with
+    ``replicas`` > 0 waits for them (``WAIT`` on the same connection, the stream's master)
+    and raises ``StoreError`` if too few acknowledged."""
+    if register:
+        register_namespaces(r, [ns])
     rc: Any = r
     client = r if isinstance(r, redis.Redis) else \
         rc.get_node_from_key(keys.stream(ns)).redis_connection

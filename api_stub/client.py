@@ -197,10 +197,7 @@ class Client:
         blobs = [encode_event(e) for e in evs]
         note_ids = sorted({n for e in evs for n in touched_by(e)})
         event_ids = [e.event_id for e in evs]
-        # once, before the first entry can land: between a check's read and its compare-and-
-        # set there is nothing but the check itself, so other writers seldom win the race
-        self.schedule([ns])
-        register_namespaces(self.store, [ns])
+        prepared = False
         for attempt in range(CHECKED_ATTEMPTS):
             if attempt:  # lost the race: a random pause, so writers that met do not meet again
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
@@ -211,6 +208,11 @@ class Client:
                 raise refusal(*verdict.refused, evs)
             if not verdict.fresh:
                 return CheckedAppend(0, len(verdict.logged))
+            if not prepared:  # once, before the first entry can land (a refused write
+                # registers nothing): a retry's race window is its check alone
+                self.schedule([ns])
+                register_namespaces(self.store, [ns])
+                prepared = True
             ids = append_if_tail(self.store, ns, view.tail, [blobs[i] for i in verdict.fresh],
                                  self.settings.wait_replicas, self.settings.wait_timeout_ms,
                                  register=False)

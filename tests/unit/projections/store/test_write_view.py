@@ -48,3 +48,15 @@ def test_a_chain_of_supersessions_in_the_tail_is_followed_to_its_start() -> None
     assert c.append_checked([revised("c", "r-c", at=T0 + timedelta(hours=3))]).appended == 1
     with pytest.raises(UnknownNote):
         c.append_checked([revised("d", "r-d", at=T0 + timedelta(hours=3))])
+
+
+def test_a_refused_checked_write_registers_and_schedules_nothing() -> None:
+    """Only a write with something to append registers its namespace and schedules its
+    projection: a refused one leaves a namespace nobody wrote to unlisted."""
+    c = _client()
+    with pytest.raises(UnknownNote):
+        c.append_checked([revised("ghost", "r-g", ns="fresh")])
+    assert b"fresh" not in c.store.smembers(keys.NAMESPACES)
+    assert not c.store.exists(keys.scheduled("fresh"))
+    c.append_checked([created("real", ns="fresh")])
+    assert b"fresh" in c.store.smembers(keys.NAMESPACES)

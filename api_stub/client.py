@@ -73,10 +73,9 @@ this many attempts (each one re-reads only the namespace's unprojected tail)."""
 CHECKED_BACKOFF_S = 0.0005
 """The longest random pause after the first lost compare-and-set, doubled after each one..."""
 CHECKED_BACKOFF_CAP_S = 0.05
-"""...up to this (50 attempts then wait at most ~2.2 s in all). Four and eight processes
-writing checked uses to one namespace with a worker projecting: none of 3,600 writes gave up,
-410-430 writes a second (before the pause and the narrower window: 5 of 1,200 and 8 of 2,400
-gave up, 170-300 writes a second)."""
+"""...up to this (50 attempts then wait at most ~2.2 s in all). Eight processes writing
+checked uses to one namespace with a worker projecting: none of 2,400 writes gave up (8 of
+2,400 did before the pause and the narrower window)."""
 DUPLICATE_CHECK_TIMEOUT_S = 10.0
 """How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
 MAX_QUERY_CHARS = 16_384

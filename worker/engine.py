@@ -439,7 +439,7 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) 
                        notes=res.notes, upper_bound=res.upper_bound,
                        candidates=list(res.candidates) if req.explain else None,
                        context=render((n.note_id, n.created_at, n.text) for n in res.notes)
-                       if req.context else None)
+                       if req.context else None, nothing_relevant=res.nothing_relevant)
 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,

@@ -320,7 +320,7 @@ def _scored(n: NoteState, rel: float, rec: float, score: float, cost: int, now: 
     age = max(0.0, (now - n.created_at).total_seconds() / SECONDS_PER_DAY)
     return ScoredNote(n.note_id, n.text, n.tokens, cost, score, rel, rec,
                       tier_of(n.uses, n.kind, cfg), n.uses, round(age, 6), n.created_at,
-                      False)
+                      chosen=False)
 
 
 def _erased_rows(notes: dict[str, NoteState], s: QueryServed, cfg: RankingConfig,

@@ -99,6 +99,9 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     candidates: list[Any] | None = None
     context: str | None = None
     """The packed notes rendered in context order (only when the request asked for it)."""
+    nothing_relevant: bool = False
+    """No note was likely enough to be needed (``calibration.floor``): the empty context is
+    the answer, not a failure."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):

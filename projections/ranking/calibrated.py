@@ -270,12 +270,23 @@ def probability(sig: Signals, lay: Layout, cal: Calibration) -> FloatArray:
     return logit
 
 
+def nearest(cos: FloatArray | None, cal: Calibration) -> IntArray:
+    """Positions of the ``cal.nearest`` largest cosines (all tied with the last included)
+    that are at least ``cal.nearest_min_cosine``, ascending (none without cosines)."""
+    if cos is None or cal.nearest <= 0 or not len(cos):
+        return np.zeros(0, np.int64)
+    at = candidates(cos, cal.nearest)
+    out: IntArray = at[cos[at] >= cal.nearest_min_cosine].astype(np.int64)
+    return out
+
+
 def evidence(sig: Signals, cal: Calibration) -> BoolArray:
     """Which notes have evidence of relevance of their own: a word shared with the query
     (``bm25`` > 0) or a close enough meaning (``cosine >= cal.min_cosine``). Only they are
     candidates (a note without is at relevance 0, whatever its neighbours: context raises a
     candidate's probability, it does not make one)."""
     out: BoolArray = (sig.b > 0) | (sig.c >= cal.min_cosine)
+    out[nearest(sig.c, cal)] = True
     return out
 
 
@@ -289,9 +300,13 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     if kernel is None:
         sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
         p = probability(sig, lay, cal)
+        near = nearest(sig.c if cosine is not None else None, cal)
+        kept = p[near]
         p[~evidence(sig, cal)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
+        if len(near) and len(seq) <= cal.nearest_max_notes:
+            p[near] = kept  # a small namespace: its nearest notes whatever the floor
         keep = candidates(p, limit)
         keep = keep[p[keep] > 0]
         return keep, p[keep]
@@ -309,8 +324,16 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
                   neg, ev)
     with np.errstate(over="ignore"):
         np.exp(neg, out=neg)
+    near = nearest(None if cosine is None else cosine[seq], cal)
+    near_p = 1.0 / (neg[near] + 1.0)
+    ev[near] = 1  # evidence (under the floor, still no candidate in a large namespace)
+    if len(seq) > cal.nearest_max_notes:
+        near = near[:0]
     pos = np.empty(n, np.int64)
     pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
+    if len(near):  # a small namespace: its nearest notes whatever the floor
+        neg[near] = near_p
+        pos = np.union1d(pos, near)
     # the most probable among the notes above 0 are those among all of them (the rest are 0)
     p = neg[pos]
     keep = candidates(p, limit)

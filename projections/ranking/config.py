@@ -76,8 +76,26 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The length features see at most this many tokens: a fit knows nothing about longer
     notes (the defaults' LoCoMo turns are 2 to 111 tokens), so a longer note counts as this
     long for its probability (its cost is its own)."""
-    floor: float = 0.0
-    """A note less likely to be needed than this is no candidate."""
+    floor: float = 0.001
+    """The budget's ceiling: a note less likely to be needed than this (its calibrated
+    relevance, a probability) is no candidate, however much budget is left. 0.001: a note
+    packed has at least a 1 in 1,000 chance of being one the question needs (on LoCoMo's
+    development half 0.004 already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost
+    0.13); a question with nothing that likely gets an empty context and the result says so
+    (``nothing_relevant``)."""
+    nearest: int = 3
+    """Besides the notes with evidence of their own (a shared word, ``min_cosine``), the
+    ``nearest`` notes by cosine are candidates when their cosine is at least
+    ``nearest_min_cosine``: a paraphrase that shares no word and sits under ``min_cosine``
+        still finds its note. Their probability must clear ``floor`` like any other's, except in
+    a small namespace (``nearest_max_notes``). 0 turns it off."""
+    nearest_min_cosine: float = 0.05
+    """The least cosine a ``nearest`` note needs (unrelated texts sit near 0)."""
+    nearest_max_notes: int = 50
+    """In a namespace of at most this many notes visible to the asker, the ``nearest``
+    notes are candidates whatever ``floor`` says: a small namespace answers a paraphrase
+    with its nearest notes rather than nothing (a large one has enough notes for the
+    probability to decide)."""
     min_cosine: float = 0.45
     """A note that shares no word with the query is a candidate only if its cosine is at
     least this. With the bundled embedder unrelated texts sit near 0, neighbours in a series
@@ -103,6 +121,16 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"{self.min_cosine}")
         if not (math.isfinite(self.floor) and 0.0 <= self.floor <= 1.0):
             raise ValueError(f"calibration.floor must be within [0, 1], got {self.floor}")
+        if self.nearest_max_notes < 0:
+            raise ValueError(f"calibration.nearest_max_notes must be >= 0, got "
+                             f"{self.nearest_max_notes}")
+        if not 0 <= self.nearest <= 100:
+            raise ValueError(f"calibration.nearest must be within [0, 100], got "
+                             f"{self.nearest}")
+        if not (math.isfinite(self.nearest_min_cosine) and
+                -1.0 <= self.nearest_min_cosine <= 1.0):
+            raise ValueError(f"calibration.nearest_min_cosine must be within [-1, 1], got "
+                             f"{self.nearest_min_cosine}")
         if not (math.isfinite(self.context_minutes) and self.context_minutes >= 0):
             raise ValueError(f"calibration.context_minutes must be a finite number >= 0, got "
                              f"{self.context_minutes}")
@@ -116,6 +144,48 @@ FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosi
                      context_bm25=1.985, context_cosine=0.5946, author_named=2.034)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
+
+
+class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Updated facts (``projections.ranking.updates``): two candidates of a query that are
+    about the same subject (their notes' vectors' cosine at least ``same_subject_cosine``) and
+    written at least ``min_gap_days`` apart are an older and a newer version of a fact. The
+    newer wins unless the older is a better match by a clear margin (its relevance more than
+    ``margin`` times the newer's): it takes the older's score when that is higher, and the
+    older's score is multiplied by ``older_weight``. Longterm notes are never the older
+    (earned permanence). ``margin = 0`` turns the rule off."""
+
+    same_subject_cosine: float = 0.6
+    """Two notes whose vectors' cosine is at least this are about the same subject."""
+    min_gap_days: float = 1.0
+    """Notes written closer in time than this are parts of one exchange, not an update."""
+    margin: float = 2.0
+    """The older wins only when its relevance exceeds ``margin`` times the newer's."""
+    older_weight: float = 0.5
+    """The older version's score is multiplied by this (1: only the newer is lifted)."""
+    max_notes: int = 200
+    """Only the ``max_notes`` highest-scored candidates are compared (bounds the work)."""
+
+    def __post_init__(self) -> None:
+        for name in ("same_subject_cosine", "min_gap_days", "margin", "older_weight"):
+            v = getattr(self, name)
+            if not math.isfinite(v):
+                raise ValueError(f"updates.{name} must be a finite number, got {v}")
+        if not -1.0 <= self.same_subject_cosine <= 1.0:
+            raise ValueError("updates.same_subject_cosine must be within [-1, 1], got "
+                             f"{self.same_subject_cosine}")
+        if self.min_gap_days < 0 or self.margin < 0:
+            raise ValueError("updates.min_gap_days and updates.margin must be >= 0")
+        if not 0.0 <= self.older_weight <= 1.0:
+            raise ValueError(f"updates.older_weight must be within [0, 1], got "
+                             f"{self.older_weight}")
+        if not 1 <= self.max_notes <= 10_000:
+            raise ValueError(f"updates.max_notes must be within [1, 10000], got "
+                             f"{self.max_notes}")
+
+
+UPDATES_OFF = Updates(margin=0.0)
+"""The rule off: what a config written before it meant."""
 
 
 class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -156,6 +226,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED
     """Calibrated relevance's coefficients."""
+    updates: Updates = Updates()
+    """Updated facts: the newer version of a fact wins (``Updates``; calibrated relevance)."""
+    near_identical: float = 0.9
+    """Two candidates whose texts' word sets overlap at least this much (Jaccard of their
+    words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
+    then the note id) is packed, and it names the others (``stands_for``); calibrated
+    relevance. 0 turns it off."""
     duplicate_threshold: float = 0.5
     """A note being remembered reports the notes the writer may see whose word overlap
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
@@ -182,6 +259,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"'package.module:factory', got {self.embedder!r}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if not (math.isfinite(self.near_identical) and 0.0 <= self.near_identical <= 1.0):
+            raise ValueError(f"near_identical must be within [0, 1], got {self.near_identical}")
         if not (math.isfinite(self.duplicate_threshold) and
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
@@ -196,9 +275,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
-LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5}
+LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
+                          "updates": msgspec.to_builtins(UPDATES_OFF), "near_identical": 0.0}
 """Keys added after the first release and the value a config written before them meant."""
-CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
+CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "updates", "near_identical")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from itertools import repeat, starmap
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from hivemind_memory.projections.ranking.columns import (
@@ -39,6 +41,7 @@ from hivemind_memory.projections.ranking.signals import (
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.updates import adjust
 from hivemind_memory.projections.ranking.why import Why, left_out, rounded
 from hivemind_memory.projections.state import Tier
 
@@ -159,6 +162,12 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
             known[s[miss]] = rec[miss]
     score = rel * rec
     ids = cols.ids
+    stands: dict[int, list[str]] = {}
+    newer: dict[int, list[str]] = {}
+    merged = 0
+    if cfg.relevance == "calibrated" and len(s) >= 2 and (cfg.near_identical > 0
+                                                          or cfg.updates.margin > 0):
+        s, rel, rec, score, stands, newer, merged = _adjusted(idx, s, rel, rec, score, cfg)
     costs = cols.tokens[s] + cfg.per_note_overhead_tokens
     if rendered:
         costs = costs + header_tokens([ids[i] for i in s.tolist()])
@@ -174,6 +183,8 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
 
         why = left_out(ids, s, rel, rec, score, costs, packed.at, budget, slots[below],
                        relevance[below], signals_of, why_limit)
+        if merged:
+            why = msgspec.structs.replace(why, counts={**why.counts, "near_identical": merged})
     if explain:
         at = np.arange(len(s))
         flags = np.zeros(len(s), np.bool_)
@@ -188,12 +199,16 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)
     four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split
-    fields = ([ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
+    fields: tuple[list[Any], ...] = (
+        [ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
               four[:m], four[m:2 * m], four[2 * m:3 * m],
               [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), four[3 * m:],
               created)
+    if stands or newer:
+        pos = at.tolist()
+        fields = (*fields, [stands.get(p, []) for p in pos], [newer.get(p, []) for p in pos])
     if explain:
-        every = list(starmap(ScoredNote, zip(*fields, chosen, strict=True)))
+        every = [ScoredNote(*f, chosen=c) for *f, c in zip(*fields, chosen, strict=True)]
         picked = [c.signals() for c in every if c.chosen]
         candidates = by_score(every)
     else:  # a packed note as the result lists it
@@ -206,4 +221,32 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         notes=order(picked, cfg.order),
         candidates=candidates,
         why=why,
+        nothing_relevant=cfg.relevance == "calibrated" and not len(s),
     )
+
+
+def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray,
+              score: FloatArray, cfg: RankingConfig
+              ) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, dict[int, list[str]],
+                         dict[int, list[str]], int]:
+    """The candidates after the near-identical and updated-facts rules
+    (``projections.ranking.updates``): their slots, relevance, recency and score, the ids each
+    kept position stands for and the older versions each updates (by position after the
+    drop), and how many near-identical notes were dropped."""
+    cols = idx.cols
+    ids = cols.ids
+    d = idx.derived
+    vec = norm = None
+    if d is not None:
+        d.ensure(len(cols))
+        vec, norm = d.mat[s].astype(np.float64), d.norm[s]
+    sl = s.tolist()
+    adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],
+                 cols.uses[s] >= cfg.longterm_uses, vec, norm,
+                 lambda p: cols.texts.get(sl[p]), cfg)
+    keep = adj.keep
+    new_pos = np.cumsum(keep) - 1
+    stands = {int(new_pos[p]): [ids[sl[q]] for q in qs] for p, qs in adj.stands_for.items()}
+    newer = {int(new_pos[p]): sorted(ids[sl[q]] for q in qs) for p, qs in adj.updates.items()}
+    merged = int((~keep).sum())
+    return s[keep], rel[keep], rec[keep], adj.score[keep], stands, newer, merged

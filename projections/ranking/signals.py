@@ -56,9 +56,9 @@ class Why(msgspec.Struct, frozen=True, omit_defaults=True):
     shown: list[Shown] = []
 
 
-class NoteSignals(msgspec.Struct, frozen=True):
+class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     """A packed note as a result lists it: every signal that ranked it (the contract's
-    ``notes`` fields, in order)."""
+    ``notes`` fields, in order; the fields with defaults appear only when set)."""
 
     note_id: str
     text: str
@@ -71,15 +71,21 @@ class NoteSignals(msgspec.Struct, frozen=True):
     uses: int
     age_days: float
     created_at: datetime
+    stands_for: list[str] = []
+    """Near-identical notes this one stands for (``RankingConfig.near_identical``): they are
+    not packed beside it."""
+    updates: list[str] = []
+    """Older versions of the same fact this newer note won over (``RankingConfig.updates``):
+    its score is at least theirs."""
 
     def signals(self) -> NoteSignals:
         """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
         return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
                            self.relevance, self.recency, self.tier, self.uses, self.age_days,
-                           self.created_at)
+                           self.created_at, self.stands_for, self.updates)
 
 
-class ScoredNote(NoteSignals, frozen=True):
+class ScoredNote(NoteSignals, frozen=True, kw_only=True):
     """A candidate: the signals plus whether the packer chose it (``candidates`` fields)."""
 
     chosen: bool
@@ -96,3 +102,6 @@ class RankResult(msgspec.Struct, frozen=True):
     candidates: list[ScoredNote]
     why: Why | None = None
     """The strongest notes left out and why (only when asked for: ``rank_index(why_limit)``)."""
+    nothing_relevant: bool = False
+    """Calibrated relevance: no note was likely enough to be needed (``calibration.floor``),
+    so the context is empty on purpose."""

@@ -339,6 +339,7 @@ def rank(
         upper_bound=round(packed.upper_bound, DECIMALS),
         notes=order(picked, cfg.order),
         candidates=candidates,
+        nothing_relevant=cfg.relevance == "calibrated" and not raw,
     )
 
 

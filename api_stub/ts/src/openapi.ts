@@ -2817,11 +2817,13 @@ export interface components {
             candidates?: unknown[] | null;
             /** @default null */
             context?: string | null;
+            /** @default false */
+            nothing_relevant?: boolean;
         };
         /**
          * NoteSignals
          * @description A packed note as a result lists it: every signal that ranked it (the contract's
-         *     ``notes`` fields, in order).
+         *     ``notes`` fields, in order; the fields with defaults appear only when set).
          */
         NoteSignals: {
             note_id: string;
@@ -2836,6 +2838,10 @@ export interface components {
             uses: number;
             age_days: number;
             created_at: string;
+            /** @default [] */
+            stands_for?: string[];
+            /** @default [] */
+            updates?: string[];
         };
         /** Appended */
         Appended: {

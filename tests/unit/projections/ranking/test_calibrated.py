@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, encode
 from hivemind_memory.projections.ranking.calibrated import FEATURES, candidates, limit_for
-from hivemind_memory.projections.ranking.config import DEFAULT, Calibration, RankingConfig
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    Calibration,
+    RankingConfig,
+    with_overrides,
+)
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.state import NoteState
@@ -184,13 +189,17 @@ def test_candidates_need_evidence_of_their_own() -> None:
     notes = [note("lex", "redis stream checkpoint"),
              note("sem", "fixing my car at the garage", minutes=300),
              note("none", "spreadsheet formula", minutes=600)]
-    rel = relevance(index(notes), "automobile repair redis")
+    # nearest off: in a namespace this small the nearest notes are candidates anyway
+    # (test_updates.test_the_nearest_rule_finds_a_paraphrase_that_shares_no_word)
+    plain = msgspec.structs.replace(DEFAULT, calibration=msgspec.structs.replace(
+        DEFAULT.calibration, nearest=0))
+    rel = relevance(index(notes), "automobile repair redis", plain)
     assert set(rel) == {"lex", "sem"}  # a close meaning counts, an unrelated note never
     strict = msgspec.structs.replace(DEFAULT, calibration=msgspec.structs.replace(
-        DEFAULT.calibration, min_cosine=0.99))
+        DEFAULT.calibration, min_cosine=0.99, nearest=0))
     assert set(relevance(index(notes), "automobile repair redis", strict)) == {"lex"}
     floor = msgspec.structs.replace(DEFAULT, calibration=msgspec.structs.replace(
-        DEFAULT.calibration, floor=0.999))
+        DEFAULT.calibration, floor=0.999, nearest=0))
     assert relevance(index(notes), "automobile repair redis", floor) == {}
 
 
@@ -222,6 +231,10 @@ def test_calibration_keys_are_validated() -> None:
 
 
 # -- determinism and the seed's cases, through the product's ranking path -------------------
+
+RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0}})
+"""The defaults without the near-identical and updated-facts rules (``test_updates``)."""
+
 
 def ranked(notes: list[NoteState], text: str, budget: int, cfg: RankingConfig = DEFAULT,
            now: datetime = NOW) -> Any:
@@ -267,7 +280,9 @@ def test_longterm_notes_do_not_decay_and_scratch_notes_fade() -> None:
                                           minutes=600), created_at=NOW - timedelta(days=10)),
              msgspec.structs.replace(note("fresh", "redis stream checkpoint", minutes=900),
                                      created_at=NOW - timedelta(days=10))]
-    c = {x.note_id: x for x in ranked(notes, "redis stream checkpoint", 1000).candidates}
+    # one text four times: the decay, not the near-identical rule, is under test here
+    c = {x.note_id: x for x in ranked(notes, "redis stream checkpoint", 1000,
+                                      RULES_OFF).candidates}
     assert c["kept"].tier == "longterm" and c["kept"].recency == 1.0
     assert c["short"].tier == "short" and 0.35 <= c["short"].recency < 0.4
     assert c["scratch"].recency < 0.1 < c["fresh"].recency

@@ -119,20 +119,21 @@ def test_every_signal_moves_the_c_path_as_the_numpy_path(native: ModuleType) -> 
     slot = idx.cols.slot
     cos = np.zeros(len(idx.cols))
     cos[slot["b"]], cos[slot["c"]], cos[slot["d"]] = 0.6, 0.44, -0.3
-    cal = fitted(context_notes=2, context_minutes=10.0, floor=0.01)
+    cal = fitted(context_notes=2, context_minutes=10.0, floor=0.01, nearest=0)
     got, want = _both(idx, "kiwi bob", "bob", cos, cal, 10)
     assert got == want
     # each input moves the answer: without it the probabilities differ
     for other in (_both(idx, "kiwi", "bob", cos, cal, 10)[0],  # no named author
                   _both(idx, "kiwi bob", "bob", None, cal, 10)[0],  # no cosines
                   _both(idx, "kiwi bob", "bob", cos,  # no context
-                        Calibration(context_notes=0, context_minutes=10.0, floor=0.01), 10)[0],
+                        Calibration(context_notes=0, context_minutes=10.0, floor=0.01,
+                                    nearest=0), 10)[0],
                   _both(idx, "kiwi bob", "", cos, cal, 10)[0]):  # d is not visible
         assert other != got
     positions, _ = got
     seq = idx.visible_order("bob").tolist()
     ids = {idx.cols.ids[seq[i]] for i in positions}
-    assert "c" not in ids  # no shared word and a cosine under min_cosine: no evidence
+    assert "c" not in ids  # no shared word, a cosine under min_cosine (nearest off): no evidence
     assert {"a", "b", "d"} <= ids
 
 

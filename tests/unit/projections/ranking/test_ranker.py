@@ -13,7 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, TierDecay
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    RankingConfig,
+    TierDecay,
+    with_overrides,
+)
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.signals import NoteSignals, RankResult, ScoredNote
 from hivemind_memory.projections.state import NoteState
@@ -48,14 +53,20 @@ def mk(
     )
 
 
+RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0}})
+"""The defaults without the near-identical and updated-facts rules (``test_updates``): the
+rules these tests restate."""
+
+
 def run(
     notes: list[NoteState],
     rel: dict[str, float],
     budget: int = 10_000,
     agent: str = "alice",
-    cfg: RankingConfig = DEFAULT,
+    cfg: RankingConfig | None = None,
 ) -> RankResult:
-    return rank_notes(notes, rel, agent=agent, now=NOW, budget=budget, cfg=cfg)
+    return rank_notes(notes, rel, agent=agent, now=NOW, budget=budget,
+                      cfg=RULES_OFF if cfg is None else cfg)
 
 
 def by_id(res: RankResult) -> dict[str, ScoredNote]:
@@ -65,10 +76,10 @@ def by_id(res: RankResult) -> dict[str, ScoredNote]:
 def test_scored_note_has_exactly_the_contract_fields_in_order() -> None:
     assert ScoredNote.__struct_fields__ == (
         "note_id", "text", "tokens", "cost", "score", "relevance", "recency", "tier", "uses",
-        "age_days", "created_at", "chosen",
+        "age_days", "created_at", "stands_for", "updates", "chosen",
     )
     assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates",
-                                            "why")
+                                            "why", "nothing_relevant")
 
 
 def test_signals_combine_into_score() -> None:
@@ -243,7 +254,8 @@ def test_floats_are_rounded_and_json_is_stable() -> None:
 
 def test_empty_inputs() -> None:
     res = run([], {})
-    assert res == RankResult(used=0, method="exact", upper_bound=0.0, notes=[], candidates=[])
+    assert res == RankResult(used=0, method="exact", upper_bound=0.0, notes=[], candidates=[],
+                             nothing_relevant=True)
 
 
 def test_end_to_end_with_the_index_relevance() -> None:

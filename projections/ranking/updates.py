@@ -1,0 +1,167 @@
+"""Updated facts and near-identical notes among a query's candidates. Pure: the candidates'
+signals, vectors and the config are arguments.
+
+* **Near-identical notes** (``RankingConfig.near_identical``): two candidates whose texts'
+  word sets (``relevance.tokenize``: stop words kept, so "not" counts) overlap at least that
+  much (Jaccard) are one. Only the highest scored of a group stays a candidate (ties: the
+  newer, then the smaller note id) and it names the others (``stands_for``): three copies of
+  one note never fill a budget together. Pairs are first narrowed by their vectors (cosine
+  at least ``PREFILTER_COSINE``) where the notes have them, so only those texts are read.
+* **Updated facts** (``RankingConfig.updates``): two candidates about the same subject (the
+  cosine of their notes' vectors at least ``same_subject_cosine``) written at least
+  ``min_gap_days`` apart are an older and a newer version. The newer wins unless the older
+  is a better match by a clear margin (relevance above ``margin`` times the newer's): the
+  newer's score becomes at least the older's, and the older's is multiplied by
+  ``older_weight``. A longterm note (earned permanence) is never the older; a note with no
+  newer version on its subject keeps its score however old it is.
+
+Both compare at most ``updates.max_notes`` candidates (the highest scored), so the work per
+query is bounded whatever the budget. Vectors are the index's quantized integers
+(``projections.ranking.vectors``): every dot product is exact, so the same notes give the
+same decisions on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.relevance import tokenize
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+PREFILTER_COSINE = 0.8
+"""Near-identical texts have near-identical vectors: only pairs at least this close are
+read and compared word by word (a bound on work, not a rule: the words decide)."""
+US_PER_DAY = 86_400_000_000
+
+
+@dataclass
+class Adjusted:
+    """What the rules made of a query's candidates (positions in its candidate arrays)."""
+
+    score: FloatArray
+    keep: BoolArray
+    """False: stood for by a near-identical note (no longer a candidate)."""
+    stands_for: dict[int, list[int]] = field(default_factory=dict)
+    """A kept position -> the near-identical positions it stands for."""
+    updates: dict[int, list[int]] = field(default_factory=dict)
+    """A newer version's position -> the older versions' positions it updates."""
+
+
+def _cosines(vec: FloatArray, norm: FloatArray) -> FloatArray:
+    """Pairwise cosines of integer-valued vectors (0 where either has none)."""
+    dots = vec @ vec.T
+    denom = np.outer(norm, norm)
+    out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+    return out
+
+
+def _top(score: FloatArray, keep: BoolArray, limit: int) -> IntArray:
+    """Positions of the ``limit`` highest scores among ``keep`` (ties by position)."""
+    at = keep.nonzero()[0]
+    if len(at) <= limit:
+        return at
+    o = np.lexsort((at, -score[at]))[:limit]
+    top: IntArray = np.sort(at[o])
+    return top
+
+
+def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: IntArray,
+           longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
+           text_of: Callable[[int], str], cfg: RankingConfig) -> Adjusted:
+    """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
+    ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
+    index has none; ``text_of(position)``: a candidate's text)."""
+    m = len(ids)
+    out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
+    if m < 2:
+        return out
+    lim = cfg.updates.max_notes
+    if cfg.near_identical > 0:
+        _near_identical(ids, score, created_us, vec, norm, text_of, cfg.near_identical,
+                        _top(score, out.keep, lim), out)
+    up = cfg.updates
+    if up.margin > 0 and vec is not None and norm is not None:
+        at = _top(score, out.keep, lim)
+        if len(at) >= 2:
+            _newer_wins(at, score, rel, created_us, longterm, _cosines(vec[at], norm[at]),
+                        cfg, out)
+    return out
+
+
+def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
+                    vec: FloatArray | None, norm: FloatArray | None,
+                    text_of: Callable[[int], str], threshold: float, at: IntArray,
+                    out: Adjusted) -> None:
+    if vec is not None and norm is not None:
+        close = _cosines(vec[at], norm[at]) >= PREFILTER_COSINE
+        ii, jj = np.triu(close, 1).nonzero()
+        pairs = list(zip(at[ii].tolist(), at[jj].tolist(), strict=True))
+    else:
+        pos = at.tolist()
+        pairs = [(a, b) for k, a in enumerate(pos) for b in pos[k + 1:]]
+    if not pairs:
+        return
+    words: dict[int, frozenset[str]] = {}
+
+    def of(p: int) -> frozenset[str]:
+        w = words.get(p)
+        if w is None:
+            w = words[p] = frozenset(tokenize(text_of(p)))
+        return w
+
+    parent = {p: p for pair in pairs for p in pair}
+
+    def root(p: int) -> int:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    for a, b in pairs:
+        wa, wb = of(a), of(b)
+        if wa and wb and len(wa & wb) / len(wa | wb) >= threshold:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for p in parent:
+        groups.setdefault(root(p), []).append(p)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        best = min(members, key=lambda p: (-score[p], -created_us[p], ids[p]))
+        rest = sorted((p for p in members if p != best), key=lambda p: ids[p])
+        out.keep[rest] = False
+        out.stands_for[best] = rest
+
+
+def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: IntArray,
+                longterm: BoolArray, cos: FloatArray, cfg: RankingConfig,
+                out: Adjusted) -> None:
+    up = cfg.updates
+    t = created_us[at]
+    r = rel[at]
+    s = score[at]
+    # older[i, j]: at[i] is an older version of at[j]'s subject that the newer beats
+    older = (t[None, :] - t[:, None]) >= up.min_gap_days * US_PER_DAY
+    older &= cos >= up.same_subject_cosine
+    older &= ~longterm[at][:, None]
+    older &= r[:, None] <= up.margin * r[None, :]
+    if not older.any():
+        return
+    lifted = np.max(np.where(older, s[:, None], 0.0), axis=0)
+    new = out.score
+    new[at] = np.maximum(s, lifted)
+    stale = older.any(axis=1)
+    new[at[stale]] = new[at[stale]] * up.older_weight
+    newer: BoolArray = np.asarray(older.any(axis=0), np.bool_)
+    for j in np.flatnonzero(newer).tolist():
+        out.updates[int(at[j])] = sorted(at[older[:, j]].tolist())

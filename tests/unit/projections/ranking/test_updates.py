@@ -1,0 +1,186 @@
+"""Updated facts, near-identical notes, the probability ceiling and paraphrases (issue 35):
+each rule with inputs on both sides of its boundary, through the query path and the SDK."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hivemind_memory.api_stub.protocol.messages import QueryRequest
+from hivemind_memory.api_stub.sdk import Memory
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
+from hivemind_memory.projections.ranking.embedders import embedder_for
+from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.updates import US_PER_DAY, adjust
+from hivemind_memory.projections.state import NoteState
+from hivemind_memory.worker.engine import run_rank
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+EMBEDDER = embedder_for("wordllama")
+
+
+def note(nid: str, text: str, days: float, *, uses: int = 0, tokens: int = 20) -> NoteState:
+    return NoteState(note_id=nid, agent="ann", scope="shared", kind="note", text=text,
+                     tokens=tokens, created_at=NOW - timedelta(days=days), uses=uses)
+
+
+def ranked(notes: list[NoteState], text: str, budget: int,
+           cfg: RankingConfig = DEFAULT) -> Any:
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    req = QueryRequest(ns="t", text=text, budget=budget, explain=True)
+    return run_rank(idx, req, cfg, NOW, embedder=EMBEDDER)
+
+
+GYM_OLD = "My gym membership at FitLife costs 40 dollars a month"
+GYM_NEW = "My gym membership at FitLife costs 55 dollars a month now"
+GYM_Q = "how much does my FitLife gym membership cost a month"
+
+
+def test_the_newer_version_of_a_fact_wins_where_age_alone_would_not() -> None:
+    """Both fit only one at a time: the newer (60 days old) beats the older (120 days),
+    though the older is as good a match; without the rule recency alone decides less."""
+    notes = [note("old", GYM_OLD, 120), note("new", GYM_NEW, 60)]
+    res = ranked(notes, GYM_Q, 20)
+    assert [n.note_id for n in res.notes] == ["new"]
+    c = {x.note_id: x for x in res.candidates}
+    assert c["new"].updates == ["old"] and c["old"].updates == []
+    assert c["new"].score >= c["old"].score / DEFAULT.updates.older_weight * 0.999
+    assert c["old"].score < c["old"].relevance * c["old"].recency  # demoted
+
+
+@pytest.mark.parametrize(("margin", "winner"), [(0.9, "old"), (1.2, "new")])
+def test_the_older_wins_only_by_a_clear_margin(margin: float, winner: str) -> None:
+    """The pure rule: the older's relevance is 1.05 x the newer's, on either side of the
+    margin."""
+    cfg = with_overrides(DEFAULT, {"updates": {"margin": margin, "same_subject_cosine": 0.5}})
+    vec = np.array([[10.0, 1.0], [10.0, 2.0]])
+    got = adjust(["old", "new"], np.array([0.42, 0.40]), np.array([0.42, 0.40]),
+                 np.array([0, 30 * US_PER_DAY]), np.array([False, False]), vec,
+                 np.sqrt((vec * vec).sum(axis=1)), lambda p: ["a b", "c d"][p], cfg)
+    assert (int(np.argmax(got.score)) == 1) == (winner == "new")
+    assert (got.updates == {1: [0]}) == (winner == "new")
+
+
+@pytest.mark.parametrize(("gap_days", "applies"), [(0.5, False), (1.5, True)])
+def test_notes_of_one_exchange_are_not_versions(gap_days: float, applies: bool) -> None:
+    vec = np.array([[10.0, 1.0], [10.0, 2.0]])
+    got = adjust(["a", "b"], np.array([0.5, 0.4]), np.array([0.5, 0.4]),
+                 np.array([0, int(gap_days * US_PER_DAY)]), np.array([False, False]), vec,
+                 np.sqrt((vec * vec).sum(axis=1)), lambda p: ["x y", "z w"][p], DEFAULT)
+    assert bool(got.updates) == applies
+
+
+@pytest.mark.parametrize(("cos_pair", "applies"), [((10.0, 9.0), False), ((10.0, 2.0), True)])
+def test_notes_on_other_subjects_are_not_versions(cos_pair: tuple[float, float],
+                                                  applies: bool) -> None:
+    vec = np.array([[10.0, 0.0], list(cos_pair)])  # cosine 0.74 / 0.98 against 0.6...
+    if not applies:
+        vec = np.array([[10.0, 0.0], [4.0, 9.0]])  # cosine 0.41
+    got = adjust(["a", "b"], np.array([0.5, 0.4]), np.array([0.5, 0.4]),
+                 np.array([0, 30 * US_PER_DAY]), np.array([False, False]), vec,
+                 np.sqrt((vec * vec).sum(axis=1)), lambda p: ["x y", "z w"][p], DEFAULT)
+    assert bool(got.updates) == applies
+
+
+def test_a_longterm_note_is_never_the_older_and_a_lone_old_match_still_wins() -> None:
+    notes = [note("old", GYM_OLD, 400, uses=5), note("new", GYM_NEW, 60)]
+    c = {x.note_id: x for x in ranked(notes, GYM_Q, 20).candidates}
+    assert c["old"].tier == "longterm" and c["new"].updates == []
+    assert c["old"].score == c["old"].relevance  # no decay, no demotion
+    lone = ranked([note("old", GYM_OLD, 365), note("x", "the boiler was serviced", 1)],
+                  GYM_Q, 20)
+    assert [n.note_id for n in lone.notes] == ["old"]
+
+
+def test_near_identical_notes_are_packed_once_and_the_one_names_the_others() -> None:
+    text = "Redis persistence uses AOF with fsync every second on the projector"
+    notes = [note("a", text, 3), note("b", text, 2), note("c", text + ".", 1),
+             note("d", "Redis persistence does not use AOF on the projector", 2)]
+    res = ranked(notes, "redis persistence aof", 200)
+    ids = [n.note_id for n in res.notes]
+    assert "d" in ids  # "not": another statement, whatever its vector
+    [one] = [n for n in res.notes if n.note_id in "abc"]
+    assert sorted([one.note_id, *one.stands_for]) == ["a", "b", "c"]
+    off = ranked(notes, "redis persistence aof", 200, with_overrides(DEFAULT,
+                                                                     {"near_identical": 0}))
+    assert {"a", "b", "c"} <= {n.note_id for n in off.notes}
+
+
+@pytest.mark.parametrize(("threshold", "merged"), [(0.9, True), (0.95, False)])
+def test_near_identical_threshold(threshold: float, merged: bool) -> None:
+    """Ten words against the same ten plus one: overlap 10/11 = 0.909."""
+    base = "alpha bravo charlie delta echo foxtrot golf hotel india juliet"
+    vec = np.array([[10.0, 1.0], [10.0, 1.0]])
+    got = adjust(["a", "b"], np.array([0.5, 0.4]), np.array([0.5, 0.4]),
+                 np.array([0, 0]), np.array([False, False]), vec,
+                 np.sqrt((vec * vec).sum(axis=1)), lambda p: [base, base + " kilo"][p],
+                 with_overrides(DEFAULT, {"near_identical": threshold}))
+    assert (got.stands_for == {0: [1]}) == merged and bool(got.keep.all()) != merged
+
+
+@pytest.mark.parametrize(("floor", "packed"), [(0.0, True), (0.999, False)])
+def test_the_budget_is_a_ceiling_not_a_quota(floor: float, packed: bool) -> None:
+    notes = [note("billing", "Stripe billing runs on the first of the month", 5),
+             note("redis", "Redis runs with AOF persistence", 5)]
+    # nearest off: in a namespace this small the nearest notes are candidates whatever the
+    # floor (test_a_small_namespace_answers_with_its_nearest_notes)
+    cfg = with_overrides(DEFAULT, {"calibration": {"floor": floor, "nearest": 0}})
+    res = ranked(notes, "redis persistence", 1000, cfg)
+    assert ("redis" in {n.note_id for n in res.notes}) == packed
+    assert res.nothing_relevant == (not packed)
+    assert "billing" not in {n.note_id for n in res.notes}
+
+
+PARAPHRASES = [
+    ("We are having tacos and a green salad in the cafeteria at noon", "lunch menu"),
+    ("I am vegetarian and I really dislike spicy dishes", "food preferences"),
+    ("On weekends I play guitar and go rock climbing", "hobbies"),
+    ("The production database is PostgreSQL 15 on a managed cloud instance",
+     "which sql server do we run"),
+    ("Deploys go through ArgoCD after the pull request is merged",
+     "how do releases reach production"),
+    ("My daughter Emma starts kindergarten in September", "when does my kid begin school"),
+    ("The office wifi password is taped under the printer", "network login for the office"),
+    ("I adopted a beagle puppy named Biscuit last spring", "tell me about my dog"),
+    ("Our quarterly planning meeting moved to the first Monday of April",
+     "when is the next roadmap session"),
+    ("The car needs new winter tyres before December", "vehicle maintenance to do"),
+    ("Grandma's birthday dinner is at the Italian restaurant on Friday",
+     "family celebration plans"),
+    ("I run five kilometres every morning before work", "exercise routine"),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 35's target (>= 10 of 12) is not met: 8 of 12 "
+                   "found with the bundled wordllama embedder (2026-12-02); 'tell me about my "
+                   "dog' and 'when is the next roadmap session' rank their note 9th and 5th "
+                   "by cosine")
+def test_paraphrases_find_their_note(tmp_path: Path) -> None:
+    """Through the SDK on the embedded store: each of 12 notes asked in other words."""
+    with Memory(f"memory://{tmp_path / 'p'}", ns="para", agent="ann") as mem:
+        ids = [mem.remember(text) for text, _ in PARAPHRASES]
+        found = sum(nid in mem.recall(q, budget=60).note_ids
+                    for nid, (_, q) in zip(ids, PARAPHRASES, strict=True))
+    assert found >= 10, found
+
+
+def test_a_small_namespace_answers_with_its_nearest_notes(tmp_path: Path) -> None:
+    with Memory(f"memory://{tmp_path / 's'}", ns="small", agent="ann") as mem:
+        ids = [mem.remember(text) for text, _ in PARAPHRASES[:3]]
+        for nid, (_, q) in zip(ids, PARAPHRASES[:3], strict=True):
+            got = mem.recall(q, budget=100)
+            assert nid in got.note_ids, q
+            assert not got.result.get("nothing_relevant")
+
+
+@pytest.mark.parametrize(("nearest", "found"), [(0, False), (3, True)])
+def test_the_nearest_rule_finds_a_paraphrase_that_shares_no_word(nearest: int,
+                                                                 found: bool) -> None:
+    """"hobbies" against its note: no shared word, cosine 0.09 (under ``min_cosine``)."""
+    notes = [note(f"n{i}", text, 1 + i) for i, (text, _) in enumerate(PARAPHRASES[:3])]
+    cfg = with_overrides(DEFAULT, {"calibration": {"nearest": nearest}})
+    assert ("n2" in {n.note_id for n in ranked(notes, "hobbies", 100, cfg).notes}) == found

@@ -29,12 +29,15 @@ any point leaves the ``note.erased`` in the log for a rerun to complete.
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
+import redis
 
 from hivemind_memory.events.codec import decode_event, encode_event
 from hivemind_memory.events.errors import StoreError
@@ -97,9 +100,24 @@ def needles(note_ids: Sequence[str]) -> list[bytes]:
     return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
 
 
-def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes | None]:
-    """The redaction of one encoded event: its redacted encoding when it is a content event
-    of ``ns`` about one of ``note_ids`` that is not redacted yet, else None (unchanged)."""
+DIGEST_KEY_BYTES = 32
+"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
+
+
+def digest_key(r: Store) -> bytes:
+    """The store's secret for ``redacted`` digests, made on first use: an XADD with the
+    fixed id ``0-1`` succeeds once, so concurrent first erasures agree on one secret."""
+    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
+        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
+    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
+    return entry.fields[b"k"]
+
+
+def content_change(ns: str, note_ids: Sequence[str], key: bytes
+                   ) -> Callable[[bytes], bytes | None]:
+    """The redaction of one encoded event: its redacted encoding (digest keyed with ``key``)
+    when it is a content event of ``ns`` about one of ``note_ids`` that is not redacted yet,
+    else None (unchanged)."""
     wanted = frozenset(note_ids)
     found = needles(note_ids)
 
@@ -115,7 +133,7 @@ def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes 
         assert isinstance(ev, NoteCreated | NoteRevised)
         if ev.redacted is not None:
             return None
-        return encode_event(redacted(ev))
+        return encode_event(redacted(ev, key))
 
     return change
 
@@ -192,7 +210,7 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
                    lease: _Lease) -> int:
     """Rewrite stream ``key`` of ``ns`` with field ``name`` of each entry redacted (see the
     module docstring); how many entries changed (0: the stream was left as it is)."""
-    change = content_change(ns, note_ids)
+    change = content_change(ns, note_ids, digest_key(r))
     if not _needs_change(r, key, name, change):
         return 0
     tmp = keys.rewrite(ns)
@@ -313,7 +331,7 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
 
         slog = stream_log_of(r)
         if slog is not None:
-            change = content_change(ns, out.erased)
+            change = content_change(ns, out.erased, digest_key(r))
             events_key = keys.stream(ns).encode()
 
             def on_record(key: bytes, fields: list[bytes]) -> list[bytes] | None:

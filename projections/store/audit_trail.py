@@ -20,6 +20,8 @@ DIGEST_FIELD = b"digest"
 """Field of a config-history or embedding entry: the digest it is filed under."""
 VALUE_FIELD = b"value"
 """Field of a config-history or embedding entry: the JSON bytes."""
+REDACTED_FIELD = b"redacted"
+"""Field of an embedding entry an erasure emptied: the erased note's id."""
 
 
 def stage_config(p: Pipe, ns: str, digest: str, canonical: bytes) -> None:
@@ -54,6 +56,23 @@ def read_configs(r: Store, ns: str) -> list[tuple[str, bytes]]:
 def read_embeddings(r: Store, ns: str) -> list[tuple[str, bytes]]:
     """Every filed query embedding in order: (digest, JSON list)."""
     return _filed(r, keys.query_embeddings(ns))
+
+
+def redacted_embeddings(r: Store, ns: str) -> dict[str, str]:
+    """Filed embeddings an erasure redacted: digest -> the erased note's id."""
+    out: dict[str, str] = {}
+    start = "-"
+    while True:
+        got = stream_entries(r.xrange(keys.query_embeddings(ns), min=start, max="+",
+                                      count=1000))
+        if not got:
+            return out
+        for e in got:
+            nid = e.fields.get(REDACTED_FIELD)
+            if nid is not None:
+                out[e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")] = \
+                    nid.decode("utf-8", "replace")
+        start = "(" + got[-1].id.decode()
 
 
 def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:

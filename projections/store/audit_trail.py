@@ -4,7 +4,7 @@ the wire protocol (above this layer), the decoding in ``worker.reproduce``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.projections.store import keys
@@ -43,7 +43,8 @@ def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:
         if not got:
             return out
         out += [(e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"),
-                 e.fields.get(VALUE_FIELD, b"")) for e in got]
+                 e.fields.get(VALUE_FIELD, b"")) for e in got
+                if REDACTED_FIELD not in e.fields]  # emptied by an erasure: no value
         start = "(" + got[-1].id.decode()
 
 
@@ -54,7 +55,8 @@ def read_configs(r: Store, ns: str) -> list[tuple[str, bytes]]:
 
 
 def read_embeddings(r: Store, ns: str) -> list[tuple[str, bytes]]:
-    """Every filed query embedding in order: (digest, JSON list)."""
+    """Every filed query embedding in order: (digest, JSON list); not those an erasure
+    emptied (``redacted_embeddings``)."""
     return _filed(r, keys.query_embeddings(ns))
 
 
@@ -81,14 +83,19 @@ def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:
 
 
 def restore(r: Store, ns: str, configs: Sequence[tuple[str, bytes]],
-            embeddings: Sequence[tuple[str, bytes]], events: list[bytes]) -> None:
-    """Write an archive's config history, embeddings and audit events (in order), in one
-    MULTI (``hivemind import``)."""
+            embeddings: Sequence[tuple[str, bytes]], events: list[bytes],
+            redacted: Mapping[str, str] | None = None) -> None:
+    """Write an archive's config history, embeddings (``redacted``: digest -> erased note,
+    for those an erasure emptied) and audit events (in order), in one MULTI (``hivemind
+    import``)."""
     p = r.pipeline(transaction=True)
     for d, c in configs:
         stage_config(p, ns, d, c)
     for d, e in embeddings:
         stage_embedding(p, ns, d, e)
+    for d, nid in (redacted or {}).items():
+        p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: d, VALUE_FIELD: b"",
+                                           REDACTED_FIELD: nid})
     for ev in events:
         p.xadd(keys.audit(ns), {AUDIT_FIELD: ev})
     p.execute()

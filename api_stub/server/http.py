@@ -48,6 +48,7 @@ from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
 from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
+from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.tokens import (
     Grant,
     Right,
@@ -355,6 +356,9 @@ class Api:
             return msgspec.json.decode(b"".join(chunks))
         except msgspec.DecodeError as exc:
             raise ApiError(400, "malformed_json", f"body is not JSON: {exc}") from exc
+        except RecursionError:  # msgspec's depth limit: no request nests that deep
+            raise ApiError(400, "malformed_json", "body is not JSON this API takes: nested "
+                           "too deeply") from None
 
     @staticmethod
     def identity(g: Grant, claimed: Any, where: str) -> str:
@@ -429,7 +433,7 @@ class Api:
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
         try:
-            return parse_json_event(_json.encode(ev))
+            return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
             raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
 
@@ -866,8 +870,11 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         else:
             yield
 
+    middleware = [Middleware(AccessLog, tokens=opts.tokens)]
+    if opts.tokens is None:  # open mode: loopback Host, no foreign Origin, JSON writes only
+        middleware.append(Middleware(OpenModeGuard))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan, middleware=[Middleware(AccessLog, tokens=opts.tokens)])
+                     lifespan=lifespan, middleware=middleware)
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------

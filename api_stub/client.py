@@ -260,7 +260,11 @@ class Client:
             raise CatchUpTimeout(f"namespace {ns!r} was not projected up to the erasure in "
                                  f"{timeout_s:g}s (is a worker running? see `hivemind "
                                  "worker`); nothing is redacted yet: erase again once it is")
-        red = erasure.redact(self.store, ns, ids)
+        from hivemind_memory.api_stub.protocol.job_erasure import redact_jobs
+
+        ttl = self.settings.result_ttl_seconds
+        red = erasure.redact(self.store, ns, ids,
+                             also=lambda c: redact_jobs(self.rq, self.store, ns, c, ttl))
         if red.not_erased:
             raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
                              "read model after the projector folded their note.erased")

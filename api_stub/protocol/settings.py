@@ -53,6 +53,10 @@ class Settings:
     """How long a query job waits for the projection to reach its submission position."""
     job_timeout_s: int = 600
     """RQ job timeout."""
+    memory_budget_mib: int | None = None
+    """A worker's index memory (``worker.memory``): the namespace indexes it holds, least
+    recently used evicted past it. None: derived from the machine when the worker starts (a
+    quarter of its cgroup limit or physical memory, ``worker.memory.default_budget_mib``)."""
     audit_left_out: int = 20
     """Left-out notes each served query's audit entry records, the strongest first (with
     their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
@@ -77,6 +81,7 @@ class Settings:
             "HIVEMIND_BATCH_SIZE": ("batch_size", int),
             "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
             "HIVEMIND_LOCK_LEASE_MS": ("lock_lease_ms", int),
+            "HIVEMIND_MEMORY_BUDGET_MIB": ("memory_budget_mib", int),
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
@@ -100,6 +105,9 @@ class Settings:
                      "query_chunk"):
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
+        if s.memory_budget_mib is not None and s.memory_budget_mib < 1:
+            raise ConfigError("HIVEMIND_MEMORY_BUDGET_MIB / --memory-budget must be >= 1 "
+                              f"(MiB), got {s.memory_budget_mib}")
         s.check_urls()
         if s.packer not in PACKERS:
             raise ConfigError(f"HIVEMIND_PACKER / packer must be one of {', '.join(PACKERS)}, "

@@ -44,6 +44,34 @@ BEAT_EVERY_S = 2.0
 """How often a worker renews its heartbeat (five renewals fit in one TTL)."""
 
 
+class LoadFailure(msgspec.Struct, frozen=True):
+    """Why a worker could not hold a namespace's index (``worker.memory``)."""
+
+    ns: str
+    code: str
+    """``namespace_too_large``, ``worker_out_of_memory`` or ``index_load_failed``."""
+    message: str
+    at: float
+    """Unix time of the failure (the worker's clock)."""
+
+
+class IndexMemory(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A worker's namespace indexes against its memory budget, as of its last query job."""
+
+    budget: int
+    """Bytes (``--memory-budget``)."""
+    held: int
+    """Bytes of the indexes it holds (``projections.ranking.footprint``)."""
+    namespaces: int
+    """How many indexes it holds."""
+    largest: dict[str, int] = {}
+    """The largest held indexes (at most ``worker.memory.REPORTED``), bytes each."""
+    evictions: int = 0
+    """Indexes evicted to stay within the budget since the worker started."""
+    failures: list[LoadFailure] = []
+    """The namespaces it could not hold lately, the most recent last."""
+
+
 class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a worker process says about itself at each beat."""
 
@@ -71,6 +99,8 @@ class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
     """How many it holds (``namespaces`` may be cut short)."""
     rss_bytes: int = 0
     """The process's resident memory at this beat (0: not known)."""
+    memory: IndexMemory | None = None
+    """Its query indexes against its memory budget (None before its first query job)."""
 
 
 _enc = msgspec.json.Encoder()
@@ -105,6 +135,7 @@ class Doing:
     namespaces: tuple[str, ...] = ()
     """The namespaces whose index the worker holds."""
     rss_bytes: int = 0
+    memory: IndexMemory | None = None
 
 
 def rss_bytes() -> int:
@@ -123,10 +154,10 @@ def held(rt: Runtime, doing: Doing = Doing()) -> Doing:
     """``doing`` plus what the worker of runtime ``rt`` holds: the namespaces its query
     engine keeps an index of, and the process's RSS (read from the heartbeat's thread while
     a job may be changing the engine: a reading that races a change is simply left out)."""
-    engine = rt.cache.get("query_engine")
-    try:
-        names = tuple(sorted(getattr(engine, "live", None) or ()))
-    except RuntimeError:  # changed size while read: the next beat has it
+    live = getattr(rt.cache.get("query_engine"), "live", None)
+    try:  # the memory budget's LRU (``worker.memory.IndexCache``) names what it holds
+        names = tuple(sorted(live.names())) if live is not None else ()
+    except RuntimeError:  # changed while read: the next beat has it
         names = ()
     return replace(doing, namespaces=names, rss_bytes=rss_bytes())
 
@@ -167,7 +198,8 @@ class Heartbeat:
                          successful_jobs=doing.successful_jobs, failed_jobs=doing.failed_jobs,
                          shards=self.shards, shard_count=self.shard_count,
                          namespaces=list(doing.namespaces[:MAX_BEAT_NAMESPACES]),
-                         namespace_count=len(doing.namespaces), rss_bytes=doing.rss_bytes)
+                         namespace_count=len(doing.namespaces), rss_bytes=doing.rss_bytes,
+                         memory=doing.memory)
         p = self.rq.pipeline(transaction=False)
         p.set(keys.worker_beat(self.name), _enc.encode(rec), ex=self.ttl_s)
         p.sadd(keys.WORKERS, self.name)
@@ -211,5 +243,5 @@ class Heartbeat:
                 self._failing = False
 
 
-__all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "WorkerBeat", "held", "live_count",
-           "read_beats", "rss_bytes"]
+__all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "IndexMemory", "LoadFailure", "WorkerBeat",
+           "held", "live_count", "read_beats", "rss_bytes"]

@@ -30,6 +30,7 @@ from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.loop import worker_name
+from hivemind_memory.worker.memory import reported
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -66,7 +67,8 @@ class InProcessWorker:
             shards=tuple(range(rt.settings.shards)), shard_count=rt.settings.shards,
             healthy=self._thread.is_alive,
             describe=lambda: held(rt, Doing("busy" if self._busy else "idle",
-                                            self.successful_jobs, self.failed_jobs)))
+                                            self.successful_jobs, self.failed_jobs,
+                                            memory=reported(rt.cache))))
         """Counted by readiness, ``status`` and ``/metrics`` like any worker process."""
         self.caught_up = threading.Event()
         """Set once every namespace behind at start (all of them, after a restart of a

@@ -21,7 +21,7 @@ from hivemind_memory.projections.store.log import namespaces, read_after
 from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
-from hivemind_memory.worker.heartbeat import read_beats
+from hivemind_memory.worker.heartbeat import IndexMemory, read_beats
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -77,6 +77,9 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     namespace_count: int = 0
     rss_bytes: int = 0
     """Its resident memory at its last heartbeat (0: not known)."""
+    memory: IndexMemory | None = None
+    """Its namespace indexes against its memory budget, and the namespaces it could not
+    hold lately (None before its first query job)."""
 
 
 class Status(msgspec.Struct, frozen=True):
@@ -182,7 +185,7 @@ def live_workers(rq: QueueConn) -> list[WorkerStatus]:
             successful_jobs=int(_text(ok) or b.successful_jobs),
             failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind, shards=b.shards,
             shard_count=b.shard_count, namespaces_held=b.namespaces,
-            namespace_count=b.namespace_count, rss_bytes=b.rss_bytes))
+            namespace_count=b.namespace_count, rss_bytes=b.rss_bytes, memory=b.memory))
     return sorted(out, key=lambda w: w.name)
 
 

@@ -105,6 +105,12 @@ def print_status(st: Status, out: IO[str] | None = None) -> None:
         more = wk.namespace_count - min(len(wk.namespaces_held), SHOWN_NAMESPACES)
         w(f"  {'':<40} shards {shards}  rss {rss}  {wk.namespace_count} namespace(s) held"
           + (f": {names}" if names else "") + (f" (+{more} more)" if more > 0 else "") + "\n")
+        m = wk.memory
+        if m is not None:
+            w(f"    index memory {m.held / 2**20:.1f} of {m.budget / 2**20:.1f} MiB, "
+              f"{m.namespaces} namespace(s) held, {m.evictions} evicted\n")
+            for f in m.failures:
+                w(f"    cannot hold {f.ns}: {f.code}: {f.message}\n")
     if st.unserved_shards:
         w(f"shards with no live worker: {_spans(st.unserved_shards)} of {st.shard_count} "
           "(their queries get shard_unavailable)\n")

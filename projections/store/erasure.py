@@ -46,6 +46,8 @@ change.
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import redis
 
 from hivemind_memory.events.codec import decode_event, encode_event
 from hivemind_memory.events.errors import StoreError
@@ -270,9 +273,24 @@ def needles(note_ids: Sequence[str]) -> list[bytes]:
     return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
 
 
-def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes | None]:
-    """The redaction of one encoded event: its redacted encoding when it is a content event
-    of ``ns`` about one of ``note_ids`` that is not redacted yet, else None (unchanged)."""
+DIGEST_KEY_BYTES = 32
+"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
+
+
+def digest_key(r: Store) -> bytes:
+    """The store's secret for ``redacted`` digests, made on first use: an XADD with the
+    fixed id ``0-1`` succeeds once, so concurrent first erasures agree on one secret."""
+    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
+        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
+    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
+    return entry.fields[b"k"]
+
+
+def content_change(ns: str, note_ids: Sequence[str], key: bytes
+                   ) -> Callable[[bytes], bytes | None]:
+    """The redaction of one encoded event: its redacted encoding (digest keyed with ``key``)
+    when it is a content event of ``ns`` about one of ``note_ids`` that is not redacted yet,
+    else None (unchanged)."""
     wanted = frozenset(note_ids)
     found = needles(note_ids)
 
@@ -288,7 +306,7 @@ def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes 
         assert isinstance(ev, NoteCreated | NoteRevised)
         if ev.redacted is not None:
             return None
-        return encode_event(redacted(ev))
+        return encode_event(redacted(ev, key))
 
     return change
 
@@ -365,8 +383,8 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
                    lease: _Lease) -> int:
     """Rewrite stream ``key`` of ``ns`` with field ``name`` of each entry redacted (see the
     module docstring); how many entries changed (0: the stream was left as it is)."""
-    return rewrite_entries(r, ns, key, field_change(name, content_change(ns, note_ids)),
-                           needles(note_ids), lease)
+    change = field_change(name, content_change(ns, note_ids, digest_key(r)))
+    return rewrite_entries(r, ns, key, change, needles(note_ids), lease)
 
 
 def rewrite_entries(r: Store, ns: str, key: str, change: EntryChange, marks: list[bytes],
@@ -527,7 +545,7 @@ def _rewrite_file(r: Store, ns: str, erased: Sequence[str], contents: Contents) 
     slog = stream_log_of(r)
     if slog is None:
         return 0
-    events = field_change(FIELD, content_change(ns, erased))
+    events = field_change(FIELD, content_change(ns, erased, digest_key(r)))
     audit = field_change(AUDIT_FIELD, audit_change(contents))
     embeddings = embedding_change(contents)
     by_key = {keys.stream(ns).encode(): events, keys.audit(ns).encode(): audit,

@@ -3066,6 +3066,10 @@ export interface components {
             at: string;
             namespaces: components["schemas"]["NamespaceStatus"][];
             workers: components["schemas"]["WorkerStatus"][];
+            /** @default 1 */
+            shard_count?: number;
+            /** @default [] */
+            unserved_shards?: number[];
         };
         /**
          * NamespaceStatus
@@ -3107,6 +3111,16 @@ export interface components {
             failed_jobs: number;
             /** @default worker */
             kind?: string;
+            /** @default [] */
+            shards?: number[];
+            /** @default 0 */
+            shard_count?: number;
+            /** @default [] */
+            namespaces_held?: string[];
+            /** @default 0 */
+            namespace_count?: number;
+            /** @default 0 */
+            rss_bytes?: number;
             /** @default null */
             memory?: components["schemas"]["IndexMemory"] | null;
         };

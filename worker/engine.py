@@ -4,6 +4,7 @@ results and audit events published in one MULTI per namespace while the next wav
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ from functools import partial
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
 import redis
 import structlog
 from rq import Queue
@@ -36,11 +38,13 @@ from hivemind_memory.events.errors import CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.calibrated import limit_for
 from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
+from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, erasure, keys, results
 from hivemind_memory.projections.store.index_loader import (
@@ -137,6 +141,8 @@ class QueryEngine:
         """Per namespace: config and embedding digests already filed (read once)."""
         self.base_digest = cfg.digest()
         """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
+        self.dense_builds: dict[str, threading.Thread] = {}
+        """Per namespace: the thread building its index's dense candidate stage."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -157,6 +163,8 @@ class QueryEngine:
         todo = [self._parse(env) for env in envelopes]
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
+        for idx in live.values():
+            self._start_dense(idx)
         now = utcnow()  # the clock, read once for the batch, after catching up
         memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
         primed: dict[str, int] = {}  # per namespace: queries of ``todo`` primed so far
@@ -206,7 +214,45 @@ class QueryEngine:
                 if len(group) * len(live[q.ns].cols) >= PRIME_FLOATS:
                     full.add(q.ns)
         for ns, group in texts.items():
-            memo.prime_cosines(live[ns], group, self.embedder)
+            if live[ns].dense_ready(self.cfg):
+                memo.prime_vectors(live[ns], group, self.embedder)
+            else:
+                memo.prime_cosines(live[ns], group, self.embedder)
+
+    def _start_dense(self, idx: NamespaceIndex) -> None:
+        """Build the dense candidate stage of a large namespace's index in a thread, off the
+        queries' path (they score every note until it is attached); once per table."""
+        cfg, got, cols = self.cfg, idx.derived, idx.cols
+        if cfg.relevance != "calibrated" or got is None or idx.ns in self.dense_builds or \
+                idx.indexed() < cfg.candidates.scan_max_notes or idx.dense_ready(cfg):
+            return
+        n = len(cols)
+        ints = got.mat[:n].astype(np.int8)
+        has = got.done(n) & (got.norm[:n] > 0) & cols.live[:n]
+        digest, settings = got.digest, cfg.candidates
+
+        def build() -> None:
+            try:
+                t = time.process_time()
+                attached = idx.attach_dense(build_dense(ints, has, settings, digest), cols)
+                log.info("dense_index_built", ns=idx.ns, notes=int(has.sum()),
+                         attached=attached, cpu_s=round(time.process_time() - t, 2))
+            except Exception:  # a failed build leaves the namespace scanned, as before
+                log.exception("dense_index_failed", ns=idx.ns)
+            finally:
+                self.dense_builds.pop(idx.ns, None)
+
+        th = self.dense_builds[idx.ns] = threading.Thread(target=build, daemon=True,
+                                                           name=f"dense-{idx.ns}")
+        th.start()
+
+    def wait_dense(self, ns: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for the dense build of ``ns`` to end; True when none
+        is running any more."""
+        th = self.dense_builds.get(ns)
+        if th is not None:
+            th.join(timeout)
+        return ns not in self.dense_builds
 
     def _parse(self, env: Envelope) -> Pending:
         q = Pending(env, ns="", digest=self.base_digest, started=time.perf_counter())
@@ -501,14 +547,20 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
     ``why`` records). ``embedder``: the index's, for the query's vector under calibrated
     relevance (unless ``memo`` has its cosines already)."""
     cosine = None
+    query: QueryVector | None = None
     if cfg.relevance == "calibrated" and embedder is not None and idx.derived is not None:
-        cosine = None if memo is None else memo.cosines(idx, req.text)
-        if cosine is None:
-            got = idx.query_cosines(embedder.embed([req.text]))
-            cosine = None if got is None else got[:, 0]
+        if req.embedding is None and idx.dense_ready(cfg):  # candidates, not every note
+            query = None if memo is None else memo.vector(idx, req.text)
+            if query is None:
+                query = query_vector(embedder.embed([req.text])[0])
+        else:
+            cosine = None if memo is None else memo.cosines(idx, req.text)
+            if cosine is None:
+                got = idx.query_cosines(embedder.embed([req.text]))
+                cosine = None if got is None else got[:, 0]
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols),
-                                     cosine, limit_for(cfg, req.budget))
+                                     cosine, limit_for(cfg, req.budget), query)
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo, why_limit=why_limit,
                       rendered=req.context, id_prefix=req.id_prefix)

@@ -56,6 +56,7 @@ from hivemind_memory.api_stub.server.tokens import (
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
+    WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
     QueryError,
@@ -311,6 +312,13 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
+def _warming(body: bytes) -> Response:
+    """An ``index_warming`` answer: 503 with ``Retry-After`` (the namespace's index is being
+    built; the worker said so at once)."""
+    return Response(body, status_code=503, media_type="application/json",
+                    headers={"Retry-After": str(WARMING_RETRY_S)})
+
+
 def _error(status: int, code: str, message: str) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return Response(_json.encode(ErrorResponse(ErrorDetail(code, message))), status_code=status,
@@ -515,6 +523,8 @@ class Api:
         res = msgspec.json.decode(raw)
         if "error" in res:
             code = res["error"]["code"]
+            if code == "index_warming":
+                return _warming(raw)
             raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
                            MEMORY_STATUS.get(code, 422), code, res["error"]["message"])
         notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
@@ -537,6 +547,8 @@ class Api:
         obj = msgspec.json.decode(body)
         if "error" in obj:
             code = obj["error"]["code"]
+            if code == "index_warming":
+                return _warming(body)
             status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504,
                       **MEMORY_STATUS}.get(code, 500)
             return Response(body, status_code=status, media_type="application/json")

@@ -252,7 +252,8 @@ class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+    ``snapshot_keys``, ``file_records``)."""
 
     note_id: str
     event_id: str | None

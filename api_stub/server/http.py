@@ -57,6 +57,7 @@ from hivemind_memory.api_stub.server.tokens import (
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
+    WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
     QueryError,
@@ -251,7 +252,8 @@ class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+    ``snapshot_keys``, ``file_records``)."""
 
     note_id: str
     event_id: str | None
@@ -312,7 +314,7 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
-RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S}
+RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S, "index_warming": WARMING_RETRY_S}
 """Error codes answered 503 with a ``Retry-After`` (seconds): the query was right, no worker
 could take it now."""
 

@@ -112,6 +112,16 @@ def index_snapshot(ns: str) -> str:
     return f"{_ns(ns)}:index:v{_snapshot_version()}"
 
 
+def index_build_lease(ns: str) -> str:
+    """Held (SET NX, ``INDEX_BUILD_LEASE_S``) by the one worker building the namespace's index
+    off the query path; the others answer ``index_warming`` until the snapshot is there."""
+    return f"{_ns(ns)}:index:building"
+
+
+INDEX_BUILD_LEASE_S = 600
+"""A build lease's lifetime: a worker that died building frees the namespace after this."""
+
+
 def index_snapshot_draft(ns: str, token: str) -> str:
     """Where one writer assembles a new index snapshot, field by field, before renaming it
     to ``index_snapshot`` (expires on its own if the writer dies first)."""

@@ -161,6 +161,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
     could revise or supersede instead; 1 reports only notes of the same words. Read at
     write time only: no ranking depends on it."""
+    duplicate_lsh_bands: int = 32
+    """The near-duplicate lookup (``projections.ranking.dupsketch``): how many MinHash bands
+    the projector files each active note under (its cost: this many index entries a note)."""
+    duplicate_lsh_recall: float = 0.98
+    """The rows per band are the most that still give a pair exactly at
+    ``duplicate_threshold`` at least this chance of sharing a band (more rows: fewer
+    unrelated candidates, more misses at the threshold)."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -186,6 +193,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
                              f"{self.duplicate_threshold}")
+        if not 1 <= self.duplicate_lsh_bands <= 256:
+            raise ValueError("duplicate_lsh_bands must be within 1..256, got "
+                             f"{self.duplicate_lsh_bands}")
+        if not (math.isfinite(self.duplicate_lsh_recall) and
+                0.0 < self.duplicate_lsh_recall < 1.0):
+            raise ValueError("duplicate_lsh_recall must be within (0, 1), got "
+                             f"{self.duplicate_lsh_recall}")
 
     def digest(self) -> str:
         """A short stable fingerprint of every value (recorded with each served query). Keys
@@ -196,7 +210,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
-LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5}
+LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
+                          "duplicate_lsh_bands": 32, "duplicate_lsh_recall": 0.98}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
 """Keys added with calibrated relevance that nothing else reads."""

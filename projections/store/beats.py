@@ -1,7 +1,7 @@
 """The worker heartbeats as stored: one short-lived key per worker process, their names in the
 set ``keys.WORKERS`` (on RQ's connection). Read here by whoever needs to know which workers
-live: the worker's own status and readiness (``worker.heartbeat``) and the client, which skips
-work that needs a worker when none is alive (``Client.near_duplicates``)."""
+live: the worker's own status and readiness (``worker.heartbeat``) and the client
+(``Client.workers_alive``)."""
 
 from __future__ import annotations
 

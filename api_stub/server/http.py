@@ -48,6 +48,7 @@ from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
 from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
+from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.tokens import (
     Grant,
     Right,
@@ -880,8 +881,11 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         else:
             yield
 
+    middleware = [Middleware(AccessLog, tokens=opts.tokens)]
+    if opts.tokens is None:  # open mode: loopback Host, no foreign Origin, JSON writes only
+        middleware.append(Middleware(OpenModeGuard))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan, middleware=[Middleware(AccessLog, tokens=opts.tokens)])
+                     lifespan=lifespan, middleware=middleware)
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------

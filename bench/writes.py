@@ -107,8 +107,8 @@ def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
 
     cfg = client.config()
     spec = spec_of(cfg)
-    named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg))).near + f.twins))
-             for t in texts[:50]]
+    named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg), spec.min_hits)).near
+                     + f.twins)) for t in texts[:50]]
     c0, t0 = time.process_time(), time.perf_counter()
     for t in texts:
         got = client.check_duplicates(ns, AGENTS[0], t)
@@ -147,7 +147,8 @@ def recall(client: Any, ns: str, corpus: Corpus, probes: int, rng: random.Random
         out.pairs += len(ref)
         out.found += len(ref & mine)
         out.extra += len(mine - ref)
-        states = [unpack_note(b) for b in client.store.hmget(keys.notes(ns), sorted(mine)) if b]
+        blobs = client.store.hmget(keys.notes(ns), sorted(mine)) if mine else []
+        states = [unpack_note(b) for b in blobs if b]
         out.invisible += sum(not s.active or (s.scope == "private" and s.agent != agent)
                              for s in states) + (len(mine) - len(states))
     return out
@@ -263,7 +264,8 @@ def run(url: str, opts: Options) -> None:
     spec = spec_of(cfg)
     print(f"near-duplicate lookup: {spec.tag}, threshold {cfg.duplicate_threshold}: a pair at "
           f"the threshold shares a band with probability "
-          f"{band_recall(cfg.duplicate_threshold, spec.bands, spec.rows):.3f}")
+          f"{band_recall(cfg.duplicate_threshold, spec.bands, spec.rows, spec.min_hits):.3f} "
+          f"(at least {spec.min_hits} of {spec.bands} bands of {spec.rows} rows)")
     nss = []
     for n in opts.sizes:
         ns = f"bw-{n}"

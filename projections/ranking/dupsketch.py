@@ -11,11 +11,13 @@ check costs a lookup, not a ranking of the namespace.
 * **Band keys**: the MinHash signature of the note's distinct analyzed terms (the config's
   analyzer, the terms ``similarity.terms`` compares), ``bands`` x ``rows`` values, cut into
   ``bands`` bands of ``rows`` values; each band's digest is a key. Two term sets whose Jaccard
-  overlap is ``J`` share at least one band key with probability ``1 - (1 - J**rows)**bands``:
-  ``rows`` is the largest that keeps that at least ``duplicate_lsh_recall`` at
-  ``J = duplicate_threshold`` (0.986 at 0.5 with 32 bands and 3 rows; 0.9999 at 0.6), while an
-  unrelated note (J = 0.05) is a candidate with probability 0.004. A note without terms (only
-  stop words) has no band keys: its overlap with anything is 0.
+  overlap is ``J`` share each band key with probability ``p = J**rows``, independently; a note
+  is a candidate when it shares at least ``min_hits`` of them (``band_recall``: the binomial
+  tail). ``rows`` is the largest that keeps that chance at least ``duplicate_lsh_recall`` at
+  ``J = duplicate_threshold``: with 48 bands, 2 hits and 3 rows, 0.987 at 0.5, 0.9996 at 0.6,
+  while a note of overlap 0.1 (what unrelated notes of a small vocabulary share) is one with
+  probability 0.001. A note without terms (only stop words) has no band keys: its overlap with
+  anything is 0.
 
 The hash family: each term's 64-bit BLAKE2b digest, xored with a per-row seed and mixed by
 SplitMix64's finaliser, all in numpy uint64 arithmetic (wrapping, the same on every machine).
@@ -26,6 +28,7 @@ Only digests are kept: no text, and no term, is recoverable from a key without g
 from __future__ import annotations
 
 import hashlib
+import math
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -70,6 +73,8 @@ class DupSpec:
     analyzer: str
     bands: int
     rows: int
+    min_hits: int = 1
+    """Bands a note must share to be a candidate (a lookup's rule; not in ``tag``)."""
 
     @property
     def tag(self) -> str:
@@ -77,19 +82,24 @@ class DupSpec:
         return f"{_VERSION} {self.analyzer} {self.bands}x{self.rows}"
 
 
-def band_recall(overlap: float, bands: int, rows: int) -> float:
-    """The chance that two term sets of Jaccard ``overlap`` share a band key."""
-    return 1.0 - (1.0 - overlap ** rows) ** bands
+def band_recall(overlap: float, bands: int, rows: int, min_hits: int = 1) -> float:
+    """The chance that two term sets of Jaccard ``overlap`` share at least ``min_hits`` of
+    their ``bands`` band keys (each shared with probability ``overlap ** rows``)."""
+    p = overlap ** rows
+    below = sum(math.comb(bands, k) * p ** k * (1.0 - p) ** (bands - k)
+                for k in range(min(min_hits, bands + 1)))
+    return max(0.0, 1.0 - below)
 
 
 def spec_of(cfg: RankingConfig) -> DupSpec:
-    """The spec ``cfg`` asks for: its analyzer, ``duplicate_lsh_bands`` bands, and the most
-    rows (up to ``MAX_ROWS``) that keep ``band_recall`` at ``duplicate_threshold`` at least
-    ``duplicate_lsh_recall`` (1 when even one row does not)."""
-    t, b = cfg.duplicate_threshold, cfg.duplicate_lsh_bands
+    """The spec ``cfg`` asks for: its analyzer, ``duplicate_lsh_bands`` bands,
+    ``duplicate_lsh_min_hits`` hits, and the most rows (up to ``MAX_ROWS``) that keep
+    ``band_recall`` at ``duplicate_threshold`` at least ``duplicate_lsh_recall`` (1 when even
+    one row does not)."""
+    t, b, h = cfg.duplicate_threshold, cfg.duplicate_lsh_bands, cfg.duplicate_lsh_min_hits
     rows = max((r for r in range(1, MAX_ROWS + 1)
-                if band_recall(t, b, r) >= cfg.duplicate_lsh_recall), default=1)
-    return DupSpec(cfg.analyzer, b, rows)
+                if band_recall(t, b, r, h) >= cfg.duplicate_lsh_recall), default=1)
+    return DupSpec(cfg.analyzer, b, rows, h)
 
 
 def normalise(text: str) -> str:

@@ -20,6 +20,7 @@ from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.ranking.dupsketch import DIGEST_BYTES, DupSpec, Probe, entries
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 
 
@@ -80,8 +81,8 @@ def rebuild_commands(ns: str, notes: Mapping[str, NoteState], spec: DupSpec,
 @dataclass(frozen=True, slots=True)
 class Found:
     """A lookup's answer: the spec tag the index holds (None: none recorded yet, i.e. nothing
-    projected), the checkpoint it stands at, and the notes filed under the probe's twin key
-    and under any of its band keys."""
+    projected), the checkpoint it stands at, the notes filed under the probe's twin key, and
+    those filed under at least ``min_hits`` of its band keys."""
 
     tag: str | None
     checkpoint: str
@@ -89,28 +90,16 @@ class Found:
     near: list[str]
 
 
-def _range(p: Any, ns: str, digest: bytes) -> None:
-    p.zrangebylex(keys.dupidx(ns), b"[" + digest, b"(" + digest + b"\xff")
-
-
-def lookup(r: Store, ns: str, pr: Probe) -> Found:
-    """The notes filed under ``pr``'s keys, with the checkpoint they stand at (one MULTI, so
-    the two belong together): ``1 + len(pr.bands)`` lex ranges, whatever the namespace's
-    size."""
-    p = r.pipeline(transaction=True)
-    p.get(keys.dupspec(ns))
-    p.get(keys.checkpoint(ns))
-    _range(p, ns, pr.twin)
-    for k in pr.bands:
-        _range(p, ns, k)
-    tag, cp, twins, *bands = p.execute()
-    return Found(tag=as_bytes(tag).decode() if tag else None,
-                 checkpoint=as_bytes(cp).decode() if cp else "",
-                 twins=_ids(twins), near=_ids(m for got in bands for m in got))
-
-
-def _ids(members: Iterable[Any]) -> list[str]:
-    return list(dict.fromkeys(as_bytes(m)[DIGEST_BYTES:].decode() for m in members))
+def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
+    """The notes filed under ``pr``'s keys, with the checkpoint they stand at: one script
+    (``lua/dup_lookup.lua``, atomic, read only) of ``1 + len(pr.bands)`` lex ranges that
+    counts the band hits in Redis, so only the notes that pass come back."""
+    tag, cp, twins, near = script(r, "dup_lookup")(
+        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns)],
+        args=[min_hits, pr.twin, *pr.bands])
+    return Found(tag=as_bytes(tag).decode() or None, checkpoint=as_bytes(cp).decode(),
+                 twins=[as_bytes(x).decode() for x in twins],
+                 near=[as_bytes(x).decode() for x in near])
 
 
 def members(r: Store, ns: str) -> list[bytes]:

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -326,12 +326,17 @@ class Client:
             return ev
         return msgspec.structs.replace(ev, supersedes=(asked + more)[:MAX_SUPERSEDES])
 
+    def not_after(self) -> datetime:
+        """The latest ``at`` an event may carry now: the clock plus ``max_future_skew_s``."""
+        return datetime.now(UTC) + timedelta(seconds=self.settings.max_future_skew_s)
+
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []
+        not_after = self.not_after()
         for i, e in enumerate(events, start=1):
             if isinstance(e, msgspec.Struct):
                 e = msgspec.to_builtins(e)
-            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
+            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i, not_after=not_after))
         return evs
 
     def schedule(self, nss: Iterable[str]) -> None:

@@ -56,6 +56,9 @@ class Settings:
     audit_left_out: int = 20
     """Left-out notes each served query's audit entry records, the strongest first (with
     their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
+    max_future_skew_s: float = 300.0
+    """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
+    refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -79,6 +82,7 @@ class Settings:
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
             "HIVEMIND_PACKER": ("packer", str),
             "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
+            "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -103,6 +107,9 @@ class Settings:
         if not 0 <= s.audit_left_out <= MAX_AUDIT_LEFT_OUT:
             raise ConfigError(f"HIVEMIND_AUDIT_LEFT_OUT / audit_left_out must be within "
                               f"0..{MAX_AUDIT_LEFT_OUT}, got {s.audit_left_out}")
+        if not 0 <= s.max_future_skew_s <= 366 * 86400:
+            raise ConfigError(f"HIVEMIND_MAX_FUTURE_SKEW / max_future_skew_s must be within "
+                              f"0..31622400 seconds, got {s.max_future_skew_s}")
         if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")

@@ -366,6 +366,9 @@ class Api:
             return msgspec.json.decode(b"".join(chunks))
         except msgspec.DecodeError as exc:
             raise ApiError(400, "malformed_json", f"body is not JSON: {exc}") from exc
+        except RecursionError:  # msgspec's depth limit: no request nests that deep
+            raise ApiError(400, "malformed_json", "body is not JSON this API takes: nested "
+                           "too deeply") from None
 
     @staticmethod
     def identity(g: Grant, claimed: Any, where: str) -> str:
@@ -440,7 +443,7 @@ class Api:
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
         try:
-            return parse_json_event(_json.encode(ev))
+            return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
             raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
 

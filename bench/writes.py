@@ -170,7 +170,15 @@ class Rate:
         return 1000 * statistics.median(self.latencies) if self.latencies else 0.0
 
 
-def _http_writer(port: int, ns: str, mode: str, agent: str) -> Callable[[str], bool]:
+@dataclass
+class Writer:
+    """One client's way to write a note (True: it was merged into a twin), and to let go."""
+
+    write: Callable[[str], bool]
+    close: Callable[[], None]
+
+
+def _http_writer(port: int, ns: str, mode: str, agent: str) -> Writer:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
 
     def write(text: str) -> bool:
@@ -188,10 +196,10 @@ def _http_writer(port: int, ns: str, mode: str, agent: str) -> Callable[[str], b
         if resp.status != 200:
             raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
         return b'"duplicate_of"' in data
-    return write
+    return Writer(write, conn.close)
 
 
-def _sdk_writer(url: str, ns: str, mode: str, agent: str) -> Callable[[str], bool]:
+def _sdk_writer(url: str, ns: str, mode: str, agent: str) -> Writer:
     from hivemind_memory import Memory
 
     mem = Memory(url, ns=ns, agent=agent)
@@ -203,10 +211,10 @@ def _sdk_writer(url: str, ns: str, mode: str, agent: str) -> Callable[[str], boo
             return False
         got = mem.remember(text, duplicates=mode)  # type: ignore[arg-type]
         return got.duplicate_of is not None
-    return write
+    return Writer(write, mem.close)
 
 
-def write_rate(make: Callable[[str, str], Callable[[str], bool]], mode: str, clients: int,
+def write_rate(make: Callable[[str, str], Writer], mode: str, clients: int,
                texts: list[list[str]]) -> Rate:
     """``clients`` threads, each writing its texts with its own writer."""
     writers = [make(mode, f"writer{k}") for k in range(clients)]
@@ -220,7 +228,7 @@ def write_rate(make: Callable[[str, str], Callable[[str], bool]], mode: str, cli
         try:
             for t in texts[k]:
                 t0 = time.perf_counter()
-                merged[k] += writers[k](t)
+                merged[k] += writers[k].write(t)
                 lat[k].append(time.perf_counter() - t0)
         except BaseException as exc:  # reported below, after the others finished
             errors.append(exc)
@@ -233,6 +241,8 @@ def write_rate(make: Callable[[str, str], Callable[[str], bool]], mode: str, cli
     for th in threads:
         th.join()
     seconds = time.perf_counter() - t0
+    for w in writers:
+        w.close()
     if errors:
         raise errors[0]
     return Rate(sum(len(x) for x in lat), seconds, [x for xs in lat for x in xs], sum(merged))
@@ -291,7 +301,7 @@ def run(url: str, opts: Options) -> None:
                     rates: dict[str, Rate] = {}
                     for mode in MODES:
                         def make(m: str, agent: str, _p: str = path, _ns: str = ns
-                                 ) -> Callable[[str], bool]:
+                                 ) -> Writer:
                             return (_http_writer(port, _ns, m, agent) if _p == "http"
                                     else _sdk_writer(url, _ns, m, agent))
                         texts = [[fresh_text(corpus, rng) for _ in range(opts.writes)]

@@ -5,6 +5,7 @@ count as evidence (the rule ``docs/ranking.md`` states)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import utcnow
 from hivemind_memory.projections.ranking.calibrated import FEATURES, prior
 from hivemind_memory.projections.ranking.config import (
@@ -128,7 +130,9 @@ def test_which_uses_are_evidence(tmp_path: Path) -> None:
         return {"type": "note.used", "event_id": eid, "ns": "t", "note_id": nid,
                 "agent": agent, "at": iso(at)}
 
-    w.client.append([
+    # uses dated up to a day ahead of the clock: a client that allows that much skew
+    ahead = Client(w.r, settings=replace(w.settings, max_future_skew_s=2 * 86400))
+    ahead.append([
         use("in", "alice", live.served_at + timedelta(hours=1), "u1"),
         use("early", "alice", live.served_at - timedelta(minutes=1), "u2"),
         use("late", "alice", live.served_at + window + timedelta(minutes=1), "u3"),

@@ -421,9 +421,11 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
         return TooLarge(message)
     if status == 504:
         return QueryTimeout(message)
+    if status == 503 and code == "shard_unavailable":  # as over a store: the query's code
+        return QueryError(code, message)
     if status == 422 and kind == "event":
         return EventError(message)
-    if status in (400, 404, 422):
+    if status in (400, 404, 422, 507):  # 507: namespace_too_large (the worker's budget)
         return QueryError(code, message)
     return StoreError(f"{status} {code}: {message}")
 

@@ -14,7 +14,18 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import batch, core, fit_calibration, profile, quality, query, ranking, scale, writes
+from bench import (
+    batch,
+    core,
+    fit_calibration,
+    profile,
+    quality,
+    query,
+    ranking,
+    scale,
+    shards,
+    writes,
+)
 
 
 def all_(argv: list[str]) -> int:
@@ -48,7 +59,8 @@ def all_(argv: list[str]) -> int:
 COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
             "profile": profile.main,
             "query": query.main, "all": all_, "quality": quality.main,
-            "fit": fit_calibration.main, "scale": scale.main, "writes": writes.main}
+            "fit": fit_calibration.main, "scale": scale.main, "shards": shards.main,
+            "writes": writes.main}
 
 
 def main(argv: list[str]) -> int:

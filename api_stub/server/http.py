@@ -34,7 +34,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.client import SHARD_RETRY_AFTER_S, Client
+from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
     IdPrefix,
@@ -105,6 +106,11 @@ MAX_AUDIT = 1000
 """Most audit entries in one ``GET .../audit``."""
 MAX_DEAD = 10_000
 """Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
+MEMORY_STATUS = {"namespace_too_large": 507, "worker_out_of_memory": 503,
+                 "index_load_failed": 503}
+"""HTTP status of the errors of a worker that cannot hold a namespace's index (its memory
+budget, ``worker.memory``): 507 Insufficient Storage when the namespace does not fit the
+budget at all, 503 when a load failed (a retry may find memory free or another worker)."""
 MAX_REPRODUCE = 1000
 """Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
@@ -316,8 +322,18 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
+RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S}
+"""Error codes answered 503 with a ``Retry-After`` (seconds): the query was right, no worker
+could take it now."""
+
+
+def _retry_after(code: str) -> dict[str, str] | None:
+    s = RETRY_AFTER_S.get(code)
+    return None if s is None else {"Retry-After": str(s)}
+
+
 def _error(status: int, code: str, message: str) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else _retry_after(code)
     return Response(_json.encode(ErrorResponse(ErrorDetail(code, message))), status_code=status,
                     media_type="application/json", headers=headers)
 
@@ -524,7 +540,8 @@ class Api:
         res = msgspec.json.decode(raw)
         if "error" in res:
             code = res["error"]["code"]
-            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
+                           503 if code in RETRY_AFTER_S else MEMORY_STATUS.get(code, 422), code,
                            res["error"]["message"])
         notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
                  for n in res["notes"]]
@@ -546,9 +563,10 @@ class Api:
         obj = msgspec.json.decode(body)
         if "error" in obj:
             code = obj["error"]["code"]
-            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504}.get(
-                code, 500)
-            return Response(body, status_code=status, media_type="application/json")
+            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504,
+                      **MEMORY_STATUS}.get(code, 503 if code in RETRY_AFTER_S else 500)
+            return Response(body, status_code=status, media_type="application/json",
+                            headers=_retry_after(code))
         return Response(body, media_type="application/json")
 
     async def queries(self, request: Request) -> Response:
@@ -620,6 +638,9 @@ class Api:
             if owner is not None and owner != g.agent:
                 body = None  # another agent's answer (it may hold their private notes)
         if body is None:
+            why = await self.run(lambda: self.client.shard_problem(ns))
+            if why is not None:  # still queued, and no worker to answer it for now
+                raise ApiError(503, "shard_unavailable", f"query {qid}: {why}")
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
@@ -674,15 +695,25 @@ class Api:
                 self.client.store.ping()
             except redis.RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
-            if self.opts.workers_alive is not None:
-                n = self.opts.workers_alive()
-            else:  # the heartbeats /metrics and `hivemind status` count too
-                n = heartbeat.live_count(self.client.rq)
+            beats = heartbeat.read_beats(self.client.rq)
+            # the heartbeats /metrics and `hivemind status` count too
+            n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
+            total = self.client.settings.shards  # the shards no live worker listens to
+            served = {q for b in beats for q in b.queues}
+            missing = [k for k in range(total) if query_queue_name(k, total) not in served]
+            if missing and self.opts.workers_alive is None:
+                return Health(False, f"shard(s) {', '.join(map(str, missing))} of {total} have "
+                              "no live worker: their queries get shard_unavailable (start "
+                              "`hivemind worker --shards N`)")
             if not self.opts.caught_up():
                 return Health(False, "rebuilding the read model from the log")
-            return Health(True, f"{n} worker(s)")
+            # namespaces a worker could not hold (memory budget): ready, but said
+            cannot = [f"{f.ns}: {f.code} ({b.name})" for b in beats if b.memory is not None
+                      for f in b.memory.failures]
+            return Health(True, f"{n} worker(s)" + (
+                "; cannot hold " + "; ".join(cannot) if cannot else ""))
 
         h = await self.run(check)
         return _respond(h, 200 if h.ok else 503)
@@ -706,7 +737,8 @@ class Api:
         """``hivemind status --json`` for one namespace (the workers are every live one)."""
         ns, _ = self.authorize(request, "admin")
         return _respond(await self.run(lambda: read_status(
-            self.client.store, self.client.rq, datetime.now(UTC), only=[ns])))
+            self.client.store, self.client.rq, datetime.now(UTC), only=[ns],
+            shards=self.client.settings.shards)))
 
     async def note(self, request: Request) -> Response:
         """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""

@@ -181,6 +181,12 @@ def done(ns: str, query_id: str) -> str:
     return f"{_ns(ns)}:done:{query_id}"
 
 
+DIGEST_KEY = f"{PREFIX}:{{_store}}:digest_key"
+"""A stream of one entry (id ``0-1``, field ``k``): the store's secret that keys the
+``redacted`` digests of erased content, made once by the first erasure. A stream so that a
+``memory://PATH`` store keeps it (``is_source_stream``); ``_store`` is no namespace."""
+
+
 DERIVED_STREAMS = ("dead", "changes", "rewrite")
 """Kinds of a namespace's streams (``hm:{ns}:<kind>``) that the worker derives from the event
 log (``dead``, ``changes``), and an erasure's temporary copy of a stream (``rewrite``). Every

@@ -32,6 +32,7 @@ import math
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -118,11 +119,16 @@ def twin_key(text: str) -> bytes:
     return _digest(b"t", normalise(text).encode("utf-8", "surrogatepass"))
 
 
+@lru_cache(maxsize=1 << 16)
+def term_hash(term: str) -> int:
+    """A term's 64-bit digest (cached: a namespace's vocabulary repeats)."""
+    return int.from_bytes(hashlib.blake2b(term.encode("utf-8", "surrogatepass"),
+                                          digest_size=8).digest(), "little")
+
+
 def signature(term_set: Iterable[str], spec: DupSpec) -> U64 | None:
     """The MinHash signature (``bands * rows`` uint64) of a term set; None when empty."""
-    hs = [int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"),
-                                         digest_size=8).digest(), "little")
-          for t in sorted(term_set)]
+    hs = [term_hash(t) for t in term_set]
     if not hs:
         return None
     k = spec.bands * spec.rows

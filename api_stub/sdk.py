@@ -39,6 +39,7 @@ from hivemind_memory.events.errors import (
     AlreadySuperseded,
     EventError,
     HivemindError,
+    IndexWarming,
     NotAllowed,
     NoteExists,
     QueryError,
@@ -46,6 +47,7 @@ from hivemind_memory.events.errors import (
     StoreError,
     TooLarge,
     UnknownNote,
+    query_error,
 )
 
 _seq = itertools.count()
@@ -200,7 +202,7 @@ class Recall:
 def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
-        raise QueryError(res["error"]["code"], res["error"]["message"])
+        raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
                           n.get("tier", ""), n.get("uses", 0))
              for n in res["notes"]]
@@ -421,6 +423,8 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
         return TooLarge(message)
     if status == 504:
         return QueryTimeout(message)
+    if code == "index_warming":
+        return IndexWarming(message)
     if status == 503 and code == "shard_unavailable":  # as over a store: the query's code
         return QueryError(code, message)
     if status == 422 and kind == "event":
@@ -508,7 +512,7 @@ class Memory:
             err = res["error"]
             if err["code"] == "timeout":
                 raise QueryTimeout(err["message"])
-            raise QueryError(err["code"], err["message"])
+            raise query_error(err["code"], err["message"])
         return res
 
     def batch(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

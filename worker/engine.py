@@ -4,6 +4,7 @@ results and audit events published in one MULTI per namespace while the next wav
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -34,7 +35,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     utcnow,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import CatchUpTimeout, QueryError
+from hivemind_memory.events.errors import WARMING_RETRY_S, CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.calibrated import limit_for
 from hivemind_memory.projections.ranking.config import RankingConfig
@@ -49,6 +50,7 @@ from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, erasure, keys, results
 from hivemind_memory.projections.store.index_loader import (
     changes_last,
+    load_index,
     refresh_index,
     trim_heap,
 )
@@ -56,6 +58,7 @@ from hivemind_memory.projections.store.index_size import estimate_load_bytes
 from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
+from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
 from hivemind_memory.worker.memory import (
@@ -141,6 +144,8 @@ class QueryEngine:
         """Per namespace: config and embedding digests already filed (read once)."""
         self.base_digest = cfg.digest()
         """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
+        self.warm_builds: dict[str, threading.Thread] = {}
+        """Per namespace: the thread building its index and snapshot (``_warming``)."""
         self.dense_builds: dict[str, threading.Thread] = {}
         """Per namespace: the thread building its index's dense candidate stage."""
 
@@ -342,6 +347,8 @@ class QueryEngine:
         idx = cache.get(ns)
         if idx is None:
             need = estimate_load_bytes(self.r, ns)
+            if need is None:  # no snapshot: a full build, off this job's path if large
+                self._warming(ns)
             if need is not None and need > cache.budget:
                 raise self._unavailable(ns, "namespace_too_large", too_large_message(
                     ns, need, cache.budget, measured=False))
@@ -385,6 +392,53 @@ class QueryEngine:
                 ns, size, cache.budget, measured=True))
         cache.loaded(ns)
         return idx
+
+    def _warming(self, ns: str) -> None:
+        """Raise ``index_warming`` for a namespace without a snapshot that is too large to
+        build inside a query job (``warm_inline_max_notes``), having started its build in a
+        thread of this worker unless another worker holds the build lease; the build writes
+        the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
+        th = self.warm_builds.get(ns)
+        if th is None:
+            notes = int(self.r.hlen(keys.notes(ns)))
+            if notes < self.settings.warm_inline_max_notes:
+                return
+            token = os.urandom(8).hex()
+            if self.r.set(keys.index_build_lease(ns), token, nx=True,
+                          ex=keys.INDEX_BUILD_LEASE_S):
+                th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
+                                      name=f"warm-{ns}")
+                self.warm_builds[ns] = th
+                th.start()
+                log.info("index_build_started", ns=ns, notes=notes)
+        raise IndexUnavailable("index_warming", (
+            f"namespace {ns!r}'s index is being built (a first load, or a new embedder); "
+            f"retry in {WARMING_RETRY_S} s"))
+
+    def _build(self, ns: str, token: str) -> None:
+        """A full load of ``ns`` that writes its snapshot (``_warming``'s thread); the index
+        itself is dropped: the next query reads the snapshot within the memory budget."""
+        t = time.process_time()
+        try:
+            idx = NamespaceIndex(ns)
+            load_index(self.r, idx, embedder=self.embedder)
+            log.info("index_built", ns=ns, notes=idx.indexed(),
+                     cpu_s=round(time.process_time() - t, 2))
+            del idx
+            trim_heap()
+        except Exception:  # the next query starts another build
+            log.exception("index_build_failed", ns=ns)
+        finally:
+            script(self.r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])
+            self.warm_builds.pop(ns, None)
+
+    def wait_warm(self, ns: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for this worker's build of ``ns`` to end; True when
+        none is running any more."""
+        th = self.warm_builds.get(ns)
+        if th is not None:
+            th.join(timeout)
+        return ns not in self.warm_builds
 
     def _evict(self, evicted: list[str]) -> None:
         if evicted:

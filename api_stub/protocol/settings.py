@@ -59,6 +59,10 @@ class Settings:
     """A worker's index memory (``worker.memory``): the namespace indexes it holds, least
     recently used evicted past it. None: derived from the machine when the worker starts (a
     quarter of its cgroup limit or physical memory, ``worker.memory.default_budget_mib``)."""
+    warm_inline_max_notes: int = 20_000
+    """A namespace's first index build runs inside the query job while it has fewer notes
+    than this; from there on it runs in a thread of one worker (a lease in Redis) and its
+    queries are answered ``index_warming`` at once until the snapshot it writes is there."""
     audit_left_out: int = 20
     """Left-out notes each served query's audit entry records, the strongest first (with
     their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
@@ -89,6 +93,7 @@ class Settings:
             "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
             "HIVEMIND_LOCK_LEASE_MS": ("lock_lease_ms", int),
             "HIVEMIND_MEMORY_BUDGET_MIB": ("memory_budget_mib", int),
+            "HIVEMIND_WARM_INLINE_MAX_NOTES": ("warm_inline_max_notes", int),
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
@@ -110,7 +115,7 @@ class Settings:
             clean.setdefault("redis_url_source", "flag")
         s = replace(s, **clean)  # type: ignore[arg-type]
         for attr in ("batch_size", "max_batches_per_job", "lock_lease_ms", "result_ttl_seconds",
-                     "query_chunk"):
+                     "query_chunk", "warm_inline_max_notes"):
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
         if s.memory_budget_mib is not None and s.memory_budget_mib < 1:

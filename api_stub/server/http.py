@@ -57,6 +57,7 @@ from hivemind_memory.api_stub.server.tokens import (
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
+    WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
     QueryError,
@@ -261,7 +262,8 @@ class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+    ``snapshot_keys``, ``file_records``)."""
 
     note_id: str
     event_id: str | None
@@ -322,7 +324,7 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
-RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S}
+RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S, "index_warming": WARMING_RETRY_S}
 """Error codes answered 503 with a ``Retry-After`` (seconds): the query was right, no worker
 could take it now."""
 
@@ -494,14 +496,18 @@ class Api:
                                 **raw}, "remember")
         assert isinstance(ev, NoteCreated)
         try:
-            got = await self.run(lambda: self.client.remember(ev, body.duplicates))
+            mode = body.duplicates  # without the query right there is no one to report to
+            if mode == "report" and not g.may(ns, "query"):
+                mode = "ignore"
+            got = await self.run(lambda: self.client.remember(ev, mode))
         except WriteRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         self.opts.on_write()
-        dups = None if got.duplicates is None else [Duplicate(n, o) for n, o in got.duplicates]
+        dups = None if got.duplicates is None or not g.may(ns, "query") else [
+            Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
         return _respond(Remembered(got.duplicate_of or ev.note_id, ev.event_id,
-                                   duplicates_checked=dups is not None, duplicates=dups,
-                                   duplicate_of=got.duplicate_of,
+                                   duplicates_checked=got.duplicates is not None,
+                                   duplicates=dups, duplicate_of=got.duplicate_of,
                                    duplicates_unchecked=got.unchecked,
                                    superseded=got.superseded))
 
@@ -685,7 +691,13 @@ class Api:
         return _respond(Health(True))
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace.
+        It names every namespace: a token with the ``metrics`` right, or ``admin`` in every
+        namespace (401 without a token, 403 with another)."""
+        g = self.grant(request)
+        if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
+            raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
+                           "(or admin in every namespace)")
         body = await self.run(metrics.render)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 

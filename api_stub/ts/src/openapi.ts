@@ -3070,6 +3070,10 @@ export interface components {
             at: string;
             namespaces: components["schemas"]["NamespaceStatus"][];
             workers: components["schemas"]["WorkerStatus"][];
+            /** @default 1 */
+            shard_count?: number;
+            /** @default [] */
+            unserved_shards?: number[];
         };
         /**
          * NamespaceStatus
@@ -3111,6 +3115,45 @@ export interface components {
             failed_jobs: number;
             /** @default worker */
             kind?: string;
+            /** @default [] */
+            shards?: number[];
+            /** @default 0 */
+            shard_count?: number;
+            /** @default [] */
+            namespaces_held?: string[];
+            /** @default 0 */
+            namespace_count?: number;
+            /** @default 0 */
+            rss_bytes?: number;
+            /** @default null */
+            memory?: components["schemas"]["IndexMemory"] | null;
+        };
+        /**
+         * IndexMemory
+         * @description A worker's namespace indexes against its memory budget, as of its last query job.
+         */
+        IndexMemory: {
+            budget: number;
+            held: number;
+            namespaces: number;
+            /** @default {} */
+            largest?: {
+                [key: string]: number;
+            };
+            /** @default 0 */
+            evictions?: number;
+            /** @default [] */
+            failures?: components["schemas"]["LoadFailure"][];
+        };
+        /**
+         * LoadFailure
+         * @description Why a worker could not hold a namespace's index (``worker.memory``).
+         */
+        LoadFailure: {
+            ns: string;
+            code: string;
+            message: string;
+            at: number;
         };
         /**
          * NoteShow
@@ -3232,7 +3275,8 @@ export interface components {
          * @description What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
          *     everything hivemind wrote: the event that erased it (null: it was erased before, and
          *     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-         *     ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``).
+         *     ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+         *     ``snapshot_keys``, ``file_records``).
          */
         Erased: {
             note_id: string;

@@ -286,3 +286,29 @@ def test_a_large_namespace_gets_its_dense_stage_built_off_the_query_path(store: 
     small = QueryEngine(store, DEFAULT, Settings())  # 6 notes < 20,000: never built
     small.answer(envelopes())
     assert small.dense_builds == {} and small.live["a"].dense is None
+
+
+@pytest.mark.parametrize("inline_max, warming", [(4, True), (5, False)])
+def test_first_build_inline_below_warm_inline_max_notes_else_warming(
+        store: Any, inline_max: int, warming: bool) -> None:
+    from hivemind_memory.projections.store import keys
+
+    c = Client(store, settings=Settings())
+    c.append([created(f"n{i}", ns="a", text=f"redis {i}") for i in range(4)])
+    store.set(keys.index_build_lease("a"), "another-worker")  # someone else is building
+    eng = QueryEngine(store, DEFAULT, Settings(warm_inline_max_notes=inline_max))
+    c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+    [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+    if warming:  # 4 notes >= 4: not built here, and not by this worker (the lease is taken)
+        assert q.result is None and b'"index_warming"' in (q.body or b"")
+        assert eng.warm_builds == {} and "a" not in eng.live
+        store.delete(keys.index_build_lease("a"))  # the other worker died: this one builds
+        c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+        [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+        assert q.result is None and b'"index_warming"' in (q.body or b"")
+        assert eng.wait_warm("a", 60)
+        assert store.exists(keys.index_snapshot("a")) and \
+            not store.exists(keys.index_build_lease("a"))
+        c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+        [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+    assert q.result is not None and len(q.result.notes) == 4

@@ -2,8 +2,8 @@
 near-duplicate check is a lookup: nothing of it is in the audit), six queries (some showed the
 note erased later, some did not but were ranked on its words: BM25 statistics, the calibrated
 features) and one whose text is the note's own, then one note erased. Every answer an erasure
-changed is reported ``erased`` with its cause, the others ``identical``, exit 0; a genuine difference (the config history lost,
-the current config another) still exits 1."""
+changed is reported ``erased`` with its cause, the others ``identical``, exit 0; a genuine
+difference (the config history lost, the current config another) still exits 1."""
 
 from __future__ import annotations
 

@@ -2883,6 +2883,8 @@ export interface components {
             revised_at: string | null;
             /** @default null */
             superseded_by: string | null;
+            /** @default false */
+            erased: boolean;
         };
         /** AuditEntry */
         AuditEntry: {

@@ -74,6 +74,12 @@ class Settings:
     max_future_skew_s: float = 300.0
     """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
     refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
+    http_read_timeout_s: float = 10.0
+    """``serve``: seconds a request may take to arrive, head and body, from its first byte (a
+    connection that sends nothing is closed after it too); then the connection is closed."""
+    http_max_connections: int = 1000
+    """``serve``: most connections and requests at once (uvicorn's ``limit_concurrency``);
+    past it new requests get 503. Keep it under the process's open-files limit."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -101,6 +107,8 @@ class Settings:
             "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
             "HIVEMIND_SHARDS": ("shards", int),
             "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
+            "HIVEMIND_HTTP_READ_TIMEOUT": ("http_read_timeout_s", float),
+            "HIVEMIND_HTTP_MAX_CONNECTIONS": ("http_max_connections", int),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -131,6 +139,9 @@ class Settings:
         if not 1 <= s.shards <= MAX_SHARDS:
             raise ConfigError(f"HIVEMIND_SHARDS / shards must be within 1..{MAX_SHARDS}, got "
                               f"{s.shards}")
+        if not 0 < s.http_read_timeout_s <= 3600:
+            raise ConfigError(f"HIVEMIND_HTTP_READ_TIMEOUT / http_read_timeout_s must be within "
+                              f"(0, 3600] seconds, got {s.http_read_timeout_s}")
         if not 0 <= s.max_future_skew_s <= 366 * 86400:
             raise ConfigError(f"HIVEMIND_MAX_FUTURE_SKEW / max_future_skew_s must be within "
                               f"0..31622400 seconds, got {s.max_future_skew_s}")

@@ -486,11 +486,15 @@ class Api:
                                 **raw}, "remember")
         assert isinstance(ev, NoteCreated)
         try:
-            got = await self.run(lambda: self.client.remember(ev, body.duplicates))
+            mode = body.duplicates  # without the query right there is no one to report to
+            if mode == "report" and not g.may(ns, "query"):
+                mode = "ignore"
+            got = await self.run(lambda: self.client.remember(ev, mode))
         except WriteRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         self.opts.on_write()
-        dups = None if got.duplicates is None else [Duplicate(n, o) for n, o in got.duplicates]
+        dups = None if got.duplicates is None or not g.may(ns, "query") else [
+            Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
         return _respond(Remembered(ev.note_id, ev.event_id, dups, got.superseded))
 
     async def revise(self, request: Request) -> Response:
@@ -673,7 +677,13 @@ class Api:
         return _respond(Health(True))
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace.
+        It names every namespace: a token with the ``metrics`` right, or ``admin`` in every
+        namespace (401 without a token, 403 with another)."""
+        g = self.grant(request)
+        if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
+            raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
+                           "(or admin in every namespace)")
         body = await self.run(metrics.render)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 

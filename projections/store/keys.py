@@ -160,12 +160,21 @@ def erasure_fence(ns: str) -> str:
     return f"{_ns(ns)}:erasure_fence"
 
 
+def erased_texts(ns: str) -> str:
+    """Stream of the keyed digests (``digest``: HMAC-SHA256 with the store's secret, hex) of
+    every text a query would quote an erased note by (``note``: its id), written by each
+    erasure before it rewrites anything, so a rerun after the log was redacted still finds
+    the audit entries, results and jobs quoting it (a source stream: ``memory://PATH`` keeps
+    it)."""
+    return f"{_ns(ns)}:erased_texts"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
             dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
-            erasing(ns), erasure_fence(ns)]
+            erasing(ns), erasure_fence(ns), erased_texts(ns)]
 
 
 def result(ns: str, query_id: str) -> str:

@@ -116,10 +116,13 @@ class ServeProc:
             self.proc.wait(timeout=10)
 
 
-def start_serve(args: list[str], cwd: Path, port: int) -> ServeProc:
-    """Run ``hivemind serve ARGS --port PORT`` in ``cwd``; return once /healthz answers."""
+def start_serve(args: list[str], cwd: Path, port: int,
+                env: dict[str, str] | None = None) -> ServeProc:
+    """Run ``hivemind serve ARGS --port PORT`` in ``cwd`` (no ``HIVEMIND_*`` variable but
+    ``env``'s); return once /healthz answers."""
     err = cwd / f"serve-{port}.err"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")},
+           **(env or {})}
     with err.open("wb") as fh:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen([*HIVEMIND, "serve", *args, "--port", str(port)], cwd=cwd,
                                 stdout=subprocess.DEVNULL, stderr=fh, env=env)

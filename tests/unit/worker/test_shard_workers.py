@@ -107,3 +107,19 @@ def test_one_shard_is_served_by_any_worker_of_the_old_queue(store: Any) -> None:
     assert read_status(store, store, datetime.now(UTC)).unserved_shards == [0]
     with silent_worker(store):
         assert read_status(store, store, datetime.now(UTC)).unserved_shards == []
+
+
+def test_the_embedded_store_serves_every_shard_with_its_one_worker() -> None:
+    """``memory://`` with HIVEMIND_SHARDS=3: the in-process worker listens on every shard's
+    queue, so each namespace is answered (none gets shard_unavailable)."""
+    from hivemind_memory.api_stub.sdk import Memory
+
+    s = Settings(redis_url="memory://", shards=3)
+    for shard in range(3):
+        m = Memory("memory://", ns=ns_in(shard, 3), agent="a", settings=s)
+        try:
+            m.remember("the deploy key rotates every monday", duplicates="ignore")
+            got = m.recall("deploy key", 100)
+            assert [n.text for n in got.notes] == ["the deploy key rotates every monday"]
+        finally:
+            m.close()

@@ -180,3 +180,23 @@ def test_a_crash_at_any_step_is_finished_by_a_rerun(
                      if r.type(k) == b"hash" and r.hexists(k, "data"))
     assert b"door code is now" not in blob and b"4471" not in blob
     assert msgspec.json.encode(EMB)[1:-1] not in blob
+
+
+def test_a_rerun_after_the_log_was_redacted_finds_a_late_quote(
+        env: tuple[Any, Client, runtime.Runtime]) -> None:
+    """A query quoting a version answered after the erasure (a job that was running, say):
+    the log no longer has the text, the keyed digests filed by the erasure find it."""
+    r, c, rt = env
+    _erase(r, c)
+    assert b"door code is now" not in b"".join(
+        v for _, f in r.xrange(keys.stream("t")) for v in f.values())
+    filed = r.xrange(keys.erased_texts("t"))
+    assert len(filed) == 3  # the two versions and the first's first 16,384 characters
+    assert all(b"door" not in v for _, f in filed for v in f.values())
+    late, other = _serve(c, rt, [{"text": SECRET2}, {"text": SECRET2 + " please"}])
+    assert _audit_texts(r)[late] == (SECRET2, "")
+    again = _erase(r, c)
+    assert (again.audit, again.results) == (1, 1)
+    assert _audit_texts(r)[late] == ("", "s") and _audit_texts(r)[other][1] == ""
+    assert msgspec.json.decode(r.get(keys.result("t", late)))["error"]["code"] == "erased"
+    assert "error" not in msgspec.json.decode(r.get(keys.result("t", other)))

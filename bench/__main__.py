@@ -23,6 +23,7 @@ from bench import (
     query,
     ranking,
     scale,
+    scale_cpu,
     shards,
     writes,
 )
@@ -59,8 +60,8 @@ def all_(argv: list[str]) -> int:
 COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
             "profile": profile.main,
             "query": query.main, "all": all_, "quality": quality.main,
-            "fit": fit_calibration.main, "scale": scale.main, "shards": shards.main,
-            "writes": writes.main}
+            "fit": fit_calibration.main, "scale": scale.main, "scale-cpu": scale_cpu.main,
+            "shards": shards.main, "writes": writes.main}
 
 
 def main(argv: list[str]) -> int:

@@ -211,7 +211,9 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
         cosine = None if got is None else got[:, 0]
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, s.agent, None, cosine,
                                      limit_for(cfg, s.budget))
-    res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=cfg,
+    # each hidden note on its own: a twin of a visible note is not merged into it here
+    alone = msgspec.structs.replace(cfg, near_identical=0.0)
+    res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=alone,
                      explain=True, rendered=req.context, id_prefix=req.id_prefix)
     return [c for c in res.candidates if c.note_id in hidden], hidden
 
@@ -369,6 +371,8 @@ def explain(r: Store, ns: str, fallback: RankingConfig, query_id: str,
     why_not = ""
     if not s.seen:
         why_not = LEGACY
+    elif s.redacted:
+        why_not = f"its query text was a version of note {s.redacted}, erased since"
     elif not derive_it:
         why_not = "only the recorded part was asked for"
     else:

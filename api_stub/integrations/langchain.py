@@ -111,7 +111,8 @@ def memory_tools(memory: Memory) -> list[BaseTool]:
                               duplicates=duplicates)  # type: ignore[arg-type]
         dups = None if got.duplicates is None else [(d.note_id, d.overlap)
                                                      for d in got.duplicates]
-        return remembered_message(str(got), dups, got.superseded)
+        return remembered_message(str(got), dups, got.superseded, got.duplicate_of,
+                                  got.duplicates_unchecked)
 
     def recall(query: str, budget: int = 1000) -> tuple[str, list[Document]]:
         got = memory.recall(query, budget)

@@ -34,7 +34,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.client import SHARD_RETRY_AFTER_S, Client
+from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
     IdPrefix,
@@ -56,6 +57,7 @@ from hivemind_memory.api_stub.server.tokens import (
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
+    WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
     QueryError,
@@ -105,6 +107,11 @@ MAX_AUDIT = 1000
 """Most audit entries in one ``GET .../audit``."""
 MAX_DEAD = 10_000
 """Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
+MEMORY_STATUS = {"namespace_too_large": 507, "worker_out_of_memory": 503,
+                 "index_load_failed": 503}
+"""HTTP status of the errors of a worker that cannot hold a namespace's index (its memory
+budget, ``worker.memory``): 507 Insufficient Storage when the namespace does not fit the
+budget at all, 503 when a load failed (a retry may find memory free or another worker)."""
 MAX_REPRODUCE = 1000
 """Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
@@ -152,10 +159,13 @@ class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     agent: str | None = None
     supersedes: list[str] | None = None
     """Notes this one replaces (they leave future answers; their uses carry over to it)."""
-    duplicates: Literal["report", "supersede", "ignore"] = "report"
+    duplicates: Literal["report", "supersede", "ignore", "keep"] = "report"
     """Near-duplicates (notes the writer may see whose word overlap with ``text`` reaches
     the config's ``duplicate_threshold``): ``report`` them in the answer, also
-    ``supersede`` those the writer wrote, or ``ignore`` (do not look)."""
+    ``supersede`` those the writer wrote, ``keep`` (report them, and write even an exact
+    twin), or ``ignore`` (do not look). Except with ``keep`` and ``ignore``, an exact twin
+    (same normalised text) of the writer's own active note is not written: the answer names
+    it (``duplicate_of``)."""
 
 
 class ReviseBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -223,10 +233,17 @@ class Duplicate(msgspec.Struct):
 
 class Remembered(msgspec.Struct, omit_defaults=True):
     note_id: str
+    """The new note's id; the twin's when ``duplicate_of`` is set."""
     event_id: str
-    duplicates: list[Duplicate] | None = None
-    """Near-duplicates found before writing, most similar first; null: not checked (no worker
-    alive, or none answered in time, or ``duplicates: "ignore"``)."""
+    duplicates_checked: bool
+    """Whether near-duplicates were looked for (false: ``duplicates: "ignore"``, or the check
+    could not run and ``duplicates_unchecked`` says why)."""
+    duplicates: list[Duplicate] | None
+    """Near-duplicates found before writing, most similar first; null: not checked."""
+    duplicate_of: str | None = None
+    """The writer's own active note with the same normalised text: nothing was written."""
+    duplicates_unchecked: str | None = None
+    """Why the check could not run (the note was written unchecked)."""
     superseded: list[str] = []
     """The notes the new note superseded."""
 
@@ -245,7 +262,8 @@ class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+    ``snapshot_keys``, ``file_records``)."""
 
     note_id: str
     event_id: str | None
@@ -306,8 +324,18 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
+RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S, "index_warming": WARMING_RETRY_S}
+"""Error codes answered 503 with a ``Retry-After`` (seconds): the query was right, no worker
+could take it now."""
+
+
+def _retry_after(code: str) -> dict[str, str] | None:
+    s = RETRY_AFTER_S.get(code)
+    return None if s is None else {"Retry-After": str(s)}
+
+
 def _error(status: int, code: str, message: str) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else _retry_after(code)
     return Response(_json.encode(ErrorResponse(ErrorDetail(code, message))), status_code=status,
                     media_type="application/json", headers=headers)
 
@@ -399,6 +427,18 @@ class Api:
             return err
         return req
 
+    def check_work(self, reqs: list[dict[str, Any] | QueryError]) -> None:
+        """413 ``batch_too_costly`` when a batch asks for more work than ``batch_max_work``
+        (budgets summed, an ``as_of`` query ``batch_as_of_weight`` times its budget)."""
+        s = self.client.settings
+        work = sum(int(r["budget"]) * (s.batch_as_of_weight if r.get("as_of") else 1)
+                   for r in reqs if isinstance(r, dict))
+        if work > s.batch_max_work:
+            raise ApiError(413, "batch_too_costly",
+                           f"this batch asks for {work:,} budget tokens of work (budgets summed, "
+                           f"as_of queries x{s.batch_as_of_weight}); at most {s.batch_max_work:,}"
+                           " a request (HIVEMIND_BATCH_MAX_WORK): split it")
+
     async def run(self, fn: Callable[[], Any]) -> Any:
         return await anyio.to_thread.run_sync(fn)
 
@@ -468,12 +508,20 @@ class Api:
                                 **raw}, "remember")
         assert isinstance(ev, NoteCreated)
         try:
-            got = await self.run(lambda: self.client.remember(ev, body.duplicates))
+            mode = body.duplicates  # without the query right there is no one to report to
+            if mode == "report" and not g.may(ns, "query"):
+                mode = "ignore"
+            got = await self.run(lambda: self.client.remember(ev, mode))
         except WriteRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         self.opts.on_write()
-        dups = None if got.duplicates is None else [Duplicate(n, o) for n, o in got.duplicates]
-        return _respond(Remembered(ev.note_id, ev.event_id, dups, got.superseded))
+        dups = None if got.duplicates is None or not g.may(ns, "query") else [
+            Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
+        return _respond(Remembered(got.duplicate_of or ev.note_id, ev.event_id,
+                                   duplicates_checked=got.duplicates is not None,
+                                   duplicates=dups, duplicate_of=got.duplicate_of,
+                                   duplicates_unchecked=got.unchecked,
+                                   superseded=got.superseded))
 
     async def revise(self, request: Request) -> Response:
         """A new text for a note -> its id and the event id (``note.revised``)."""
@@ -510,7 +558,8 @@ class Api:
         res = msgspec.json.decode(raw)
         if "error" in res:
             code = res["error"]["code"]
-            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
+                           503 if code in RETRY_AFTER_S else MEMORY_STATUS.get(code, 422), code,
                            res["error"]["message"])
         notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
                  for n in res["notes"]]
@@ -532,9 +581,10 @@ class Api:
         obj = msgspec.json.decode(body)
         if "error" in obj:
             code = obj["error"]["code"]
-            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504}.get(
-                code, 500)
-            return Response(body, status_code=status, media_type="application/json")
+            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504,
+                      **MEMORY_STATUS}.get(code, 503 if code in RETRY_AFTER_S else 500)
+            return Response(body, status_code=status, media_type="application/json",
+                            headers=_retry_after(code))
         return Response(body, media_type="application/json")
 
     async def queries(self, request: Request) -> Response:
@@ -546,6 +596,7 @@ class Api:
             raise ApiError(413, "too_large",
                            f"{len(data)} queries; at most {MAX_QUERIES} a request")
         reqs = [self.query_request(ns, g, obj, f"queries[{i}]") for i, obj in enumerate(data)]
+        self.check_work(reqs)
         if not reqs:
             return Response(b"[]", media_type="application/json")
 
@@ -557,11 +608,27 @@ class Api:
         ids = await self.run(submit)
         runs = self.client.batch_result_runs(ids, self.opts.query_timeout_s)
 
+        cap = self.client.settings.batch_max_answer_bytes
+        too_large = (f"the answers of this batch passed {cap:,} bytes "
+                     "(HIVEMIND_BATCH_MAX_ANSWER_BYTES): ask for this query again, or for less")
+
+        def capped(run: list[bytes], first: int, size: list[int]) -> list[bytes]:
+            """``run`` with each answer that would take the batch past ``cap`` bytes replaced
+            by its ``answer_too_large`` error object (``size``: bytes so far, updated)."""
+            out = []
+            for i, body in enumerate(run):
+                if size[0] + len(body) > cap:
+                    body = error_json(ids[first + i], "answer_too_large", too_large)
+                size[0] += len(body)
+                out.append(body)
+            return out
+
         def array() -> Iterator[bytes]:  # the worker's bytes as they are, in input order
             sent = 0
+            size = [0]
             try:
                 for run in runs:
-                    yield (b"[" if not sent else b",") + b",".join(run)
+                    yield (b"[" if not sent else b",") + b",".join(capped(run, sent, size))
                     sent += len(run)
             except (redis.RedisError, StoreError) as exc:
                 # the status line is gone already: the answers sent stay, and every query
@@ -606,6 +673,9 @@ class Api:
             if owner is not None and owner != g.agent:
                 body = None  # another agent's answer (it may hold their private notes)
         if body is None:
+            why = await self.run(lambda: self.client.shard_problem(ns))
+            if why is not None:  # still queued, and no worker to answer it for now
+                raise ApiError(503, "shard_unavailable", f"query {qid}: {why}")
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
@@ -650,7 +720,13 @@ class Api:
         return _respond(Health(True))
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace.
+        It names every namespace: a token with the ``metrics`` right, or ``admin`` in every
+        namespace (401 without a token, 403 with another)."""
+        g = self.grant(request)
+        if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
+            raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
+                           "(or admin in every namespace)")
         body = await self.run(metrics.render)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
@@ -660,15 +736,25 @@ class Api:
                 self.client.store.ping()
             except redis.RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
-            if self.opts.workers_alive is not None:
-                n = self.opts.workers_alive()
-            else:  # the heartbeats /metrics and `hivemind status` count too
-                n = heartbeat.live_count(self.client.rq)
+            beats = heartbeat.read_beats(self.client.rq)
+            # the heartbeats /metrics and `hivemind status` count too
+            n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
+            total = self.client.settings.shards  # the shards no live worker listens to
+            served = {q for b in beats for q in b.queues}
+            missing = [k for k in range(total) if query_queue_name(k, total) not in served]
+            if missing and self.opts.workers_alive is None:
+                return Health(False, f"shard(s) {', '.join(map(str, missing))} of {total} have "
+                              "no live worker: their queries get shard_unavailable (start "
+                              "`hivemind worker --shards N`)")
             if not self.opts.caught_up():
                 return Health(False, "rebuilding the read model from the log")
-            return Health(True, f"{n} worker(s)")
+            # namespaces a worker could not hold (memory budget): ready, but said
+            cannot = [f"{f.ns}: {f.code} ({b.name})" for b in beats if b.memory is not None
+                      for f in b.memory.failures]
+            return Health(True, f"{n} worker(s)" + (
+                "; cannot hold " + "; ".join(cannot) if cannot else ""))
 
         h = await self.run(check)
         return _respond(h, 200 if h.ok else 503)
@@ -692,7 +778,8 @@ class Api:
         """``hivemind status --json`` for one namespace (the workers are every live one)."""
         ns, _ = self.authorize(request, "admin")
         return _respond(await self.run(lambda: read_status(
-            self.client.store, self.client.rq, datetime.now(UTC), only=[ns])))
+            self.client.store, self.client.rq, datetime.now(UTC), only=[ns],
+            shards=self.client.settings.shards)))
 
     async def note(self, request: Request) -> Response:
         """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""
@@ -932,9 +1019,10 @@ def openapi_document() -> dict[str, Any]:
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
-                "Store a note, reporting its near-duplicates (409 note_exists for a reused "
-                "id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it "
-                "supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
+                "Store a note, reporting its near-duplicates; a text its author already "
+                "wrote is not stored again, duplicate_of names that note (409 note_exists for "
+                "a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for "
+                "what it supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
             f"{p}/revise": {"post": op(
                 "A new text for a note: it keeps its id, uses and tier (404 unknown_note; "
                 "403 not_allowed: not its author)", {"200": ok(revised_ref)}, body=revise_ref)},

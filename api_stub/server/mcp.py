@@ -104,13 +104,18 @@ def build_server(resolve: Resolver) -> MCPServer:
                  note_id: OptionalNoteId = None, supersedes: Supersedes = [],  # noqa: B006
                  duplicates: Duplicates = "report") -> str:
         try:
-            got = mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id,
-                                             supersedes=supersedes, duplicates=duplicates)
+            m = mem(ctx, "write")
+            may_query = _may(resolve, ctx, "query")  # overlaps are reads: only to readers
+            if duplicates == "report" and not may_query:
+                duplicates = "ignore"
+            got = m.remember(text, kind=kind, scope=scope, note_id=note_id,
+                             supersedes=supersedes, duplicates=duplicates)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
-        dups = None if got.duplicates is None else [(d.note_id, d.overlap)
-                                                     for d in got.duplicates]
-        return remembered_message(str(got), dups, got.superseded)
+        dups = None if got.duplicates is None or not may_query else [
+            (d.note_id, d.overlap) for d in got.duplicates]
+        return remembered_message(str(got), dups, got.superseded, got.duplicate_of,
+                                  got.duplicates_unchecked)
 
     @server.tool(description=DESCRIPTIONS["revise"])
     def revise(note_id: Annotated[NoteId, Field(description=(
@@ -151,6 +156,15 @@ def build_server(resolve: Resolver) -> MCPServer:
         return f"forgot {note_id}"
 
     return server
+
+
+def _may(resolve: Resolver, ctx: Context, right: Right) -> bool:
+    """Whether the caller of this tool call also has ``right``."""
+    try:
+        resolve(ctx, right)
+    except HivemindError:
+        return False
+    return True
 
 
 def fixed_resolver(memory: Memory) -> Resolver:

@@ -83,12 +83,14 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     development half 0.004 already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost
     0.13); a question with nothing that likely gets an empty context and the result says so
     (``nothing_relevant``)."""
-    nearest: int = 3
+    nearest: int = 0
     """Besides the notes with evidence of their own (a shared word, ``min_cosine``), the
     ``nearest`` notes by cosine are candidates when their cosine is at least
     ``nearest_min_cosine``: a paraphrase that shares no word and sits under ``min_cosine``
         still finds its note. Their probability must clear ``floor`` like any other's, except in
-    a small namespace (``nearest_max_notes``). 0 turns it off."""
+    a small namespace (``nearest_max_notes``). 0 (the default for now) turns it off: 3 makes
+    a small namespace answer "hobbies" with its nearest notes, and changes what many
+    existing answers hold, which is not yet checked across the suite."""
     nearest_min_cosine: float = 0.05
     """The least cosine a ``nearest`` note needs (unrelated texts sit near 0)."""
     nearest_max_notes: int = 50
@@ -188,6 +190,33 @@ UPDATES_OFF = Updates(margin=0.0)
 """The rule off: what a config written before it meant."""
 
 
+class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How calibrated relevance finds its candidates in a large namespace
+    (``projections.ranking.dense``, ``calibrated.likely_among``): below ``scan_max_notes``
+    visible notes every note is scored (exact); from there on only the notes sharing a word
+    with the query (the postings) and the ``dense`` nearest by cosine (an approximate
+    nearest-neighbour index, HNSW from ``usearch``), each with its neighbours in creation
+    order for the context features, so a query's cost follows its candidates, not the
+    namespace."""
+
+    scan_max_notes: int = 20_000
+    """Namespaces with fewer visible notes than this are scanned in full (exact)."""
+    dense: int = 256
+    """Nearest notes by cosine the dense stage adds to the lexical ones."""
+    connectivity: int = 12
+    """HNSW links per node (``usearch``'s ``connectivity``)."""
+    expansion_add: int = 32
+    """HNSW search width while a note is added."""
+    expansion_search: int = 128
+    """HNSW search width of a query (at least ``dense``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("scan_max_notes", "dense", "connectivity", "expansion_add",
+                     "expansion_search"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
 class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """All ranking constants. Frozen; build a new one to change anything."""
 
@@ -233,11 +262,22 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
     then the note id) is packed, and it names the others (``stands_for``); calibrated
     relevance. 0 turns it off."""
+    candidates: Candidates = Candidates()
+    """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5
     """A note being remembered reports the notes the writer may see whose word overlap
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
     could revise or supersede instead; 1 reports only notes of the same words. Read at
     write time only: no ranking depends on it."""
+    duplicate_lsh_bands: int = 48
+    """The near-duplicate lookup (``projections.ranking.dupsketch``): how many MinHash bands
+    the projector files each active note under (its cost: this many index entries a note)."""
+    duplicate_lsh_min_hits: int = 2
+    """How many of a write's bands a note must share to be compared at all."""
+    duplicate_lsh_recall: float = 0.98
+    """The rows per band are the most that still give a pair exactly at
+    ``duplicate_threshold`` at least this chance of sharing ``duplicate_lsh_min_hits`` bands
+    (more rows: fewer unrelated candidates, more misses at the threshold)."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -265,6 +305,16 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
                              f"{self.duplicate_threshold}")
+        if not 1 <= self.duplicate_lsh_bands <= 256:
+            raise ValueError("duplicate_lsh_bands must be within 1..256, got "
+                             f"{self.duplicate_lsh_bands}")
+        if not 1 <= self.duplicate_lsh_min_hits <= self.duplicate_lsh_bands:
+            raise ValueError("duplicate_lsh_min_hits must be within 1..duplicate_lsh_bands, got "
+                             f"{self.duplicate_lsh_min_hits}")
+        if not (math.isfinite(self.duplicate_lsh_recall) and
+                0.0 < self.duplicate_lsh_recall < 1.0):
+            raise ValueError("duplicate_lsh_recall must be within (0, 1), got "
+                             f"{self.duplicate_lsh_recall}")
 
     def digest(self) -> str:
         """A short stable fingerprint of every value (recorded with each served query). Keys
@@ -276,9 +326,13 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT = RankingConfig()
 
 LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
-                          "updates": msgspec.to_builtins(UPDATES_OFF), "near_identical": 0.0}
+                          "updates": msgspec.to_builtins(UPDATES_OFF), "near_identical": 0.0,
+                          "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
+                          "duplicate_lsh_recall": 0.98,
+                          "candidates": msgspec.to_builtins(Candidates())}
 """Keys added after the first release and the value a config written before them meant."""
-CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "updates", "near_identical")
+CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
+                   "near_identical")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

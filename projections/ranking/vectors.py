@@ -16,6 +16,7 @@ Rounding to 127 levels moves a cosine by about 0.005; it changed no LoCoMo figur
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,24 @@ def quantize(v: npt.NDArray[np.floating[Any]], levels: int) -> tuple[FloatArray,
     return q, np.sqrt(np.einsum("ij,ij->i", q, q))
 
 
+@dataclass(frozen=True)
+class QueryVector:
+    """One query's vector, quantized for exact cosines (``q``, its norm) and for the dense
+    candidate stage (``near``: to +-``NOTE_LEVELS``, an int8's range)."""
+
+    q: FloatArray
+    norm: float
+    near: FloatArray
+
+
+def query_vector(v: npt.NDArray[np.floating[Any]]) -> QueryVector:
+    """``QueryVector`` of one unquantized query vector."""
+    row = np.asarray(v, np.float64).reshape(1, -1)
+    q, qn = quantize(row, QUERY_LEVELS)
+    near, _ = quantize(row, NOTE_LEVELS)
+    return QueryVector(q[0], float(qn[0]), near[0])
+
+
 class DerivedVectors:
     """One quantized vector per slot of a ``Columns`` table (``norm`` 0: none yet), all from
     one embedder (``digest``)."""
@@ -64,7 +83,7 @@ class DerivedVectors:
         if n <= self.n:
             return
         if n > len(self.mat):
-            cap = max(n, len(self.mat) + len(self.mat) // 8 + 1024)
+            cap = max(n, len(self.mat) + len(self.mat) // 8 + 16)  # small namespaces: small
             mat = np.zeros((cap, self.dim), self._dtype)
             mat[:self.n] = self.mat[:self.n]
             norm = np.zeros(cap, np.float64)
@@ -114,3 +133,12 @@ class DerivedVectors:
         denom = qn[:, None] * self.norm[None, :n]
         out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
         return out.T
+
+    def rows_cosines(self, query: QueryVector, slots: IntArray) -> FloatArray:
+        """The cosine of ``slots`` with one query: the same bits as ``cosines`` gives them
+        (exact integer dot products, then the same division)."""
+        dots = np.einsum("ij,j->i", self.mat[slots],
+                         query.q.astype(self._dtype)).astype(np.float64)
+        denom = query.norm * self.norm[slots]
+        out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+        return out

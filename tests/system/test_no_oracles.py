@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -102,3 +103,139 @@ def test_ingest_refuses_the_future_and_takes_the_past(tmp_path: Path) -> None:
                        text=True, env={**env, "HIVEMIND_MAX_FUTURE_SKEW": "7200"}, timeout=120,
                        check=False)
     assert r.returncode == 0 and "appended 2" in r.stderr, r.stderr
+
+
+WRITER = "writer-only-secret-0000"
+SCRAPER = "scraper-secret-00000000"
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[Live]:
+    """The test tokens plus a write-only token and a metrics-only one."""
+    from hivemind_memory.api_stub.server.tokens import TokenTable
+    from tests.support.frontdoor import BOB, OPS, start_live
+
+    table = TokenTable.from_entries([
+        {"secret": ALICE, "ns": ["team-a"], "agent": "alice", "rights": ["write", "query"]},
+        {"secret": BOB, "ns": ["team-a"], "agent": "bob", "rights": ["write", "query"]},
+        {"secret": OPS, "ns": ["*"], "agent": "ops", "rights": ["write", "query", "admin"]},
+        {"secret": WRITER, "ns": ["team-a"], "agent": "w", "rights": ["write"]},
+        {"secret": SCRAPER, "ns": ["team-b"], "agent": "prom", "rights": ["metrics"]},
+    ])
+    srv = start_live(f"memory://{tmp_path / 'g'}", tokens=table)
+    yield srv
+    srv.stop()
+
+
+def test_metrics_need_a_metrics_or_global_admin_token(guarded: Live) -> None:
+    import urllib.error
+    import urllib.request
+
+    from tests.support.frontdoor import OPS
+
+    def get(token: str | None) -> tuple[int, str]:
+        req = urllib.request.Request(guarded.base + "/metrics")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    assert call(guarded.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "x")],
+                token=ALICE)[0] == 200
+    for token, status in ((None, 401), ("not-a-token-000000000", 401), (ALICE, 403),
+                          (WRITER, 403)):
+        st, text = get(token)
+        assert st == status and "team-a" not in text, (token, st, text)
+    for token in (SCRAPER, OPS):
+        st, text = get(token)
+        assert st == 200 and "hivemind_" in text, token
+
+
+def test_duplicates_are_reported_only_to_a_token_that_may_query(guarded: Live) -> None:
+    from tests.support.frontdoor import BOB
+
+    text = "the staging deploy key rotates every monday at nine"
+    st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": text, "note_id": "bobs"}, token=BOB)
+    assert st == 200
+    st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": text + " sharp"}, token=ALICE)
+    assert st == 200 and [d["note_id"] for d in body["duplicates"]] == ["bobs"], body
+    for mode in ("report", "supersede"):
+        st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": text + f" ({mode})", "duplicates": mode}, token=WRITER)
+        assert st == 200 and body.get("duplicates") is None, body
+        assert "bobs" not in str(body)
+
+
+def test_a_batch_is_bounded_by_its_total_work(live: Live) -> None:
+    """``POST .../queries``: budgets summed, an ``as_of`` query 30 times its budget, at most
+    ``HIVEMIND_BATCH_MAX_WORK`` (10,000,000 by default); one over is refused whole (413 naming
+    the work and the bound), the bound itself is answered."""
+    assert call(live.base, "POST", "/v1/ns/team-a/events",
+                [created("e1", "n1", "deploys happen on tuesdays")], token=ALICE)[0] == 200
+    q = {"text": "deploys", "budget": 1_000_000}
+    st, got = call(live.base, "POST", "/v1/ns/team-a/queries", [q] * 10, token=ALICE)
+    assert st == 200 and len(got) == 10 and all("error" not in r for r in got), got
+    st, body = call(live.base, "POST", "/v1/ns/team-a/queries",
+                    [q] * 10 + [{"text": "deploys", "budget": 1}], token=ALICE)
+    assert st == 413 and body["error"]["code"] == "batch_too_costly", body
+    assert "10,000,001" in body["error"]["message"] and "10,000,000" in body["error"]["message"]
+    past = {"text": "deploys", "budget": 333_334, "as_of": "2026-06-01T00:00:00Z"}
+    st, body = call(live.base, "POST", "/v1/ns/team-a/queries", [past], token=ALICE)
+    assert st == 413 and "10,000,020" in body["error"]["message"], body
+    st, got = call(live.base, "POST", "/v1/ns/team-a/queries",
+                   [{**past, "budget": 333_333}], token=ALICE)
+    assert st == 200 and "error" not in got[0], got
+
+
+def test_a_taken_note_id_answers_the_same_whoever_holds_it(live: Live) -> None:
+    """``remember`` with a taken id: 409 ``note_exists`` in the same words for another agent's
+    private note, a shared one, a forgotten one and an erased one: it says the id is taken,
+    never by whom, in which scope or whether the note lives (ids are never reused)."""
+    from tests.support.frontdoor import BOB, OPS
+
+    for nid, extra in (("bp", {"scope": "private"}), ("bs", {}), ("bf", {}), ("be", {})):
+        assert call(live.base, "POST", "/v1/ns/team-a/events",
+                    [created(f"e-{nid}", nid, f"bob's note {nid}", **extra)], token=BOB)[0] == 200
+    assert call(live.base, "POST", "/v1/ns/team-a/forget", {"note_id": "bf"}, token=BOB)[0] == 200
+    assert call(live.base, "DELETE", "/v1/ns/team-a/notes/be", token=OPS)[0] == 200
+    answers = set()
+    for nid in ("bp", "bs", "bf", "be"):
+        st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": "alice's guess", "note_id": nid}, token=ALICE)
+        assert st == 409 and body["error"]["code"] == "note_exists", body
+        answers.add(body["error"]["message"].replace(repr(nid), "ID"))
+    assert len(answers) == 1, answers
+    assert "private" not in next(iter(answers)) and "bob" not in next(iter(answers))
+
+
+def test_a_batch_answer_is_bounded_in_bytes(tmp_path: Path) -> None:
+    """Answers that would take a batch past ``HIVEMIND_BATCH_MAX_ANSWER_BYTES`` are each
+    replaced by an ``answer_too_large`` error object naming the bound; those before it stay."""
+    import json
+
+    from tests.support.frontdoor import start_live
+
+    srv = start_live(f"memory://{tmp_path / 'b'}",
+                     env={"HIVEMIND_BATCH_MAX_ANSWER_BYTES": "4000"})
+    try:
+        text = "deploys " + "happen on tuesdays after lunch " * 40
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", text)],
+                    token=ALICE)[0] == 200
+        q = {"text": "deploys tuesdays", "budget": 5000}
+        st, got = call(srv.base, "POST", "/v1/ns/team-a/queries", [q] * 6, token=ALICE)
+        assert st == 200 and len(got) == 6
+        sizes = [len(json.dumps(r)) for r in got]
+        ok = [r for r in got if "error" not in r]
+        refused = [r for r in got if "error" in r]
+        assert ok and refused and got[0] in ok, got
+        assert all(r["error"]["code"] == "answer_too_large" and "4,000" in
+                   r["error"]["message"] for r in refused)
+        assert sum(sizes) < 4000 + 6 * 400, sizes
+        assert len({r["query_id"] for r in got}) == 6  # each query has its own answer in place
+    finally:
+        srv.stop()

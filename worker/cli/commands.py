@@ -15,16 +15,18 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import queue_connection
+from hivemind_memory.api_stub.protocol.jobs import parse_shards, queue_connection
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import Position
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.ranking.dupsketch import spec_of
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.dupindex import lookup_diffs
 from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
@@ -93,6 +95,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
+    shards = parse_shards(args.shards, s.shards)  # a bad spec: ConfigError, exit 2
     runtime.single_threaded_blas()
     rt = _runtime(s)
     if args.metrics_port is not None:
@@ -103,12 +106,12 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
             return fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                         f"{exc.strerror or exc}")
         log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
-    return run_worker(rt, args.burst, idle_s=args.sweep_every)
+    return run_worker(rt, args.burst, idle_s=args.sweep_every, shards=shards)
 
 
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC))
+    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC), shards=s.shards)
     if args.json:
         sys.stdout.write(_json.encode(st).decode() + "\n")
         return 0
@@ -174,6 +177,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         with _fold_bar(total) as tick:
             rb = fold_log(r, args.ns, until=cp, on_chunk=tick)
         diffs = diff_notes(live, rb.projection.notes)
+        diffs += lookup_diffs(r, args.ns, cp, rb.projection.notes, spec_of(rt.cfg))
         for d in diffs:
             print(d, file=sys.stderr)
         print(f"replay --verify: {len(live)} live note(s), {len(rb.projection.notes)} rebuilt, "
@@ -194,7 +198,8 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
                     renew()
                 rb = fold_log(r, args.ns, on_chunk=each_chunk)
             renew()
-            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
+            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000),
+                          spec=spec_of(rt.cfg)):
                 break
         else:
             return fail(f"namespace {args.ns} kept moving; replay wrote nothing")

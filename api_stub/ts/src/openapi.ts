@@ -136,7 +136,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Store a note, reporting its near-duplicates (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
+        /** Store a note, reporting its near-duplicates; a text its author already wrote is not stored again, duplicate_of names that note (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
         post: {
             parameters: {
                 query?: never;
@@ -2889,6 +2889,8 @@ export interface components {
             revised_at: string | null;
             /** @default null */
             superseded_by: string | null;
+            /** @default false */
+            erased: boolean;
         };
         /** AuditEntry */
         AuditEntry: {
@@ -2924,14 +2926,18 @@ export interface components {
              * @default report
              * @enum {unknown}
              */
-            duplicates?: "ignore" | "report" | "supersede";
+            duplicates?: "ignore" | "keep" | "report" | "supersede";
         };
         /** Remembered */
         Remembered: {
             note_id: string;
             event_id: string;
+            duplicates_checked: boolean;
+            duplicates: components["schemas"]["Duplicate"][] | null;
             /** @default null */
-            duplicates?: components["schemas"]["Duplicate"][] | null;
+            duplicate_of?: string | null;
+            /** @default null */
+            duplicates_unchecked?: string | null;
             /** @default [] */
             superseded?: string[];
         };
@@ -3072,6 +3078,10 @@ export interface components {
             at: string;
             namespaces: components["schemas"]["NamespaceStatus"][];
             workers: components["schemas"]["WorkerStatus"][];
+            /** @default 1 */
+            shard_count?: number;
+            /** @default [] */
+            unserved_shards?: number[];
         };
         /**
          * NamespaceStatus
@@ -3113,6 +3123,45 @@ export interface components {
             failed_jobs: number;
             /** @default worker */
             kind?: string;
+            /** @default [] */
+            shards?: number[];
+            /** @default 0 */
+            shard_count?: number;
+            /** @default [] */
+            namespaces_held?: string[];
+            /** @default 0 */
+            namespace_count?: number;
+            /** @default 0 */
+            rss_bytes?: number;
+            /** @default null */
+            memory?: components["schemas"]["IndexMemory"] | null;
+        };
+        /**
+         * IndexMemory
+         * @description A worker's namespace indexes against its memory budget, as of its last query job.
+         */
+        IndexMemory: {
+            budget: number;
+            held: number;
+            namespaces: number;
+            /** @default {} */
+            largest?: {
+                [key: string]: number;
+            };
+            /** @default 0 */
+            evictions?: number;
+            /** @default [] */
+            failures?: components["schemas"]["LoadFailure"][];
+        };
+        /**
+         * LoadFailure
+         * @description Why a worker could not hold a namespace's index (``worker.memory``).
+         */
+        LoadFailure: {
+            ns: string;
+            code: string;
+            message: string;
+            at: number;
         };
         /**
          * NoteShow
@@ -3234,7 +3283,8 @@ export interface components {
          * @description What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
          *     everything hivemind wrote: the event that erased it (null: it was erased before, and
          *     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-         *     ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``).
+         *     ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+         *     ``snapshot_keys``, ``file_records``).
          */
         Erased: {
             note_id: string;

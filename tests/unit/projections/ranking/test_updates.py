@@ -160,7 +160,8 @@ PARAPHRASES = [
                    "dog' and 'when is the next roadmap session' rank their note 9th and 5th "
                    "by cosine")
 def test_paraphrases_find_their_note(tmp_path: Path) -> None:
-    """Through the SDK on the embedded store: each of 12 notes asked in other words."""
+    """Through the SDK on the embedded store (default config): each of 12 notes asked in
+    other words."""
     with Memory(f"memory://{tmp_path / 'p'}", ns="para", agent="ann") as mem:
         ids = [mem.remember(text) for text, _ in PARAPHRASES]
         found = sum(nid in mem.recall(q, budget=60).note_ids
@@ -168,13 +169,16 @@ def test_paraphrases_find_their_note(tmp_path: Path) -> None:
     assert found >= 10, found
 
 
-def test_a_small_namespace_answers_with_its_nearest_notes(tmp_path: Path) -> None:
-    with Memory(f"memory://{tmp_path / 's'}", ns="small", agent="ann") as mem:
-        ids = [mem.remember(text) for text, _ in PARAPHRASES[:3]]
-        for nid, (_, q) in zip(ids, PARAPHRASES[:3], strict=True):
-            got = mem.recall(q, budget=100)
-            assert nid in got.note_ids, q
-            assert not got.result.get("nothing_relevant")
+NEAREST = with_overrides(DEFAULT, {"calibration": {"nearest": 3}})
+"""The nearest-notes rule on (off by default for now)."""
+
+
+def test_a_small_namespace_answers_with_its_nearest_notes() -> None:
+    notes = [note(f"n{i}", text, 1 + i) for i, (text, _) in enumerate(PARAPHRASES[:3])]
+    for i, (_, q) in enumerate(PARAPHRASES[:3]):
+        got = ranked(notes, q, 100, NEAREST)
+        assert f"n{i}" in {n.note_id for n in got.notes}, q
+        assert not got.nothing_relevant
 
 
 @pytest.mark.parametrize(("nearest", "found"), [(0, False), (3, True)])

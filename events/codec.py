@@ -7,7 +7,7 @@ from datetime import UTC
 import msgspec
 
 from hivemind_memory.events.errors import EventError
-from hivemind_memory.events.schema import Event, check_ids
+from hivemind_memory.events.schema import Event, NoteCreated, check_ids
 from hivemind_memory.events.times import to_utc
 
 _json_decode = msgspec.json.Decoder(Event).decode
@@ -16,7 +16,11 @@ _unpack = msgspec.msgpack.Decoder(Event).decode
 
 
 def _to_utc(ev: Event) -> Event:
-    """``ev`` with ``at`` in UTC; ``ValueError`` if that is out of range (checked first)."""
+    """``ev`` with ``at`` (and ``expires_at``) in UTC; ``ValueError`` if that is out of range
+    (checked first)."""
+    if type(ev) is NoteCreated and ev.expires_at is not None and \
+            ev.expires_at.tzinfo is not UTC:
+        ev = msgspec.structs.replace(ev, expires_at=to_utc(ev.expires_at, "expires_at"))
     if ev.at.tzinfo is UTC:
         return ev
     return msgspec.structs.replace(ev, at=to_utc(ev.at, "at"))
@@ -46,7 +50,8 @@ def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
     try:
         return _to_utc(ev)
     except ValueError as exc:
-        raise EventError(f"{where}invalid event: {exc} - at `$.at`") from None
+        field = "expires_at" if "expires_at" in str(exc) else "at"
+        raise EventError(f"{where}invalid event: {exc} - at `$.{field}`") from None
 
 
 def encode_event(ev: Event) -> bytes:

@@ -31,6 +31,7 @@ from hivemind_memory.events.errors import (
     StoreError,
     TooLarge,
     UnknownNote,
+    VersionConflict,
     WriteRefused,
 )
 
@@ -61,6 +62,27 @@ def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     return start_embedded(settings, store)
 
 
+def _quiet_logs() -> None:
+    """A library keeps quiet: unless the program configured structlog itself (the CLI does,
+    ``worker.logs.configure``), hivemind's structlog events go to the standard ``logging``
+    module, so they follow the program's logging setup, and with none Python's default
+    applies: warnings and errors on stderr, nothing below, never stdout (structlog's own
+    default prints every level to stdout)."""
+    import structlog
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, structlog.stdlib.add_log_level,
+                    structlog.processors.KeyValueRenderer(key_order=["event"])],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False)
+
+
+_quiet_logs()
+
+
 # Left for the SDK before it can be imported (this module runs first, whatever is imported):
 # ``api_stub.sdk`` starts with it, without this module importing the SDK.
 wiring.embedded_worker = _start_embedded
@@ -84,4 +106,4 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
            "HivemindError", "Memory", "NotAllowed", "Note", "NoteExists", "QueryError",
            "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError", "TooLarge",
-           "UnknownNote", "WriteRefused"]
+           "UnknownNote", "VersionConflict", "WriteRefused"]

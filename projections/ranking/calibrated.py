@@ -281,10 +281,11 @@ def evidence(sig: Signals, cal: Calibration) -> BoolArray:
 
 def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
            cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
-           limit: int) -> tuple[IntArray, FloatArray]:
+           limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
     """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
     ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
-    at least ``cal.floor`` likely, and among the ``limit`` most probable."""
+    at least ``cal.floor`` likely, ``allowed`` (a flag per slot; None: all), and among the
+    ``limit`` most probable."""
     kernel = native
     if kernel is None:
         sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
@@ -292,6 +293,8 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         p[~evidence(sig, cal)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
+        if allowed is not None:
+            p[~allowed[seq]] = 0.0
         keep = candidates(p, limit)
         keep = keep[p[keep] > 0]
         return keep, p[keep]
@@ -311,6 +314,8 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         np.exp(neg, out=neg)
     pos = np.empty(n, np.int64)
     pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
+    if allowed is not None:
+        pos = pos[allowed[seq[pos]]]
     # the most probable among the notes above 0 are those among all of them (the rest are 0)
     p = neg[pos]
     keep = candidates(p, limit)

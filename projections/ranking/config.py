@@ -118,6 +118,11 @@ FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosi
 with each conversation held out in turn; see ``Calibration``)."""
 
 
+MAX_TTL_DAYS = 3_650_000.0
+"""Largest ``default_ttl_days`` (10,000 years: the expiry instant stays a 64-bit count of
+microseconds)."""
+
+
 class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """All ranking constants. Frozen; build a new one to change anything."""
 
@@ -161,6 +166,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
     could revise or supersede instead; 1 reports only notes of the same words. Read at
     write time only: no ranking depends on it."""
+    default_ttl_days: float = 0.0
+    """The namespace default TTL: a note without its own ``expires_at`` leaves every answer
+    this many days after its creation (``at``); 0: such notes never expire."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -182,6 +190,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"'package.module:factory', got {self.embedder!r}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if not (math.isfinite(self.default_ttl_days) and
+                0 <= self.default_ttl_days <= MAX_TTL_DAYS):
+            raise ValueError(f"default_ttl_days must be within [0, {MAX_TTL_DAYS}], got "
+                             f"{self.default_ttl_days}")
         if not (math.isfinite(self.duplicate_threshold) and
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
@@ -196,7 +208,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 DEFAULT = RankingConfig()
 
-LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5}
+LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
+                          "default_ttl_days": 0.0}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
 """Keys added with calibrated relevance that nothing else reads."""

@@ -28,6 +28,7 @@ from hivemind_memory.projections.ranking.calibrated import (
     signals,
 )
 from hivemind_memory.projections.ranking.columns import (
+    BoolArray,
     Columns,
     FloatArray,
     IntArray,
@@ -248,8 +249,8 @@ class NamespaceIndex:
 
     def calibrated_slots(self, text: str, embedding: Sequence[float] | None,
                          cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
-                         cosine: FloatArray | None = None, limit: int | None = None
-                         ) -> tuple[IntArray, FloatArray]:
+                         cosine: FloatArray | None = None, limit: int | None = None,
+                         allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """``relevance = "calibrated"`` (``projections.ranking.calibrated``): the probability
         that each visible note is needed, for the ``limit`` most probable (default
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
@@ -258,13 +259,13 @@ class NamespaceIndex:
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
         at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration,
-                       cfg.max_candidates if limit is None else limit)
+                       cfg.max_candidates if limit is None else limit, allowed)
         return seq[at], p
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
-                        cosine: FloatArray | None = None, limit: int | None = None
-                        ) -> tuple[IntArray, FloatArray]:
+                        cosine: FloatArray | None = None, limit: int | None = None,
+                        allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
         ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine`` and
@@ -277,10 +278,17 @@ class NamespaceIndex:
         ``scores_over``) otherwise. BM25 statistics come from the notes ``agent`` may see
         (shared + its own private ones) and other agents' private notes get no lexical score
         at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.
+        ``allowed`` (a flag per slot; None: all): only those slots may be candidates (a
+        query's filter and the expiry, ``ranker.allowed_slots``), decided before the
+        ``limit`` most relevant are kept; the relevance of the others is not changed.
         """
         if cfg.relevance == "calibrated":
-            return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit)
+            return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit,
+                                         allowed)
         lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
+        if allowed is not None:
+            ok = allowed[lex_slots]
+            lex_slots, lex = lex_slots[ok], lex[ok]
         if embedding is None:
             return lex_slots, lex
         slots, m, norms = self._matrix(len(embedding))
@@ -296,6 +304,8 @@ class NamespaceIndex:
         denom = norms * qn
         cos = np.clip(np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0), 0.0, 1.0)
         pos = cos > 0.0
+        if allowed is not None:
+            pos &= allowed[slots]
         return np.concatenate((lex_slots, slots[pos])), np.concatenate((lex, cos[pos]))
 
     def relevance(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,

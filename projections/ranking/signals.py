@@ -56,9 +56,9 @@ class Why(msgspec.Struct, frozen=True, omit_defaults=True):
     shown: list[Shown] = []
 
 
-class NoteSignals(msgspec.Struct, frozen=True):
+class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     """A packed note as a result lists it: every signal that ranked it (the contract's
-    ``notes`` fields, in order)."""
+    ``notes`` fields, in order), then its ``metadata`` when it has some."""
 
     note_id: str
     text: str
@@ -71,18 +71,22 @@ class NoteSignals(msgspec.Struct, frozen=True):
     uses: int
     age_days: float
     created_at: datetime
+    metadata: dict[str, str | int | float | bool] | None = None
+    """The note's metadata (omitted when it has none)."""
 
     def signals(self) -> NoteSignals:
         """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
         return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
                            self.relevance, self.recency, self.tier, self.uses, self.age_days,
-                           self.created_at)
+                           self.created_at, self.metadata)
 
 
 class ScoredNote(NoteSignals, frozen=True):
     """A candidate: the signals plus whether the packer chose it (``candidates`` fields)."""
 
-    chosen: bool
+    chosen: bool | None = None
+    """Whether the packer chose it (always set; None only as the default that lets it
+    follow ``metadata``)."""
 
 
 class RankResult(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -263,7 +263,11 @@ class Client:
             raise CatchUpTimeout(f"namespace {ns!r} was not projected up to the erasure in "
                                  f"{timeout_s:g}s (is a worker running? see `hivemind "
                                  "worker`); nothing is redacted yet: erase again once it is")
-        red = erasure.redact(self.store, ns, ids)
+        from hivemind_memory.api_stub.protocol.job_erasure import redact_jobs
+
+        ttl = self.settings.result_ttl_seconds
+        red = erasure.redact(self.store, ns, ids,
+                             also=lambda c: redact_jobs(self.rq, self.store, ns, c, ttl))
         if red.not_erased:
             raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
                              "read model after the projector folded their note.erased")
@@ -294,12 +298,17 @@ class Client:
                     ev = msgspec.structs.replace(ev, supersedes=superseded[:MAX_SUPERSEDES])
         return RememberOutcome(self.append_checked([ev]), found, list(ev.supersedes))
 
+    def not_after(self) -> datetime:
+        """The latest ``at`` an event may carry now: the clock plus ``max_future_skew_s``."""
+        return datetime.now(UTC) + timedelta(seconds=self.settings.max_future_skew_s)
+
     def _validated(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
         evs: list[Event] = []
+        not_after = self.not_after()
         for i, e in enumerate(events, start=1):
             if isinstance(e, msgspec.Struct):
                 e = msgspec.to_builtins(e)
-            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i))
+            evs.append(parse_json_event(msgspec.json.encode(e), lineno=i, not_after=not_after))
         return evs
 
     def schedule(self, nss: Iterable[str]) -> None:

@@ -418,7 +418,7 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
         return QueryTimeout(message)
     if status == 422 and kind == "event":
         return EventError(message)
-    if status in (400, 404, 422):
+    if status in (400, 404, 422, 507):  # 507: namespace_too_large (the worker's budget)
         return QueryError(code, message)
     return StoreError(f"{status} {code}: {message}")
 

@@ -1,4 +1,5 @@
-"""``python -m bench quality [--data DIR] [--config FILE]``: evidence recall on LoCoMo.
+"""``python -m bench quality [--task locomo|longmemeval] [--data DIR] [--config FILE]``: evidence
+recall on LoCoMo (the default) or LongMemEval-S (``bench.quality_longmemeval``).
 
 Builds the task of ``../shared/benchmarks/locomo-dev/README.md`` (``bench.locomo``), answers
 every question at each budget through hivemind's own query path (an index built from the
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import longmemeval as lme
 from bench.locomo import CATEGORIES, DEFAULT_DATA, Conversation, load_task, recall
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, load_config
@@ -224,17 +226,32 @@ def table(rows: Sequence[Row], budgets: Sequence[int], n_questions: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench quality", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                    help=f"the LoCoMo folder (default {DEFAULT_DATA})")
+    ap.add_argument("--task", choices=("locomo", "longmemeval"), default="locomo",
+                    help="the benchmark (default locomo)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"the benchmark's folder (default {DEFAULT_DATA} or "
+                         f"{lme.DEFAULT_DATA})")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="longmemeval: only the first N questions of the file")
     ap.add_argument("--config", default=None, help="ranking config TOML for hivemind's row")
     ap.add_argument("--no-baselines", action="store_true", help="hivemind's rows only")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra hivemind row with these overrides (repeatable; "
                          "'analyzer=plain;relevance=bm25' for several keys)")
     args = ap.parse_args(argv)
-    convs = load_task(args.data)
-    n = sum(len(c.questions) for c in convs)
     cfg = load_config(args.config) if args.config else DEFAULT
+    if args.task == "longmemeval":
+        from bench import quality_longmemeval
+        from hivemind_memory.projections.ranking.config import with_overrides
+
+        qs = lme.load_task(args.data or lme.DEFAULT_DATA, args.limit)
+        label = ("hivemind (default config)" if args.config is None
+                 else f"hivemind ({args.config})")
+        extra = [(f"hivemind {spec}", with_overrides(cfg, _overrides(spec)))
+                 for spec in args.set]
+        return quality_longmemeval.run(qs, cfg, label, extra, not args.no_baselines)
+    convs = load_task(args.data or DEFAULT_DATA)
+    n = sum(len(c.questions) for c in convs)
     rows = [evaluate("hivemind (default config)" if args.config is None
                      else f"hivemind ({args.config})", hivemind_picker(convs, cfg), convs)]
     if cfg.relevance == "calibrated":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 import msgspec
 
 from hivemind_memory.events.errors import EventError
-from hivemind_memory.events.schema import Event, NoteCreated, check_ids
+from hivemind_memory.events.schema import Event, NoteCreated, NoteRevised, check_ids
 from hivemind_memory.events.times import to_utc
 
 _json_decode = msgspec.json.Decoder(Event).decode
@@ -33,11 +33,15 @@ def _decoded(ev: Event) -> Event:
     return _to_utc(ev)
 
 
-def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
+def parse_json_event(line: str | bytes, lineno: int | None = None,
+                     not_after: datetime | None = None) -> Event:
     """One JSON object -> a validated event with ``at`` in UTC.
 
     Raises ``EventError`` whose message starts with ``line N:`` and names the field
-    (msgspec's ``at `$.field``` path).
+    (msgspec's ``at `$.field``` path). Besides the schema: a note's text must hold more than
+    whitespace, and with ``not_after`` (the caller's clock plus the allowed skew: this layer
+    reads no clock) ``at`` may not be later than it. Past times are always fine (``ingest``
+    of an old log).
     """
     where = f"line {lineno}: " if lineno is not None else ""
     try:
@@ -47,11 +51,21 @@ def parse_json_event(line: str | bytes, lineno: int | None = None) -> Event:
         raise EventError(f"{where}invalid event: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise EventError(f"{where}malformed JSON: {exc}") from exc
+    except RecursionError:  # msgspec's own depth limit: nesting no event has
+        raise EventError(f"{where}malformed JSON: nested too deeply") from None
+    if isinstance(ev, NoteCreated | NoteRevised) and ev.redacted is None and \
+            not ev.text.strip():
+        raise EventError(f"{where}invalid event: text is only whitespace - at `$.text`")
     try:
-        return _to_utc(ev)
+        ev = _to_utc(ev)
     except ValueError as exc:
         field = "expires_at" if "expires_at" in str(exc) else "at"
         raise EventError(f"{where}invalid event: {exc} - at `$.{field}`") from None
+    if not_after is not None and ev.at > not_after:
+        raise EventError(f"{where}invalid event: at {ev.at.isoformat()} is in the future "
+                         f"(later than {not_after.isoformat()}, the clock plus the allowed "
+                         "skew) - at `$.at`")
+    return ev
 
 
 def encode_event(ev: Event) -> bytes:

@@ -3,7 +3,8 @@ trail) as JSON Lines, so an archive replays on another Redis with the same answe
 
 Event lines are exactly what ``hivemind ingest`` accepts (original ``event_id`` and ``at``, in
 log order; unset optional fields left out). With ``--with-audit`` three more line types follow:
-``ranking.config`` (``digest``, ``config``), ``query.embedding`` (``digest``, ``embedding``) and
+``ranking.config`` (``digest``, ``config``), ``query.embedding`` (``digest``, ``embedding``;
+one an erasure emptied: ``embedding`` null and ``redacted``, the erased note's id) and
 ``query.served`` (the audit event, its log positions given as ``log_index`` / ``seen_index`` =
 how many of the file's event lines precede or are at that position, because stream ids are
 assigned anew on the target). ``import`` appends the events in order and maps the indexes back
@@ -93,6 +94,9 @@ def export(r: Store, ns: str, out: IO[bytes], *, until: datetime | None = None,
     for digest, raw in dict.fromkeys(audit_store.read_embeddings(r, ns)):
         out.write(encode({"type": "query.embedding", "digest": digest,
                           "embedding": msgspec.json.decode(raw)}) + b"\n")
+    for digest, nid in audit_store.redacted_embeddings(r, ns).items():  # emptied by erasures
+        out.write(encode({"type": "query.embedding", "digest": digest, "embedding": None,
+                          "redacted": nid}) + b"\n")
     for x in all_served(r, ns):
         if until_ms is not None and parse_pos(x.audit_id).ms > until_ms:
             break
@@ -120,6 +124,8 @@ class _Parsed:
     nss: set[str] = field(default_factory=set)
     configs: dict[str, bytes] = field(default_factory=dict)
     embeddings: dict[str, bytes] = field(default_factory=dict)
+    redacted: dict[str, str] = field(default_factory=dict)
+    """Embeddings an erasure emptied: digest -> the erased note."""
     served: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -138,6 +144,8 @@ def _parse(fh: IO[bytes]) -> _Parsed:
             elif typ == "ranking.config":
                 cfg = msgspec.convert(obj["config"], RankingConfig)
                 got.configs[str(obj["digest"])] = encode(cfg)
+            elif typ == "query.embedding" and obj.get("redacted") is not None:
+                got.redacted[str(obj["digest"])] = msgspec.convert(obj["redacted"], str)
             elif typ == "query.embedding":
                 emb = msgspec.convert(obj["embedding"], list[float])
                 got.embeddings[str(obj["digest"])] = encode(emb)
@@ -163,7 +171,7 @@ def import_archive(r: Store, path: str, *, on_chunk: Callable[[set[str]], None] 
     with audit lines is restored into a namespace whose log is empty, so its positions map."""
     with open(path, "rb") as fh:
         got = _parse(fh)
-    if got.served or got.configs or got.embeddings:
+    if got.served or got.configs or got.embeddings or got.redacted:
         if len(got.nss) > 1:
             got.errors.append("an archive with audit lines must hold one namespace, found "
                               + ", ".join(sorted(got.nss)))
@@ -221,9 +229,9 @@ def import_archive(r: Store, path: str, *, on_chunk: Callable[[set[str]], None] 
                                               if k in _served_fields or k == "type"},
                                              QueryServed)))
     target = sorted(got.nss) or [ns_of(str(d["query_id"])) for _, d in got.served[:1]]
-    if target and (got.served or got.configs or got.embeddings):
+    if target and (got.served or got.configs or got.embeddings or got.redacted):
         audit_store.restore(r, target[0], list(got.configs.items()),
-                            list(got.embeddings.items()), events)
+                            list(got.embeddings.items()), events, got.redacted)
         rep.namespaces.add(target[0])
     rep.served, rep.configs, rep.embeddings = len(events), len(got.configs), len(got.embeddings)
     return rep

@@ -167,6 +167,9 @@ def from_uses(r: Store, ns: str, auditor: Auditor, window: timedelta,
         if not s.agent or not s.chosen:
             skipped["anonymous or empty"] = skipped.get("anonymous or empty", 0) + 1
             continue
+        if s.redacted:  # its text was an erased note's: nothing to learn from
+            skipped["erased"] = skipped.get("erased", 0) + 1
+            continue
         req, _, _ = auditor.inputs(s)
         shown = {nid for nid, _ in s.chosen}
         used = {nid for nid in shown

@@ -100,7 +100,7 @@ def sweep_configs(auditor: Auditor, served: Sequence[ServedEntry], combos: Seque
     rows = [SweepRow(label(c), overrides=c) for c in combos]
     for x in log_order(served):
         s = x.event
-        if not s.seen:  # a legacy event: its state cannot be rebuilt
+        if not s.seen or s.redacted:  # legacy: no state to rebuild; erased: no text
             continue
         req, cfg, _causes = auditor.inputs(s)
         was = [nid for nid, _ in s.chosen]

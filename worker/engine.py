@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any, Literal
 
 import msgspec
+import redis
 import structlog
 from rq import Queue
 
@@ -43,12 +44,24 @@ from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, erasure, keys, results
-from hivemind_memory.projections.store.index_loader import changes_last, refresh_index
+from hivemind_memory.projections.store.index_loader import (
+    changes_last,
+    refresh_index,
+    trim_heap,
+)
+from hivemind_memory.projections.store.index_size import estimate_load_bytes
 from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
+from hivemind_memory.worker.memory import (
+    MIB,
+    IndexCache,
+    default_budget_mib,
+    mib,
+    too_large_message,
+)
 from hivemind_memory.worker.projector import ensure_projected, redaction_enqueuer
 
 log = structlog.get_logger("hivemind.query")
@@ -93,6 +106,10 @@ class Pending:
         self.body = error_json(self.env.query_id, code, message)
 
 
+class IndexUnavailable(QueryError):
+    """A namespace's index cannot be held by this worker (the code says why)."""
+
+
 class QueryEngine:
     """Per-process query state: the live indexes and a small cache of as-of folds."""
 
@@ -108,7 +125,10 @@ class QueryEngine:
         self.embedder = embedder_for(cfg.embedder) if embedder == "config" else embedder
         """Embeds the notes as indexes load and the queries of calibrated relevance."""
         self.embedder_digest = "" if self.embedder is None else self.embedder.digest()
-        self.live: dict[str, NamespaceIndex] = {}
+        budget = settings.memory_budget_mib or default_budget_mib()
+        self.live = IndexCache(budget * MIB)
+        """The namespaces' live indexes, least recently used evicted past the memory budget
+        (``worker.memory``)."""
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
         self.fences: dict[str, bytes | None] = {}
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
@@ -125,6 +145,7 @@ class QueryEngine:
         a time (``WAVE``), one wave in flight while the next is ranked."""
         with no_cycle_collection(), results.Publisher(self.r) as pub:  # structs by the 1,000
             todo = self.answer(envelopes, lambda wave: self._publish(wave, pub))
+        self.live.publish()
         ok = sum(q.result is not None for q in todo)
         before = sum(q.before for q in todo)
         return {"ok": ok, "failed": len(todo) - ok - before, "already": before}
@@ -245,31 +266,92 @@ class QueryEngine:
 
     def _refresh(self, todo: list[Pending], current: set[str]) -> dict[str, NamespaceIndex]:
         """Refresh the live index of each namespace that has a live query left, once (not
-        those ``current`` names: nothing changed since their index last caught up)."""
+        those ``current`` names: nothing changed since their index last caught up), within
+        the memory budget: least recently used indexes are evicted to make room (never one
+        this batch uses), and a namespace that cannot be held has its live queries answered
+        at once with the reason (``namespace_too_large``, ``worker_out_of_memory``,
+        ``index_load_failed``)."""
         out: dict[str, NamespaceIndex] = {}
+        failed: dict[str, tuple[str, str]] = {}
         for q in todo:
             if q.body is None and q.req is not None and q.req.as_of is None \
-                    and q.ns not in out:
-                if q.ns in current:
+                    and q.ns not in out and q.ns not in failed:
+                if q.ns in current and q.ns in self.live:
                     out[q.ns] = self.live[q.ns]
                     continue
-                idx = self.live.get(q.ns)
-                if idx is None:
-                    idx = self.live[q.ns] = NamespaceIndex(q.ns)
-                full, part = idx.full_loads, idx.incremental_notes
-                refresh_index(self.r, idx, self.embedder)
-                for _ in range(REFRESH_TRIES):
-                    # a batch committed between reading the changes and the notes leaves
-                    # some notes newer than the checkpoint: refresh until nothing moved, so
-                    # the index is exactly the log up to its checkpoint (audit replay)
-                    if idx.changes_seen is None or changes_last(self.r, q.ns) == \
-                            idx.changes_seen:
-                        break
-                    refresh_index(self.r, idx, self.embedder)
-                if idx.full_loads != full or idx.incremental_notes != part:
-                    metrics.observe_index_load(q.ns, full=idx.full_loads != full)
-                out[q.ns] = idx
+                try:
+                    out[q.ns] = self._hold(q.ns, out)
+                except IndexUnavailable as exc:
+                    failed[q.ns] = (exc.code, exc.message)
+        for q in todo:
+            if q.body is None and q.req is not None and q.req.as_of is None and q.ns in failed:
+                q.fail(*failed[q.ns])
+        self._evict(self.live.make_room(0, keep=out))  # what a job of many namespaces held
         return out
+
+    def _hold(self, ns: str, using: dict[str, NamespaceIndex]) -> NamespaceIndex:
+        """``ns``'s live index, loaded or refreshed, measured and within the budget (room
+        made by evicting the least recently used of those not in ``using``); raises
+        ``IndexUnavailable`` when it cannot be."""
+        cache = self.live
+        idx = cache.get(ns)
+        if idx is None:
+            need = estimate_load_bytes(self.r, ns)
+            if need is not None and need > cache.budget:
+                raise self._unavailable(ns, "namespace_too_large", too_large_message(
+                    ns, need, cache.budget, measured=False))
+            self._evict(cache.make_room(need or 0, keep=using))
+            idx = cache[ns] = NamespaceIndex(ns)
+        full, part = idx.full_loads, idx.incremental_notes
+        try:
+            refresh_index(self.r, idx, self.embedder)
+            for _ in range(REFRESH_TRIES):
+                # a batch committed between reading the changes and the notes leaves
+                # some notes newer than the checkpoint: refresh until nothing moved, so
+                # the index is exactly the log up to its checkpoint (audit replay)
+                if idx.changes_seen is None or changes_last(self.r, ns) == idx.changes_seen:
+                    break
+                refresh_index(self.r, idx, self.embedder)
+        except MemoryError:
+            cache.pop(ns)
+            del idx
+            trim_heap()
+            raise self._unavailable(ns, "worker_out_of_memory", (
+                f"this worker ran out of memory loading namespace {ns!r} (holding "
+                f"{len(cache)} other namespaces, {mib(cache.held_bytes())} of its "
+                f"{mib(cache.budget)} budget): give it a smaller --memory-budget, more "
+                "memory, or fewer namespaces")) from None
+        except redis.RedisError:
+            cache.pop(ns)
+            raise
+        except Exception as exc:  # a load that fails for another cause says which
+            cache.pop(ns)
+            log.exception("index_load_failed", ns=ns)
+            raise self._unavailable(ns, "index_load_failed", (
+                f"this worker could not load namespace {ns!r}: {type(exc).__name__}: "
+                f"{exc}")) from None
+        if idx.full_loads != full or idx.incremental_notes != part:
+            metrics.observe_index_load(ns, full=idx.full_loads != full)
+        size = cache.measure(ns)
+        if size > cache.budget:
+            cache.pop(ns)
+            trim_heap()
+            raise self._unavailable(ns, "namespace_too_large", too_large_message(
+                ns, size, cache.budget, measured=True))
+        cache.loaded(ns)
+        return idx
+
+    def _evict(self, evicted: list[str]) -> None:
+        if evicted:
+            log.info("indexes_evicted", namespaces=evicted, budget=self.live.budget)
+            metrics.observe_evictions(len(evicted))
+            trim_heap()
+
+    def _unavailable(self, ns: str, code: str, message: str) -> IndexUnavailable:
+        self.live.failed(ns, code, message)
+        metrics.observe_load_failure(ns, code)
+        log.warning("index_unavailable", ns=ns, code=code, message=message)
+        return IndexUnavailable(code, message)
 
     def _as_of_index(self, req: QueryRequest, position: str) -> NamespaceIndex:
         """The index of the log prefix up to ``position``, events with ``at`` <= as_of."""

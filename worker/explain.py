@@ -377,6 +377,8 @@ def explain(r: Store, ns: str, fallback: RankingConfig, query_id: str,
     why_not = ""
     if not s.seen:
         why_not = LEGACY
+    elif s.redacted:
+        why_not = f"its query text was a version of note {s.redacted}, erased since"
     elif not derive_it:
         why_not = "only the recorded part was asked for"
     else:

@@ -40,6 +40,34 @@ BEAT_EVERY_S = 2.0
 """How often a worker renews its heartbeat (five renewals fit in one TTL)."""
 
 
+class LoadFailure(msgspec.Struct, frozen=True):
+    """Why a worker could not hold a namespace's index (``worker.memory``)."""
+
+    ns: str
+    code: str
+    """``namespace_too_large``, ``worker_out_of_memory`` or ``index_load_failed``."""
+    message: str
+    at: float
+    """Unix time of the failure (the worker's clock)."""
+
+
+class IndexMemory(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A worker's namespace indexes against its memory budget, as of its last query job."""
+
+    budget: int
+    """Bytes (``--memory-budget``)."""
+    held: int
+    """Bytes of the indexes it holds (``projections.ranking.footprint``)."""
+    namespaces: int
+    """How many indexes it holds."""
+    largest: dict[str, int] = {}
+    """The largest held indexes (at most ``worker.memory.REPORTED``), bytes each."""
+    evictions: int = 0
+    """Indexes evicted to stay within the budget since the worker started."""
+    failures: list[LoadFailure] = []
+    """The namespaces it could not hold lately, the most recent last."""
+
+
 class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
     """What a worker process says about itself at each beat."""
 
@@ -57,6 +85,8 @@ class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the worker is doing, when it knows better than RQ's registry (in-process)."""
     successful_jobs: int = 0
     failed_jobs: int = 0
+    memory: IndexMemory | None = None
+    """Its query indexes against its memory budget (None before its first query job)."""
 
 
 _enc = msgspec.json.Encoder()
@@ -84,6 +114,7 @@ class Doing:
     state: str = ""
     successful_jobs: int = 0
     failed_jobs: int = 0
+    memory: IndexMemory | None = None
 
 
 class Heartbeat:
@@ -117,7 +148,8 @@ class Heartbeat:
         rec = WorkerBeat(name=self.name, kind=self.kind, hostname=socket.gethostname(),
                          pid=os.getpid(), queues=self.queues, started_at=self.started_at,
                          beat_at=datetime.now(UTC), state=doing.state,
-                         successful_jobs=doing.successful_jobs, failed_jobs=doing.failed_jobs)
+                         successful_jobs=doing.successful_jobs, failed_jobs=doing.failed_jobs,
+                         memory=doing.memory)
         p = self.rq.pipeline(transaction=False)
         p.set(keys.worker_beat(self.name), _enc.encode(rec), ex=self.ttl_s)
         p.sadd(keys.WORKERS, self.name)
@@ -161,4 +193,5 @@ class Heartbeat:
                 self._failing = False
 
 
-__all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "WorkerBeat", "live_count", "read_beats"]
+__all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "IndexMemory", "LoadFailure", "WorkerBeat",
+           "live_count", "read_beats"]

@@ -30,6 +30,7 @@ from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.heartbeat import Doing, Heartbeat
 from hivemind_memory.worker.loop import worker_name
+from hivemind_memory.worker.memory import reported
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -64,7 +65,7 @@ class InProcessWorker:
             rt.rq, f"{worker_name()}-inprocess", "in-process",
             [rt.query_queue.name, rt.project_queue.name], healthy=self._thread.is_alive,
             describe=lambda: Doing("busy" if self._busy else "idle", self.successful_jobs,
-                                   self.failed_jobs))
+                                   self.failed_jobs, reported(rt.cache)))
         """Counted by readiness, ``status`` and ``/metrics`` like any worker process."""
         self.caught_up = threading.Event()
         """Set once every namespace behind at start (all of them, after a restart of a

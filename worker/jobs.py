@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from hivemind_memory.api_stub.protocol.job_erasure import redact_jobs
 from hivemind_memory.api_stub.protocol.messages import Envelope
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN
 from hivemind_memory.projections.store import erasure
@@ -44,6 +45,8 @@ def redact_notes(ns: str, note_ids: list[str]) -> dict[str, Any]:
     if not isinstance(note_ids, list) or not all(
             isinstance(n, str) and re.fullmatch(ID_PATTERN, n) for n in note_ids):
         raise ValueError(f"redact_notes: {note_ids!r} is not a list of note ids")
-    red = erasure.redact(runtime.current().store, ns, note_ids)
+    rt = runtime.current()
+    red = erasure.redact(rt.store, ns, note_ids, also=lambda c: redact_jobs(
+        rt.rq, rt.store, ns, c, rt.settings.result_ttl_seconds))
     return {"ns": ns, "erased": red.erased, "not_erased": red.not_erased,
             **erasure.erasure_counts(red)}

@@ -25,7 +25,8 @@ from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Heartbeat
+from hivemind_memory.worker.heartbeat import Doing, Heartbeat
+from hivemind_memory.worker.memory import default_budget_mib, reported
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -85,8 +86,10 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S)
     log.info("worker_started", name=name, queues=[q.name for q in queues],
              store=redact(rt.settings.redis_url), config_digest=rt.cfg.digest(),
              namespaces=len(namespaces(rt.store)), behind=late, burst=burst,
-             idle_sweep_s=None if burst else idle_s, pid=os.getpid())
-    beat = Heartbeat(rt.rq, name, "worker", [q.name for q in queues]).start()
+             idle_sweep_s=None if burst else idle_s, pid=os.getpid(),
+             memory_budget_mib=rt.settings.memory_budget_mib or default_budget_mib())
+    beat = Heartbeat(rt.rq, name, "worker", [q.name for q in queues],
+                     describe=lambda: Doing(memory=reported(rt.cache))).start()
     try:
         return _work(rt, queues, name, burst, idle_s)
     finally:

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from hivemind_memory.projections.store.readmodel import BatchInfo
 from hivemind_memory.projections.store.types import QueueConn, Store
-from hivemind_memory.worker.status import live_workers, read_status
+from hivemind_memory.worker.status import WorkerStatus, live_workers, read_status
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The content type of ``render()``'s bytes."""
@@ -50,6 +50,13 @@ LATENCY = Histogram("hivemind_query_latency_seconds",
                     "Time from a query job picking a query up to its answer being published",
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                              2.5, 5.0, 10.0, 30.0), registry=REGISTRY)
+INDEX_EVICTIONS = Counter("hivemind_index_evictions",
+                          "Namespace indexes this process evicted to stay within its memory "
+                          "budget", registry=REGISTRY)
+INDEX_LOAD_FAILURES = Counter("hivemind_index_load_failures",
+                              "Namespace indexes this process could not hold, by reason "
+                              "(namespace_too_large, worker_out_of_memory, index_load_failed)",
+                              ["ns", "code"], registry=REGISTRY)
 INDEX_LOADS = Counter("hivemind_index_loads",
                       "Namespace index refreshes: full (first use, replay, trim gap) or "
                       "incremental (from the changes stream)", ["ns", "kind"], registry=REGISTRY)
@@ -72,6 +79,16 @@ def observe_queries(ns: str, ok: bool, n: int) -> None:
     """Count ``n`` answered queries of one namespace and outcome (their latencies go to
     ``LATENCY`` one by one)."""
     QUERIES.labels(ns or "_invalid", "ok" if ok else "error").inc(n)
+
+
+def observe_evictions(n: int) -> None:
+    """Count ``n`` evicted indexes."""
+    INDEX_EVICTIONS.inc(n)
+
+
+def observe_load_failure(ns: str, code: str) -> None:
+    """Count one namespace this process could not hold."""
+    INDEX_LOAD_FAILURES.labels(ns, code).inc()
 
 
 def observe_index_load(ns: str, full: bool) -> None:
@@ -114,9 +131,43 @@ class StoreCollector(Collector):
         yield GaugeMetricFamily("hivemind_workers",
                                 "Live worker processes (heartbeats; what /readyz counts)",
                                 value=len(st.workers))
+        yield from _memory_families(st.workers)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # nothing to read from Redis at registration time
+
+
+def _memory_families(workers: list[WorkerStatus]) -> Iterator[Metric]:
+    """Each live worker's index memory, budget, held namespaces and load failures (from its
+    heartbeat, ``worker.memory``)."""
+    held = GaugeMetricFamily("hivemind_worker_index_bytes",
+                             "Bytes of the namespace indexes the worker holds",
+                             labels=["worker"])
+    budget = GaugeMetricFamily("hivemind_worker_memory_budget_bytes",
+                               "The worker's index memory budget (--memory-budget)",
+                               labels=["worker"])
+    count = GaugeMetricFamily("hivemind_worker_namespaces_held",
+                              "Namespace indexes the worker holds", labels=["worker"])
+    evicted = CounterMetricFamily("hivemind_worker_index_evictions",
+                                  "Indexes the worker evicted to stay within its budget",
+                                  labels=["worker"])
+    failing = GaugeMetricFamily("hivemind_worker_namespaces_unavailable",
+                                "Namespaces the worker could not hold lately, by reason",
+                                labels=["worker", "code"])
+    for w in workers:
+        m = w.memory
+        if m is None:
+            continue
+        held.add_metric([w.name], m.held)
+        budget.add_metric([w.name], m.budget)
+        count.add_metric([w.name], m.namespaces)
+        evicted.add_metric([w.name], m.evictions)
+        codes: dict[str, int] = {}
+        for f in m.failures:
+            codes[f.code] = codes.get(f.code, 0) + 1
+        for code, n in sorted(codes.items()):
+            failing.add_metric([w.name, code], n)
+    yield from (held, budget, count, evicted, failing)
 
 
 _collector: StoreCollector | None = None

@@ -346,7 +346,11 @@ class Auditor:
         self.history = ConfigHistory.load(r, ns)
         self.embeddings: dict[str, bytes | None] = {}
         """Filed embeddings by digest (None: an entry under it does not hash to it)."""
+        self.erased_embeddings = audit_store.redacted_embeddings(r, ns)
+        """Filed embeddings an erasure emptied: digest -> the erased note."""
         for d, raw in audit_store.read_embeddings(r, ns):
+            if d in self.erased_embeddings:
+                continue
             ok = digest_bytes(raw)[:32] == d and self.embeddings.get(d, raw) is not None
             self.embeddings[d] = raw if ok else None
         self.states = States(r, ns, embedder=self.embedder)
@@ -375,6 +379,17 @@ class Auditor:
                 out.append(nid)
         return out
 
+    def erased_inputs(self, s: QueryServed) -> dict[str, str]:
+        """The query's own inputs an erasure removed (its text, its filed embedding, as its
+        audit entry and the embedding entry record): erased note -> what went."""
+        out: dict[str, str] = {}
+        if s.redacted:
+            out[s.redacted] = f"query text was a version of note {s.redacted}, erased since"
+        nid = self.erased_embeddings.get(s.embedding_digest) if s.embedding_digest else None
+        if nid is not None:
+            out.setdefault(nid, f"query embedding was note {nid}'s, erased since")
+        return out
+
     def inputs(self, s: QueryServed) -> tuple[QueryRequest, RankingConfig, list[str]]:
         """The request and the config to re-run ``s`` with, and any cause already known."""
         causes: list[str] = []
@@ -386,6 +401,13 @@ class Auditor:
             else:
                 emb = msgspec.json.decode(raw, type=list[float])
         req = request_of(s, self.ns, emb)
+        cfg, more = self.config_of(s)
+        return req, cfg, causes + more
+
+    def config_of(self, s: QueryServed) -> tuple[RankingConfig, list[str]]:
+        """The config to re-run ``s`` under, and what is wrong with its recorded inputs
+        besides the request (the config history, the log position it saw)."""
+        causes: list[str] = []
         got = self.history.get(s.config_digest)
         if isinstance(got, str):
             cfg = effective_config(self.fallback, s.overrides)
@@ -396,7 +418,7 @@ class Auditor:
         if s.seen and parse_pos(s.seen) != ZERO and \
                 not audit_store.log_entry_exists(self.r, self.ns, parse_pos(s.seen)):
             causes.append(f"log rewritten: no entry at position {s.seen} any more")
-        return req, cfg, causes
+        return cfg, causes
 
     def rerun(self, s: QueryServed, req: QueryRequest, cfg: RankingConfig
               ) -> tuple[QueryResult, dict[str, NoteState]]:
@@ -415,6 +437,15 @@ class Auditor:
         s = x.event
         if not s.seen:
             return Reproduction(x, identical=False, causes=[LEGACY], legacy=True)
+        lost = self.erased_inputs(s)
+        if lost:  # cannot be re-run: what it asked was erased with the note
+            _, causes = self.config_of(s)
+            if causes:  # other inputs damaged too: not the erasure alone
+                return Reproduction(x, identical=False, causes=[*lost.values(), *causes],
+                                    differences=["cannot re-run: its query was erased, and "
+                                                 "other recorded inputs are damaged"])
+            return Reproduction(x, identical=False, causes=list(lost.values()),
+                                erased=sorted(lost))
         req, cfg, causes = self.inputs(s)
         res, notes = self.rerun(s, req, cfg)
         body = encode(res)

@@ -20,7 +20,7 @@ from hivemind_memory.projections.store.log import namespaces, read_after
 from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
-from hivemind_memory.worker.heartbeat import read_beats
+from hivemind_memory.worker.heartbeat import IndexMemory, read_beats
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -67,6 +67,9 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     failed_jobs: int
     kind: str = "worker"
     """``worker`` (a ``hivemind worker`` process) or ``in-process`` (inside ``serve``/``mcp``)."""
+    memory: IndexMemory | None = None
+    """Its namespace indexes against its memory budget, and the namespaces it could not
+    hold lately (None before its first query job)."""
 
 
 class Status(msgspec.Struct, frozen=True):
@@ -166,7 +169,7 @@ def live_workers(rq: QueueConn) -> list[WorkerStatus]:
             name=b.name, state=_text(state) or b.state or "idle", queues=b.queues,
             hostname=b.hostname, pid=b.pid, last_heartbeat=b.beat_at,
             successful_jobs=int(_text(ok) or b.successful_jobs),
-            failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind))
+            failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind, memory=b.memory))
     return sorted(out, key=lambda w: w.name)
 
 

@@ -156,6 +156,10 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     embedder_digest: str = ""
     """Digest of the embedder whose vectors ranked it (``Embedder.digest``); empty: none
     (``bm25`` relevance, or no embedder)."""
+    redacted: str = ""
+    """Non-empty: an erasure removed this query's text (``text`` is empty), because it was a
+    version of that note (its id), and its filed embedding; written by the erasure only
+    (``projections.store.erasure``)."""
     filter: dict[str, Any] | None = None
     """The request's metadata filter (None: none)."""
 

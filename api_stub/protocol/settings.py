@@ -53,9 +53,16 @@ class Settings:
     """How long a query job waits for the projection to reach its submission position."""
     job_timeout_s: int = 600
     """RQ job timeout."""
+    memory_budget_mib: int | None = None
+    """A worker's index memory (``worker.memory``): the namespace indexes it holds, least
+    recently used evicted past it. None: derived from the machine when the worker starts (a
+    quarter of its cgroup limit or physical memory, ``worker.memory.default_budget_mib``)."""
     audit_left_out: int = 20
     """Left-out notes each served query's audit entry records, the strongest first (with
     their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
+    max_future_skew_s: float = 300.0
+    """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
+    refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -74,11 +81,13 @@ class Settings:
             "HIVEMIND_BATCH_SIZE": ("batch_size", int),
             "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
             "HIVEMIND_LOCK_LEASE_MS": ("lock_lease_ms", int),
+            "HIVEMIND_MEMORY_BUDGET_MIB": ("memory_budget_mib", int),
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
             "HIVEMIND_PACKER": ("packer", str),
             "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
+            "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -96,6 +105,9 @@ class Settings:
                      "query_chunk"):
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
+        if s.memory_budget_mib is not None and s.memory_budget_mib < 1:
+            raise ConfigError("HIVEMIND_MEMORY_BUDGET_MIB / --memory-budget must be >= 1 "
+                              f"(MiB), got {s.memory_budget_mib}")
         s.check_urls()
         if s.packer not in PACKERS:
             raise ConfigError(f"HIVEMIND_PACKER / packer must be one of {', '.join(PACKERS)}, "
@@ -103,6 +115,9 @@ class Settings:
         if not 0 <= s.audit_left_out <= MAX_AUDIT_LEFT_OUT:
             raise ConfigError(f"HIVEMIND_AUDIT_LEFT_OUT / audit_left_out must be within "
                               f"0..{MAX_AUDIT_LEFT_OUT}, got {s.audit_left_out}")
+        if not 0 <= s.max_future_skew_s <= 366 * 86400:
+            raise ConfigError(f"HIVEMIND_MAX_FUTURE_SKEW / max_future_skew_s must be within "
+                              f"0..31622400 seconds, got {s.max_future_skew_s}")
         if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")

@@ -48,6 +48,7 @@ from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
 from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.access import AccessLog
 from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
+from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.tokens import (
     Grant,
     Right,
@@ -104,6 +105,11 @@ MAX_AUDIT = 1000
 """Most audit entries in one ``GET .../audit``."""
 MAX_DEAD = 10_000
 """Most dead letters in one ``GET .../dead`` (``?limit=``, default 1000 as in the CLI)."""
+MEMORY_STATUS = {"namespace_too_large": 507, "worker_out_of_memory": 503,
+                 "index_load_failed": 503}
+"""HTTP status of the errors of a worker that cannot hold a namespace's index (its memory
+budget, ``worker.memory``): 507 Insufficient Storage when the namespace does not fit the
+budget at all, 503 when a load failed (a retry may find memory free or another worker)."""
 MAX_REPRODUCE = 1000
 """Most query ids in one ``POST .../audit/reproduce`` (``"all": true`` has no cap)."""
 
@@ -366,6 +372,9 @@ class Api:
             return msgspec.json.decode(b"".join(chunks))
         except msgspec.DecodeError as exc:
             raise ApiError(400, "malformed_json", f"body is not JSON: {exc}") from exc
+        except RecursionError:  # msgspec's depth limit: no request nests that deep
+            raise ApiError(400, "malformed_json", "body is not JSON this API takes: nested "
+                           "too deeply") from None
 
     @staticmethod
     def identity(g: Grant, claimed: Any, where: str) -> str:
@@ -440,7 +449,7 @@ class Api:
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
         try:
-            return parse_json_event(_json.encode(ev))
+            return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
             raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
 
@@ -517,8 +526,8 @@ class Api:
         res = msgspec.json.decode(raw)
         if "error" in res:
             code = res["error"]["code"]
-            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else 422, code,
-                           res["error"]["message"])
+            raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
+                           MEMORY_STATUS.get(code, 422), code, res["error"]["message"])
         notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
                  for n in res["notes"]]
         return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
@@ -539,8 +548,8 @@ class Api:
         obj = msgspec.json.decode(body)
         if "error" in obj:
             code = obj["error"]["code"]
-            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504}.get(
-                code, 500)
+            status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504,
+                      **MEMORY_STATUS}.get(code, 500)
             return Response(body, status_code=status, media_type="application/json")
         return Response(body, media_type="application/json")
 
@@ -667,15 +676,18 @@ class Api:
                 self.client.store.ping()
             except redis.RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
-            if self.opts.workers_alive is not None:
-                n = self.opts.workers_alive()
-            else:  # the heartbeats /metrics and `hivemind status` count too
-                n = heartbeat.live_count(self.client.rq)
+            beats = heartbeat.read_beats(self.client.rq)
+            # the heartbeats /metrics and `hivemind status` count too
+            n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
             if not self.opts.caught_up():
                 return Health(False, "rebuilding the read model from the log")
-            return Health(True, f"{n} worker(s)")
+            # namespaces a worker could not hold (memory budget): ready, but said
+            cannot = [f"{f.ns}: {f.code} ({b.name})" for b in beats if b.memory is not None
+                      for f in b.memory.failures]
+            return Health(True, f"{n} worker(s)" + (
+                "; cannot hold " + "; ".join(cannot) if cannot else ""))
 
         h = await self.run(check)
         return _respond(h, 200 if h.ok else 503)
@@ -877,8 +889,11 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
         else:
             yield
 
+    middleware = [Middleware(AccessLog, tokens=opts.tokens)]
+    if opts.tokens is None:  # open mode: loopback Host, no foreign Origin, JSON writes only
+        middleware.append(Middleware(OpenModeGuard))
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     lifespan=lifespan, middleware=[Middleware(AccessLog, tokens=opts.tokens)])
+                     lifespan=lifespan, middleware=middleware)
 
 
 # -- OpenAPI -----------------------------------------------------------------------------------

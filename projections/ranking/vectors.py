@@ -64,7 +64,7 @@ class DerivedVectors:
         if n <= self.n:
             return
         if n > len(self.mat):
-            cap = max(n, len(self.mat) + len(self.mat) // 8 + 1024)
+            cap = max(n, len(self.mat) + len(self.mat) // 8 + 16)  # small namespaces: small
             mat = np.zeros((cap, self.dim), self._dtype)
             mat[:self.n] = self.mat[:self.n]
             norm = np.zeros(cap, np.float64)

@@ -4,7 +4,7 @@ the wire protocol (above this layer), the decoding in ``worker.reproduce``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.projections.store import keys
@@ -20,6 +20,8 @@ DIGEST_FIELD = b"digest"
 """Field of a config-history or embedding entry: the digest it is filed under."""
 VALUE_FIELD = b"value"
 """Field of a config-history or embedding entry: the JSON bytes."""
+REDACTED_FIELD = b"redacted"
+"""Field of an embedding entry an erasure emptied: the erased note's id."""
 
 
 def stage_config(p: Pipe, ns: str, digest: str, canonical: bytes) -> None:
@@ -41,7 +43,8 @@ def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:
         if not got:
             return out
         out += [(e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"),
-                 e.fields.get(VALUE_FIELD, b"")) for e in got]
+                 e.fields.get(VALUE_FIELD, b"")) for e in got
+                if REDACTED_FIELD not in e.fields]  # emptied by an erasure: no value
         start = "(" + got[-1].id.decode()
 
 
@@ -52,8 +55,26 @@ def read_configs(r: Store, ns: str) -> list[tuple[str, bytes]]:
 
 
 def read_embeddings(r: Store, ns: str) -> list[tuple[str, bytes]]:
-    """Every filed query embedding in order: (digest, JSON list)."""
+    """Every filed query embedding in order: (digest, JSON list); not those an erasure
+    emptied (``redacted_embeddings``)."""
     return _filed(r, keys.query_embeddings(ns))
+
+
+def redacted_embeddings(r: Store, ns: str) -> dict[str, str]:
+    """Filed embeddings an erasure redacted: digest -> the erased note's id."""
+    out: dict[str, str] = {}
+    start = "-"
+    while True:
+        got = stream_entries(r.xrange(keys.query_embeddings(ns), min=start, max="+",
+                                      count=1000))
+        if not got:
+            return out
+        for e in got:
+            nid = e.fields.get(REDACTED_FIELD)
+            if nid is not None:
+                out[e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")] = \
+                    nid.decode("utf-8", "replace")
+        start = "(" + got[-1].id.decode()
 
 
 def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:
@@ -62,14 +83,19 @@ def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:
 
 
 def restore(r: Store, ns: str, configs: Sequence[tuple[str, bytes]],
-            embeddings: Sequence[tuple[str, bytes]], events: list[bytes]) -> None:
-    """Write an archive's config history, embeddings and audit events (in order), in one
-    MULTI (``hivemind import``)."""
+            embeddings: Sequence[tuple[str, bytes]], events: list[bytes],
+            redacted: Mapping[str, str] | None = None) -> None:
+    """Write an archive's config history, embeddings (``redacted``: digest -> erased note,
+    for those an erasure emptied) and audit events (in order), in one MULTI (``hivemind
+    import``)."""
     p = r.pipeline(transaction=True)
     for d, c in configs:
         stage_config(p, ns, d, c)
     for d, e in embeddings:
         stage_embedding(p, ns, d, e)
+    for d, nid in (redacted or {}).items():
+        p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: d, VALUE_FIELD: b"",
+                                           REDACTED_FIELD: nid})
     for ev in events:
         p.xadd(keys.audit(ns), {AUDIT_FIELD: ev})
     p.execute()

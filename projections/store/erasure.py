@@ -14,25 +14,43 @@ redacts, once the read model has folded it (``redact`` checks that each note is 
   same ids before and after; nothing uses consumer groups on these streams, which a RENAME
   would drop);
 - the dead letters (``keys.dead``): the same, for dead letters whose payload is such an event;
-- result keys (``keys.result``) that show an erased note: replaced by an error object
-  (code ``erased``) that keeps their TTL, so a waiting client gets an answer;
+- the audit stream (``keys.audit``): every served query whose text is one of an erased
+  note's versions (any revision's text; a note longer than a query's text: its first
+  ``QUERY_TEXT_MAX`` characters) is rewritten in place, as the log is: same entry id, every
+  field kept but ``text`` emptied and ``redacted`` set to the erased note's id (``query.served``
+  is JSON: it is rewritten as JSON, its fields in order). Such queries come from whatever
+  wrote them: a duplicate check of the note's own text, an agent's query quoting it;
+- the query embeddings (``keys.query_embeddings``): every filed embedding equal to one of the
+  erased note's embeddings, or filed under a redacted audit entry's ``embedding_digest``,
+  keeps its entry id and digest, its ``value`` emptied and ``redacted`` set to the note id;
+- result keys (``keys.result``) that show an erased note, or whose query text is one of its
+  versions: replaced by an error object (code ``erased``) that keeps their TTL, so a waiting
+  client gets an answer;
+- anything else a caller knows of (``redact``'s ``also``: RQ's jobs, whose keys this layer
+  does not own; ``api_stub.protocol.job_erasure``), given the versions found;
 - the index snapshot (and drafts): deleted, after the erasure fence (``keys.erasure_fence``)
   was raised past the ``note.erased``, so no worker whose index predates it stores one again
   (``publish_snapshot.lua``);
-- a ``memory://PATH`` store's file (``embedded.StreamLog.rewrite``): rewritten, crash-safely
-  (new file, fsync, rename), and the backups ``fsck`` kept beside it.
+- a ``memory://PATH`` store's file (``embedded.StreamLog.rewrite``): its records of the event
+  log, the audit stream and the query embeddings, rewritten as above, crash-safely (new file,
+  fsync, rename), and the backups ``fsck`` kept beside it.
 
-The audit stream holds no note content (note ids, signals, digests) and is left as it is.
-Everything here is idempotent: running it again finds nothing left to change, and a crash at
-any point leaves the ``note.erased`` in the log for a rerun to complete.
+Order makes it crash-safe: the note's versions are read from the log (and dead letters)
+first, every copy derived from them is redacted, and only then the log itself (the
+``memory://PATH`` file before the Redis stream, a copy of it). A crash at any point leaves
+the ``note.erased`` and, until the last step, the versions in the log, so a rerun finds
+what is left; a rerun after the log was redacted still finds the redacted audit entries'
+embedding digests. Everything here is idempotent: running it again finds nothing left to
+change.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -42,10 +60,16 @@ from hivemind_memory.events.positions import format_pos
 from hivemind_memory.events.schema import CONTENT_EVENTS, NoteCreated, NoteRevised, redacted
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.audit_trail import (
+    DIGEST_FIELD,
+    REDACTED_FIELD,
+    VALUE_FIELD,
+)
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
+from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.scripts import script
-from hivemind_memory.projections.store.types import Store, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import Store, StreamEntry, as_bytes, stream_entries
 
 CHUNK = 1000
 """Entries read (and copied) per round trip while rewriting a stream."""
@@ -59,6 +83,12 @@ DEAD_RAW = b"raw"
 """The dead-letter field that holds the event's payload (``commit_batch.lua``)."""
 ERASED_CODE = "erased"
 """Error code of a result that showed a note erased since."""
+QUERY_TEXT_MAX = 16_384
+"""Longest text of a query (``QueryRequest.text``): a query quoting a longer note quotes its
+first this many characters (the duplicate check cuts the text there)."""
+REDACTED_KEY = "redacted"
+"""Field set on what an erasure rewrote outside the log: an audit entry's JSON key, a query
+embedding entry's field; its value is the erased note's id."""
 
 
 @dataclass
@@ -80,6 +110,12 @@ class Redaction:
     """Index snapshot keys (and drafts) deleted."""
     log_records: int = 0
     """Records of the ``memory://PATH`` files rewritten."""
+    audit: int = 0
+    """Audit entries whose query text (and filed embedding) was a version of an erased note."""
+    embeddings: int = 0
+    """Query embedding entries redacted."""
+    jobs: int = 0
+    """RQ jobs holding a version, deleted or rewritten (``redact``'s ``also``)."""
     fence: str = ""
     """The erasure fence after this erasure."""
 
@@ -87,7 +123,144 @@ class Redaction:
 def erasure_counts(red: Redaction) -> dict[str, int]:
     """What a redaction rewrote, by kind (for people and for JSON answers)."""
     return {"log_entries": red.events, "dead_letters": red.dead, "results": red.results,
-            "snapshot_keys": red.snapshots, "file_records": red.log_records}
+            "snapshot_keys": red.snapshots, "file_records": red.log_records,
+            "audit_entries": red.audit, "query_embeddings": red.embeddings, "jobs": red.jobs}
+
+
+@dataclass
+class Contents:
+    """The content an erasure removes, as other copies may hold it: each version's text
+    (and its first ``QUERY_TEXT_MAX`` characters), each version's embedding, and the
+    embedding digests of audit entries redacted for the notes; each mapped to its note."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    embeddings: dict[tuple[float, ...], str] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def add(self, note_id: str, text: str, embedding: Sequence[float] | None) -> None:
+        if text:
+            self.texts.setdefault(text, note_id)
+            self.texts.setdefault(text[:QUERY_TEXT_MAX], note_id)
+        if embedding:
+            self.embeddings.setdefault(tuple(embedding), note_id)
+
+    def __bool__(self) -> bool:
+        return bool(self.texts or self.embeddings or self.digests)
+
+
+_json_str = msgspec.json.encode
+_floats = msgspec.json.Decoder(list[float]).decode
+
+
+def note_contents(r: Store, ns: str, note_ids: Sequence[str]) -> Contents:
+    """Every version of ``note_ids`` still in the log or the dead letters (read before they
+    are redacted), and the embedding digests audit entries redacted for them recorded."""
+    out = Contents()
+    wanted = frozenset(note_ids)
+    found = needles(note_ids)
+    for key, name in ((keys.stream(ns), FIELD), (keys.dead(ns), DEAD_RAW)):
+        for e in _entries(r, key):
+            raw = e.fields.get(name)
+            if raw is None or not any(n in raw for n in found):
+                continue
+            try:
+                ev = decode_event(raw)
+            except Exception:  # an entry this version cannot read carries no content
+                continue
+            if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted \
+                    and ev.redacted is None:
+                assert isinstance(ev, NoteCreated | NoteRevised)
+                out.add(ev.note_id, ev.text, ev.embedding)
+    mark = b'"' + REDACTED_KEY.encode() + b'":'
+    for e in _entries(r, keys.audit(ns)):
+        raw = e.fields.get(AUDIT_FIELD, b"")
+        if mark in raw:
+            obj = _json_obj(raw)
+            nid = None if obj is None else obj.get(REDACTED_KEY)
+            digest = None if obj is None else obj.get("embedding_digest")
+            if nid in wanted and isinstance(digest, str) and digest:
+                out.digests.setdefault(digest, str(nid))
+    return out
+
+
+def _entries(r: Store, key: str) -> Iterator[StreamEntry]:
+    start = "-"
+    while True:
+        got = stream_entries(r.xrange(key, min=start, max="+", count=CHUNK))
+        if not got:
+            return
+        yield from got
+        start = "(" + got[-1].id.decode()
+
+
+def _json_obj(raw: bytes) -> dict[str, Any] | None:
+    try:
+        obj = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def text_marks(contents: Contents) -> list[bytes]:
+    """Bytes every audit entry (JSON) whose text is one of the versions contains."""
+    return [b'"text":' + _json_str(t) for t in contents.texts]
+
+
+def audit_change(contents: Contents) -> Callable[[bytes], bytes | None]:
+    """The redaction of one audit entry's JSON: the same object with ``text`` emptied and
+    ``redacted`` naming the note, when its text is one of the versions; else None. Records
+    the entry's ``embedding_digest`` in ``contents`` (its filed embedding goes too)."""
+    marks = text_marks(contents)
+
+    def change(raw: bytes) -> bytes | None:
+        if not any(m in raw for m in marks):  # cheap: most queries quote no erased note
+            return None
+        obj = _json_obj(raw)
+        if obj is None or obj.get(REDACTED_KEY):
+            return None
+        text = obj.get("text")
+        nid = contents.texts.get(text) if isinstance(text, str) else None
+        if nid is None:
+            return None
+        digest = obj.get("embedding_digest")
+        if isinstance(digest, str) and digest:
+            contents.digests.setdefault(digest, nid)
+        obj["text"] = ""
+        obj[REDACTED_KEY] = nid
+        return _json_str(obj)
+
+    return change
+
+
+def embedding_change(contents: Contents
+                     ) -> Callable[[dict[bytes, bytes]], dict[bytes, bytes] | None]:
+    """The redaction of one query-embedding entry: digest kept, ``value`` emptied,
+    ``redacted`` naming the note, when it is one of the versions' embeddings or was filed
+    for a redacted audit entry; else None."""
+    red = REDACTED_FIELD
+
+    def change(fields: dict[bytes, bytes]) -> dict[bytes, bytes] | None:
+        if red in fields:
+            return None
+        digest = fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")
+        nid = contents.digests.get(digest)
+        if nid is None and contents.embeddings:
+            try:
+                nid = contents.embeddings.get(tuple(_floats(fields.get(VALUE_FIELD, b""))))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                nid = None
+        if nid is None:
+            return None
+        return {DIGEST_FIELD: fields.get(DIGEST_FIELD, b""), VALUE_FIELD: b"",
+                red: nid.encode()}
+
+    return change
+
+
+def embedding_marks(contents: Contents) -> list[bytes]:
+    """Bytes a query-embedding entry to redact contains (its digest, or its JSON value)."""
+    return [d.encode() for d in contents.digests] + \
+        [_json_str(list(v)) for v in contents.embeddings]
 
 
 def needles(note_ids: Sequence[str]) -> list[bytes]:
@@ -146,17 +319,25 @@ class _Lease:
         script(self.r, "renew_lease")(keys=[keys.erasing(self.ns)], args=[self.token, 0])
 
 
-def _changed_fields(fields: dict[bytes, bytes], name: bytes,
-                    change: Callable[[bytes], bytes | None]) -> dict[bytes, bytes] | None:
-    raw = fields.get(name)
-    if raw is None:
-        return None
-    new = change(raw)
-    return None if new is None else {**fields, name: new}
+EntryChange = Callable[[dict[bytes, bytes]], dict[bytes, bytes] | None]
+"""The redaction of one stream entry: its new fields, or None (unchanged)."""
 
 
-def _copy(r: Store, key: str, tmp: str, after: bytes | None, name: bytes,
-          change: Callable[[bytes], bytes | None], lease: _Lease) -> tuple[bytes | None, int]:
+def field_change(name: bytes, change: Callable[[bytes], bytes | None]) -> EntryChange:
+    """An ``EntryChange`` that rewrites the one field ``name`` with ``change``."""
+
+    def entry(fields: dict[bytes, bytes]) -> dict[bytes, bytes] | None:
+        raw = fields.get(name)
+        if raw is None:
+            return None
+        new = change(raw)
+        return None if new is None else {**fields, name: new}
+
+    return entry
+
+
+def _copy(r: Store, key: str, tmp: str, after: bytes | None, change: EntryChange,
+          lease: _Lease) -> tuple[bytes | None, int]:
     """Copy ``key``'s entries after ``after`` (None: all) into ``tmp`` with their own ids,
     redacted; (id of the last entry copied, entries changed)."""
     last, changed = after, 0
@@ -167,7 +348,7 @@ def _copy(r: Store, key: str, tmp: str, after: bytes | None, name: bytes,
             return last, changed
         p = r.pipeline(transaction=False)
         for e in got:
-            new = _changed_fields(e.fields, name, change)
+            new = change(e.fields)
             changed += new is not None
             p.xadd(tmp, new or e.fields, id=e.id)  # type: ignore[arg-type]
         p.execute()
@@ -175,31 +356,30 @@ def _copy(r: Store, key: str, tmp: str, after: bytes | None, name: bytes,
         lease.renew()
 
 
-def _needs_change(r: Store, key: str, name: bytes,
-                  change: Callable[[bytes], bytes | None]) -> bool:
+def _needs_change(r: Store, key: str, change: EntryChange) -> bool:
     """Whether any entry of ``key`` would change (read only: a rerun writes nothing)."""
-    start = "-"
-    while True:
-        got = stream_entries(r.xrange(key, min=start, max="+", count=CHUNK))
-        if not got:
-            return False
-        if any(_changed_fields(e.fields, name, change) is not None for e in got):
-            return True
-        start = "(" + got[-1].id.decode()
+    return any(change(e.fields) is not None for e in _entries(r, key))
 
 
 def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[str],
                    lease: _Lease) -> int:
     """Rewrite stream ``key`` of ``ns`` with field ``name`` of each entry redacted (see the
     module docstring); how many entries changed (0: the stream was left as it is)."""
-    change = content_change(ns, note_ids)
-    if not _needs_change(r, key, name, change):
+    return rewrite_entries(r, ns, key, field_change(name, content_change(ns, note_ids)),
+                           needles(note_ids), lease)
+
+
+def rewrite_entries(r: Store, ns: str, key: str, change: EntryChange, marks: list[bytes],
+                    lease: _Lease) -> int:
+    """Rewrite stream ``key`` of ``ns`` with each entry ``change`` changes redacted, in place
+    (same ids, ``swap_stream.lua``); an entry appended meanwhile that holds one of ``marks``
+    is copied redacted too. How many entries changed (0: the stream was left as it is)."""
+    if not _needs_change(r, key, change):
         return 0
     tmp = keys.rewrite(ns)
-    marks = needles(note_ids)
     for _ in range(SWAP_ATTEMPTS):
         r.delete(tmp)
-        last, changed = _copy(r, key, tmp, None, name, change, lease)
+        last, changed = _copy(r, key, tmp, None, change, lease)
         if last is None:
             return 0
         for _ in range(SWAP_ATTEMPTS):
@@ -208,7 +388,7 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
                 return changed
             if int(done) == -1:
                 break  # entries were deleted meanwhile: copy afresh
-            got, more = _copy(r, key, tmp, last, name, change, lease)
+            got, more = _copy(r, key, tmp, last, change, lease)
             last, changed = got or last, changed + more
     r.delete(tmp)
     raise StoreError(f"namespace {ns!r}: {key} kept changing under {SWAP_ATTEMPTS} attempts "
@@ -226,9 +406,11 @@ def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str],
     return yes, no
 
 
-def _shows(body: bytes, note_ids: frozenset[str]) -> bool:
-    """Whether a result's JSON shows (or lists as a candidate) one of ``note_ids``."""
-    if not any(n.encode() in body for n in note_ids):
+def _shows(body: bytes, note_ids: frozenset[str], texts: Mapping[str, str]) -> bool:
+    """Whether a result's JSON shows (or lists as a candidate) one of ``note_ids``, or
+    answers a query whose text is one of ``texts``."""
+    if not any(n.encode() in body for n in note_ids) and \
+            not any(_json_str(t) in body for t in texts):
         return False
     try:
         obj = msgspec.json.decode(body)
@@ -236,14 +418,18 @@ def _shows(body: bytes, note_ids: frozenset[str]) -> bool:
         return True  # unreadable, yet it names the note: treat as showing it
     if not isinstance(obj, dict):
         return True
+    if isinstance(obj.get("text"), str) and obj["text"] in texts:
+        return True
     rows = [*(obj.get("notes") or []), *(obj.get("candidates") or [])]
     return any(isinstance(x, dict) and x.get("note_id") in note_ids for x in rows)
 
 
-def redact_results(r: Store, ns: str, note_ids: Sequence[str]) -> int:
-    """Replace every result key of ``ns`` that shows one of ``note_ids`` by an error object
-    (code ``erased``, TTL kept); how many."""
+def redact_results(r: Store, ns: str, note_ids: Sequence[str],
+                   texts: Mapping[str, str] | None = None) -> int:
+    """Replace every result key of ``ns`` that shows one of ``note_ids`` (or whose query text
+    is one of ``texts``) by an error object (code ``erased``, TTL kept); how many."""
     wanted = frozenset(note_ids)
+    quoted = texts or {}
     prefix = keys.result(ns, "")
     n = 0
     batch: list[bytes] = []
@@ -255,13 +441,10 @@ def redact_results(r: Store, ns: str, note_ids: Sequence[str]) -> int:
         done = 0
         p = r.pipeline(transaction=False)
         for k, body in zip(batch, bodies, strict=True):
-            if body is None or not _shows(as_bytes(body), wanted):
+            if body is None or not _shows(as_bytes(body), wanted, quoted):
                 continue
             qid = k.decode()[len(prefix):]
-            err = msgspec.json.encode({"query_id": qid, "error": {
-                "code": ERASED_CODE,
-                "message": "this answer showed a note that was erased since; ask again"}})
-            p.set(k, err, keepttl=True, xx=True)
+            p.set(k, erased_result(qid), keepttl=True, xx=True)
             done += 1
         p.execute()
         batch.clear()
@@ -272,6 +455,13 @@ def redact_results(r: Store, ns: str, note_ids: Sequence[str]) -> int:
         if len(batch) >= CHUNK:
             n += flush()
     return n + flush()
+
+
+def erased_result(query_id: str) -> bytes:
+    """The error object that replaces an answer an erasure touched."""
+    return msgspec.json.encode({"query_id": query_id, "error": {
+        "code": ERASED_CODE,
+        "message": "this answer showed a note that was erased since; ask again"}})
 
 
 def drop_snapshots(r: Store, ns: str) -> int:
@@ -291,10 +481,13 @@ def raise_fence(r: Store, ns: str) -> str:
 
 
 def redact(r: Store, ns: str, note_ids: Sequence[str],
-           lease_wait_s: float = LEASE_WAIT_S) -> Redaction:
+           lease_wait_s: float = LEASE_WAIT_S,
+           also: Callable[[Contents], int] | None = None) -> Redaction:
     """Redact the content of ``note_ids`` everywhere hivemind wrote it in ``ns``, for those
     the read model has erased (the caller waits for the projector to fold the
-    ``note.erased`` first); the others are reported in ``not_erased`` and left alone."""
+    ``note.erased`` first); the others are reported in ``not_erased`` and left alone.
+    ``also`` redacts the copies this layer does not own (RQ's jobs) given the versions, and
+    says how many it changed; it runs before the log is redacted."""
     out = Redaction(ns)
     out.erased, out.not_erased = erased_notes(r, ns, note_ids)
     if not out.erased:
@@ -303,26 +496,48 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
     lease.take(lease_wait_s)
     try:
         out.fence = raise_fence(r, ns)  # first: no older index stores a snapshot from now on
+        contents = note_contents(r, ns, out.erased)  # before the log loses them
+        if contents.texts:
+            out.audit = rewrite_entries(r, ns, keys.audit(ns),
+                                        field_change(AUDIT_FIELD, audit_change(contents)),
+                                        text_marks(contents), lease)
+        if contents.embeddings or contents.digests:
+            out.embeddings = rewrite_entries(r, ns, keys.query_embeddings(ns),
+                                             embedding_change(contents),
+                                             embedding_marks(contents), lease)
+        out.results = redact_results(r, ns, out.erased, contents.texts)
+        if also is not None and contents:
+            out.jobs = also(contents)
+        out.log_records = _rewrite_file(r, ns, out.erased, contents)  # before the log
         out.events = rewrite_stream(r, ns, keys.stream(ns), FIELD, out.erased, lease)
         out.dead = rewrite_stream(r, ns, keys.dead(ns), DEAD_RAW, out.erased, lease)
-        out.results = redact_results(r, ns, out.erased)
         out.snapshots = drop_snapshots(r, ns)
-        from hivemind_memory.projections.store.embedded import (  # fakeredis: not for plain Redis
-            stream_log_of,
-        )
-
-        slog = stream_log_of(r)
-        if slog is not None:
-            change = content_change(ns, out.erased)
-            events_key = keys.stream(ns).encode()
-
-            def on_record(key: bytes, fields: list[bytes]) -> list[bytes] | None:
-                if key != events_key or len(fields) != 2 or fields[0] != FIELD:
-                    return None
-                new = change(fields[1])
-                return None if new is None else [FIELD, new]
-
-            out.log_records = slog.rewrite(on_record)
     finally:
         lease.release()
     return out
+
+
+def _rewrite_file(r: Store, ns: str, erased: Sequence[str], contents: Contents) -> int:
+    """Rewrite a ``memory://PATH`` store's file (0: not such a store, or nothing to do): its
+    records of the event log, the audit stream and the query embeddings."""
+    from hivemind_memory.projections.store.embedded import (  # fakeredis: not for plain Redis
+        stream_log_of,
+    )
+
+    slog = stream_log_of(r)
+    if slog is None:
+        return 0
+    events = field_change(FIELD, content_change(ns, erased))
+    audit = field_change(AUDIT_FIELD, audit_change(contents))
+    embeddings = embedding_change(contents)
+    by_key = {keys.stream(ns).encode(): events, keys.audit(ns).encode(): audit,
+              keys.query_embeddings(ns).encode(): embeddings}
+
+    def on_record(key: bytes, fields: list[bytes]) -> list[bytes] | None:
+        change = by_key.get(key)
+        if change is None or len(fields) % 2:
+            return None
+        new = change(dict(zip(fields[::2], fields[1::2], strict=True)))
+        return None if new is None else [x for kv in new.items() for x in kv]
+
+    return slog.rewrite(on_record)

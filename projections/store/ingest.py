@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import IO, Any
 
 import redis
@@ -42,14 +43,16 @@ class IngestReport:
     namespaces: set[str] = field(default_factory=set)
 
 
-def iter_events(fh: IO[bytes]) -> Iterator[tuple[int, Event | EventError, int]]:
-    """Each non-blank line as ``(lineno, event or error, bytes read)``."""
+def iter_events(fh: IO[bytes], not_after: datetime | None = None
+                ) -> Iterator[tuple[int, Event | EventError, int]]:
+    """Each non-blank line as ``(lineno, event or error, bytes read)``; an ``at`` later than
+    ``not_after`` is an error (``parse_json_event``)."""
     for lineno, line in enumerate(fh, start=1):
         if not line.strip():
             yield lineno, EventError(""), len(line)  # blank: skipped (empty message)
             continue
         try:
-            yield lineno, parse_json_event(line, lineno), len(line)
+            yield lineno, parse_json_event(line, lineno, not_after), len(line)
         except EventError as exc:
             yield lineno, exc, len(line)
 
@@ -142,10 +145,10 @@ def _landed(sender: ChunkSender, report: IngestReport, nss: set[str]) -> None:
 
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
                  bar: Any, on_chunk: Callable[[set[str]], None] | None,
-                 appender: Appender) -> None:
+                 appender: Appender, not_after: datetime | None) -> None:
     def chunks() -> Iterator[list[tuple[str, bytes]]]:
         chunk: list[tuple[str, bytes]] = []
-        for _lineno, item, nbytes in iter_events(fh):
+        for _lineno, item, nbytes in iter_events(fh, not_after):
             if bar is not None:
                 bar.update(nbytes)
             if isinstance(item, EventError):
@@ -168,10 +171,10 @@ _FRAME = struct.Struct("<II")
 
 
 def _spool_pass(fh: IO[bytes], out: IO[bytes], on_error: Callable[[str], None],
-                bar: Any) -> int:
+                bar: Any, not_after: datetime | None) -> int:
     """Parse every line once, spooling the good events encoded; returns how many were bad."""
     bad = 0
-    for _lineno, item, nbytes in iter_events(fh):
+    for _lineno, item, nbytes in iter_events(fh, not_after):
         if bar is not None:
             bar.update(nbytes)
         if isinstance(item, EventError):
@@ -206,33 +209,36 @@ def ingest(r: Store, source: str, *, skip_invalid: bool = False,
            on_error: Callable[[str], None], progress: bool = False,
            on_chunk: Callable[[set[str]], None] | None = None,
            report: IngestReport | None = None,
-           appender: Appender = append_encoded) -> IngestReport:
+           appender: Appender = append_encoded,
+           not_after: datetime | None = None) -> IngestReport:
     """Ingest ``source`` (a path, or ``-`` for stdin) into ``r``; see the module docstring.
 
     Pass ``report`` to see how far an ingest got when the store fails midway: on
     ``AppendFailed`` its ``appended`` is the exact number of events in the log.
     ``on_chunk`` gets each chunk's namespaces before its append and again after it.
     ``appender`` appends a chunk (``log.append_encoded`` unless the caller waits for
-    replicas).
+    replicas). ``not_after``: a line whose ``at`` is later is refused (the clock plus the
+    allowed skew; None: no bound).
     """
     report = report if report is not None else IngestReport()
     if skip_invalid:
         if source == "-":
-            _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender)
+            _append_pass(r, sys.stdin.buffer, report, on_error, None, on_chunk, appender,
+                         not_after)
             return report
         with open(source, "rb") as fh:
             bar = _progress(os.path.getsize(source), progress)
-            _append_pass(r, fh, report, on_error, bar, on_chunk, appender)
+            _append_pass(r, fh, report, on_error, bar, on_chunk, appender, not_after)
             if bar is not None:
                 bar.close()
         return report
     with tempfile.TemporaryFile(prefix="hivemind-ingest-") as spool:
         if source == "-":
-            bad = _spool_pass(sys.stdin.buffer, spool, on_error, None)
+            bad = _spool_pass(sys.stdin.buffer, spool, on_error, None, not_after)
         else:
             with open(source, "rb") as fh:
                 bar = _progress(os.path.getsize(source), progress)
-                bad = _spool_pass(fh, spool, on_error, bar)
+                bad = _spool_pass(fh, spool, on_error, bar, not_after)
                 if bar is not None:
                     bar.close()
         if bad:

@@ -78,9 +78,11 @@ class Live:
 
 
 def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
-               max_body: int | None = None, query_timeout_s: float = 30.0) -> Live:
-    served = build(Settings.from_env({}, redis_url=store_url), tokens, max_body=max_body,
-                   query_timeout_s=query_timeout_s)
+               max_body: int | None = None, query_timeout_s: float = 30.0,
+               memory_budget_mib: int | None = None) -> Live:
+    served = build(Settings.from_env({}, redis_url=store_url,
+                                     memory_budget_mib=memory_budget_mib), tokens,
+                   max_body=max_body, query_timeout_s=query_timeout_s)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(served.app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False))

@@ -73,7 +73,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
         ingest(rt.store, args.file, skip_invalid=args.skip_invalid, on_error=on_error,
                progress=sys.stderr.isatty(),
                on_chunk=None if args.no_schedule else client.schedule, report=rep,
-               appender=client.appender)
+               appender=client.appender, not_after=client.not_after())
     except OSError as exc:  # missing, a directory, not readable
         return fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except AppendFailed as exc:

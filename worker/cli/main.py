@@ -119,6 +119,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on this port (/metrics)")
     p.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--memory-budget", type=int, metavar="MiB",
+                   help="index memory this worker may hold (least recently used namespaces "
+                   "evicted past it; default HIVEMIND_MEMORY_BUDGET_MIB, else a quarter of the "
+                   "machine's or container's memory)")
     _common(p)
 
     p = sub.add_parser("status", help="namespaces (log, checkpoint, lag, dead letters, last "
@@ -234,7 +238,8 @@ def _configure_logs() -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(redis_url=getattr(args, "redis_url", None),
                              rq_url=getattr(args, "rq_url", None),
-                             config_path=getattr(args, "config", None))
+                             config_path=getattr(args, "config", None),
+                             memory_budget_mib=getattr(args, "memory_budget", None))
 
 
 COMMAND_MODULES = {

@@ -99,6 +99,12 @@ def print_status(st: Status, out: IO[str] | None = None) -> None:
         beat = f"{wk.last_heartbeat:%H:%M:%SZ}" if wk.last_heartbeat else "-"
         w(f"  {wk.name:<40} {wk.state:<9} jobs ok {wk.successful_jobs} failed "
           f"{wk.failed_jobs}  heartbeat {beat}  {','.join(wk.queues)}\n")
+        m = wk.memory
+        if m is not None:
+            w(f"    index memory {m.held / 2**20:.1f} of {m.budget / 2**20:.1f} MiB, "
+              f"{m.namespaces} namespace(s) held, {m.evictions} evicted\n")
+            for f in m.failures:
+                w(f"    cannot hold {f.ns}: {f.code}: {f.message}\n")
 
 
 def print_fsck(rep: FsckReport, out: IO[str] | None = None) -> None:

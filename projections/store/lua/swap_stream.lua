@@ -2,13 +2,14 @@
 -- taking along the entries appended to it since the copy was made, so that concurrent
 -- appenders lose nothing and the projector reads the same ids before and after.
 --
--- KEYS[1] stream  the stream rewritten (hm:{ns}:events or hm:{ns}:dead)
+-- KEYS[1] stream  the stream rewritten (hm:{ns}:events, :dead, :audit or :qembeddings)
 -- KEYS[2] copy    its redacted copy (hm:{ns}:rewrite): every entry of the stream up to
 --                 ARGV[1], same ids, the erased content redacted
 -- ARGV[1] id of the newest entry the copy holds
--- ARGV[2..] needles: the msgpack of the key `note_id` and of one erased id, side by side; an
---           entry appended since the copy that holds one may carry content to redact, so it
---           is not taken along verbatim (the caller copies it redacted)
+-- ARGV[2..] needles: bytes an entry to redact holds (for the log: the msgpack of the key
+--           `note_id` and of one erased id, side by side; for the audit: the JSON of a text);
+--           an entry appended since the copy that holds one may carry content to redact, so
+--           it is not taken along verbatim (the caller copies it redacted)
 -- Returns {1, n}: swapped, n entries appended meanwhile taken along; {0, id}: not swapped,
 -- entry id (after ARGV[1]) holds a needle (copy it redacted, then call again); {-1, n}: not
 -- swapped, the stream lost entries the copy holds (deleted meanwhile: copy again).

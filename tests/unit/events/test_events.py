@@ -216,3 +216,22 @@ def test_ingest_chunks_preserve_file_order(tmp_path: Path) -> None:
                                             (2500, {"t"})]
     ids = [decode_event(f[b"d"]).event_id for _, f in iter_all(r, "t", chunk=700)]
     assert ids == [f"e{i}" for i in range(n)]
+
+
+def test_at_is_bounded_by_not_after_only_into_the_future() -> None:
+    """``parse_json_event(..., not_after=T)``: ``at`` == T is taken, a microsecond later is
+    refused naming the field; any past time is taken; without ``not_after`` no bound."""
+    from datetime import timedelta
+
+    bound = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+    def line(at: datetime) -> bytes:
+        return msgspec.json.encode({"type": "note.created", "event_id": "e", "ns": "t",
+                                    "note_id": "n", "agent": "a", "text": "x",
+                                    "at": at.isoformat()})
+
+    assert parse_json_event(line(bound), 1, not_after=bound).at == bound
+    assert parse_json_event(line(datetime(1970, 1, 2, tzinfo=UTC)), 1, not_after=bound)
+    with pytest.raises(EventError, match=r"line 3: invalid event: at .* in the future.*`\$\.at`"):
+        parse_json_event(line(bound + timedelta(microseconds=1)), 3, not_after=bound)
+    assert parse_json_event(line(bound + timedelta(days=3000)), 1).at > bound

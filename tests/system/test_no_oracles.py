@@ -1,0 +1,104 @@
+"""Issue 32's smaller findings, through the doors users take: JSON nested too deep is a 400
+``malformed_json``; a whitespace-only note is refused; an ``at`` more than the allowed skew in
+the future is refused (HTTP, SDK, MCP's SDK path, ``ingest``), while old dates still ingest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hivemind_memory.events.errors import HivemindError
+from hivemind_memory.projections.store import keys
+from tests.support import HIVEMIND
+from tests.support.factories import created as created_line
+from tests.support.factories import jsonl
+from tests.support.frontdoor import ALICE, Live, call, created
+
+
+def _logged(live: Live, ns: str = "team-a") -> int:
+    return int(live.served.client.store.xlen(keys.stream(ns)))
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def test_json_nested_too_deep_is_malformed_json(live: Live) -> None:
+    for depth in (1000, 30_000):
+        raw = b"[" * depth + b"]" * depth
+        for path in ("/events", "/query", "/queries", "/remember"):
+            st, body = call(live.base, "POST", f"/v1/ns/team-a{path}", raw=raw, token=ALICE)
+            assert st == 400, (path, depth, body)
+            assert body["error"]["code"] == "malformed_json"
+    st, _ = call(live.base, "POST", "/v1/ns/team-a/events", raw=b"[" * 10 + b"]" * 10,
+                 token=ALICE)
+    assert st == 422  # shallow nesting is JSON: an array of arrays is not events
+
+
+@pytest.mark.parametrize("text", [" ", "\n\t  \r\n", "\u00a0\u2003", "\u3000"])
+def test_a_whitespace_only_note_is_refused(live: Live, text: str) -> None:
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", text)],
+                    token=ALICE)
+    assert st == 422 and "whitespace" in body["error"]["message"], body
+    st, body = call(live.base, "POST", "/v1/ns/team-a/remember", {"text": text}, token=ALICE)
+    assert st == 422 and "whitespace" in body["error"]["message"], body
+    assert _logged(live) == 0
+    st, _ = call(live.base, "POST", "/v1/ns/team-a/remember", {"text": f" x{text}"},
+                 token=ALICE)
+    assert st == 200  # one visible character is a note
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e2", "n2", "real")],
+                    token=ALICE)
+    assert st == 200
+    st, body = call(live.base, "POST", "/v1/ns/team-a/revise",
+                    {"note_id": "n2", "text": text}, token=ALICE)
+    assert st == 422 and "whitespace" in body["error"]["message"], body
+    assert _logged(live) == 2
+
+
+def test_an_at_in_the_future_is_refused_past_the_skew(live: Live) -> None:
+    now = datetime.now(UTC)
+    for at in (now + timedelta(seconds=400), datetime(9999, 12, 31, tzinfo=UTC)):
+        st, body = call(live.base, "POST", "/v1/ns/team-a/events",
+                        [created("e1", "n1", "from the future", at=_iso(at))], token=ALICE)
+        assert st == 422 and "in the future" in body["error"]["message"], body
+        st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": "from the future", "at": _iso(at)}, token=ALICE)
+        assert st == 422 and "`$.at`" in body["error"]["message"], body
+    assert _logged(live) == 0
+    for i, at in enumerate((now + timedelta(seconds=200), datetime(2001, 1, 1, tzinfo=UTC))):
+        st, body = call(live.base, "POST", "/v1/ns/team-a/events",
+                        [created(f"ok{i}", f"ok{i}", "within the skew", at=_iso(at))],
+                        token=ALICE)
+        assert st == 200, body
+    assert _logged(live) == 2
+
+
+def test_the_sdk_refuses_whitespace_and_the_future(tmp_path: Path) -> None:
+    from hivemind_memory import Memory
+
+    with Memory(f"memory://{tmp_path / 's'}", ns="t", agent="a") as mem:
+        with pytest.raises(HivemindError, match="whitespace"):
+            mem.remember("   \n")
+        far = _iso(datetime.now(UTC) + timedelta(days=1))
+        with pytest.raises(HivemindError, match="in the future"):
+            mem.append([{"type": "note.created", "note_id": "f1", "at": far, "text": "later"}])
+        assert mem.remember("a real note")
+
+
+def test_ingest_refuses_the_future_and_takes_the_past(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+    env["HIVEMIND_REDIS_URL"] = f"memory://{tmp_path / 'store'}"
+    f = tmp_path / "ev.jsonl"
+    f.write_text(jsonl([created_line("old", at=datetime(1999, 1, 1, tzinfo=UTC)),
+                        created_line("late", at=datetime.now(UTC) + timedelta(hours=1))]))
+    r = subprocess.run([*HIVEMIND, "ingest", str(f)], capture_output=True, text=True, env=env,
+                       timeout=120, check=False)
+    assert r.returncode == 1 and "line 2" in r.stderr and "in the future" in r.stderr, r.stderr
+    r = subprocess.run([*HIVEMIND, "ingest", str(f), "--skip-invalid"], capture_output=True,
+                       text=True, env={**env, "HIVEMIND_MAX_FUTURE_SKEW": "7200"}, timeout=120,
+                       check=False)
+    assert r.returncode == 0 and "appended 2" in r.stderr, r.stderr

@@ -665,6 +665,13 @@ class AsyncMemory:
         self.sync = Memory(url, ns=ns, agent=agent, token=token, timeout=timeout,
                            settings=settings, admin=admin)
 
+    @classmethod
+    def of(cls, memory: Memory) -> AsyncMemory:
+        """An ``AsyncMemory`` over an open ``Memory`` (closing either closes both)."""
+        m = cls.__new__(cls)
+        m.sync = memory
+        return m
+
     @property
     def ns(self) -> str:
         return self.sync.ns

@@ -59,6 +59,7 @@ def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     it (so importing the package, or any of its modules, does not load the worker)."""
     from hivemind_memory.worker.inprocess import start_embedded
 
+    _quiet_logs()
     return start_embedded(settings, store)
 
 
@@ -80,8 +81,6 @@ def _quiet_logs() -> None:
         cache_logger_on_first_use=False)
 
 
-_quiet_logs()
-
 
 # Left for the SDK before it can be imported (this module runs first, whatever is imported):
 # ``api_stub.sdk`` starts with it, without this module importing the SDK.
@@ -94,6 +93,7 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
         if name in _FROM_SDK:
             from hivemind_memory.api_stub import sdk
 
+            _quiet_logs()  # the SDK is a library: its logs follow the program's setup
             value = getattr(sdk, name)
             globals()[name] = value  # asked once
             return value

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,52 @@ def test_an_embedded_session_prints_nothing_to_stdout(tmp_path: Path) -> None:
          "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n" + script],
         capture_output=True, text=True, timeout=120, check=True)
     assert asked.stdout == "ours\n" and "queries_served" in asked.stderr
+
+
+def test_the_mcp_tools_take_metadata_filter_expiry_and_expected_version(
+        tmp_path: Path) -> None:
+    import anyio
+    from mcp import Client
+
+    from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
+
+    def text(res: Any) -> str:
+        return "".join(c.text for c in res.content if getattr(c, "type", "") == "text")
+
+    async def main(mem: Memory) -> None:
+        async with Client(build_server(fixed_resolver(mem))) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "filter" in tools["recall"].input_schema["properties"]
+            assert {"metadata", "expires_at"} <= set(
+                tools["remember"].input_schema["properties"])
+            assert "expected_version" in tools["revise"].input_schema["properties"]
+            for nid, team in (("t-a", "a"), ("t-b", "b")):
+                got = await client.call_tool("remember", {
+                    "text": f"standup is at nine for team {team}", "note_id": nid,
+                    "metadata": {"team": team}, "duplicates": "ignore"})
+                assert not got.is_error, text(got)
+            gone = await client.call_tool("remember", {
+                "text": "standup moved for today", "note_id": "t-old",
+                "expires_at": "2001-01-01T00:00:00Z", "duplicates": "ignore"})
+            assert not gone.is_error, text(gone)
+            out = await client.call_tool("recall", {"query": "standup", "budget": 300,
+                                                    "filter": {"team": {"$eq": "b"}}})
+            assert not out.is_error, text(out)
+            notes = out.structured_content["notes"]  # type: ignore[index]
+            assert [(n["note_id"], n["metadata"]) for n in notes] == [("t-b", {"team": "b"})]
+            every = await client.call_tool("recall", {"query": "standup", "budget": 300})
+            assert sorted(n["note_id"] for n in every.structured_content["notes"]) == [
+                "t-a", "t-b"]  # type: ignore[index]
+            ok = await client.call_tool("revise", {"note_id": "t-a", "text": "standup at ten",
+                                                   "expected_version": 1})
+            assert not ok.is_error, text(ok)
+            stale = await client.call_tool("revise", {"note_id": "t-a", "text": "at eleven",
+                                                      "expected_version": 1})
+            assert stale.is_error and "version 2" in text(stale)
+            assert "nothing was recorded" in text(stale)
+            bad = await client.call_tool("recall", {"query": "standup",
+                                                    "filter": {"team": {"$like": "a"}}})
+            assert bad.is_error and "$like" in text(bad)
+
+    with Memory(f"memory://{tmp_path / 'store'}", ns="team-a", agent="alice") as mem:
+        anyio.run(main, mem)

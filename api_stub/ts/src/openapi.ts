@@ -2701,6 +2701,12 @@ export interface components {
             supersedes?: string[];
             /** @default null */
             redacted?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
         };
         /**
          * NoteUsed
@@ -2756,6 +2762,12 @@ export interface components {
             as_admin?: boolean;
             /** @default null */
             redacted?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expected_version?: number | null;
         };
         /**
          * NoteErased
@@ -2796,6 +2808,8 @@ export interface components {
             context?: boolean;
             /** @default  */
             id_prefix?: string;
+            /** @default null */
+            filter?: Record<string, unknown> | null;
         };
         /**
          * QueryResult
@@ -2817,11 +2831,13 @@ export interface components {
             candidates?: unknown[] | null;
             /** @default null */
             context?: string | null;
+            /** @default null */
+            hint?: string | null;
         };
         /**
          * NoteSignals
          * @description A packed note as a result lists it: every signal that ranked it (the contract's
-         *     ``notes`` fields, in order).
+         *     ``notes`` fields, in order), then its ``metadata`` when it has some.
          */
         NoteSignals: {
             note_id: string;
@@ -2836,6 +2852,10 @@ export interface components {
             uses: number;
             age_days: number;
             created_at: string;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
         };
         /** Appended */
         Appended: {
@@ -2883,6 +2903,12 @@ export interface components {
             revised_at: string | null;
             /** @default null */
             superseded_by: string | null;
+            /** @default null */
+            metadata: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at: string | null;
         };
         /** AuditEntry */
         AuditEntry: {
@@ -2914,6 +2940,12 @@ export interface components {
             agent?: string | null;
             /** @default null */
             supersedes?: string[] | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
             /**
              * @default report
              * @enum {unknown}
@@ -3029,6 +3061,12 @@ export interface components {
             at?: string | null;
             /** @default null */
             agent?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expected_version?: number | null;
         };
         /** Revised */
         Revised: {
@@ -3107,6 +3145,35 @@ export interface components {
             failed_jobs: number;
             /** @default worker */
             kind?: string;
+            /** @default null */
+            memory?: components["schemas"]["IndexMemory"] | null;
+        };
+        /**
+         * IndexMemory
+         * @description A worker's namespace indexes against its memory budget, as of its last query job.
+         */
+        IndexMemory: {
+            budget: number;
+            held: number;
+            namespaces: number;
+            /** @default {} */
+            largest?: {
+                [key: string]: number;
+            };
+            /** @default 0 */
+            evictions?: number;
+            /** @default [] */
+            failures?: components["schemas"]["LoadFailure"][];
+        };
+        /**
+         * LoadFailure
+         * @description Why a worker could not hold a namespace's index (``worker.memory``).
+         */
+        LoadFailure: {
+            ns: string;
+            code: string;
+            message: string;
+            at: number;
         };
         /**
          * NoteShow
@@ -3157,6 +3224,12 @@ export interface components {
             erased?: boolean;
             /** @default false */
             redacted?: boolean;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
         };
         /**
          * ServedHit

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
+from rq import Queue
 
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.messages import (
@@ -54,7 +55,7 @@ from hivemind_memory.events.schema import (
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
 from hivemind_memory.projections.state import NoteRow, note_row
 from hivemind_memory.projections.store import keys, results
-from hivemind_memory.projections.store.beats import live_beats
+from hivemind_memory.projections.store.beats import live_beats, served_queues
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
@@ -79,6 +80,11 @@ checked uses to one namespace with a worker projecting: none of 2,400 writes gav
 2,400 did before the pause and the narrower window)."""
 DUPLICATE_CHECK_TIMEOUT_S = 10.0
 """How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
+SHARD_CHECK_S = 1.0
+"""How long the client trusts its reading of which shards have a live worker (the
+heartbeats: one SMEMBERS and one MGET) before it reads them again."""
+SHARD_RETRY_AFTER_S = 5
+"""The retry hint of a ``shard_unavailable`` answer (a restarted worker beats at once)."""
 MAX_QUERY_CHARS = 16_384
 """The longest query text (``QueryRequest.text``): a longer note's start finds candidates."""
 
@@ -152,9 +158,12 @@ class Client:
         self.store = store
         self.rq = jobs.queue_connection(store, rq)
         self.settings = settings or Settings()
-        self._qq = jobs.queue(self.rq, jobs.QUERY_QUEUE, self.settings)
+        self._shard_queues: dict[int, Queue] = {}
+        self._qq = self.shard_queue(0)
+        """The query queue of shard 0 (the only one with one shard)."""
         self._pq = jobs.queue(self.rq, jobs.PROJECT_QUEUE, self.settings)
         self._cfg: RankingConfig | None = None
+        self._served: tuple[float, set[str]] | None = None
 
     @classmethod
     def connect(cls, settings: Settings) -> Client:
@@ -438,10 +447,53 @@ class Client:
                 continue  # the same as-of query on the same log: already answered
             envs.append(msgspec.to_builtins(
                 Envelope(qid, positions[p.ns], msgspec.to_builtins(p))))
-        chunk = self.settings.query_chunk
-        workers = jobs.query_workers(self._qq) if len(envs) > jobs.MIN_QUERY_CHUNK else 1
-        jobs.enqueue_queries(self._qq, envs, chunk, workers)
+        shards = self.settings.shards
+        by_shard: dict[int, list[dict[str, Any]]] = {}
+        for env in envs:  # each namespace's queries on its shard's queue, in input order
+            by_shard.setdefault(jobs.shard_of(env["request"]["ns"], shards), []).append(env)
+        for shard in sorted(by_shard):
+            q = self.shard_queue(shard)
+            part = by_shard[shard]
+            workers = jobs.query_workers(q) if len(part) > jobs.MIN_QUERY_CHUNK else 1
+            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers)
         return ids
+
+    # -- shards ------------------------------------------------------------------------------
+    def shard_queue(self, shard: int) -> Queue:
+        """The RQ queue of query jobs of ``shard`` (``jobs.query_queue_name``)."""
+        got = self._shard_queues.get(shard)
+        if got is None:
+            got = self._shard_queues[shard] = jobs.queue(
+                self.rq, jobs.query_queue_name(shard, self.settings.shards), self.settings)
+        return got
+
+    def _served_queues(self) -> set[str]:
+        """The queues live workers listen on, read at most every ``SHARD_CHECK_S``."""
+        now = time.monotonic()
+        if self._served is None or now - self._served[0] >= SHARD_CHECK_S:
+            self._served = (now, served_queues(self.rq))
+        return self._served[1]
+
+    def unserved_shards(self) -> list[int]:
+        """The shards no live worker serves now (``/readyz``; empty: all are served)."""
+        served = self._served_queues()
+        n = self.settings.shards
+        return [k for k in range(n) if jobs.query_queue_name(k, n) not in served]
+
+    def shard_problem(self, ns: str) -> str | None:
+        """Why ``ns``'s queries cannot be answered now (no live worker listens on its
+        shard's queue), or None."""
+        n = self.settings.shards
+        shard = jobs.shard_of(ns, n)
+        name = jobs.query_queue_name(shard, n)
+        if name in self._served_queues():
+            return None
+        if n == 1:
+            return (f"no worker is running for namespace {ns!r} (start `hivemind worker`); "
+                    f"retry in {SHARD_RETRY_AFTER_S}s")
+        return (f"shard {shard} of {n} (namespace {ns!r}, queue {name}) has no live worker: "
+                f"start one with `hivemind worker --shards {shard}` and HIVEMIND_SHARDS={n}; "
+                f"retry in {SHARD_RETRY_AFTER_S}s")
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
         """Each namespace's newest stream id and length, read together (one MULTI each)."""
@@ -468,6 +520,10 @@ class Client:
         deadline = time.monotonic() + timeout
         body = results.read_result(self.store, ns, query_id)
         while body is None:
+            if ns != results.INVALID_NS:  # queued: is a worker there to answer it?
+                why = self.shard_problem(ns)
+                if why is not None:  # the job stays queued: a worker that comes answers it
+                    return error_json(query_id, "shard_unavailable", f"query {query_id}: {why}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise QueryTimeout(

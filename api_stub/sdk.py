@@ -39,6 +39,7 @@ from hivemind_memory.events.errors import (
     AlreadySuperseded,
     EventError,
     HivemindError,
+    IndexWarming,
     NotAllowed,
     NoteExists,
     QueryError,
@@ -47,6 +48,7 @@ from hivemind_memory.events.errors import (
     TooLarge,
     UnknownNote,
     VersionConflict,
+    query_error,
 )
 
 _seq = itertools.count()
@@ -195,7 +197,7 @@ class Recall:
 def recall_from_result(res: Mapping[str, Any]) -> Recall:
     """A ``Recall`` from a query result object (raises ``QueryError`` for an error object)."""
     if "error" in res:
-        raise QueryError(res["error"]["code"], res["error"]["message"])
+        raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
                           n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {})
              for n in res["notes"]]
@@ -416,6 +418,10 @@ def _http_error(status: int, code: str, message: str, kind: str) -> HivemindErro
         return TooLarge(message)
     if status == 504:
         return QueryTimeout(message)
+    if code == "index_warming":
+        return IndexWarming(message)
+    if status == 503 and code == "shard_unavailable":  # as over a store: the query's code
+        return QueryError(code, message)
     if status == 422 and kind == "event":
         return EventError(message)
     if status in (400, 404, 422, 507):  # 507: namespace_too_large (the worker's budget)
@@ -509,7 +515,7 @@ class Memory:
             err = res["error"]
             if err["code"] == "timeout":
                 raise QueryTimeout(err["message"])
-            raise QueryError(err["code"], err["message"])
+            raise query_error(err["code"], err["message"])
         return res
 
     def batch(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -24,6 +24,24 @@ class QueryError(HivemindError):
         self.message = message
 
 
+WARMING_RETRY_S = 2
+"""The retry hint of an ``index_warming`` answer, in seconds (HTTP ``Retry-After``)."""
+
+
+class IndexWarming(QueryError):
+    """The namespace's index is being built; retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float = WARMING_RETRY_S) -> None:
+        super().__init__("index_warming", message)
+        self.retry_after = retry_after
+
+
+def query_error(code: str, message: str) -> QueryError:
+    """The typed error of an answer's error object (``IndexWarming`` for
+    ``index_warming``)."""
+    return IndexWarming(message) if code == "index_warming" else QueryError(code, message)
+
+
 class QueryTimeout(HivemindError):
     """No result arrived for a query before the deadline; the message names the query id."""
 

@@ -6,6 +6,7 @@ Schemas evolve by appending fields with defaults; a breaking change gets a new t
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import re
 from datetime import datetime
@@ -93,8 +94,10 @@ class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field=
 
 MAX_SUPERSEDES = 64
 """Most notes one ``note.created`` may supersede."""
-DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}\Z"
-"""``redacted``: the digest of the content an erasure removed from the event."""
+DIGEST_PATTERN = r"^(hmac-sha256|sha256):[0-9a-f]{64}\Z"
+"""``redacted``: the digest of the content an erasure removed from the event
+(``hmac-sha256:``, keyed with the store's secret; ``sha256:`` in logs erased before it was
+keyed, still read)."""
 
 Digest = Annotated[str, msgspec.Meta(pattern=DIGEST_PATTERN)]
 
@@ -195,24 +198,27 @@ CONTENT_EVENTS = (NoteCreated, NoteRevised)
 redacts."""
 
 
-def content_digest(text: str, embedding: list[float] | None) -> str:
-    """The ``redacted`` digest of the content an erasure removes from an event: SHA-256 of
-    the canonical JSON ``[text, embedding]`` (``sha256:<64 hex>``). Whoever still holds the
-    content can prove it is the one erased; the digest gives nothing back."""
+def content_digest(text: str, embedding: list[float] | None, key: bytes) -> str:
+    """The ``redacted`` digest of the content an erasure removes from an event: HMAC-SHA256,
+    keyed with the store's secret ``key`` (``projections.store.erasure.digest_key``), of the
+    canonical JSON ``[text, embedding]`` (``hmac-sha256:<64 hex>``). Whoever holds the key
+    and the content can prove it is the one erased; without the key the digest gives nothing
+    back, not even a short text (a door code) by guessing."""
     body = msgspec.json.encode([text, embedding])
-    return "sha256:" + hashlib.sha256(body).hexdigest()
+    return "hmac-sha256:" + hmac.new(key, body, hashlib.sha256).hexdigest()
 
 
-def redacted(ev: NoteCreated | NoteRevised) -> NoteCreated | NoteRevised:
+def redacted(ev: NoteCreated | NoteRevised, key: bytes) -> NoteCreated | NoteRevised:
     """``ev`` with its content removed: the same fields, ``text`` empty, no embedding nor
     metadata,
     ``tokens`` the count the original had (explicit: an absent one is estimated from the
-    text) and ``redacted`` the digest of what was removed. Already redacted: unchanged."""
+    text) and ``redacted`` the keyed digest of what was removed. Already redacted:
+    unchanged."""
     if ev.redacted is not None:
         return ev
     tokens = ev.tokens if ev.tokens is not None else token_estimate(ev.text)
     return msgspec.structs.replace(ev, text="", embedding=None, tokens=tokens, metadata=None,
-                                   redacted=content_digest(ev.text, ev.embedding))
+                                   redacted=content_digest(ev.text, ev.embedding, key))
 
 
 def token_estimate(text: str) -> int:

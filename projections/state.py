@@ -88,6 +88,8 @@ class NoteRow(msgspec.Struct, frozen=True):
     """When the current text was written by a revision (None: never revised)."""
     superseded_by: str | None = None
     """The note that superseded this one (it is then in no answer)."""
+    erased: bool = False
+    """Erased: its content is gone everywhere (``text`` is empty) and it is in no answer."""
     metadata: dict[str, str | int | float | bool] | None = None
     """The note's metadata (None: none)."""
     expires_at: datetime | None = None
@@ -101,7 +103,8 @@ def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
         created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at,
         tier=tier_of(n.uses, n.kind, cfg),
         forgotten=n.forgotten, text=n.text, version=n.version, revised_at=n.revised_at,
-        superseded_by=n.superseded_by, metadata=n.metadata, expires_at=n.expires_at,
+        superseded_by=n.superseded_by, erased=n.erased, metadata=n.metadata,
+        expires_at=n.expires_at,
     )
 
 

@@ -4,6 +4,8 @@ results and audit events published in one MULTI per namespace while the next wav
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -13,6 +15,7 @@ from functools import partial
 from typing import Any, Literal
 
 import msgspec
+import numpy as np
 import redis
 import structlog
 from rq import Queue
@@ -32,20 +35,23 @@ from hivemind_memory.api_stub.protocol.messages import (
     utcnow,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.events.errors import CatchUpTimeout, QueryError
+from hivemind_memory.events.errors import WARMING_RETRY_S, CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.calibrated import limit_for
 from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
+from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import audit_trail, erasure, keys, results
 from hivemind_memory.projections.store.index_loader import (
     changes_last,
+    load_index,
     refresh_index,
     trim_heap,
 )
@@ -53,6 +59,7 @@ from hivemind_memory.projections.store.index_size import estimate_load_bytes
 from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
+from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import metrics
 from hivemind_memory.worker.memory import (
@@ -138,6 +145,10 @@ class QueryEngine:
         """Per namespace: config and embedding digests already filed (read once)."""
         self.base_digest = cfg.digest()
         """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
+        self.warm_builds: dict[str, threading.Thread] = {}
+        """Per namespace: the thread building its index and snapshot (``_warming``)."""
+        self.dense_builds: dict[str, threading.Thread] = {}
+        """Per namespace: the thread building its index's dense candidate stage."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -158,6 +169,8 @@ class QueryEngine:
         todo = [self._parse(env) for env in envelopes]
         current = self._catch_up(todo)
         live = self._refresh(todo, current)
+        for idx in live.values():
+            self._start_dense(idx)
         now = utcnow()  # the clock, read once for the batch, after catching up
         memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
         primed: dict[str, int] = {}  # per namespace: queries of ``todo`` primed so far
@@ -207,7 +220,45 @@ class QueryEngine:
                 if len(group) * len(live[q.ns].cols) >= PRIME_FLOATS:
                     full.add(q.ns)
         for ns, group in texts.items():
-            memo.prime_cosines(live[ns], group, self.embedder)
+            if live[ns].dense_ready(self.cfg):
+                memo.prime_vectors(live[ns], group, self.embedder)
+            else:
+                memo.prime_cosines(live[ns], group, self.embedder)
+
+    def _start_dense(self, idx: NamespaceIndex) -> None:
+        """Build the dense candidate stage of a large namespace's index in a thread, off the
+        queries' path (they score every note until it is attached); once per table."""
+        cfg, got, cols = self.cfg, idx.derived, idx.cols
+        if cfg.relevance != "calibrated" or got is None or idx.ns in self.dense_builds or \
+                idx.indexed() < cfg.candidates.scan_max_notes or idx.dense_ready(cfg):
+            return
+        n = len(cols)
+        ints = got.mat[:n].astype(np.int8)
+        has = got.done(n) & (got.norm[:n] > 0) & cols.live[:n]
+        digest, settings = got.digest, cfg.candidates
+
+        def build() -> None:
+            try:
+                t = time.process_time()
+                attached = idx.attach_dense(build_dense(ints, has, settings, digest), cols)
+                log.info("dense_index_built", ns=idx.ns, notes=int(has.sum()),
+                         attached=attached, cpu_s=round(time.process_time() - t, 2))
+            except Exception:  # a failed build leaves the namespace scanned, as before
+                log.exception("dense_index_failed", ns=idx.ns)
+            finally:
+                self.dense_builds.pop(idx.ns, None)
+
+        th = self.dense_builds[idx.ns] = threading.Thread(target=build, daemon=True,
+                                                           name=f"dense-{idx.ns}")
+        th.start()
+
+    def wait_dense(self, ns: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for the dense build of ``ns`` to end; True when none
+        is running any more."""
+        th = self.dense_builds.get(ns)
+        if th is not None:
+            th.join(timeout)
+        return ns not in self.dense_builds
 
     def _parse(self, env: Envelope) -> Pending:
         q = Pending(env, ns="", digest=self.base_digest, started=time.perf_counter())
@@ -297,6 +348,8 @@ class QueryEngine:
         idx = cache.get(ns)
         if idx is None:
             need = estimate_load_bytes(self.r, ns)
+            if need is None:  # no snapshot: a full build, off this job's path if large
+                self._warming(ns)
             if need is not None and need > cache.budget:
                 raise self._unavailable(ns, "namespace_too_large", too_large_message(
                     ns, need, cache.budget, measured=False))
@@ -340,6 +393,53 @@ class QueryEngine:
                 ns, size, cache.budget, measured=True))
         cache.loaded(ns)
         return idx
+
+    def _warming(self, ns: str) -> None:
+        """Raise ``index_warming`` for a namespace without a snapshot that is too large to
+        build inside a query job (``warm_inline_max_notes``), having started its build in a
+        thread of this worker unless another worker holds the build lease; the build writes
+        the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
+        th = self.warm_builds.get(ns)
+        if th is None:
+            notes = int(self.r.hlen(keys.notes(ns)))
+            if notes < self.settings.warm_inline_max_notes:
+                return
+            token = os.urandom(8).hex()
+            if self.r.set(keys.index_build_lease(ns), token, nx=True,
+                          ex=keys.INDEX_BUILD_LEASE_S):
+                th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
+                                      name=f"warm-{ns}")
+                self.warm_builds[ns] = th
+                th.start()
+                log.info("index_build_started", ns=ns, notes=notes)
+        raise IndexUnavailable("index_warming", (
+            f"namespace {ns!r}'s index is being built (a first load, or a new embedder); "
+            f"retry in {WARMING_RETRY_S} s"))
+
+    def _build(self, ns: str, token: str) -> None:
+        """A full load of ``ns`` that writes its snapshot (``_warming``'s thread); the index
+        itself is dropped: the next query reads the snapshot within the memory budget."""
+        t = time.process_time()
+        try:
+            idx = NamespaceIndex(ns)
+            load_index(self.r, idx, embedder=self.embedder)
+            log.info("index_built", ns=ns, notes=idx.indexed(),
+                     cpu_s=round(time.process_time() - t, 2))
+            del idx
+            trim_heap()
+        except Exception:  # the next query starts another build
+            log.exception("index_build_failed", ns=ns)
+        finally:
+            script(self.r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])
+            self.warm_builds.pop(ns, None)
+
+    def wait_warm(self, ns: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for this worker's build of ``ns`` to end; True when
+        none is running any more."""
+        th = self.warm_builds.get(ns)
+        if th is not None:
+            th.join(timeout)
+        return ns not in self.warm_builds
 
     def _evict(self, evicted: list[str]) -> None:
         if evicted:
@@ -502,15 +602,22 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
     ``why`` records). ``embedder``: the index's, for the query's vector under calibrated
     relevance (unless ``memo`` has its cosines already)."""
     cosine = None
+    query: QueryVector | None = None
     if cfg.relevance == "calibrated" and embedder is not None and idx.derived is not None:
-        cosine = None if memo is None else memo.cosines(idx, req.text)
-        if cosine is None:
-            got = idx.query_cosines(embedder.embed([req.text]))
-            cosine = None if got is None else got[:, 0]
+        if req.embedding is None and idx.dense_ready(cfg):  # candidates, not every note
+            query = None if memo is None else memo.vector(idx, req.text)
+            if query is None:
+                query = query_vector(embedder.embed([req.text])[0])
+        else:
+            cosine = None if memo is None else memo.cosines(idx, req.text)
+            if cosine is None:
+                got = idx.query_cosines(embedder.embed([req.text]))
+                cosine = None if got is None else got[:, 0]
     allowed = allowed_slots(idx.cols, req.conditions(), micros(now), cfg)
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols),
-                                     cosine, limit_for(cfg, req.budget), allowed)
+                                     cosine, limit_for(cfg, req.budget), query,
+                                     allowed)
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo, why_limit=why_limit,
                       rendered=req.context, id_prefix=req.id_prefix, allowed=allowed)

@@ -213,7 +213,7 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
         cosine = None if got is None else got[:, 0]
     allowed = allowed_slots(idx.cols, req.conditions(), micros(s.as_of), cfg)
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, s.agent, None, cosine,
-                                     limit_for(cfg, s.budget), allowed)
+                                     limit_for(cfg, s.budget), allowed=allowed)
     res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=cfg,
                      explain=True, rendered=req.context, id_prefix=req.id_prefix,
                      allowed=allowed)

@@ -23,8 +23,9 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 import redis
@@ -33,6 +34,9 @@ import structlog
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.beats import live_beats
 from hivemind_memory.projections.store.types import QueueConn
+
+if TYPE_CHECKING:
+    from hivemind_memory.worker.runtime import Runtime
 
 log = structlog.get_logger("hivemind.heartbeat")
 
@@ -85,6 +89,16 @@ class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the worker is doing, when it knows better than RQ's registry (in-process)."""
     successful_jobs: int = 0
     failed_jobs: int = 0
+    shards: list[int] = []
+    """The shards whose query queues it listens on (of ``shard_count``)."""
+    shard_count: int = 0
+    """``HIVEMIND_SHARDS`` as the worker sees it (0: a worker from before shards)."""
+    namespaces: list[str] = []
+    """The namespaces whose index it holds in memory (at most ``MAX_BEAT_NAMESPACES``)."""
+    namespace_count: int = 0
+    """How many it holds (``namespaces`` may be cut short)."""
+    rss_bytes: int = 0
+    """The process's resident memory at this beat (0: not known)."""
     memory: IndexMemory | None = None
     """Its query indexes against its memory budget (None before its first query job)."""
 
@@ -107,6 +121,10 @@ def live_count(rq: QueueConn) -> int:
     return len(read_beats(rq))
 
 
+MAX_BEAT_NAMESPACES = 1000
+"""Most namespace names one heartbeat carries (their count is always whole)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Doing:
     """What the owner of a heartbeat reports at each beat (when RQ's registry cannot)."""
@@ -114,18 +132,47 @@ class Doing:
     state: str = ""
     successful_jobs: int = 0
     failed_jobs: int = 0
+    namespaces: tuple[str, ...] = ()
+    """The namespaces whose index the worker holds."""
+    rss_bytes: int = 0
     memory: IndexMemory | None = None
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (``VmRSS``; 0 where ``/proc`` has none)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def held(rt: Runtime, doing: Doing = Doing()) -> Doing:
+    """``doing`` plus what the worker of runtime ``rt`` holds: the namespaces its query
+    engine keeps an index of, and the process's RSS (read from the heartbeat's thread while
+    a job may be changing the engine: a reading that races a change is simply left out)."""
+    live = getattr(rt.cache.get("query_engine"), "live", None)
+    try:  # the memory budget's LRU (``worker.memory.IndexCache``) names what it holds
+        names = tuple(sorted(live.names())) if live is not None else ()
+    except RuntimeError:  # changed while read: the next beat has it
+        names = ()
+    return replace(doing, namespaces=names, rss_bytes=rss_bytes())
 
 
 class Heartbeat:
     """Keeps ``name``'s heartbeat alive from a daemon thread while ``healthy()`` holds."""
 
     def __init__(self, rq: QueueConn, name: str, kind: str, queues: list[str], *,
+                 shards: tuple[int, ...] = (), shard_count: int = 0,
                  healthy: Callable[[], bool] = lambda: True,
                  describe: Callable[[], Doing] = Doing,
                  every_s: float = BEAT_EVERY_S,
                  ttl_s: int = keys.WORKER_BEAT_TTL_SECONDS) -> None:
         self.rq, self.name, self.kind, self.queues = rq, name, kind, queues
+        self.shards, self.shard_count = list(shards), shard_count
         self.healthy, self.describe = healthy, describe
         self.every_s, self.ttl_s = every_s, ttl_s
         self.started_at = datetime.now(UTC)
@@ -149,6 +196,9 @@ class Heartbeat:
                          pid=os.getpid(), queues=self.queues, started_at=self.started_at,
                          beat_at=datetime.now(UTC), state=doing.state,
                          successful_jobs=doing.successful_jobs, failed_jobs=doing.failed_jobs,
+                         shards=self.shards, shard_count=self.shard_count,
+                         namespaces=list(doing.namespaces[:MAX_BEAT_NAMESPACES]),
+                         namespace_count=len(doing.namespaces), rss_bytes=doing.rss_bytes,
                          memory=doing.memory)
         p = self.rq.pipeline(transaction=False)
         p.set(keys.worker_beat(self.name), _enc.encode(rec), ex=self.ttl_s)
@@ -194,4 +244,4 @@ class Heartbeat:
 
 
 __all__ = ["BEAT_EVERY_S", "Doing", "Heartbeat", "IndexMemory", "LoadFailure", "WorkerBeat",
-           "live_count", "read_beats"]
+           "held", "live_count", "read_beats", "rss_bytes"]

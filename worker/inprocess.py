@@ -28,7 +28,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat
+from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.loop import worker_name
 from hivemind_memory.worker.memory import reported
 from hivemind_memory.worker.projector import behind, enqueue_behind
@@ -63,9 +63,12 @@ class InProcessWorker:
         self._busy = False
         self.heartbeat = Heartbeat(
             rt.rq, f"{worker_name()}-inprocess", "in-process",
-            [rt.query_queue.name, rt.project_queue.name], healthy=self._thread.is_alive,
-            describe=lambda: Doing("busy" if self._busy else "idle", self.successful_jobs,
-                                   self.failed_jobs, reported(rt.cache)))
+            [*(q.name for q in rt.query_queues()), rt.project_queue.name],
+            shards=tuple(range(rt.settings.shards)), shard_count=rt.settings.shards,
+            healthy=self._thread.is_alive,
+            describe=lambda: held(rt, Doing("busy" if self._busy else "idle",
+                                            self.successful_jobs, self.failed_jobs,
+                                            memory=reported(rt.cache))))
         """Counted by readiness, ``status`` and ``/metrics`` like any worker process."""
         self.caught_up = threading.Event()
         """Set once every namespace behind at start (all of them, after a restart of a
@@ -93,11 +96,11 @@ class InProcessWorker:
         self.heartbeat.stop()
 
     def _pending(self) -> bool:
-        return bool(len(self.rt.query_queue) or len(self.rt.project_queue))
+        return any(len(q) for q in (*self.rt.query_queues(), self.rt.project_queue))
 
     def _run(self) -> None:
         runtime.install_for_thread(self.rt)
-        queues = [self.rt.query_queue, self.rt.project_queue]
+        queues = [*self.rt.query_queues(), self.rt.project_queue]
         while not self._stop.is_set():
             self._wake.wait(POLL_S)
             self._wake.clear()

@@ -25,7 +25,7 @@ from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat
+from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.memory import default_budget_mib, reported
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
@@ -73,23 +73,32 @@ class LoopWorker(HivemindWorker):
         super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
 
 
-def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S) -> int:
+def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S,
+               shards: tuple[int, ...] | None = None) -> int:
     """Sweep for namespaces left behind, then work; in burst mode loop until all projected.
+
+    It answers the queries of ``shards`` (None: every shard of ``rt.settings.shards``), their
+    queues first, and folds any namespace (one projection queue: the read model lives in
+    Redis, the lease and the checkpoint's compare-and-set keep a fold exactly-once whichever
+    worker runs it, and a shard without its worker still gets its writes projected).
 
     A long-running worker sweeps again whenever it has been idle for ``idle_s`` (a job that
     failed for good leaves its namespace behind until someone sweeps), and exits on
     SIGINT/SIGTERM (RQ's warm shutdown: the current job finishes first).
     """
-    queues = [rt.query_queue, rt.project_queue]
+    served = tuple(range(rt.settings.shards)) if shards is None else shards
+    queues = [*rt.query_queues(served), rt.project_queue]
     name = worker_name()
     late = enqueue_behind(rt.store, rt.project_queue)
     log.info("worker_started", name=name, queues=[q.name for q in queues],
+             shards=list(served), shard_count=rt.settings.shards,
              store=redact(rt.settings.redis_url), config_digest=rt.cfg.digest(),
              namespaces=len(namespaces(rt.store)), behind=late, burst=burst,
              idle_sweep_s=None if burst else idle_s, pid=os.getpid(),
              memory_budget_mib=rt.settings.memory_budget_mib or default_budget_mib())
-    beat = Heartbeat(rt.rq, name, "worker", [q.name for q in queues],
-                     describe=lambda: Doing(memory=reported(rt.cache))).start()
+    beat = Heartbeat(rt.rq, name, "worker", [q.name for q in queues], shards=served,
+                     shard_count=rt.settings.shards,
+                     describe=lambda: held(rt, Doing(memory=reported(rt.cache)))).start()
     try:
         return _work(rt, queues, name, burst, idle_s)
     finally:

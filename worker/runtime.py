@@ -44,7 +44,14 @@ class Runtime:
 
     @property
     def query_queue(self) -> Queue:
-        return self.queue(jobs.QUERY_QUEUE)
+        """The query queue of shard 0 (the only one with one shard)."""
+        return self.queue(jobs.query_queue_name(0, self.settings.shards))
+
+    def query_queues(self, shards: tuple[int, ...] | None = None) -> list[Queue]:
+        """The query queues of ``shards`` (None: every shard), in shard order."""
+        n = self.settings.shards
+        return [self.queue(jobs.query_queue_name(k, n))
+                for k in (range(n) if shards is None else shards)]
 
 
 def build(settings: Settings, store: Store, rq_conn: QueueConn | None = None) -> Runtime:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import msgspec
 from rq import Worker
 
+from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces, read_after
@@ -67,6 +68,15 @@ class WorkerStatus(msgspec.Struct, frozen=True):
     failed_jobs: int
     kind: str = "worker"
     """``worker`` (a ``hivemind worker`` process) or ``in-process`` (inside ``serve``/``mcp``)."""
+    shards: list[int] = []
+    """The shards whose queries it answers (of ``shard_count``; empty: a worker from before
+    shards, serving ``hivemind-query``)."""
+    shard_count: int = 0
+    namespaces_held: list[str] = []
+    """The namespaces whose index it holds in memory (the first 1,000 by name)."""
+    namespace_count: int = 0
+    rss_bytes: int = 0
+    """Its resident memory at its last heartbeat (0: not known)."""
     memory: IndexMemory | None = None
     """Its namespace indexes against its memory budget, and the namespaces it could not
     hold lately (None before its first query job)."""
@@ -78,6 +88,10 @@ class Status(msgspec.Struct, frozen=True):
     at: datetime
     namespaces: list[NamespaceStatus]
     workers: list[WorkerStatus]
+    shard_count: int = 1
+    """``HIVEMIND_SHARDS`` as the reader sees it."""
+    unserved_shards: list[int] = []
+    """Shards no live worker answers: their queries get ``shard_unavailable`` at once."""
 
 
 def _entry_ms(entry_id: bytes | str) -> int:
@@ -169,7 +183,9 @@ def live_workers(rq: QueueConn) -> list[WorkerStatus]:
             name=b.name, state=_text(state) or b.state or "idle", queues=b.queues,
             hostname=b.hostname, pid=b.pid, last_heartbeat=b.beat_at,
             successful_jobs=int(_text(ok) or b.successful_jobs),
-            failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind, memory=b.memory))
+            failed_jobs=int(_text(failed) or b.failed_jobs), kind=b.kind, shards=b.shards,
+            shard_count=b.shard_count, namespaces_held=b.namespaces,
+            namespace_count=b.namespace_count, rss_bytes=b.rss_bytes, memory=b.memory))
     return sorted(out, key=lambda w: w.name)
 
 
@@ -193,8 +209,18 @@ def dead_letters(r: Store, ns: str, limit: int) -> DeadLetters:
                        dead=shown)
 
 
-def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None) -> Status:
-    """Every namespace (or ``only`` these) and every live worker."""
+def unserved(workers: list[WorkerStatus], shards: int) -> list[int]:
+    """The shards of ``shards`` whose query queue no worker of ``workers`` listens on."""
+    served = {name for w in workers for name in w.queues}
+    return [k for k in range(shards) if query_queue_name(k, shards) not in served]
+
+
+def read_status(r: Store, rq: QueueConn, now: datetime, only: list[str] | None = None,
+                shards: int = 1) -> Status:
+    """Every namespace (or ``only`` these), every live worker, and the shards (of
+    ``shards``) that none of them serves."""
     nss = namespaces(r) if only is None else only
+    workers = live_workers(rq)
     return Status(at=now, namespaces=[namespace_status(r, ns, now) for ns in nss],
-                  workers=live_workers(rq))
+                  workers=workers, shard_count=shards,
+                  unserved_shards=unserved(workers, shards))

@@ -44,8 +44,7 @@ def _quotes(env: Any, ns: str, contents: Contents) -> bool:
     req = env.get("request") if isinstance(env, dict) else None
     if not isinstance(req, dict) or req.get("ns") != ns:
         return False
-    text = req.get("text")
-    if isinstance(text, str) and text in contents.texts:
+    if contents.quotes(req.get("text")) is not None:
         return True
     emb = req.get("embedding")
     if isinstance(emb, list) and contents.embeddings:
@@ -68,7 +67,8 @@ def redact_jobs(conn: QueueConn, store: Store, ns: str, contents: Contents,
     """Delete or rewrite the query jobs that quote one of ``contents``' versions (see the
     module docstring); how many jobs changed."""
     prefix = Job.redis_job_namespace_prefix.encode()
-    marks = [JSONSerializer.dumps(t) for t in contents.texts] + \
+    marks = [b'"text":'] if contents.only_hashed else \
+        [JSONSerializer.dumps(t) for t in contents.texts] + \
         [JSONSerializer.dumps(list(v)) for v in contents.embeddings]
     changed = 0
     for k in conn.scan_iter(match=prefix + b"*", count=SCAN_COUNT):

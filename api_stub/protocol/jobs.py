@@ -16,6 +16,7 @@ retried.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ from hivemind_memory.projections.store.types import QueueConn, Store
 PROJECT_QUEUE = "hivemind-project"
 """RQ queue of projection jobs."""
 QUERY_QUEUE = "hivemind-query"
-"""RQ queue of query jobs (a worker serves it before projection jobs)."""
+"""RQ queue of query jobs when there is one shard (a worker serves it before projection
+jobs); with several, each shard has its own (``query_queue_name``)."""
 PROJECT_JOB = "hivemind_memory.worker.jobs.project_namespace"
 """Job function that folds one namespace's pending events."""
 QUERY_JOB = "hivemind_memory.worker.jobs.answer_queries"
@@ -61,6 +63,46 @@ queries over this many jobs per worker (guided self-scheduling: big jobs first, 
 as the batch runs out, so the workers finish together). 1 rather than 2: half as many jobs
 for the same tail (two workers on a dense 1,000-query batch: 8 % more answers a second over
 HTTP and the SDK, 2 % through the CLI, three alternating runs each)."""
+
+
+def shard_of(ns: str, shards: int) -> int:
+    """The shard whose queue takes ``ns``'s queries: CRC-32 of its UTF-8 bytes mod
+    ``shards``, the same in every process, machine and Python version (never ``hash()``,
+    which is salted per process)."""
+    return zlib.crc32(ns.encode()) % shards
+
+
+def query_queue_name(shard: int, shards: int) -> str:
+    """The RQ queue of ``shard`` out of ``shards``: ``hivemind-query`` for one shard (as
+    before shards existed), ``hivemind-query-<shard>-of-<shards>`` for several. The count is
+    in the name, so a client and a worker that disagree on ``HIVEMIND_SHARDS`` never share a
+    queue: the client finds no live worker for its queue and says so at once."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not within 0..{shards - 1}")
+    return QUERY_QUEUE if shards == 1 else f"{QUERY_QUEUE}-{shard}-of-{shards}"
+
+
+def parse_shards(spec: str, shards: int) -> tuple[int, ...]:
+    """The shards a worker serves, from ``--shards``: ``all``, a shard (``2``), a range
+    (``0-3``, both ends in: what a systemd instance name can carry) or a comma list of those
+    (``0,2-3``); sorted, each once. ``ConfigError`` names what is wrong."""
+    text = spec.strip()
+    if text == "all":
+        return tuple(range(shards))
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if dash else first
+        except ValueError:
+            raise ConfigError(f"--shards {spec!r}: {part.strip()!r} is not a shard number or a "
+                              "range like 0-3 (or give 'all')") from None
+        if first > last or first < 0 or last >= shards:
+            raise ConfigError(f"--shards {spec!r}: {part.strip()!r} is not within 0..{shards - 1}"
+                              f" (HIVEMIND_SHARDS={shards})")
+        out.update(range(first, last + 1))
+    return tuple(sorted(out))
 
 
 def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:

@@ -14,6 +14,8 @@ from hivemind_memory.projections.store.urls import is_cluster_url, redact
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 """The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command
 then says so (``redis_url_source == "default"``) before it connects."""
+MAX_SHARDS = 1024
+"""Most shards a deployment may have (``shards``)."""
 MAX_AUDIT_LEFT_OUT = 1000
 """Largest ``audit_left_out``: it bounds the size of every audit entry."""
 
@@ -57,12 +59,27 @@ class Settings:
     """A worker's index memory (``worker.memory``): the namespace indexes it holds, least
     recently used evicted past it. None: derived from the machine when the worker starts (a
     quarter of its cgroup limit or physical memory, ``worker.memory.default_budget_mib``)."""
+    warm_inline_max_notes: int = 20_000
+    """A namespace's first index build runs inside the query job while it has fewer notes
+    than this; from there on it runs in a thread of one worker (a lease in Redis) and its
+    queries are answered ``index_warming`` at once until the snapshot it writes is there."""
     audit_left_out: int = 20
     """Left-out notes each served query's audit entry records, the strongest first (with
     their signals and the reason; ``projections.ranking.why``); 0: entries record no ``why``."""
+    shards: int = 1
+    """Shards the namespaces are spread over: each has its own query queue
+    (``jobs.query_queue_name``) and a namespace's queries go to the queue of
+    ``jobs.shard_of(ns, shards)``. Every process of a deployment (clients, servers, workers)
+    must say the same; 1 = one query queue that every worker serves."""
     max_future_skew_s: float = 300.0
     """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
     refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
+    http_read_timeout_s: float = 10.0
+    """``serve``: seconds a request may take to arrive, head and body, from its first byte (a
+    connection that sends nothing is closed after it too); then the connection is closed."""
+    http_max_connections: int = 1000
+    """``serve``: most connections and requests at once (uvicorn's ``limit_concurrency``);
+    past it new requests get 503. Keep it under the process's open-files limit."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -82,12 +99,16 @@ class Settings:
             "HIVEMIND_MAX_BATCHES_PER_JOB": ("max_batches_per_job", int),
             "HIVEMIND_LOCK_LEASE_MS": ("lock_lease_ms", int),
             "HIVEMIND_MEMORY_BUDGET_MIB": ("memory_budget_mib", int),
+            "HIVEMIND_WARM_INLINE_MAX_NOTES": ("warm_inline_max_notes", int),
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
             "HIVEMIND_PACKER": ("packer", str),
             "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
+            "HIVEMIND_SHARDS": ("shards", int),
             "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
+            "HIVEMIND_HTTP_READ_TIMEOUT": ("http_read_timeout_s", float),
+            "HIVEMIND_HTTP_MAX_CONNECTIONS": ("http_max_connections", int),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):
@@ -102,7 +123,7 @@ class Settings:
             clean.setdefault("redis_url_source", "flag")
         s = replace(s, **clean)  # type: ignore[arg-type]
         for attr in ("batch_size", "max_batches_per_job", "lock_lease_ms", "result_ttl_seconds",
-                     "query_chunk"):
+                     "query_chunk", "warm_inline_max_notes"):
             if getattr(s, attr) < 1:
                 raise ConfigError(f"setting {attr} must be >= 1, got {getattr(s, attr)}")
         if s.memory_budget_mib is not None and s.memory_budget_mib < 1:
@@ -115,6 +136,12 @@ class Settings:
         if not 0 <= s.audit_left_out <= MAX_AUDIT_LEFT_OUT:
             raise ConfigError(f"HIVEMIND_AUDIT_LEFT_OUT / audit_left_out must be within "
                               f"0..{MAX_AUDIT_LEFT_OUT}, got {s.audit_left_out}")
+        if not 1 <= s.shards <= MAX_SHARDS:
+            raise ConfigError(f"HIVEMIND_SHARDS / shards must be within 1..{MAX_SHARDS}, got "
+                              f"{s.shards}")
+        if not 0 < s.http_read_timeout_s <= 3600:
+            raise ConfigError(f"HIVEMIND_HTTP_READ_TIMEOUT / http_read_timeout_s must be within "
+                              f"(0, 3600] seconds, got {s.http_read_timeout_s}")
         if not 0 <= s.max_future_skew_s <= 366 * 86400:
             raise ConfigError(f"HIVEMIND_MAX_FUTURE_SKEW / max_future_skew_s must be within "
                               f"0..31622400 seconds, got {s.max_future_skew_s}")

@@ -24,6 +24,7 @@ from hivemind_memory.events.errors import (
     AlreadySuperseded,
     EventError,
     HivemindError,
+    IndexWarming,
     NotAllowed,
     NoteExists,
     QueryError,
@@ -104,6 +105,6 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
 
 
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
-           "HivemindError", "Memory", "NotAllowed", "Note", "NoteExists", "QueryError",
-           "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError", "TooLarge",
-           "UnknownNote", "VersionConflict", "WriteRefused"]
+           "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note", "NoteExists",
+           "QueryError", "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError",
+           "TooLarge", "UnknownNote", "VersionConflict", "WriteRefused"]

@@ -101,7 +101,8 @@ def routes(api: Host, wrap: Callable[[Handler], Handler]) -> list[BaseRoute]:
 
         def read() -> Status:
             mine = [ns for ns in namespaces(api.client.store) if g.may(ns, "admin")]
-            return read_status(api.client.store, api.client.rq, datetime.now(UTC), only=mine)
+            return read_status(api.client.store, api.client.rq, datetime.now(UTC), only=mine,
+                               shards=api.client.settings.shards)
 
         if "admin" not in g.rights:
             raise ApiError(403, "forbidden", "this token has the admin right in no namespace")

@@ -34,7 +34,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.client import SHARD_RETRY_AFTER_S, Client
+from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
     MAX_BUDGET,
     IdPrefix,
@@ -56,6 +57,7 @@ from hivemind_memory.api_stub.server.tokens import (
 )
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
+    WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
     QueryError,
@@ -261,7 +263,8 @@ class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``)."""
+    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+    ``snapshot_keys``, ``file_records``)."""
 
     note_id: str
     event_id: str | None
@@ -322,8 +325,18 @@ def _respond(obj: Any, status: int = 200) -> Response:
     return Response(_json.encode(obj), status_code=status, media_type="application/json")
 
 
+RETRY_AFTER_S = {"shard_unavailable": SHARD_RETRY_AFTER_S, "index_warming": WARMING_RETRY_S}
+"""Error codes answered 503 with a ``Retry-After`` (seconds): the query was right, no worker
+could take it now."""
+
+
+def _retry_after(code: str) -> dict[str, str] | None:
+    s = RETRY_AFTER_S.get(code)
+    return None if s is None else {"Retry-After": str(s)}
+
+
 def _error(status: int, code: str, message: str) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else _retry_after(code)
     return Response(_json.encode(ErrorResponse(ErrorDetail(code, message))), status_code=status,
                     media_type="application/json", headers=headers)
 
@@ -484,11 +497,15 @@ class Api:
                                 **raw}, "remember")
         assert isinstance(ev, NoteCreated)
         try:
-            got = await self.run(lambda: self.client.remember(ev, body.duplicates))
+            mode = body.duplicates  # without the query right there is no one to report to
+            if mode == "report" and not g.may(ns, "query"):
+                mode = "ignore"
+            got = await self.run(lambda: self.client.remember(ev, mode))
         except WriteRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         self.opts.on_write()
-        dups = None if got.duplicates is None else [Duplicate(n, o) for n, o in got.duplicates]
+        dups = None if got.duplicates is None or not g.may(ns, "query") else [
+            Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
         return _respond(Remembered(ev.note_id, ev.event_id, dups, got.superseded))
 
     async def revise(self, request: Request) -> Response:
@@ -527,7 +544,8 @@ class Api:
         if "error" in res:
             code = res["error"]["code"]
             raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
-                           MEMORY_STATUS.get(code, 422), code, res["error"]["message"])
+                           503 if code in RETRY_AFTER_S else MEMORY_STATUS.get(code, 422), code,
+                           res["error"]["message"])
         notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
                  for n in res["notes"]]
         return _respond(Recalled(res["query_id"], res["context"], notes, res["used"],
@@ -549,8 +567,9 @@ class Api:
         if "error" in obj:
             code = obj["error"]["code"]
             status = {"invalid_request": 422, "timeout": 504, "catch_up_timeout": 504,
-                      **MEMORY_STATUS}.get(code, 500)
-            return Response(body, status_code=status, media_type="application/json")
+                      **MEMORY_STATUS}.get(code, 503 if code in RETRY_AFTER_S else 500)
+            return Response(body, status_code=status, media_type="application/json",
+                            headers=_retry_after(code))
         return Response(body, media_type="application/json")
 
     async def queries(self, request: Request) -> Response:
@@ -622,6 +641,9 @@ class Api:
             if owner is not None and owner != g.agent:
                 body = None  # another agent's answer (it may hold their private notes)
         if body is None:
+            why = await self.run(lambda: self.client.shard_problem(ns))
+            if why is not None:  # still queued, and no worker to answer it for now
+                raise ApiError(503, "shard_unavailable", f"query {qid}: {why}")
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
@@ -666,7 +688,13 @@ class Api:
         return _respond(Health(True))
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace."""
+        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace.
+        It names every namespace: a token with the ``metrics`` right, or ``admin`` in every
+        namespace (401 without a token, 403 with another)."""
+        g = self.grant(request)
+        if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
+            raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
+                           "(or admin in every namespace)")
         body = await self.run(metrics.render)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
@@ -681,6 +709,13 @@ class Api:
             n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
                 return Health(False, "no worker is running (start `hivemind worker`)")
+            total = self.client.settings.shards  # the shards no live worker listens to
+            served = {q for b in beats for q in b.queues}
+            missing = [k for k in range(total) if query_queue_name(k, total) not in served]
+            if missing and self.opts.workers_alive is None:
+                return Health(False, f"shard(s) {', '.join(map(str, missing))} of {total} have "
+                              "no live worker: their queries get shard_unavailable (start "
+                              "`hivemind worker --shards N`)")
             if not self.opts.caught_up():
                 return Health(False, "rebuilding the read model from the log")
             # namespaces a worker could not hold (memory budget): ready, but said
@@ -711,7 +746,8 @@ class Api:
         """``hivemind status --json`` for one namespace (the workers are every live one)."""
         ns, _ = self.authorize(request, "admin")
         return _respond(await self.run(lambda: read_status(
-            self.client.store, self.client.rq, datetime.now(UTC), only=[ns])))
+            self.client.store, self.client.rq, datetime.now(UTC), only=[ns],
+            shards=self.client.settings.shards)))
 
     async def note(self, request: Request) -> Response:
         """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""

@@ -111,13 +111,17 @@ def build_server(resolve: Resolver) -> MCPServer:
                  duplicates: Duplicates = "report", metadata: MetadataArg = None,
                  expires_at: ExpiresAt = None) -> str:
         try:
-            got = mem(ctx, "write").remember(text, kind=kind, scope=scope, note_id=note_id,
-                                             supersedes=supersedes, duplicates=duplicates,
-                                             metadata=metadata, expires_at=expires_at)
+            m = mem(ctx, "write")
+            may_query = _may(resolve, ctx, "query")  # overlaps are reads: only to readers
+            if duplicates == "report" and not may_query:
+                duplicates = "ignore"
+            got = m.remember(text, kind=kind, scope=scope, note_id=note_id,
+                             supersedes=supersedes, duplicates=duplicates,
+                             metadata=metadata, expires_at=expires_at)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
-        dups = None if got.duplicates is None else [(d.note_id, d.overlap)
-                                                     for d in got.duplicates]
+        dups = None if got.duplicates is None or not may_query else [
+            (d.note_id, d.overlap) for d in got.duplicates]
         return remembered_message(str(got), dups, got.superseded)
 
     @server.tool(description=DESCRIPTIONS["revise"])
@@ -163,6 +167,15 @@ def build_server(resolve: Resolver) -> MCPServer:
         return f"forgot {note_id}"
 
     return server
+
+
+def _may(resolve: Resolver, ctx: Context, right: Right) -> bool:
+    """Whether the caller of this tool call also has ``right``."""
+    try:
+        resolve(ctx, right)
+    except HivemindError:
+        return False
+    return True
 
 
 def fixed_resolver(memory: Memory) -> Resolver:

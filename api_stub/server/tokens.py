@@ -6,7 +6,7 @@ A TOML file of ``[[token]]`` entries::
     secret_sha256 = "9f86d0...15d6"      # hex SHA-256 of the secret (or: secret = "...")
     ns = ["team-a"]                      # namespaces, "*" = all
     agent = "alice"                      # every event and query of this token is alice's
-    rights = ["write", "query"]          # any of write, query, admin
+    rights = ["write", "query"]          # any of write, query, admin, metrics
 
 The secret itself never needs to be in the file (``secret_sha256``); a plain ``secret`` is
 accepted for local use. Look-up hashes the presented secret and compares digests in constant
@@ -27,8 +27,10 @@ from typing import Literal
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN
 
-Right = Literal["write", "query", "admin"]
-RIGHTS: tuple[Right, ...] = ("write", "query", "admin")
+Right = Literal["write", "query", "admin", "metrics"]
+RIGHTS: tuple[Right, ...] = ("write", "query", "admin", "metrics")
+"""``metrics``: may read ``/metrics`` (every namespace's counts, no note), whatever ``ns``
+says; nothing else. ``admin`` in every namespace (``ns = ["*"]``) may too."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ last bit across CPUs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -334,3 +334,75 @@ def candidates(p: FloatArray, limit: int) -> IntArray:
 def limit_for(cfg: RankingConfig, budget: int | None) -> int:
     """How many candidates a query of ``budget`` tokens gets."""
     return max(cfg.max_candidates, 0 if budget is None else budget // TOKENS_PER_CANDIDATE)
+
+
+def sub_layout(lay: Layout, win: IntArray, slots: IntArray, table: int) -> Layout:
+    """``lay`` restricted to the positions ``win`` (ascending; their slots ``slots``) of its
+    sequence: each value as ``lay`` has it, two of them near only where they are consecutive
+    in ``lay`` too (``table``: the slot count of the columns)."""
+    m = len(win)
+    near: list[BoolArray] = []
+    flat = np.zeros((len(lay.near), m), np.uint8)
+    for j, full in enumerate(lay.near, start=1):
+        if m <= j:
+            near.append(np.zeros(0, np.bool_))
+            continue
+        at = np.minimum(win[:-j], len(full) - 1) if len(full) else win[:-j] * 0
+        mj = (win[j:] == win[:-j] + j) & (full[at] if len(full) else False)
+        near.append(np.asarray(mj, np.bool_))
+        flat[j - 1, :m - j] = mj
+    pos = np.full(table, -1, np.int32)
+    pos[slots] = np.arange(m, dtype=np.int32)
+    return Layout(base=lay.base[win], wb=lay.wb[win], wc=lay.wc[win], owner=lay.owner[win],
+                  near=tuple(near), pos=pos, near_flat=flat.reshape(-1))
+
+
+def _distinct(a: IntArray) -> IntArray:
+    """The distinct values of ``a``, ascending (a sort: numpy's hashing ``unique`` is slower
+    on these arrays)."""
+    a = np.sort(a)
+    if len(a) > 1:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return a
+
+
+def likely_among(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
+                 dense_slots: IntArray, cosine_of: Callable[[IntArray], FloatArray] | None,
+                 named: Sequence[int], lay: Layout, cal: Calibration,
+                 limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+    """``likely`` over given candidates only: the BM25 hits and ``dense_slots`` (the dense
+    stage's proposals), each valued with its near neighbours in creation order (``cosine_of``:
+    the exact cosines of some slots; None: no semantic part). A candidate's probability has
+    the same bits as ``likely`` gives it (its features read only itself and its neighbours,
+    and every value comes from the same ``Layout`` and the same exact cosines); the result is
+    ``likely``'s whenever every note with evidence is a candidate."""
+    n = len(seq)
+    at = np.concatenate((lay.pos[lex_slots], lay.pos[dense_slots])).astype(np.int64)
+    at = _distinct(at[at >= 0])
+    if not len(at):
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    # the neighbours a candidate's context reads: those near it (creation order is time
+    # order, so they are a run around it; the others lend nothing and are left out)
+    parts = [at]
+    for j, full in enumerate(lay.near, start=1):
+        ahead = at[at < n - j]
+        parts.append(ahead[full[ahead]] + j)
+        back = at[at >= j] - j
+        parts.append(back[full[back]])
+    win = _distinct(np.concatenate(parts))
+    sub = seq[win]
+    cosine = None
+    if cosine_of is not None:
+        cosine = np.zeros(len(cols))
+        cosine[sub] = cosine_of(sub)
+    pos, p = likely(cols, sub, lex_slots, lex, cosine, named,
+                    sub_layout(lay, win, sub, len(cols)), cal, len(sub))
+    is_at = np.zeros(n, np.bool_)
+    is_at[at] = True
+    keep = is_at[win[pos]]  # the neighbours only lent their values
+    if allowed is not None:  # only these may be candidates (a filter, the expiry)
+        keep &= allowed[seq[win[pos]]]
+    pos, p = pos[keep], p[keep]
+    top = candidates(p, limit)
+    out: IntArray = win[pos[top]]
+    return out, p[top]

@@ -121,6 +121,31 @@ with each conversation held out in turn; see ``Calibration``)."""
 MAX_TTL_DAYS = 3_650_000.0
 """Largest ``default_ttl_days`` (10,000 years: the expiry instant stays a 64-bit count of
 microseconds)."""
+class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How calibrated relevance finds its candidates in a large namespace
+    (``projections.ranking.dense``, ``calibrated.likely_among``): below ``scan_max_notes``
+    visible notes every note is scored (exact); from there on only the notes sharing a word
+    with the query (the postings) and the ``dense`` nearest by cosine (an approximate
+    nearest-neighbour index, HNSW from ``usearch``), each with its neighbours in creation
+    order for the context features, so a query's cost follows its candidates, not the
+    namespace."""
+
+    scan_max_notes: int = 20_000
+    """Namespaces with fewer visible notes than this are scanned in full (exact)."""
+    dense: int = 256
+    """Nearest notes by cosine the dense stage adds to the lexical ones."""
+    connectivity: int = 12
+    """HNSW links per node (``usearch``'s ``connectivity``)."""
+    expansion_add: int = 32
+    """HNSW search width while a note is added."""
+    expansion_search: int = 128
+    """HNSW search width of a query (at least ``dense``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("scan_max_notes", "dense", "connectivity", "expansion_add",
+                     "expansion_search"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -161,6 +186,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED
     """Calibrated relevance's coefficients."""
+    candidates: Candidates = Candidates()
+    """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5
     """A note being remembered reports the notes the writer may see whose word overlap
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
@@ -209,9 +236,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT = RankingConfig()
 
 LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
+                          "candidates": msgspec.to_builtins(Candidates()),
                           "default_ttl_days": 0.0}
 """Keys added after the first release and the value a config written before them meant."""
-CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration")
+CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

@@ -8,6 +8,7 @@ only for the note read. So 100k notes cost no Python object each besides their i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from hivemind_memory.projections.ranking.calibrated import (
     features,
     layout_of,
     likely,
+    likely_among,
     log_tokens,
     named_owners,
     signals,
@@ -36,8 +38,9 @@ from hivemind_memory.projections.ranking.columns import (
     TermCache,
 )
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
+from hivemind_memory.projections.ranking.dense import DenseIndex
 from hivemind_memory.projections.ranking.embedders import Embedder
-from hivemind_memory.projections.ranking.vectors import DerivedVectors
+from hivemind_memory.projections.ranking.vectors import DerivedVectors, QueryVector
 from hivemind_memory.projections.state import NoteState
 
 EMBED_BATCH = 4_096
@@ -73,6 +76,39 @@ class NamespaceIndex:
     _order_vis: dict[str, IntArray] = field(default_factory=dict)
     _layouts: dict[tuple[str, Calibration], Layout] = field(default_factory=dict)
     _layout_version: tuple[int, int] = (0, -1)
+    dense: DenseIndex | None = None
+    """The dense candidate stage over ``derived`` (``projections.ranking.dense``), once
+    built (``attach_dense``); valid only for the table it was built from."""
+    _dense_of: weakref.ref[Columns] | None = None
+
+    def attach_dense(self, dense: DenseIndex, cols: Columns) -> bool:
+        """Use ``dense`` (built from the slots of ``cols``) from now on; False (dropped)
+        when the table was replaced since (a full or snapshot load)."""
+        if cols is not self.cols:
+            return False
+        self.dense, self._dense_of = dense, weakref.ref(cols)
+        return True
+
+    def dense_ready(self, cfg: RankingConfig) -> bool:
+        """Whether a calibrated query under ``cfg`` takes its candidates from the postings
+        and the dense stage (a namespace of at least ``candidates.scan_max_notes`` notes whose
+        dense index is built for its table and embedder) rather than scoring every note."""
+        d, got = self.dense, self.derived
+        return (d is not None and got is not None and cfg.relevance == "calibrated"
+                and self._dense_of is not None and self._dense_of() is self.cols
+                and d.digest == got.digest and d.settings == cfg.candidates
+                and self.indexed() >= cfg.candidates.scan_max_notes)
+
+    def _dense_sync(self) -> DenseIndex:
+        """The dense index with the slots added since it was built."""
+        d, got, cols = self.dense, self.derived, self.cols
+        assert d is not None and got is not None
+        n = len(cols)
+        if d.covered < n:
+            has = got.done(n)[d.covered:] & (got.norm[d.covered:n] > 0) & \
+                cols.live[d.covered:n]
+            d.add(d.covered, got.mat[d.covered:n].astype(np.int8), has)
+        return d
 
     @property
     def notes(self) -> NotesView:
@@ -250,26 +286,48 @@ class NamespaceIndex:
     def calibrated_slots(self, text: str, embedding: Sequence[float] | None,
                          cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                          cosine: FloatArray | None = None, limit: int | None = None,
+                         query: QueryVector | None = None,
                          allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """``relevance = "calibrated"`` (``projections.ranking.calibrated``): the probability
         that each visible note is needed, for the ``limit`` most probable (default
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
         vector (``query_cosines``; None: no semantic part but caller embeddings, which take
-        precedence where the note carries one of the query embedding's length)."""
+        precedence where the note carries one of the query embedding's length). ``query``:
+        the query's vector where ``dense_ready``: the candidates are then the BM25 hits and
+        the dense stage's nearest notes (``calibrated.likely_among``), not every note."""
+        top = cfg.max_candidates if limit is None else limit
+        if query is not None and embedding is None and self.dense_ready(cfg):
+            seq, lay = self._layout(agent, cfg.calibration)
+            cols = self.cols
+            lex_slots, lex = cols.bm25(text, cfg, agent, cache)
+            want = cfg.candidates.dense
+            near = self._dense_sync().search(query.near, 2 * want)
+            ok = cols.visible(agent)[near]
+            if allowed is not None:  # the dense stage proposes matching notes only
+                ok &= allowed[near]
+            near = near[ok][:want]
+            derived = self.derived
+            assert derived is not None
+            at, p = likely_among(cols, seq, lex_slots, lex, near,
+                                 lambda s: derived.rows_cosines(query, s),
+                                 named_owners(cols, text), lay, cfg.calibration, top,
+                                 allowed)
+            return seq[at], p
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
-        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration,
-                       cfg.max_candidates if limit is None else limit, allowed)
+        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration, top,
+                       allowed)
         return seq[at], p
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                         cosine: FloatArray | None = None, limit: int | None = None,
+                        query: QueryVector | None = None,
                         allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
-        ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine`` and
-        ``limit`` are its); ``"bm25"``, the rule of the first releases, below.
+        ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine``,
+        ``limit`` and ``query`` are its); ``"bm25"``, the rule of the first releases, below.
 
         Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
         carry embeddings of the same dimension, computed with numpy over one matrix per
@@ -284,7 +342,7 @@ class NamespaceIndex:
         """
         if cfg.relevance == "calibrated":
             return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit,
-                                         allowed)
+                                         query, allowed)
         lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
         if allowed is not None:
             ok = allowed[lex_slots]

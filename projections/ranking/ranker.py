@@ -41,6 +41,7 @@ from hivemind_memory.projections.ranking.signals import (
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Why, left_out, rounded
 from hivemind_memory.projections.state import Tier
 
@@ -64,6 +65,23 @@ class BatchMemo:
                        tuple[Columns, FloatArray]] = {}
         self._tables: dict[int, tuple[Columns, TermCache]] = {}
         self._cos: dict[tuple[int, str], tuple[Columns, FloatArray]] = {}
+        self._vec: dict[tuple[int, str], tuple[Columns, QueryVector]] = {}
+
+    def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
+                      embedder: Embedder) -> None:
+        """Embed the query ``texts`` (one embedder call) for an index whose queries take the
+        dense candidate stage (``NamespaceIndex.dense_ready``): no cosine per note."""
+        cols = idx.cols
+        todo = [t for t in dict.fromkeys(texts) if (id(cols), t) not in self._vec]
+        if not todo:
+            return
+        for t, v in zip(todo, embedder.embed(todo), strict=True):
+            self._vec[(id(cols), t)] = (cols, query_vector(v))
+
+    def vector(self, idx: NamespaceIndex, text: str) -> QueryVector | None:
+        """The vector primed for ``text`` on ``idx`` (None: not primed)."""
+        got = self._vec.get((id(idx.cols), text))
+        return None if got is None else got[1]
 
     def prime_cosines(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:

@@ -16,6 +16,7 @@ Rounding to 127 levels moves a cosine by about 0.005; it changed no LoCoMo figur
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,24 @@ def quantize(v: npt.NDArray[np.floating[Any]], levels: int) -> tuple[FloatArray,
     scale = np.divide(levels, top, out=np.zeros_like(top), where=top > 0)
     q = np.rint(x * scale[:, None])
     return q, np.sqrt(np.einsum("ij,ij->i", q, q))
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    """One query's vector, quantized for exact cosines (``q``, its norm) and for the dense
+    candidate stage (``near``: to +-``NOTE_LEVELS``, an int8's range)."""
+
+    q: FloatArray
+    norm: float
+    near: FloatArray
+
+
+def query_vector(v: npt.NDArray[np.floating[Any]]) -> QueryVector:
+    """``QueryVector`` of one unquantized query vector."""
+    row = np.asarray(v, np.float64).reshape(1, -1)
+    q, qn = quantize(row, QUERY_LEVELS)
+    near, _ = quantize(row, NOTE_LEVELS)
+    return QueryVector(q[0], float(qn[0]), near[0])
 
 
 class DerivedVectors:
@@ -114,3 +133,12 @@ class DerivedVectors:
         denom = qn[:, None] * self.norm[None, :n]
         out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
         return out.T
+
+    def rows_cosines(self, query: QueryVector, slots: IntArray) -> FloatArray:
+        """The cosine of ``slots`` with one query: the same bits as ``cosines`` gives them
+        (exact integer dot products, then the same division)."""
+        dots = np.einsum("ij,j->i", self.mat[slots],
+                         query.q.astype(self._dtype)).astype(np.float64)
+        denom = query.norm * self.norm[slots]
+        out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+        return out

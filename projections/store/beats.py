@@ -1,9 +1,12 @@
 """The worker heartbeats as stored: one short-lived key per worker process, their names in the
 set ``keys.WORKERS`` (on RQ's connection). Read here by whoever needs to know which workers
 live: the worker's own status and readiness (``worker.heartbeat``) and the client, which skips
-work that needs a worker when none is alive (``Client.near_duplicates``)."""
+work that needs a worker when none is alive (``Client.near_duplicates``) and answers a query
+whose shard no live worker serves at once (``Client.shard_problem``)."""
 
 from __future__ import annotations
+
+import msgspec
 
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import QueueConn, as_bytes
@@ -17,3 +20,24 @@ def live_beats(rq: QueueConn) -> list[bytes]:
         return []
     return [as_bytes(raw) for raw in rq.mget([keys.worker_beat(n) for n in names])
             if raw is not None]
+
+
+class _Queues(msgspec.Struct):
+    """The one field of a heartbeat the client reads: the queues its worker listens on."""
+
+    queues: list[str] = []
+
+
+_queues = msgspec.json.Decoder(_Queues).decode
+
+
+def served_queues(rq: QueueConn) -> set[str]:
+    """The queues some live worker listens on (``live_beats``; a record that does not decode
+    counts for nothing)."""
+    out: set[str] = set()
+    for raw in live_beats(rq):
+        try:
+            out.update(_queues(raw).queues)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    return out

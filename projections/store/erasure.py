@@ -36,7 +36,8 @@ redacts, once the read model has folded it (``redact`` checks that each note is 
   fsync, rename), and the backups ``fsck`` kept beside it.
 
 Order makes it crash-safe: the note's versions are read from the log (and dead letters)
-first, every copy derived from them is redacted, and only then the log itself (the
+first, the keyed digests of their quotable texts filed (``keys.erased_texts``), every copy
+derived from them is redacted, and only then the log itself (the
 ``memory://PATH`` file before the Redis stream, a copy of it). A crash at any point leaves
 the ``note.erased`` and, until the last step, the versions in the log, so a rerun finds
 what is left; a rerun after the log was redacted still finds the redacted audit entries'
@@ -46,13 +47,18 @@ change.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import redis
 
 from hivemind_memory.events.codec import decode_event, encode_event
 from hivemind_memory.events.errors import StoreError
@@ -136,6 +142,11 @@ class Contents:
     texts: dict[str, str] = field(default_factory=dict)
     embeddings: dict[tuple[float, ...], str] = field(default_factory=dict)
     digests: dict[str, str] = field(default_factory=dict)
+    secret: bytes = b""
+    """The store's digest secret (``digest_key``)."""
+    hashed: dict[str, str] = field(default_factory=dict)
+    """Keyed digests of the quotable texts (``keys.erased_texts``), this erasure's and those
+    filed by an earlier run for the same notes (whose log may be redacted already)."""
 
     def add(self, note_id: str, text: str, embedding: Sequence[float] | None) -> None:
         if text:
@@ -144,8 +155,24 @@ class Contents:
         if embedding:
             self.embeddings.setdefault(tuple(embedding), note_id)
 
+    def text_digest(self, text: str) -> str:
+        return hmac.new(self.secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def quotes(self, text: object) -> str | None:
+        """The erased note whose version ``text`` is, if any."""
+        if not isinstance(text, str):
+            return None
+        nid = self.texts.get(text)
+        if nid is None and self.hashed and self.secret:
+            nid = self.hashed.get(self.text_digest(text))
+        return nid
+
+    only_hashed: bool = False
+    """Some versions are known by their digest only (a rerun after the log was redacted): no
+    byte pattern finds their quotes, every candidate must be decoded."""
+
     def __bool__(self) -> bool:
-        return bool(self.texts or self.embeddings or self.digests)
+        return bool(self.texts or self.embeddings or self.digests or self.hashed)
 
 
 _json_str = msgspec.json.encode
@@ -171,6 +198,18 @@ def note_contents(r: Store, ns: str, note_ids: Sequence[str]) -> Contents:
                     and ev.redacted is None:
                 assert isinstance(ev, NoteCreated | NoteRevised)
                 out.add(ev.note_id, ev.text, ev.embedding)
+    out.secret = digest_key(r)
+    filed = {as_bytes(e.fields.get(DIGEST_FIELD, b"")).decode(): e.fields.get(b"note", b"")
+             .decode() for e in _entries(r, keys.erased_texts(ns))}
+    new = {d: n for d, n in ((out.text_digest(t), n) for t, n in out.texts.items())
+           if d not in filed}
+    if new:  # filed before anything is rewritten: a rerun finds the quotes by them
+        p = r.pipeline(transaction=False)
+        for d, n in new.items():
+            p.xadd(keys.erased_texts(ns), {DIGEST_FIELD: d, b"note": n})
+        p.execute()
+    out.hashed = {d: n for d, n in {**filed, **new}.items() if n in wanted}
+    out.only_hashed = len(out.hashed) > len({out.text_digest(t) for t in out.texts})
     mark = b'"' + REDACTED_KEY.encode() + b'":'
     for e in _entries(r, keys.audit(ns)):
         raw = e.fields.get(AUDIT_FIELD, b"")
@@ -202,7 +241,10 @@ def _json_obj(raw: bytes) -> dict[str, Any] | None:
 
 
 def text_marks(contents: Contents) -> list[bytes]:
-    """Bytes every audit entry (JSON) whose text is one of the versions contains."""
+    """Bytes every audit entry (JSON) whose text is one of the versions contains (any text,
+    when some versions are known by their digest only)."""
+    if contents.only_hashed:
+        return [b'"text":']
     return [b'"text":' + _json_str(t) for t in contents.texts]
 
 
@@ -218,8 +260,7 @@ def audit_change(contents: Contents) -> Callable[[bytes], bytes | None]:
         obj = _json_obj(raw)
         if obj is None or obj.get(REDACTED_KEY):
             return None
-        text = obj.get("text")
-        nid = contents.texts.get(text) if isinstance(text, str) else None
+        nid = contents.quotes(obj.get("text"))
         if nid is None:
             return None
         digest = obj.get("embedding_digest")
@@ -270,9 +311,24 @@ def needles(note_ids: Sequence[str]) -> list[bytes]:
     return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
 
 
-def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes | None]:
-    """The redaction of one encoded event: its redacted encoding when it is a content event
-    of ``ns`` about one of ``note_ids`` that is not redacted yet, else None (unchanged)."""
+DIGEST_KEY_BYTES = 32
+"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
+
+
+def digest_key(r: Store) -> bytes:
+    """The store's secret for ``redacted`` digests, made on first use: an XADD with the
+    fixed id ``0-1`` succeeds once, so concurrent first erasures agree on one secret."""
+    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
+        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
+    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
+    return entry.fields[b"k"]
+
+
+def content_change(ns: str, note_ids: Sequence[str], key: bytes
+                   ) -> Callable[[bytes], bytes | None]:
+    """The redaction of one encoded event: its redacted encoding (digest keyed with ``key``)
+    when it is a content event of ``ns`` about one of ``note_ids`` that is not redacted yet,
+    else None (unchanged)."""
     wanted = frozenset(note_ids)
     found = needles(note_ids)
 
@@ -288,7 +344,7 @@ def content_change(ns: str, note_ids: Sequence[str]) -> Callable[[bytes], bytes 
         assert isinstance(ev, NoteCreated | NoteRevised)
         if ev.redacted is not None:
             return None
-        return encode_event(redacted(ev))
+        return encode_event(redacted(ev, key))
 
     return change
 
@@ -365,8 +421,8 @@ def rewrite_stream(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[
                    lease: _Lease) -> int:
     """Rewrite stream ``key`` of ``ns`` with field ``name`` of each entry redacted (see the
     module docstring); how many entries changed (0: the stream was left as it is)."""
-    return rewrite_entries(r, ns, key, field_change(name, content_change(ns, note_ids)),
-                           needles(note_ids), lease)
+    change = field_change(name, content_change(ns, note_ids, digest_key(r)))
+    return rewrite_entries(r, ns, key, change, needles(note_ids), lease)
 
 
 def rewrite_entries(r: Store, ns: str, key: str, change: EntryChange, marks: list[bytes],
@@ -406,11 +462,12 @@ def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str],
     return yes, no
 
 
-def _shows(body: bytes, note_ids: frozenset[str], texts: Mapping[str, str]) -> bool:
+def _shows(body: bytes, note_ids: frozenset[str], contents: Contents | None) -> bool:
     """Whether a result's JSON shows (or lists as a candidate) one of ``note_ids``, or
-    answers a query whose text is one of ``texts``."""
-    if not any(n.encode() in body for n in note_ids) and \
-            not any(_json_str(t) in body for t in texts):
+    answers a query whose text is one of ``contents``' versions."""
+    if not any(n.encode() in body for n in note_ids) and (
+            contents is None or (not contents.only_hashed
+            and not any(_json_str(t) in body for t in contents.texts))):
         return False
     try:
         obj = msgspec.json.decode(body)
@@ -418,18 +475,19 @@ def _shows(body: bytes, note_ids: frozenset[str], texts: Mapping[str, str]) -> b
         return True  # unreadable, yet it names the note: treat as showing it
     if not isinstance(obj, dict):
         return True
-    if isinstance(obj.get("text"), str) and obj["text"] in texts:
+    if contents is not None and contents.quotes(obj.get("text")) is not None:
         return True
     rows = [*(obj.get("notes") or []), *(obj.get("candidates") or [])]
     return any(isinstance(x, dict) and x.get("note_id") in note_ids for x in rows)
 
 
 def redact_results(r: Store, ns: str, note_ids: Sequence[str],
-                   texts: Mapping[str, str] | None = None) -> int:
+                   contents: Contents | None = None) -> int:
     """Replace every result key of ``ns`` that shows one of ``note_ids`` (or whose query text
-    is one of ``texts``) by an error object (code ``erased``, TTL kept); how many."""
+    is one of ``contents``' versions) by an error object (code ``erased``, TTL kept); how
+    many."""
     wanted = frozenset(note_ids)
-    quoted = texts or {}
+    quoted = contents
     prefix = keys.result(ns, "")
     n = 0
     batch: list[bytes] = []
@@ -497,7 +555,7 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
     try:
         out.fence = raise_fence(r, ns)  # first: no older index stores a snapshot from now on
         contents = note_contents(r, ns, out.erased)  # before the log loses them
-        if contents.texts:
+        if contents.texts or contents.hashed:
             out.audit = rewrite_entries(r, ns, keys.audit(ns),
                                         field_change(AUDIT_FIELD, audit_change(contents)),
                                         text_marks(contents), lease)
@@ -505,7 +563,7 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
             out.embeddings = rewrite_entries(r, ns, keys.query_embeddings(ns),
                                              embedding_change(contents),
                                              embedding_marks(contents), lease)
-        out.results = redact_results(r, ns, out.erased, contents.texts)
+        out.results = redact_results(r, ns, out.erased, contents)
         if also is not None and contents:
             out.jobs = also(contents)
         out.log_records = _rewrite_file(r, ns, out.erased, contents)  # before the log
@@ -527,7 +585,7 @@ def _rewrite_file(r: Store, ns: str, erased: Sequence[str], contents: Contents) 
     slog = stream_log_of(r)
     if slog is None:
         return 0
-    events = field_change(FIELD, content_change(ns, erased))
+    events = field_change(FIELD, content_change(ns, erased, digest_key(r)))
     audit = field_change(AUDIT_FIELD, audit_change(contents))
     embeddings = embedding_change(contents)
     by_key = {keys.stream(ns).encode(): events, keys.audit(ns).encode(): audit,

@@ -112,6 +112,16 @@ def index_snapshot(ns: str) -> str:
     return f"{_ns(ns)}:index:v{_snapshot_version()}"
 
 
+def index_build_lease(ns: str) -> str:
+    """Held (SET NX, ``INDEX_BUILD_LEASE_S``) by the one worker building the namespace's index
+    off the query path; the others answer ``index_warming`` until the snapshot is there."""
+    return f"{_ns(ns)}:index:building"
+
+
+INDEX_BUILD_LEASE_S = 600
+"""A build lease's lifetime: a worker that died building frees the namespace after this."""
+
+
 def index_snapshot_draft(ns: str, token: str) -> str:
     """Where one writer assembles a new index snapshot, field by field, before renaming it
     to ``index_snapshot`` (expires on its own if the writer dies first)."""
@@ -150,12 +160,21 @@ def erasure_fence(ns: str) -> str:
     return f"{_ns(ns)}:erasure_fence"
 
 
+def erased_texts(ns: str) -> str:
+    """Stream of the keyed digests (``digest``: HMAC-SHA256 with the store's secret, hex) of
+    every text a query would quote an erased note by (``note``: its id), written by each
+    erasure before it rewrites anything, so a rerun after the log was redacted still finds
+    the audit entries, results and jobs quoting it (a source stream: ``memory://PATH`` keeps
+    it)."""
+    return f"{_ns(ns)}:erased_texts"
+
+
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
             dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
-            erasing(ns), erasure_fence(ns)]
+            erasing(ns), erasure_fence(ns), erased_texts(ns)]
 
 
 def result(ns: str, query_id: str) -> str:
@@ -166,6 +185,12 @@ def result(ns: str, query_id: str) -> str:
 def done(ns: str, query_id: str) -> str:
     """A list pushed once the result is written, so clients can BLPOP instead of polling."""
     return f"{_ns(ns)}:done:{query_id}"
+
+
+DIGEST_KEY = f"{PREFIX}:{{_store}}:digest_key"
+"""A stream of one entry (id ``0-1``, field ``k``): the store's secret that keys the
+``redacted`` digests of erased content, made once by the first erasure. A stream so that a
+``memory://PATH`` store keeps it (``is_source_stream``); ``_store`` is no namespace."""
 
 
 DERIVED_STREAMS = ("dead", "changes", "rewrite")

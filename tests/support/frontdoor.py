@@ -79,9 +79,12 @@ class Live:
 
 def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
                max_body: int | None = None, query_timeout_s: float = 30.0,
-               memory_budget_mib: int | None = None) -> Live:
-    served = build(Settings.from_env({}, redis_url=store_url,
-                                     memory_budget_mib=memory_budget_mib), tokens,
+               memory_budget_mib: int | None = None,
+               env: dict[str, str] | None = None,
+               warm_inline_max_notes: int | None = None) -> Live:
+    served = build(Settings.from_env(env or {}, redis_url=store_url,
+                                     memory_budget_mib=memory_budget_mib,
+                                     warm_inline_max_notes=warm_inline_max_notes), tokens,
                    max_body=max_body, query_timeout_s=query_timeout_s)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(served.app, host="127.0.0.1", port=port,
@@ -113,10 +116,13 @@ class ServeProc:
             self.proc.wait(timeout=10)
 
 
-def start_serve(args: list[str], cwd: Path, port: int) -> ServeProc:
-    """Run ``hivemind serve ARGS --port PORT`` in ``cwd``; return once /healthz answers."""
+def start_serve(args: list[str], cwd: Path, port: int,
+                env: dict[str, str] | None = None) -> ServeProc:
+    """Run ``hivemind serve ARGS --port PORT`` in ``cwd`` (no ``HIVEMIND_*`` variable but
+    ``env``'s); return once /healthz answers."""
     err = cwd / f"serve-{port}.err"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")},
+           **(env or {})}
     with err.open("wb") as fh:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen([*HIVEMIND, "serve", *args, "--port", str(port)], cwd=cwd,
                                 stdout=subprocess.DEVNULL, stderr=fh, env=env)

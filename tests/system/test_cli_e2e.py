@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support import HIVEMIND
+from tests.support.beats import wait_for_workers
 from tests.support.factories import created, forgotten, jsonl, used
 
 pytestmark = pytest.mark.redis_server
@@ -126,7 +128,8 @@ def test_query_errors_and_batch(server: str, tmp_path: Path) -> None:
     err = json.loads(q.stdout)
     assert err["error"]["code"] == "invalid_request" and "budget" in err["error"]["message"]
     q = run(server, "query", "x", "--ns", "t", "--budget", "5", "--timeout", "0.3")
-    assert q.returncode == 1 and "timeout" in q.stdout  # no worker: a clear timeout, no hang
+    assert q.returncode == 1 and "shard_unavailable" in q.stdout  # no worker: said, no hang
+    assert "no worker is running for namespace 't'" in q.stdout
     assert run(server, "ingest", "-", stdin=jsonl([created("n1", text="alpha")])).returncode == 0
     bf = tmp_path / "q.jsonl"
     bf.write_text('{"ns":"t","text":"alpha","budget":10}\nnot json\n'
@@ -136,6 +139,7 @@ def test_query_errors_and_batch(server: str, tmp_path: Path) -> None:
     w = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     try:
+        wait_for_workers(redis.Redis.from_url(server))
         b = run(server, "batch", str(bf), "--timeout", "30")
     finally:
         w.terminate()

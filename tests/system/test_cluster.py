@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from rq import Worker
 
 from hivemind_memory.api_stub.client import Client
@@ -47,6 +48,7 @@ from tests.support import (
     rq_for,
     wait_until,
 )
+from tests.support.beats import wait_for_workers
 from tests.support.factories import T0, created, ev, forgotten, iso, jsonl, used
 
 # --- URLs and settings (no server needed) ---------------------------------------------------
@@ -277,6 +279,8 @@ def _cli_session(env: dict[str, str], events: Path, queries: Path, nss: list[str
     w = subprocess.Popen([*HIVEMIND, "worker"], env={**os.environ, **env},
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_for_workers(redis.Redis.from_url(env.get("HIVEMIND_RQ_URL")
+                                              or env["HIVEMIND_REDIS_URL"]))
         q = _run(env, "query", "redis note", "--ns", nss[1], "--budget", "30", "--agent", "a",
                  "--as-of", iso(T0 + timedelta(days=30)), "--json",
                  "--explain")
@@ -370,6 +374,7 @@ def test_serve_on_the_cluster_with_rq_apart(cluster_store: Any, redis_cluster: C
     srv = start_serve(["--redis-url", redis_cluster.url, "--rq-url", rq_redis.url,
                        "--tokens", "tokens.toml"], tmp_path, free_port())
     try:
+        wait_for_workers(rq_redis.client())
         events = [{"type": "note.created", "event_id": f"e{i}", "note_id": f"n{i}",
                    "agent": "ops", "at": iso(T0), "text": f"redis cluster note {i}"}
                   for i in range(5)]

@@ -23,6 +23,7 @@ import pytest
 import redis
 import yaml
 
+from hivemind_memory.api_stub.protocol.jobs import parse_shards
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.worker import metrics
@@ -123,6 +124,15 @@ def test_units_are_hardened_to_the_score_they_state(path: Path, tmp_path: Path) 
 def test_worker_unit_metrics_port_per_instance_as_the_guide_says() -> None:
     [exec_start] = values(DEPLOY / "systemd" / "hivemind-worker@.service", "ExecStart")
     assert "--metrics-port 910%i" in exec_start
+    # the instance names the shard; the example env file's count says which instances exist
+    assert "--shards %i" in exec_start
+    env = (DEPLOY / "systemd" / "hivemind.env.example").read_text()
+    m = re.search(r"^HIVEMIND_SHARDS=(\d+)$", env, re.M)
+    assert m and "systemctl enable --now hivemind-worker@0 hivemind-worker@1" in \
+        GUIDE.read_text() and int(m[1]) == 2
+    for k in range(int(m[1])):
+        args = build_parser().parse_args(shlex.split(exec_start.replace("%i", str(k)))[1:])
+        assert parse_shards(args.shards, int(m[1])) == (k,)
     assert "127.0.0.1:910<instance>" in GUIDE.read_text()
     args = build_parser().parse_args(["worker"])
     assert args.metrics_host == "127.0.0.1" and args.sweep_every == SWEEP_INTERVAL_S == 60
@@ -136,15 +146,21 @@ def compose() -> dict[str, Any]:
     return doc
 
 
-def test_compose_has_redis_with_aof_serve_and_two_workers() -> None:
+def test_compose_has_redis_with_aof_serve_and_a_worker_per_shard() -> None:
     svc = compose()["services"]
-    assert {"redis", "serve", "worker", "cli"} <= set(svc)
+    assert {"redis", "serve", "worker-0", "worker-1", "cli"} <= set(svc)
     r = svc["redis"]
     assert r["command"][:2] == ["redis-server", "/usr/local/etc/redis/redis.conf"]
     assert "./redis.conf:/usr/local/etc/redis/redis.conf:ro" in r["volumes"]
     assert "ports" not in r  # not published on the host
-    assert svc["worker"]["deploy"]["replicas"] == "${HIVEMIND_WORKERS:-2}"
-    for name in ("serve", "worker"):
+    workers = sorted(n for n in svc if n.startswith("worker"))
+    shards = int(compose()["x-hivemind-env"]["HIVEMIND_SHARDS"])
+    given = []
+    for name in workers:
+        args = build_parser().parse_args(list(svc[name]["command"]))
+        given += list(parse_shards(args.shards, shards))
+    assert sorted(given) == list(range(shards))  # every shard has its worker, once
+    for name in ("serve", *workers):
         check_command(list(svc[name]["command"]), f"compose {name}")
         assert svc[name]["environment"]["HIVEMIND_REDIS_URL"] == "redis://redis:6379/0"
         assert svc[name]["restart"] == "always"

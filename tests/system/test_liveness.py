@@ -18,14 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hivemind_memory.projections.store import keys
 from tests.support import HIVEMIND, RedisProc
-from tests.support.frontdoor import call, start_live
+from tests.support.frontdoor import OPS, call, start_live
 
 DEAD_WITHIN_S = 15.0
 """The issue's bound from SIGKILL to readiness 503."""
 
 
 def _workers_metric(base: str) -> float:
-    with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+    with urllib.request.urlopen(urllib.request.Request(
+                base + "/metrics", headers={"Authorization": f"Bearer {OPS}"}), timeout=30) as resp:
         text = resp.read().decode()
     [fam] = [f for f in text_string_to_metric_families(text) if f.name == "hivemind_workers"]
     return fam.samples[0].value

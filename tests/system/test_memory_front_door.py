@@ -104,7 +104,8 @@ def _shown(base: str, ns: str, code: str) -> None:
     assert [(f["ns"], f["code"]) for f in w["memory"]["failures"]] == [(ns, code)]
     import urllib.request
 
-    with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+    with urllib.request.urlopen(urllib.request.Request(
+                base + "/metrics", headers={"Authorization": f"Bearer {OPS}"}), timeout=30) as resp:
         text = resp.read().decode()
     assert f'hivemind_index_load_failures_total{{code="{code}",ns="{ns}"}}' in text
     assert f'hivemind_worker_namespaces_unavailable{{code="{code}"' in text

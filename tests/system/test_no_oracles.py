@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -102,3 +103,69 @@ def test_ingest_refuses_the_future_and_takes_the_past(tmp_path: Path) -> None:
                        text=True, env={**env, "HIVEMIND_MAX_FUTURE_SKEW": "7200"}, timeout=120,
                        check=False)
     assert r.returncode == 0 and "appended 2" in r.stderr, r.stderr
+
+
+WRITER = "writer-only-secret-0000"
+SCRAPER = "scraper-secret-00000000"
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[Live]:
+    """The test tokens plus a write-only token and a metrics-only one."""
+    from hivemind_memory.api_stub.server.tokens import TokenTable
+    from tests.support.frontdoor import BOB, OPS, start_live
+
+    table = TokenTable.from_entries([
+        {"secret": ALICE, "ns": ["team-a"], "agent": "alice", "rights": ["write", "query"]},
+        {"secret": BOB, "ns": ["team-a"], "agent": "bob", "rights": ["write", "query"]},
+        {"secret": OPS, "ns": ["*"], "agent": "ops", "rights": ["write", "query", "admin"]},
+        {"secret": WRITER, "ns": ["team-a"], "agent": "w", "rights": ["write"]},
+        {"secret": SCRAPER, "ns": ["team-b"], "agent": "prom", "rights": ["metrics"]},
+    ])
+    srv = start_live(f"memory://{tmp_path / 'g'}", tokens=table)
+    yield srv
+    srv.stop()
+
+
+def test_metrics_need_a_metrics_or_global_admin_token(guarded: Live) -> None:
+    import urllib.error
+    import urllib.request
+
+    from tests.support.frontdoor import OPS
+
+    def get(token: str | None) -> tuple[int, str]:
+        req = urllib.request.Request(guarded.base + "/metrics")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    assert call(guarded.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "x")],
+                token=ALICE)[0] == 200
+    for token, status in ((None, 401), ("not-a-token-000000000", 401), (ALICE, 403),
+                          (WRITER, 403)):
+        st, text = get(token)
+        assert st == status and "team-a" not in text, (token, st, text)
+    for token in (SCRAPER, OPS):
+        st, text = get(token)
+        assert st == 200 and "hivemind_" in text, token
+
+
+def test_duplicates_are_reported_only_to_a_token_that_may_query(guarded: Live) -> None:
+    from tests.support.frontdoor import BOB
+
+    text = "the staging deploy key rotates every monday at nine"
+    st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": text, "note_id": "bobs"}, token=BOB)
+    assert st == 200
+    st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": text + " sharp"}, token=ALICE)
+    assert st == 200 and [d["note_id"] for d in body["duplicates"]] == ["bobs"], body
+    for mode in ("report", "supersede"):
+        st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": text + f" ({mode})", "duplicates": mode}, token=WRITER)
+        assert st == 200 and body.get("duplicates") is None, body
+        assert "bobs" not in str(body)

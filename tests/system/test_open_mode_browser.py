@@ -130,3 +130,36 @@ def test_a_rebound_name_reads_nothing(browser: Any, open_srv: Live) -> None:
     }}""")
     assert got[0] == 421 and "4711" not in got[1]
     ctx.close()
+
+
+def test_the_explorer_shows_superseded_erased_and_forgotten_notes_as_such(
+        browser: Any, open_srv: Live) -> None:
+    """Open mode's explorer (no token to type): each note in no answer carries its state."""
+    b = open_srv.base
+    for nid in ("live1", "old1", "gone1", "forg1"):
+        assert call(b, "POST", f"/v1/ns/{NS}/events",
+                    [created(f"e-{nid}", nid, f"note {nid} about deploys", agent="a")])[0] == 200
+    assert call(b, "POST", f"/v1/ns/{NS}/remember", {"text": "deploys, newer", "agent": "a",
+                                                     "note_id": "new1",
+                                                     "supersedes": ["old1"]})[0] == 200
+    assert call(b, "POST", f"/v1/ns/{NS}/forget", {"note_id": "forg1", "agent": "a"})[0] == 200
+    assert call(b, "DELETE", f"/v1/ns/{NS}/notes/gone1")[0] == 200
+    st, rows = call(b, "GET", f"/v1/ns/{NS}/notes")
+    assert st == 200
+    by_id = {r["note_id"]: r for r in rows}
+    assert by_id["gone1"]["erased"] and by_id["gone1"]["text"] == ""
+    assert by_id["old1"]["superseded_by"] == "new1" and not by_id["live1"]["erased"]
+    ctx = browser.new_context()
+    pg = ctx.new_page()
+    pg.goto(f"{b}/ui/#/ns/{NS}/notes?forgotten=with")
+    pg.wait_for_selector("#notes tbody tr[data-note='gone1']")
+    states = pg.evaluate("""() => Object.fromEntries([...document.querySelectorAll(
+        '#notes tbody tr')].map((tr) => [tr.dataset.note, [tr.dataset.state,
+        (tr.querySelector('.badge') || {}).textContent || '']]))""")
+    assert states == {"live1": ["live", ""], "new1": ["live", ""], "victim": ["live", ""],
+                      "old1": ["superseded", "superseded by new1"],
+                      "gone1": ["erased", "erased"], "forg1": ["forgotten", "forgotten"]}, states
+    pg.goto(f"{b}/ui/#/ns/{NS}/note/old1")
+    pg.wait_for_function("() => (document.querySelector('#view h1') || {}).textContent"
+                         "?.includes('superseded by new1')")
+    ctx.close()

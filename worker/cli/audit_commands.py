@@ -90,8 +90,7 @@ def _print_reproduction(rep: Reproduction, as_json: bool) -> None:
                          f"used {e.used})\n")
         return
     if rep.erased:
-        sys.stdout.write(f"erased     {e.query_id}  ({mode}; ranked on content erased since: "
-                         f"{', '.join(rep.erased)})\n")
+        sys.stdout.write(f"erased     {e.query_id}  ({mode}; {'; '.join(rep.causes)})\n")
         return
     word = "skipped" if rep.legacy else "DIFFERENT"
     sys.stdout.write(f"{word}  {e.query_id}  ({mode})\n")

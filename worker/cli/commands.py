@@ -15,7 +15,7 @@ import redis
 import structlog
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import queue_connection
+from hivemind_memory.api_stub.protocol.jobs import parse_shards, queue_connection
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import Position
@@ -93,6 +93,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
+    shards = parse_shards(args.shards, s.shards)  # a bad spec: ConfigError, exit 2
     runtime.single_threaded_blas()
     rt = _runtime(s)
     if args.metrics_port is not None:
@@ -103,12 +104,12 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
             return fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                         f"{exc.strerror or exc}")
         log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
-    return run_worker(rt, args.burst, idle_s=args.sweep_every)
+    return run_worker(rt, args.burst, idle_s=args.sweep_every, shards=shards)
 
 
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
-    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC))
+    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC), shards=s.shards)
     if args.json:
         sys.stdout.write(_json.encode(st).decode() + "\n")
         return 0

@@ -119,6 +119,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on this port (/metrics)")
     p.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--shards", default="all", metavar="SPEC",
+                   help="the shards whose queries this worker answers (of HIVEMIND_SHARDS): "
+                   "'all' (default), 2, 0-3 or 0,2-3")
     p.add_argument("--memory-budget", type=int, metavar="MiB",
                    help="index memory this worker may hold (least recently used namespaces "
                    "evicted past it; default HIVEMIND_MEMORY_BUDGET_MIB, else a quarter of the "

@@ -99,12 +99,38 @@ def print_status(st: Status, out: IO[str] | None = None) -> None:
         beat = f"{wk.last_heartbeat:%H:%M:%SZ}" if wk.last_heartbeat else "-"
         w(f"  {wk.name:<40} {wk.state:<9} jobs ok {wk.successful_jobs} failed "
           f"{wk.failed_jobs}  heartbeat {beat}  {','.join(wk.queues)}\n")
+        shards = (_spans(wk.shards) + f" of {wk.shard_count}") if wk.shards else "-"
+        rss = f"{wk.rss_bytes / 2**20:,.0f} MiB" if wk.rss_bytes else "-"
+        names = ", ".join(wk.namespaces_held[:SHOWN_NAMESPACES])
+        more = wk.namespace_count - min(len(wk.namespaces_held), SHOWN_NAMESPACES)
+        w(f"  {'':<40} shards {shards}  rss {rss}  {wk.namespace_count} namespace(s) held"
+          + (f": {names}" if names else "") + (f" (+{more} more)" if more > 0 else "") + "\n")
         m = wk.memory
         if m is not None:
             w(f"    index memory {m.held / 2**20:.1f} of {m.budget / 2**20:.1f} MiB, "
               f"{m.namespaces} namespace(s) held, {m.evictions} evicted\n")
             for f in m.failures:
                 w(f"    cannot hold {f.ns}: {f.code}: {f.message}\n")
+    if st.unserved_shards:
+        w(f"shards with no live worker: {_spans(st.unserved_shards)} of {st.shard_count} "
+          "(their queries get shard_unavailable)\n")
+    elif st.shard_count > 1:
+        w(f"all {st.shard_count} shards have a live worker\n")
+
+
+SHOWN_NAMESPACES = 8
+"""Namespaces held that ``status`` names on a worker's line (``--json`` has them all)."""
+
+
+def _spans(nums: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    out: list[str] = []
+    for n in sorted(nums):
+        if out and out[-1].split("-")[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
 
 
 def print_fsck(rep: FsckReport, out: IO[str] | None = None) -> None:

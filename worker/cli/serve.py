@@ -84,6 +84,7 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
     import structlog  # here, not at import: the parser of every command imports this module
     import uvicorn
 
+    from hivemind_memory.api_stub.server.limits import protocol_with
     from hivemind_memory.api_stub.server.tokens import load_tokens
 
     log = structlog.get_logger("hivemind.serve")
@@ -104,7 +105,9 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
              workers=where, mcp="/mcp", docs="/docs", metrics="/metrics")
     try:
         uvicorn.run(served.app, host=args.host, port=args.port, log_level="warning",
-                    access_log=False, log_config=None)
+                    access_log=False, log_config=None,
+                    http=protocol_with(s.http_read_timeout_s),  # a request arrives in time
+                    limit_concurrency=s.http_max_connections)
     finally:
         served.close()
     return 0

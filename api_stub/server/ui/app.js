@@ -205,9 +205,9 @@ async function notesView(v, ns, params) {
     && (!f.author || n.agent === f.author)
     && (f.forgotten === "with" || (f.forgotten === "only" ? n.forgotten : !n.forgotten)));
   const now = Date.now();
-  const rows = shown.map((n) => h("tr", { class: n.forgotten ? "forgotten" : "", "data-note": n.note_id },
+  const rows = shown.map((n) => h("tr", { class: noteState(n) ? "forgotten" : "", "data-note": n.note_id, "data-state": noteState(n) || "live" },
     h("td", {}, h("a", { href: `#/ns/${enc(ns)}/note/${enc(n.note_id)}` }, n.note_id),
-      n.forgotten ? h("span", { class: "badge forgotten" }, "forgotten") : null),
+      noteState(n) ? h("span", { class: "badge forgotten" }, stateWords(n)) : null),
     h("td", {}, n.agent), h("td", {}, n.scope), h("td", {}, n.kind), h("td", {}, n.tier),
     h("td", { class: "num" }, n.tokens), h("td", { class: "num" }, n.uses),
     h("td", { class: "num" }, Math.max(0, (now - Date.parse(n.created_at)) / 864e5).toFixed(0)),
@@ -219,6 +219,14 @@ async function notesView(v, ns, params) {
         h("th", { class: ["tokens", "uses", "age (d)"].includes(x) ? "num" : "" }, x)))),
       h("tbody", {}, rows))));
 }
+// a note in no answer: erased, forgotten or superseded (null: live)
+function noteState(n) {
+  return n.erased ? "erased" : n.forgotten ? "forgotten" : n.superseded_by ? "superseded" : null;
+}
+function stateWords(n) {
+  const s = noteState(n);
+  return s === "superseded" ? `superseded by ${n.superseded_by}` : s;
+}
 async function noteView(v, ns, id) {
   const [show, rec] = await Promise.all([api("GET", `/v1/ns/${enc(ns)}/notes/${enc(id)}`),
     api("GET", `/v1/ns/${enc(ns)}/notes/${enc(id)}/recency`).catch(() => null)]);
@@ -226,7 +234,7 @@ async function noteView(v, ns, id) {
   const n = show.note;
   const versions = show.events.filter((e) => e.type === "note.created" || e.type === "note.revised");
   const uses = show.events.filter((e) => e.type === "note.used");
-  put(v, h("h1", {}, `Note ${id}`, n && n.forgotten ? " (forgotten)" : ""),
+  put(v, h("h1", {}, `Note ${id}`, n && noteState(n) ? ` (${stateWords(n)})` : ""),
     n ? facts([["author", n.agent], ["scope", n.scope], ["kind", n.kind], ["tokens", n.tokens],
                ["created", day(n.created_at)], ["uses", n.uses], ["last used", day(n.last_used_at)],
                ["tier now", rec ? rec.tier : "–"], ["recency now", rec && rec.points.length ? fmt(rec.points[rec.points.length - 1][4]) : "–"]])

@@ -2903,6 +2903,8 @@ export interface components {
             revised_at: string | null;
             /** @default null */
             superseded_by: string | null;
+            /** @default false */
+            erased: boolean;
             /** @default null */
             metadata: {
                 [key: string]: string | number | boolean;
@@ -3104,6 +3106,10 @@ export interface components {
             at: string;
             namespaces: components["schemas"]["NamespaceStatus"][];
             workers: components["schemas"]["WorkerStatus"][];
+            /** @default 1 */
+            shard_count?: number;
+            /** @default [] */
+            unserved_shards?: number[];
         };
         /**
          * NamespaceStatus
@@ -3145,6 +3151,16 @@ export interface components {
             failed_jobs: number;
             /** @default worker */
             kind?: string;
+            /** @default [] */
+            shards?: number[];
+            /** @default 0 */
+            shard_count?: number;
+            /** @default [] */
+            namespaces_held?: string[];
+            /** @default 0 */
+            namespace_count?: number;
+            /** @default 0 */
+            rss_bytes?: number;
             /** @default null */
             memory?: components["schemas"]["IndexMemory"] | null;
         };
@@ -3301,7 +3317,8 @@ export interface components {
          * @description What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
          *     everything hivemind wrote: the event that erased it (null: it was erased before, and
          *     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-         *     ``dead_letters``, ``results``, ``snapshot_keys``, ``file_records``).
+         *     ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
+         *     ``snapshot_keys``, ``file_records``).
          */
         Erased: {
             note_id: string;

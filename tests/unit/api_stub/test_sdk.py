@@ -18,6 +18,7 @@ from hivemind_memory.events.errors import (
 )
 from hivemind_memory.events.schema import ID_PATTERN
 from tests.support import HIVEMIND
+from tests.support.beats import wait_for_workers
 from tests.support.frontdoor import ALICE, BOB, OTHER, Live, start_live
 
 AS_OF = "2026-07-01T00:00:00Z"
@@ -139,6 +140,7 @@ def test_memory_over_redis(redis_server: object, tmp_path: Path) -> None:
     worker = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
+        wait_for_workers(c)
         alice = Memory(redis_server.url, ns="team-a", agent="alice")
         bob = Memory(redis_server.url, ns="team-a", agent="bob")
         _agent_flow(alice, bob)

@@ -22,6 +22,9 @@ from hivemind_memory.events.schema import (
 from hivemind_memory.projections.reduce import Projection, Rejected, apply_event
 from tests.support.factories import T0, created, ev, forgotten, iso, used
 
+KEY = bytes(range(32))
+"""A digest secret (the store makes a random one: ``erasure.digest_key``)."""
+
 
 def erased(nid: str, eid: str = "x1", *, admin: bool = True, agent: str = "ops",
            at: Any = T0 + timedelta(days=3)) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def test_every_later_event_on_an_erased_note_is_a_dead_letter(later: dict[str, A
 def test_a_redacted_created_folds_but_is_never_active() -> None:
     orig = ev(created("n", text="the secret text", embedding=[0.5]))
     assert isinstance(orig, NoteCreated)
-    red = redacted(orig)
+    red = redacted(orig, KEY)
     res = apply_event(None, red)
     assert not isinstance(res, Rejected)
     assert res.redacted and not res.erased and not res.active
@@ -90,15 +93,15 @@ def test_redacted_keeps_every_field_but_the_content_and_sets_tokens_explicitly()
     orig = ev(created("n", text="hunter2 is the password", embedding=[0.1, 0.2],
                       scope="private", kind="scratch"))
     assert isinstance(orig, NoteCreated) and orig.tokens is None
-    red = redacted(orig)
+    red = redacted(orig, KEY)
     assert isinstance(red, NoteCreated)
     assert (red.text, red.embedding) == ("", None)
     assert red.tokens == token_estimate("hunter2 is the password")
-    assert red.redacted == content_digest("hunter2 is the password", [0.1, 0.2])
-    assert red.redacted is not None and red.redacted.startswith("sha256:")
+    assert red.redacted == content_digest("hunter2 is the password", [0.1, 0.2], KEY)
+    assert red.redacted is not None and red.redacted.startswith("hmac-sha256:")
     assert msgspec.structs.replace(red, text=orig.text, embedding=orig.embedding, tokens=None,
                                    redacted=None) == orig
-    assert redacted(red) is red  # already redacted: unchanged
+    assert redacted(red, KEY) is red  # already redacted: unchanged
     assert decode_event(encode_event(red)) == red  # through the stream encoding
     assert b"hunter2" not in encode_event(red)
 
@@ -108,8 +111,8 @@ def test_a_redacted_revision_keeps_the_token_count_of_its_text() -> None:
     assert isinstance(rev, NoteRevised)
     p = _fold([created("n", text="short"), revised("n", "r1", rev.text)])
     q = Projection()
-    q.feed([("1-0", redacted(ev(created("n", text="short"))), b""),  # type: ignore[arg-type]
-            ("2-0", redacted(rev), b"")])
+    q.feed([("1-0", redacted(ev(created("n", text="short")), KEY), b""),  # type: ignore[arg-type]
+            ("2-0", redacted(rev, KEY), b"")])
     assert q.notes["n"].tokens == p.notes["n"].tokens == token_estimate(rev.text)
     assert q.notes["n"].version == p.notes["n"].version == 2
 
@@ -124,7 +127,7 @@ def test_a_replay_of_the_redacted_log_equals_the_live_fold() -> None:
     rewritten = []
     for d in log:
         e = ev(d)
-        rewritten.append(redacted(e) if isinstance(e, NoteCreated | NoteRevised)
+        rewritten.append(redacted(e, KEY) if isinstance(e, NoteCreated | NoteRevised)
                          and e.note_id == "n" else e)
     again = Projection()
     again.feed([(f"{i + 1}-0", e, b"") for i, e in enumerate(rewritten)])
@@ -175,7 +178,7 @@ def test_any_log_folds_the_same_after_its_erased_notes_are_redacted(
     rewritten = []
     for d in log:
         e = ev(d)
-        rewritten.append(redacted(e) if isinstance(e, NoteCreated | NoteRevised)
+        rewritten.append(redacted(e, KEY) if isinstance(e, NoteCreated | NoteRevised)
                          and e.note_id in gone else e)
     entries = [(f"{i + 1}-0", e, b"") for i, e in enumerate(rewritten)]
     again = Projection()

@@ -254,3 +254,61 @@ def test_a_jobs_query_embeddings_are_one_call_and_give_the_same_bytes(
         return x
     assert {k: same(v) for k, v in whole.items()} == {k: same(v) for k, v in capped.items()} \
         == {k: same(v) for k, v in alone.items()}
+
+
+def test_a_large_namespace_gets_its_dense_stage_built_off_the_query_path(store: Any) -> None:
+    # scan_max_notes 3: the first job answers by scanning and starts the build in a thread;
+    # once it is attached, the same query answers from the candidates, with the same bytes
+    # (every note is proposed at this size)
+    from hivemind_memory.projections.ranking.config import Candidates
+
+    c = Client(store, settings=Settings())
+    texts = ["redis stream lag", "the vehicle needs new tyres", "redis aof fsync",
+             "postgres vacuum", "kubernetes helm chart", "car insurance renewal"]
+    c.append([created(f"n{i}", ns="a", text=t) for i, t in enumerate(texts)])
+    cfg = msgspec.structs.replace(DEFAULT, candidates=Candidates(scan_max_notes=3))
+    eng = QueryEngine(store, cfg, Settings())
+    req = {"ns": "a", "text": "redis car", "budget": 500}
+
+    def envelopes() -> list[Envelope]:
+        c.submit_batch([req])
+        return [msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]]
+
+    [first] = eng.answer(envelopes())
+    assert eng.wait_dense("a", 60)
+    assert eng.live["a"].dense_ready(cfg)
+    [second] = eng.answer(envelopes())
+    assert first.result is not None and second.result is not None
+    # (live queries: ``now`` is the clock, so ages move; relevance is what candidates decide)
+    assert [(n.note_id, n.relevance) for n in second.result.notes] == \
+        [(n.note_id, n.relevance) for n in first.result.notes]
+    assert len(first.result.notes) >= 2
+    small = QueryEngine(store, DEFAULT, Settings())  # 6 notes < 20,000: never built
+    small.answer(envelopes())
+    assert small.dense_builds == {} and small.live["a"].dense is None
+
+
+@pytest.mark.parametrize("inline_max, warming", [(4, True), (5, False)])
+def test_first_build_inline_below_warm_inline_max_notes_else_warming(
+        store: Any, inline_max: int, warming: bool) -> None:
+    from hivemind_memory.projections.store import keys
+
+    c = Client(store, settings=Settings())
+    c.append([created(f"n{i}", ns="a", text=f"redis {i}") for i in range(4)])
+    store.set(keys.index_build_lease("a"), "another-worker")  # someone else is building
+    eng = QueryEngine(store, DEFAULT, Settings(warm_inline_max_notes=inline_max))
+    c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+    [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+    if warming:  # 4 notes >= 4: not built here, and not by this worker (the lease is taken)
+        assert q.result is None and b'"index_warming"' in (q.body or b"")
+        assert eng.warm_builds == {} and "a" not in eng.live
+        store.delete(keys.index_build_lease("a"))  # the other worker died: this one builds
+        c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+        [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+        assert q.result is None and b'"index_warming"' in (q.body or b"")
+        assert eng.wait_warm("a", 60)
+        assert store.exists(keys.index_snapshot("a")) and \
+            not store.exists(keys.index_build_lease("a"))
+        c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+        [q] = eng.answer([msgspec.convert(e, Envelope) for e in c._qq.jobs[-1].args[0]])
+    assert q.result is not None and len(q.result.notes) == 4

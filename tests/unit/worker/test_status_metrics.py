@@ -31,7 +31,7 @@ from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.status import namespace_status, read_status
 from tests.support import HIVEMIND, RedisProc, free_port
 from tests.support.factories import created, ev, jsonl, used
-from tests.support.frontdoor import ALICE, call, start_live
+from tests.support.frontdoor import ALICE, OPS, call, start_live
 
 BIG = os.environ.get("HIVEMIND_BIG_BACKLOG") == "1"
 
@@ -187,7 +187,9 @@ def test_serve_exposes_the_metrics_at_slash_metrics(tmp_path: Path) -> None:
         assert status in (200, 201, 202)
         deadline = time.monotonic() + 30
         while True:
-            with urllib.request.urlopen(srv.base + "/metrics", timeout=10) as resp:
+            req = urllib.request.Request(srv.base + "/metrics",
+                                         headers={"Authorization": f"Bearer {OPS}"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.headers["Content-Type"].startswith("text/plain")
                 got = samples(resp.read().decode())
             key = ("hivemind_projection_lag_entries", (("ns", "team-a"),))

@@ -28,6 +28,7 @@ from hivemind_memory.projections.store.connection import (
     redact,
 )
 from tests.support import HIVEMIND, RedisProc
+from tests.support.beats import silent_worker, wait_for_workers
 from tests.support.factories import created
 
 SECRET = "s3cr3t-Pw_9f1e"
@@ -51,18 +52,21 @@ def test_waits_honour_their_timeout_whatever_the_socket_timeout(
     c = Client(r, settings=Settings(redis_url=redis_server.url))
     c.append([created("n1", text="alpha")])
     env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url}
+    beat = silent_worker(r)  # the shard is served: the waits run to their end
+    beat.__enter__()
     cli = subprocess.Popen([*HIVEMIND, "query", "alpha", "--ns", "t", "--budget", "10",
                             "--timeout", "12"], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     with pytest.raises(QueryTimeout, match=r"no result within 12s"):
-        c.query("t", "alpha", 10, timeout=12)  # no worker is running
+        c.query("t", "alpha", 10, timeout=12)  # a worker's heartbeat, but no answer
     took = time.monotonic() - t0
     assert 11.5 <= took <= 15, took  # its own deadline, not 5 s (socket) nor 59 s (retries)
     out, err = cli.communicate(timeout=30)
     assert cli.returncode == 1, err
     assert "error [timeout]" in out, out
     assert "Redis error" not in err and "TimeoutError" not in err, err
+    beat.__exit__(None, None, None)
     r.flushall()
 
 
@@ -73,9 +77,10 @@ def test_batch_waits_its_whole_timeout(redis_server: RedisProc, tmp_path: Path) 
     f = tmp_path / "q.jsonl"
     f.write_text('{"ns":"t","text":"alpha","budget":10}\n{"ns":"t","text":"beta","budget":9}\n')
     t0 = time.monotonic()
-    done = subprocess.run([*HIVEMIND, "batch", str(f), "--timeout", "7"],
-                          env={**os.environ, "HIVEMIND_REDIS_URL": redis_server.url},
-                          capture_output=True, text=True, timeout=60, check=False)
+    with silent_worker(r):  # the shard is served, by a worker that answers nothing
+        done = subprocess.run([*HIVEMIND, "batch", str(f), "--timeout", "7"],
+                              env={**os.environ, "HIVEMIND_REDIS_URL": redis_server.url},
+                              capture_output=True, text=True, timeout=60, check=False)
     took = time.monotonic() - t0
     assert done.returncode == 1, done.stderr
     assert "Redis error" not in done.stderr, done.stderr
@@ -128,6 +133,7 @@ def test_acl_user_url_works_end_to_end_and_no_secret_is_shown(
     worker = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
+        wait_for_workers(redis.Redis.from_url(url))
         for args in (["ingest", str(f)],
                      ["query", "alpha", "--ns", "t", "--budget", "50", "--json"]):
             done = subprocess.run([*HIVEMIND, *args], env=env, capture_output=True, text=True,

@@ -23,6 +23,7 @@ from hivemind_memory.worker.cli.args import parse_time, progress, time_arg
 from hivemind_memory.worker.cli.main import build_parser
 from hivemind_memory.worker.cli.output import print_result
 from tests.support import HIVEMIND, RedisProc, free_port
+from tests.support.beats import wait_for_workers
 from tests.support.factories import created, jsonl
 
 TIME_DESTS = {"as_of", "since", "until"}
@@ -100,6 +101,7 @@ def server_with_worker(redis_server: RedisProc) -> Iterator[str]:
     env = {**os.environ, "HIVEMIND_REDIS_URL": redis_server.url}
     w = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
+    wait_for_workers(c)
     yield redis_server.url
     w.terminate()
     w.wait(timeout=30)

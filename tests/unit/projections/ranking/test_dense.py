@@ -1,0 +1,199 @@
+"""The candidate stage of large namespaces (``projections.ranking.dense``,
+``calibrated.likely_among``): the candidates' probabilities are ``likely``'s to the bit, the
+answer is ``likely``'s whenever every note with evidence is proposed, the HNSW index is
+deterministic, and the switch from scanning to candidates sits at ``scan_max_notes``."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import numpy as np
+import pytest
+
+from hivemind_memory.api_stub.protocol.messages import QueryRequest
+from hivemind_memory.projections.ranking import calibrated
+from hivemind_memory.projections.ranking.calibrated import likely, likely_among, named_owners
+from hivemind_memory.projections.ranking.config import DEFAULT, Candidates, RankingConfig
+from hivemind_memory.projections.ranking.dense import build_dense
+from hivemind_memory.projections.ranking.embedders import embedder_for
+from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.ranker import BatchMemo
+from hivemind_memory.projections.state import NoteState
+from hivemind_memory.worker.engine import run_rank
+from tests.support import numpy_path
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+EMBEDDER = embedder_for("wordllama")
+assert EMBEDDER is not None
+WORDS = ["redis", "persistence", "aof", "snapshot", "replica", "failover", "deploy", "rollout",
+         "canary", "kubernetes", "helm", "chart", "latency", "budget", "tokens", "memory",
+         "index", "shard", "queue", "worker", "lease", "cache", "eviction", "postgres",
+         "vacuum", "migration", "schema", "backup", "restore", "incident", "pager"]
+
+
+def corpus(n: int, seed: int = 1) -> list[NoteState]:
+    """``n`` notes of 3-12 words; creation times in bursts (some notes within minutes of
+    each other, so context features vary), three agents, some private, some forgotten."""
+    rng = random.Random(seed)
+    t = NOW - timedelta(days=400)
+    out = []
+    for i in range(n):
+        t += timedelta(minutes=rng.choice((1, 5, 30, 90, 600, 3000)))
+        out.append(NoteState(
+            note_id=f"n{i:04d}", agent=rng.choice(("ann", "bob", "cy")),
+            scope="private" if rng.random() < 0.15 else "shared", kind="note",
+            text=" ".join(rng.choices(WORDS, k=rng.randint(3, 12))),
+            tokens=rng.randint(5, 300), created_at=t, forgotten=rng.random() < 0.05))
+    return out
+
+
+def cfg_with(**kw: int) -> RankingConfig:
+    return msgspec.structs.replace(DEFAULT, candidates=Candidates(**kw))
+
+
+def attach(idx: NamespaceIndex, cfg: RankingConfig) -> None:
+    got = idx.derived
+    assert got is not None
+    n = len(idx.cols)
+    dense = build_dense(got.mat[:n].astype(np.int8),
+                        got.done(n) & (got.norm[:n] > 0) & idx.cols.live[:n],
+                        cfg.candidates, got.digest)
+    assert idx.attach_dense(dense, idx.cols)
+
+
+QUERIES = ("redis persistence", "deploy canary rollout", "postgres vacuum backup",
+           "worker lease queue", "incident pager latency", "kubernetes helm")
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_every_note_with_evidence_proposed_gives_likelys_answer_to_the_bit(path: str) -> None:
+    idx = build_index("t", {n.note_id: n for n in corpus(600)}, EMBEDDER)
+    cal = DEFAULT.calibration
+    checked = 0
+    with numpy_path(calibrated) if path == "numpy" else _nothing():
+        for text in QUERIES:
+            for agent in ("", "ann", "bob"):
+                cos = idx.query_cosines(EMBEDDER.embed([text]))
+                assert cos is not None
+                c = cos[:, 0]
+                seq, lay = idx._layout(agent, cal)
+                ls, lx = idx.cols.bm25(text, DEFAULT, agent)
+                named = named_owners(idx.cols, text)
+                for limit in (5, 50, 10_000):
+                    full = likely(idx.cols, seq, ls, lx, c, named, lay, cal, limit)
+                    ev = seq[c[seq] >= cal.min_cosine]
+                    part = likely_among(idx.cols, seq, ls, lx, ev, lambda s, c=c: c[s], named,
+                                        lay, cal, limit)
+                    assert np.array_equal(full[0], part[0])
+                    assert np.array_equal(full[1], part[1])  # the same bits
+                    checked += len(full[0])
+    assert checked > 500
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_a_note_left_unproposed_is_missing_and_the_others_keep_their_bits() -> None:
+    extra = [NoteState(note_id=f"v{i}", agent="ann", scope="shared", kind="note", text=t,
+                       tokens=12, created_at=NOW - timedelta(days=i), forgotten=False)
+             for i, t in enumerate(("the vehicle needs new tyres", "automobile insurance renewal",
+                                    "truck engine oil change"))]
+    idx = build_index("t", {n.note_id: n for n in corpus(400) + extra}, EMBEDDER)
+    cal = DEFAULT.calibration
+    text = "car"
+    cos = idx.query_cosines(EMBEDDER.embed([text]))
+    assert cos is not None
+    c = cos[:, 0]
+    seq, lay = idx._layout("", cal)
+    ls, lx = idx.cols.bm25(text, DEFAULT, "")
+    full_at, full_p = likely(idx.cols, seq, ls, lx, c, [], lay, cal, 10_000)
+    lexical = set(lay.pos[ls].tolist())
+    dense_only = [a for a in full_at.tolist() if a not in lexical]
+    assert dense_only, "the corpus must have notes found by meaning alone"
+    ev = seq[c[seq] >= cal.min_cosine]
+    dropped = seq[dense_only[0]]
+    part_at, part_p = likely_among(idx.cols, seq, ls, lx, ev[ev != dropped], lambda s: c[s], [],
+                                   lay, cal, 10_000)
+    assert dense_only[0] not in part_at.tolist()
+    want = dict(zip(full_at.tolist(), full_p.tolist(), strict=True))
+    got = dict(zip(part_at.tolist(), part_p.tolist(), strict=True))
+    assert set(got) == set(want) - {dense_only[0]}
+    assert all(got[a] == want[a] for a in got)
+
+
+def test_the_dense_index_is_deterministic_and_finds_a_notes_own_vector_first() -> None:
+    idx = build_index("t", {n.note_id: n for n in corpus(500)}, EMBEDDER)
+    got = idx.derived
+    assert got is not None
+    n = len(idx.cols)
+    has = got.done(n) & (got.norm[:n] > 0)
+    ints = got.mat[:n].astype(np.int8)
+    a = build_dense(ints, has, Candidates(), got.digest, chunk=64)
+    b = build_dense(ints, has, Candidates(), got.digest, chunk=1_000)
+    for s in (3, 77, 311):
+        want = a.search(got.mat[s].astype(np.float64), 20)
+        assert np.array_equal(want, b.search(got.mat[s].astype(np.float64), 20))
+        first = want[0]  # its own vector (or an identical one) is the nearest
+        assert np.array_equal(got.mat[first], got.mat[s])
+
+
+def test_candidates_replace_the_scan_from_scan_max_notes_on() -> None:
+    notes = corpus(300)
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    live = idx.indexed()
+    at = cfg_with(scan_max_notes=live, dense=512)
+    above = cfg_with(scan_max_notes=live + 1, dense=512)
+    assert not idx.dense_ready(at)  # nothing built yet
+    attach(idx, at)
+    assert idx.dense_ready(at)
+    assert not idx.dense_ready(above)
+    assert not idx.dense_ready(msgspec.structs.replace(at, relevance="bm25"))
+    assert not idx.dense_ready(cfg_with(scan_max_notes=live, dense=100))  # built for others
+    idx.reset(notes, idx.checkpoint, idx.checkpoint)  # a full load: a new table
+    idx.embed_missing(EMBEDDER)
+    assert not idx.dense_ready(at)
+
+
+def test_a_query_through_the_candidate_path_answers_as_the_scan_when_all_are_proposed() -> None:
+    notes = corpus(300)
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    dense = cfg_with(scan_max_notes=1, dense=10_000, expansion_search=10_000)
+    attach(idx, dense)
+    scan = cfg_with(scan_max_notes=10**9, dense=10_000, expansion_search=10_000)
+    used_dense = 0
+    for text in QUERIES:
+        for agent in ("", "cy"):
+            req = QueryRequest(ns="t", text=text, budget=400, agent=agent)
+            memo = BatchMemo()
+            memo.prime_vectors(idx, [text], EMBEDDER)
+            a = run_rank(idx, req, dense, NOW, memo, embedder=EMBEDDER)
+            b = run_rank(idx, req, scan, NOW, embedder=EMBEDDER)
+            used_dense += idx.dense_ready(dense) and not idx.dense_ready(scan)
+            assert msgspec.json.encode(a) == msgspec.json.encode(b)
+    assert used_dense == 2 * len(QUERIES)
+
+
+def test_new_notes_reach_the_dense_index_incrementally() -> None:
+    notes = corpus(200)
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    cfg = cfg_with(scan_max_notes=1, dense=8)
+    attach(idx, cfg)
+    d = idx.dense
+    assert d is not None
+    before = d.size
+    fresh = NoteState(note_id="zz-new", agent="ann", scope="shared", kind="note",
+                      text="quokka marsupial rottnest island selfie", tokens=9,
+                      created_at=NOW, forgotten=False)
+    idx.update([fresh], idx.checkpoint, idx.checkpoint)
+    idx.embed_missing(EMBEDDER)
+    req = QueryRequest(ns="t", text="quokka rottnest", budget=200)
+    res = run_rank(idx, req, cfg, NOW, embedder=EMBEDDER)
+    assert d.size == before + 1
+    assert [n.note_id for n in res.notes][:1] == ["zz-new"]

@@ -13,7 +13,18 @@ import platform
 import sys
 from datetime import UTC, datetime
 
-from bench import batch, core, fit_calibration, profile, quality, query, ranking, scale, shards
+from bench import (
+    batch,
+    core,
+    fit_calibration,
+    profile,
+    quality,
+    query,
+    ranking,
+    scale,
+    scale_cpu,
+    shards,
+)
 
 
 def all_(argv: list[str]) -> int:
@@ -47,7 +58,8 @@ def all_(argv: list[str]) -> int:
 COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
             "profile": profile.main,
             "query": query.main, "all": all_, "quality": quality.main,
-            "fit": fit_calibration.main, "scale": scale.main, "shards": shards.main}
+            "fit": fit_calibration.main, "scale": scale.main, "scale-cpu": scale_cpu.main,
+            "shards": shards.main}
 
 
 def main(argv: list[str]) -> int:

@@ -300,6 +300,10 @@ def _targets(value: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["memory"]:  # worker memory against namespaces served (bench.scale_memory)
+        from bench import scale_memory
+
+        return scale_memory.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=20_000, help="events per configuration")

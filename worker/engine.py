@@ -156,6 +156,7 @@ class QueryEngine:
         a time (``WAVE``), one wave in flight while the next is ranked."""
         with no_cycle_collection(), results.Publisher(self.r) as pub:  # structs by the 1,000
             todo = self.answer(envelopes, lambda wave: self._publish(wave, pub))
+        self._evict(self.live.settle())
         self.live.publish()
         ok = sum(q.result is not None for q in todo)
         before = sum(q.before for q in todo)

@@ -4,8 +4,9 @@ held are remembered with the reason, for status, readiness and metrics.
 
 The budget counts what ``projections.ranking.footprint.index_bytes`` measures of each index
 (arrays, texts, vectors, the caches an index keeps). An index is measured after every load,
-then again whenever it has grown by ``REMEASURE_GROWTH`` since; in between its figure is the
-last measurement scaled by its slot count. The process's own memory (interpreter, libraries,
+again after the first batch of queries on it (which builds its query caches), then whenever it
+has grown by ``REMEASURE_GROWTH``; in between its figure is the last measurement scaled by its
+slot count. The process's own memory (interpreter, libraries,
 the embedder's model, one batch's working memory and one load's transient copies) is not in
 the budget: RSS stays within budget + that base.
 """
@@ -43,6 +44,9 @@ REPORTED = 20
 class _Measured:
     bytes: int
     slots: int
+    before_queries: bool = True
+    """Walked before any query ran on it (its query caches, e.g. the english stems, were not
+    built yet): ``publish`` walks it again once."""
 
 
 def machine_memory_bytes(root: Path = Path("/")) -> int | None:
@@ -172,8 +176,18 @@ class IndexCache:
         """``ns`` is held again: its last failure is over."""
         self.failures.pop(ns, None)
 
+    def settle(self) -> list[str]:
+        """After a batch of queries: walk again the indexes measured only before their first
+        queries (their query caches are built now), and evict the least recently used (never
+        the most recent) until the rest fit; returns the evicted namespaces."""
+        for ns, m in list(self._size.items()):
+            if m.before_queries:
+                idx = self._held[ns]
+                self._size[ns] = _Measured(index_bytes(idx), len(idx.cols), False)
+        return self.make_room(0, keep=list(self._held)[-1:])
+
     def publish(self) -> IndexMemory:
-        """Refresh ``report`` (after a batch of queries)."""
+        """Refresh ``report`` (what the heartbeat says)."""
         sizes = self.sizes()
         top = sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0]))[:REPORTED]
         self.report = IndexMemory(budget=self.budget, held=sum(sizes.values()),

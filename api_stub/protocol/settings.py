@@ -80,6 +80,13 @@ class Settings:
     http_max_connections: int = 1000
     """``serve``: most connections and requests at once (uvicorn's ``limit_concurrency``);
     past it new requests get 503. Keep it under the process's open-files limit."""
+    batch_max_work: int = 10_000_000
+    """Most work one ``POST .../queries`` may ask for: the sum of its queries' budgets (tokens),
+    an ``as_of`` query counting ``batch_as_of_weight`` times (it rebuilds a past state); past
+    it the batch is refused whole (413 ``batch_too_costly``)."""
+    batch_as_of_weight: int = 30
+    """How many plain queries of the same budget an ``as_of`` query counts as (measured: ~30 x
+    the CPU of a plain one)."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -109,6 +116,8 @@ class Settings:
             "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
             "HIVEMIND_HTTP_READ_TIMEOUT": ("http_read_timeout_s", float),
             "HIVEMIND_HTTP_MAX_CONNECTIONS": ("http_max_connections", int),
+            "HIVEMIND_BATCH_MAX_WORK": ("batch_max_work", int),
+            "HIVEMIND_BATCH_AS_OF_WEIGHT": ("batch_as_of_weight", int),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):

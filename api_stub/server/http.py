@@ -428,6 +428,18 @@ class Api:
             return err
         return req
 
+    def check_work(self, reqs: list[dict[str, Any] | QueryError]) -> None:
+        """413 ``batch_too_costly`` when a batch asks for more work than ``batch_max_work``
+        (budgets summed, an ``as_of`` query ``batch_as_of_weight`` times its budget)."""
+        s = self.client.settings
+        work = sum(int(r["budget"]) * (s.batch_as_of_weight if r.get("as_of") else 1)
+                   for r in reqs if isinstance(r, dict))
+        if work > s.batch_max_work:
+            raise ApiError(413, "batch_too_costly",
+                           f"this batch asks for {work:,} budget tokens of work (budgets summed, "
+                           f"as_of queries x{s.batch_as_of_weight}); at most {s.batch_max_work:,}"
+                           " a request (HIVEMIND_BATCH_MAX_WORK): split it")
+
     async def run(self, fn: Callable[[], Any]) -> Any:
         return await anyio.to_thread.run_sync(fn)
 
@@ -581,6 +593,7 @@ class Api:
             raise ApiError(413, "too_large",
                            f"{len(data)} queries; at most {MAX_QUERIES} a request")
         reqs = [self.query_request(ns, g, obj, f"queries[{i}]") for i, obj in enumerate(data)]
+        self.check_work(reqs)
         if not reqs:
             return Response(b"[]", media_type="application/json")
 

@@ -336,25 +336,34 @@ def limit_for(cfg: RankingConfig, budget: int | None) -> int:
     return max(cfg.max_candidates, 0 if budget is None else budget // TOKENS_PER_CANDIDATE)
 
 
-def sub_layout(lay: Layout, win: IntArray, slots: IntArray, table: int) -> Layout:
-    """``lay`` restricted to the positions ``win`` (ascending; their slots ``slots``) of its
-    sequence: each value as ``lay`` has it, two of them near only where they are consecutive
-    in ``lay`` too (``table``: the slot count of the columns)."""
+def sub_layout(cols: Columns, seq: IntArray, win: IntArray, cal: Calibration) -> Layout:
+    """``layout_of(cols, seq, cal)`` restricted to the positions ``win`` (ascending) of
+    ``seq``, computed for them alone: each value as ``layout_of`` gives it (the same
+    element-wise operations), two of them near only where they are consecutive in ``seq``
+    too."""
     m = len(win)
+    sub = seq[win]
+    lt = log_tokens(cols, sub, cal)
+    t_us = cols.created_us[sub]
+    window = cal.context_minutes * US_PER_MINUTE
+    k = min(cal.context_notes, len(seq) - 1)
     near: list[BoolArray] = []
-    flat = np.zeros((len(lay.near), m), np.uint8)
-    for j, full in enumerate(lay.near, start=1):
+    flat = np.zeros((max(k, 0), m), np.uint8)
+    for j in range(1, k + 1):
         if m <= j:
             near.append(np.zeros(0, np.bool_))
             continue
-        at = np.minimum(win[:-j], len(full) - 1) if len(full) else win[:-j] * 0
-        mj = (win[j:] == win[:-j] + j) & (full[at] if len(full) else False)
-        near.append(np.asarray(mj, np.bool_))
+        mj = (win[j:] == win[:-j] + j) & ((t_us[j:] - t_us[:-j]) <= window)
+        near.append(mj)
         flat[j - 1, :m - j] = mj
-    pos = np.full(table, -1, np.int32)
-    pos[slots] = np.arange(m, dtype=np.int32)
-    return Layout(base=lay.base[win], wb=lay.wb[win], wc=lay.wc[win], owner=lay.owner[win],
-                  near=tuple(near), pos=pos, near_flat=flat.reshape(-1))
+    start = cal.intercept + prior(len(seq), cal)
+    pos = np.full(len(cols), -1, np.int32)
+    pos[sub] = np.arange(m, dtype=np.int32)
+    return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
+                  wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
+                  wc=cal.cosine + cal.cosine_x_log_tokens * lt,
+                  owner=cols.owner[sub].astype(np.int32), near=tuple(near), pos=pos,
+                  near_flat=flat.reshape(-1))
 
 
 def _distinct(a: IntArray) -> IntArray:
@@ -366,43 +375,48 @@ def _distinct(a: IntArray) -> IntArray:
     return a
 
 
-def likely_among(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
-                 dense_slots: IntArray, cosine_of: Callable[[IntArray], FloatArray] | None,
-                 named: Sequence[int], lay: Layout, cal: Calibration,
-                 limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArray,
+                 lex: FloatArray, dense_slots: IntArray,
+                 cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
+                 cal: Calibration, limit: int, allowed: BoolArray | None = None
+                 ) -> tuple[IntArray, FloatArray]:
     """``likely`` over given candidates only: the BM25 hits and ``dense_slots`` (the dense
     stage's proposals), each valued with its near neighbours in creation order (``cosine_of``:
     the exact cosines of some slots; None: no semantic part). A candidate's probability has
     the same bits as ``likely`` gives it (its features read only itself and its neighbours,
-    and every value comes from the same ``Layout`` and the same exact cosines); the result is
-    ``likely``'s whenever every note with evidence is a candidate."""
+    every value is computed as ``layout_of`` computes it, and the cosines are exact); the
+    result is ``likely``'s whenever every note with evidence is a candidate. ``seq``: the
+    visible slots in creation order, ``pos`` their position per slot (-1: not visible); no
+    per-note array of the whole sequence is built."""
     n = len(seq)
-    at = np.concatenate((lay.pos[lex_slots], lay.pos[dense_slots])).astype(np.int64)
+    at = np.concatenate((pos[lex_slots], pos[dense_slots])).astype(np.int64)
     at = _distinct(at[at >= 0])
     if not len(at):
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     # the neighbours a candidate's context reads: those near it (creation order is time
     # order, so they are a run around it; the others lend nothing and are left out)
+    window = cal.context_minutes * US_PER_MINUTE
+    t_of = cols.created_us
     parts = [at]
-    for j, full in enumerate(lay.near, start=1):
+    for j in range(1, min(cal.context_notes, n - 1) + 1):
         ahead = at[at < n - j]
-        parts.append(ahead[full[ahead]] + j)
+        parts.append(ahead[(t_of[seq[ahead + j]] - t_of[seq[ahead]]) <= window] + j)
         back = at[at >= j] - j
-        parts.append(back[full[back]])
+        parts.append(back[(t_of[seq[back + j]] - t_of[seq[back]]) <= window])
     win = _distinct(np.concatenate(parts))
     sub = seq[win]
     cosine = None
     if cosine_of is not None:
         cosine = np.zeros(len(cols))
         cosine[sub] = cosine_of(sub)
-    pos, p = likely(cols, sub, lex_slots, lex, cosine, named,
-                    sub_layout(lay, win, sub, len(cols)), cal, len(sub))
+    got, p = likely(cols, sub, lex_slots, lex, cosine, named,
+                    sub_layout(cols, seq, win, cal), cal, len(sub))
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
-    keep = is_at[win[pos]]  # the neighbours only lent their values
+    keep = is_at[win[got]]  # the neighbours only lent their values
     if allowed is not None:  # only these may be candidates (a filter, the expiry)
-        keep &= allowed[seq[win[pos]]]
-    pos, p = pos[keep], p[keep]
+        keep &= allowed[seq[win[got]]]
+    got, p = got[keep], p[keep]
     top = candidates(p, limit)
-    out: IntArray = win[pos[top]]
+    out: IntArray = win[got[top]]
     return out, p[top]

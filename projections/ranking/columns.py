@@ -32,6 +32,7 @@ import numpy.typing as npt
 from hivemind_memory.projections.ranking.analyzer import analyze, english_term
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.relevance import idf, tokenize
+from hivemind_memory.projections.ranking.terms import StemIndex, TermTable
 from hivemind_memory.projections.ranking.texts import SlotMemo, TextColumn
 from hivemind_memory.projections.state import NoteState
 
@@ -120,7 +121,8 @@ class Columns:
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.slot: dict[str, int] = {}
-        self.terms: dict[str, int] = {}
+        self.terms = TermTable()
+        """Term -> id, without a Python object per term (``projections.ranking.terms``)."""
         self.agents: dict[str, int] = {"": 0}
         cap = 16
         self.doc_len = np.zeros(cap, np.int64)
@@ -162,8 +164,8 @@ class Columns:
         """``bm25``'s cache kept from batch to batch (``kept_terms``; cleared by a write)."""
         self._kept_postings = 0
         """The postings ``_terms_kept`` holds."""
-        self._stems_of: list[str | None] = []
-        self._stem_terms: dict[str, list[int]] = {}
+        self._stems = StemIndex()
+        """Each term's english stem, and each stem's terms (arrays, ``terms.StemIndex``)."""
         self._english_len: tuple[int, IntArray] | None = None
         self._created: SlotMemo[datetime] = SlotMemo(_EPOCH)
         """``from_micros(created_us[s])`` of the slots ``created`` read."""
@@ -343,7 +345,7 @@ class Columns:
         self.slot = {k: i for i, k in enumerate(ids)}
         if len(self.slot) != len(ids):
             raise ValueError("duplicate note ids in a bulk load")
-        self.terms = dict(terms)
+        self.terms = TermTable(terms)  # ids in first-seen order, as interned
         n = len(ids)
         self._grow(n)
         for name, values in (("doc_len", doc_len), ("tokens", tokens), ("created_us", created),
@@ -494,28 +496,24 @@ class Columns:
             bt = np.concatenate((bt, np.array(run[1], np.int32)))
         return bs.astype(np.int64), bt.astype(np.float64)  # int -> float64 is exact
 
-    def _english(self) -> tuple[dict[str, list[int]], IntArray]:
+    def _english(self) -> tuple[StemIndex, IntArray]:
         """Stem -> ids of the plain terms with that stem, and each slot's length in english
         terms (its tokens less its stop words); cached until the table changes."""
-        known = len(self._stems_of)
+        known = len(self._stems)
         if known < len(self.terms):
-            for term in list(self.terms)[known:]:
-                stem = english_term(term)
-                self._stems_of.append(stem)
-                if stem is not None:
-                    self._stem_terms.setdefault(stem, []).append(self.terms[term])
+            self._stems.add(map(english_term, self.terms.iter_from(known)))
         # a slot's length and postings never change once written (a changed note gets a new
         # slot), so the lengths are those of the last computation while no slot was added
         key = len(self.ids)
         if self._english_len is None or self._english_len[0] != key:
             n = len(self.ids)
-            stop = [t for t, st in enumerate(self._stems_of) if st is None]
+            stop = self._stems.stop_terms().tolist()
             got = [self.postings_of(t) for t in stop]
             slots = np.concatenate([g[0] for g in got] or [np.zeros(0, np.int64)])
             tfs = np.concatenate([g[1] for g in got] or [np.zeros(0, np.float64)])
             minus = np.bincount(slots, weights=tfs, minlength=n).astype(np.int64)
             self._english_len = (key, self.doc_len[:n] - minus)
-        return self._stem_terms, self._english_len[1]
+        return self._stems, self._english_len[1]
 
     def bm25(self, query: str, cfg: RankingConfig, agent: str,
              cache: TermCache | None = None) -> tuple[IntArray, FloatArray]:
@@ -532,7 +530,7 @@ class Columns:
         multiplies by its own weights, so the result is the same to the bit."""
         o = self.agents.get(agent, -1) if agent else -1
         n_docs = self.shared_n + self.private_n.get(o, 0)
-        stem_terms: dict[str, list[int]] | None = None
+        stem_terms: StemIndex | None = None
         if cfg.analyzer == "plain":
             total_len = self.shared_len + self.private_len.get(o, 0)
             dl = self.doc_len
@@ -593,7 +591,7 @@ class Columns:
         return out, acc[out] / max_score
 
     def _visible_postings(self, word: str, agent: str,
-                          stem_terms: dict[str, list[int]] | None
+                          stem_terms: StemIndex | None
                           ) -> tuple[IntArray, FloatArray]:
         """The postings of a query word that ``agent`` may see: of the plain term, or with
         ``stem_terms`` (english: stem -> plain term ids) merged over the plain terms of the

@@ -80,6 +80,8 @@ class NamespaceIndex:
     """The dense candidate stage over ``derived`` (``projections.ranking.dense``), once
     built (``attach_dense``); valid only for the table it was built from."""
     _dense_of: weakref.ref[Columns] | None = None
+    _pos: dict[str, tuple[IntArray, IntArray]] = field(default_factory=dict)
+    """Per asker: ``visible_order`` and each slot's position in it (-1: not visible)."""
 
     def attach_dense(self, dense: DenseIndex, cols: Columns) -> bool:
         """Use ``dense`` (built from the slots of ``cols``) from now on; False (dropped)
@@ -297,8 +299,15 @@ class NamespaceIndex:
         the dense stage's nearest notes (``calibrated.likely_among``), not every note."""
         top = cfg.max_candidates if limit is None else limit
         if query is not None and embedding is None and self.dense_ready(cfg):
-            seq, lay = self._layout(agent, cfg.calibration)
+            seq = self.visible_order(agent)
             cols = self.cols
+            pos = self._pos.get(agent)
+            if pos is None or pos[0] is not seq:
+                at = np.full(len(cols), -1, np.int64)
+                at[seq] = np.arange(len(seq))
+                pos = self._pos[agent] = (seq, at)
+                while len(self._pos) > LAYOUTS_KEPT:
+                    self._pos.pop(next(iter(self._pos)))
             lex_slots, lex = cols.bm25(text, cfg, agent, cache)
             want = cfg.candidates.dense
             near = self._dense_sync().search(query.near, 2 * want)
@@ -308,10 +317,9 @@ class NamespaceIndex:
             near = near[ok][:want]
             derived = self.derived
             assert derived is not None
-            at, p = likely_among(cols, seq, lex_slots, lex, near,
+            at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,
                                  lambda s: derived.rows_cosines(query, s),
-                                 named_owners(cols, text), lay, cfg.calibration, top,
-                                 allowed)
+                                 named_owners(cols, text), cfg.calibration, top, allowed)
             return seq[at], p
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)

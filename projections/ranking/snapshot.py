@@ -31,6 +31,7 @@ import numpy as np
 from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.columns import SLOT_ARRAYS, Columns
 from hivemind_memory.projections.ranking.index import NamespaceIndex
+from hivemind_memory.projections.ranking.terms import TermTable
 from hivemind_memory.projections.ranking.texts import TextColumn
 from hivemind_memory.projections.ranking.vectors import DerivedVectors
 
@@ -112,7 +113,7 @@ def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
         text_first=first, tf_dtype=tf_dtype, embedder="" if d is None else d.digest,
         embed_dim=0 if d is None else d.dim))
     yield b"ids", "\n".join(cols.ids).encode()
-    yield b"terms", "\n".join(cols.terms).encode()
+    yield b"terms", cols.terms.joined()
     for k, t in SLOT_ARRAYS.items():
         yield k.encode(), _le(getattr(cols, k)[:n], t)
     for k, t in _CSR.items():
@@ -155,13 +156,13 @@ def _decode(fields: Mapping[bytes, bytes], meta: Meta) -> NamespaceIndex:
     if len(cols.ids) != n:
         raise ValueError("ids do not match the slot count")
     cols.slot = dict(zip(cols.ids, range(n), strict=True))  # a later slot of an id wins
-    terms = _lines(fields[b"terms"])
-    cols.terms = dict(zip(terms, range(len(terms)), strict=True))
+    cols.terms = TermTable.from_joined(fields[b"terms"])
+    n_terms = len(cols.terms)
     cols.agents = {a: i for i, a in enumerate(meta.agents)}
     for k, t in SLOT_ARRAYS.items():  # written in place by put: copied
         setattr(cols, k, _view(fields[k.encode()], t, n).copy())
     # the CSR base is only ever replaced (by compaction), never written: no copy
-    cols.base_ptr = _view(fields[b"base_ptr"], np.int64, len(terms) + 1)
+    cols.base_ptr = _view(fields[b"base_ptr"], np.int64, n_terms + 1)
     cols.base_slot = _view(fields[b"base_slot"], np.int32)
     cols.base_tf = _view(fields[b"base_tf"], _TF_DTYPES[meta.tf_dtype], len(cols.base_slot))
     if int(cols.base_ptr[-1]) != len(cols.base_slot):

@@ -22,9 +22,9 @@ from hivemind_memory.projections.store.types import Store
 PER_ID_BYTES = 130
 """A note id as loaded: its ``str`` (~49 bytes + its length), a list slot (8), its entry in
 the slot dict (~40) and the slot's ``int`` (28)."""
-PER_TERM_BYTES = 115
-"""A term as loaded: its ``str`` (~49 bytes + its length) and its entry in the term dict with
-its id (~40 + 28)."""
+PER_TERM_BYTES = 20
+"""A term as loaded besides its UTF-8 (``projections.ranking.terms.TermTable``): its hash (8),
+id (4) and offset (8)."""
 _FIELDS = ("ids", "terms", "base_ptr", "base_slot", "base_tf", "text_off", "vec_slot",
            "vec_off", "vec_val", "dvec", "dvec_done", *SLOT_ARRAYS)
 _decode_meta = msgspec.msgpack.Decoder(Meta).decode

@@ -169,3 +169,24 @@ def test_duplicates_are_reported_only_to_a_token_that_may_query(guarded: Live) -
                         {"text": text + f" ({mode})", "duplicates": mode}, token=WRITER)
         assert st == 200 and body.get("duplicates") is None, body
         assert "bobs" not in str(body)
+
+
+def test_a_batch_is_bounded_by_its_total_work(live: Live) -> None:
+    """``POST .../queries``: budgets summed, an ``as_of`` query 30 times its budget, at most
+    ``HIVEMIND_BATCH_MAX_WORK`` (10,000,000 by default); one over is refused whole (413 naming
+    the work and the bound), the bound itself is answered."""
+    assert call(live.base, "POST", "/v1/ns/team-a/events",
+                [created("e1", "n1", "deploys happen on tuesdays")], token=ALICE)[0] == 200
+    q = {"text": "deploys", "budget": 1_000_000}
+    st, got = call(live.base, "POST", "/v1/ns/team-a/queries", [q] * 10, token=ALICE)
+    assert st == 200 and len(got) == 10 and all("error" not in r for r in got), got
+    st, body = call(live.base, "POST", "/v1/ns/team-a/queries",
+                    [q] * 10 + [{"text": "deploys", "budget": 1}], token=ALICE)
+    assert st == 413 and body["error"]["code"] == "batch_too_costly", body
+    assert "10,000,001" in body["error"]["message"] and "10,000,000" in body["error"]["message"]
+    past = {"text": "deploys", "budget": 333_334, "as_of": "2026-06-01T00:00:00Z"}
+    st, body = call(live.base, "POST", "/v1/ns/team-a/queries", [past], token=ALICE)
+    assert st == 413 and "10,000,020" in body["error"]["message"], body
+    st, got = call(live.base, "POST", "/v1/ns/team-a/queries",
+                   [{**past, "budget": 333_333}], token=ALICE)
+    assert st == 200 and "error" not in got[0], got

@@ -84,8 +84,8 @@ def test_every_note_with_evidence_proposed_gives_likelys_answer_to_the_bit(path:
                 for limit in (5, 50, 10_000):
                     full = likely(idx.cols, seq, ls, lx, c, named, lay, cal, limit)
                     ev = seq[c[seq] >= cal.min_cosine]
-                    part = likely_among(idx.cols, seq, ls, lx, ev, lambda s, c=c: c[s], named,
-                                        lay, cal, limit)
+                    part = likely_among(idx.cols, seq, lay.pos.astype(np.int64), ls, lx, ev,
+                                        lambda s, c=c: c[s], named, cal, limit)
                     assert np.array_equal(full[0], part[0])
                     assert np.array_equal(full[1], part[1])  # the same bits
                     checked += len(full[0])
@@ -119,8 +119,8 @@ def test_a_note_left_unproposed_is_missing_and_the_others_keep_their_bits() -> N
     assert dense_only, "the corpus must have notes found by meaning alone"
     ev = seq[c[seq] >= cal.min_cosine]
     dropped = seq[dense_only[0]]
-    part_at, part_p = likely_among(idx.cols, seq, ls, lx, ev[ev != dropped], lambda s: c[s], [],
-                                   lay, cal, 10_000)
+    part_at, part_p = likely_among(idx.cols, seq, lay.pos.astype(np.int64), ls, lx,
+                                   ev[ev != dropped], lambda s: c[s], [], cal, 10_000)
     assert dense_only[0] not in part_at.tolist()
     want = dict(zip(full_at.tolist(), full_p.tolist(), strict=True))
     got = dict(zip(part_at.tolist(), part_p.tolist(), strict=True))

@@ -59,6 +59,7 @@ from hivemind_memory.projections.store.beats import live_beats, served_queues
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import append_encoded, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.projections.store.urls import scrub
 
 # What only writes, erasure and duplicate checks need is imported by the methods that use it
 # (the checked write's fold, the read model, erasure, the cluster's appends, ingest's
@@ -67,6 +68,7 @@ from hivemind_memory.projections.store.types import QueueConn, Store
 if TYPE_CHECKING:
     from hivemind_memory.projections.reduce import Rejected
     from hivemind_memory.projections.store import erasure
+    from hivemind_memory.projections.store.dupcheck import Check
     from hivemind_memory.projections.store.ingest import Appender
 
 CHECKED_ATTEMPTS = 50
@@ -78,15 +80,11 @@ CHECKED_BACKOFF_CAP_S = 0.05
 """...up to this (50 attempts then wait at most ~2.2 s in all). Eight processes writing
 checked uses to one namespace with a worker projecting: none of 2,400 writes gave up (8 of
 2,400 did before the pause and the narrower window)."""
-DUPLICATE_CHECK_TIMEOUT_S = 10.0
-"""How long ``near_duplicates`` waits for its query before the write goes on unchecked."""
 SHARD_CHECK_S = 1.0
 """How long the client trusts its reading of which shards have a live worker (the
 heartbeats: one SMEMBERS and one MGET) before it reads them again."""
 SHARD_RETRY_AFTER_S = 5
 """The retry hint of a ``shard_unavailable`` answer (a restarted worker beats at once)."""
-MAX_QUERY_CHARS = 16_384
-"""The longest query text (``QueryRequest.text``): a longer note's start finds candidates."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,19 +105,28 @@ class Erasure:
     redaction: erasure.Redaction
 
 
-DuplicateMode = Literal["report", "supersede", "ignore"]
-"""What ``remember`` does about near-duplicates: report them, also supersede those the
-writer may supersede (its own), or not look."""
+DuplicateMode = Literal["report", "supersede", "ignore", "keep"]
+"""What ``remember`` does about near-duplicates: report them (and write nothing for an exact
+twin of the writer's own active note: the answer names it), also supersede those the writer
+may supersede (its own), report them but write even a twin (``keep``), or not look."""
 
 
 @dataclass(frozen=True, slots=True)
 class RememberOutcome:
-    """Outcome of ``Client.remember``: the write, the near-duplicates found before it
-    (``(note_id, word overlap)``; None: not checked) and the notes it superseded."""
+    """Outcome of ``Client.remember``: the write (nothing appended when ``duplicate_of``
+    names the twin it was merged into), the near-duplicates found before it (``(note_id,
+    word overlap)``; None: not checked, ``unchecked`` says why unless the caller asked not
+    to look) and the notes it superseded."""
 
     write: CheckedAppend
     duplicates: list[tuple[str, float]] | None
     superseded: list[str]
+    duplicate_of: str | None = None
+    unchecked: str | None = None
+
+
+class _TailMoved(Exception):
+    """A checked append found entries appended since the check it rests on."""
 
 
 def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
@@ -186,13 +193,16 @@ class Client:
                       self.schedule, self.appender)
         return report.appended
 
-    def append_checked(self, events: Iterable[Event | Mapping[str, Any]]) -> CheckedAppend:
+    def append_checked(self, events: Iterable[Event | Mapping[str, Any]], *,
+                       at_tail: str | None = None) -> CheckedAppend:
         """``append`` for events that must apply, all of one namespace: each is folded, as the
         projector will fold it, onto the namespace as the log stands (read model + the tail
         not projected yet), and the write is appended only if every event applies, in one
         compare-and-set on the stream's newest entry (a concurrent writer makes it check
         again). Raises ``NoteExists``, ``UnknownNote`` or ``NotAllowed`` (nothing appended).
-        Events already in the log (a retry: same ``event_id``) are not appended again."""
+        Events already in the log (a retry: same ``event_id``) are not appended again.
+        ``at_tail``: the write rests on a check made at that stream entry; raises
+        ``_TailMoved`` (nothing appended) once the stream has moved past it."""
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
         from hivemind_memory.projections.store.cluster import append_if_tail
@@ -214,6 +224,8 @@ class Client:
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
                                                    CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
             view = readmodel.write_view(self.store, ns, note_ids, event_ids)
+            if at_tail is not None and view.tail != at_tail:
+                raise _TailMoved
             verdict = check_write(view.notes, view.logged, evs)
             if verdict.refused is not None:
                 raise refusal(*verdict.refused, evs)
@@ -284,28 +296,51 @@ class Client:
 
     def remember(self, ev: NoteCreated, duplicates: DuplicateMode = "report") -> RememberOutcome:
         """A checked append of one new note, after looking for near-duplicates of it
-        (``near_duplicates``; not for ``ignore`` nor for a retry of an event already in
-        the log). ``supersede``: the new note also supersedes the near-duplicates its author
-        wrote (not already superseded), besides any ``ev.supersedes`` names."""
+        (``check_duplicates``; not for ``ignore`` nor for a retry of an event already in
+        the log). An exact twin (same normalised text) of an active note of the same author
+        is not written unless ``keep``: the outcome names it (``duplicate_of``). ``supersede``:
+        the new note also supersedes the near-duplicates its author wrote (not already
+        superseded), besides any ``ev.supersedes`` names. The write rests on the check: if
+        another write lands between the two, the check runs again."""
         from hivemind_memory.projections.store import readmodel
+
+        if duplicates == "ignore" or \
+                ev.event_id in readmodel.write_view(self.store, ev.ns, [], [ev.event_id]).logged:
+            return RememberOutcome(self.append_checked([ev]), None, list(ev.supersedes))
+        asked = list(ev.supersedes)
+        for attempt in range(CHECKED_ATTEMPTS):
+            if attempt:
+                time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
+                                                   CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
+            got = self.check_duplicates(ev.ns, ev.agent, ev.text, exclude=ev.note_id)
+            if got.near is None:
+                return RememberOutcome(self.append_checked([ev]), None, asked,
+                                       unchecked=got.unchecked)
+            if got.twin is not None and duplicates != "keep":
+                return RememberOutcome(CheckedAppend(0, 0), got.near, [],
+                                       duplicate_of=got.twin)
+            write = ev
+            if got.near and duplicates == "supersede":
+                write = self._superseding(ev, asked, got)
+            try:
+                done = self.append_checked([write], at_tail=got.tail)
+            except _TailMoved:
+                continue
+            return RememberOutcome(done, got.near, list(write.supersedes))
+        raise StoreError(f"namespace {ev.ns!r}: {CHECKED_ATTEMPTS} checked writes in a row met "
+                         "other writers between their check and their append; try again")
+
+    def _superseding(self, ev: NoteCreated, asked: list[str], got: Check) -> NoteCreated:
+        """``ev`` also superseding the near-duplicates of ``got`` its author wrote."""
         from hivemind_memory.projections.store.notes_view import visible_notes
 
-        found: list[tuple[str, float]] | None = None
-        superseded = list(ev.supersedes)
-        if duplicates != "ignore" and \
-                ev.event_id not in readmodel.write_view(self.store, ev.ns, [], [ev.event_id]
-                                                        ).logged:
-            found = self.near_duplicates(ev.ns, ev.agent, ev.text, embedding=ev.embedding)
-            if found is not None:
-                found = [d for d in found if d[0] != ev.note_id]
-            if found and duplicates == "supersede":
-                mine = visible_notes(self.store, ev.ns, ev.agent, note_ids=[d[0] for d in found])
-                superseded += [nid for nid, _ in found if nid in mine and nid not in superseded
-                               and mine[nid].agent == ev.agent
-                               and mine[nid].superseded_by is None]
-                if len(superseded) > len(ev.supersedes):
-                    ev = msgspec.structs.replace(ev, supersedes=superseded[:MAX_SUPERSEDES])
-        return RememberOutcome(self.append_checked([ev]), found, list(ev.supersedes))
+        assert got.near is not None
+        mine = visible_notes(self.store, ev.ns, ev.agent, note_ids=[d[0] for d in got.near])
+        more = [nid for nid, _ in got.near if nid in mine and nid not in asked
+                and mine[nid].agent == ev.agent and mine[nid].superseded_by is None]
+        if not more:
+            return ev
+        return msgspec.structs.replace(ev, supersedes=(asked + more)[:MAX_SUPERSEDES])
 
     def not_after(self) -> datetime:
         """The latest ``at`` an event may carry now: the clock plus ``max_future_skew_s``."""
@@ -371,29 +406,22 @@ class Client:
         """Whether any worker process keeps a heartbeat (one SMEMBERS and one MGET)."""
         return bool(live_beats(self.rq))
 
-    def near_duplicates(self, ns: str, agent: str, text: str, *,
-                        embedding: Sequence[float] | None = None,
-                        timeout: float = DUPLICATE_CHECK_TIMEOUT_S
-                        ) -> list[tuple[str, float]] | None:
-        """The notes ``agent`` may see that say nearly what ``text`` says: ``(note_id,
-        word overlap)`` at or above the config's ``duplicate_threshold``, most similar first
-        (``projections.ranking.similarity``). The candidates are those of a query of the text
-        (one job, read-your-writes; it is audited like any query). None: not checked (no
-        worker is alive, or none answered within ``timeout`` s)."""
-        from hivemind_memory.projections.ranking.similarity import near_duplicates
+    def check_duplicates(self, ns: str, agent: str, text: str, *,
+                         exclude: str | None = None) -> Check:
+        """The notes ``agent`` may see that nearly say what ``text`` says, and its twin
+        (``projections.store.dupcheck.check``: a lookup of the projector's near-duplicate
+        index plus the unprojected tail, no query, nothing written). A store that cannot
+        answer gives a check that says why (``unchecked``) instead of raising."""
+        from redis.exceptions import RedisError
 
-        if not self.workers_alive():
-            return None
-        cfg = self.config()
+        from hivemind_memory.projections.store.dupcheck import Check, check
+
         try:
-            res = self.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True,
-                             embedding=embedding, timeout=timeout)
-        except QueryTimeout:
-            return None
-        if "error" in res:
-            return None
-        return near_duplicates(text, ((c["note_id"], c["text"]) for c in res["candidates"]),
-                               cfg)
+            return check(self.store, ns, agent, text, self.config(), exclude=exclude)
+        except (RedisError, StoreError, OSError) as exc:
+            why = scrub(str(exc), self.settings.redis_url)
+            return Check(None, None, "", f"store_unavailable: the near-duplicate check could "
+                         f"not read the store ({type(exc).__name__}: {why})")
 
     # -- queries -----------------------------------------------------------------------------
     def submit_query(self, ns: str, text: str, budget: int, *, agent: str = "",

@@ -131,22 +131,34 @@ class Duplicate:
 
 
 class Remembered(str):
-    """What ``remember`` returns: the new note's id (a ``str``), with ``duplicates`` (the
-    near-duplicates found before writing it, most similar first; None: not checked, e.g.
-    no worker was running), ``superseded`` (the notes it superseded) and ``event_id``."""
+    """What ``remember`` returns: the note's id (a ``str``: the new note's, or the existing
+    twin's when ``duplicate_of`` is set and nothing was written), with ``duplicates`` (the
+    near-duplicates found before writing it, most similar first; None: not checked, and
+    ``duplicates_unchecked`` says why unless the caller asked not to look), ``superseded``
+    (the notes it superseded) and ``event_id``."""
 
     duplicates: list[Duplicate] | None
     superseded: list[str]
     event_id: str
+    duplicate_of: str | None
+    duplicates_unchecked: str | None
 
     def __new__(cls, note_id: str, event_id: str = "",
                 duplicates: list[Duplicate] | None = None,
-                superseded: Sequence[str] = ()) -> Remembered:
+                superseded: Sequence[str] = (), duplicate_of: str | None = None,
+                duplicates_unchecked: str | None = None) -> Remembered:
         self = super().__new__(cls, note_id)
         self.event_id = event_id
         self.duplicates = duplicates
         self.superseded = list(superseded)
+        self.duplicate_of = duplicate_of
+        self.duplicates_unchecked = duplicates_unchecked
         return self
+
+    @property
+    def duplicates_checked(self) -> bool:
+        """Whether near-duplicates were looked for."""
+        return self.duplicates is not None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Remembered:
@@ -155,7 +167,8 @@ class Remembered(str):
         return cls(body["note_id"], body.get("event_id", ""),
                    None if dups is None else [Duplicate(d["note_id"], d["overlap"])
                                               for d in dups],
-                   body.get("superseded", []))
+                   body.get("superseded", []), body.get("duplicate_of"),
+                   body.get("duplicates_unchecked"))
 
 
 def _plain(obj: Any) -> Any:
@@ -309,15 +322,16 @@ class _StoreTransport(_Transport):
 
         parsed = parse_json_event(_encode(ev), lineno=1)
         assert isinstance(parsed, NoteCreated)
-        if duplicates not in ("report", "supersede", "ignore"):
-            raise EventError(f"duplicates must be 'report', 'supersede' or 'ignore', "
+        if duplicates not in ("report", "supersede", "ignore", "keep"):
+            raise EventError(f"duplicates must be 'report', 'supersede', 'keep' or 'ignore', "
                              f"got {duplicates!r}")
         got = self.client.remember(parsed, duplicates)
-        if self.on_write is not None:
+        if self.on_write is not None and got.duplicate_of is None:
             self.on_write()
-        return Remembered(parsed.note_id, parsed.event_id,
+        return Remembered(got.duplicate_of or parsed.note_id, parsed.event_id,
                           None if got.duplicates is None else
-                          [Duplicate(n, o) for n, o in got.duplicates], got.superseded)
+                          [Duplicate(n, o) for n, o in got.duplicates], got.superseded,
+                          got.duplicate_of, got.unchecked)
 
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = self.client.submit_batch(reqs)
@@ -534,15 +548,18 @@ class Memory:
                  scope: Literal["shared", "private"] = "shared", note_id: str | None = None,
                  tokens: int | None = None, embedding: Sequence[float] | None = None,
                  supersedes: Sequence[str] = (),
-                 duplicates: Literal["report", "supersede", "ignore"] = "report",
+                 duplicates: Literal["report", "supersede", "ignore", "keep"] = "report",
                  metadata: Mapping[str, str | int | float | bool] | None = None,
                  expires_at: datetime | str | None = None) -> Remembered:
         """Store a note; returns its id (a new time-ordered one unless ``note_id`` is given)
         as a ``Remembered`` (a ``str``) that also lists the near-duplicates found before
         writing (``duplicates``: notes this agent may see whose word overlap with ``text``
-        reaches the config's ``duplicate_threshold``; looking takes one query, so a worker
-        must be running, else it is None). ``duplicates="supersede"``: the new note also
-        supersedes those of them this agent wrote; ``"ignore"``: do not look.
+        reaches the config's ``duplicate_threshold``; a lookup of the projector's index, no
+        query; None when the check could not run, ``duplicates_unchecked`` says why). An
+        exact twin (same normalised text) of this agent's own active note is not written:
+        the id returned is the twin's, and ``duplicate_of`` names it. ``"keep"``: write it
+        anyway; ``"supersede"``: the new note also supersedes the near-duplicates this agent
+        wrote; ``"ignore"``: do not look.
         ``supersedes``: notes this one replaces (they leave future answers, their uses carry
         over to it); only their author may supersede them (``NotAllowed``). ``metadata``:
         string keys to scalar values (at most 32 keys; filters match on them);

@@ -138,9 +138,12 @@ ReviseText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_BYTES, descr
 Supersedes = Annotated[list[NoteId], Field(max_length=MAX_SUPERSEDES, description=(
     f"Ids of notes you wrote that this note replaces (0 to {MAX_SUPERSEDES}): they leave "
     "every future recall and their uses carry over to the new note. Default: none."))]
-Duplicates = Annotated[Literal["report", "supersede", "ignore"], Field(description=(
+Duplicates = Annotated[Literal["report", "supersede", "ignore", "keep"], Field(description=(
     "What to do about existing notes that say nearly the same: report (default) lists their "
-    "ids, supersede also replaces those of them you wrote, ignore does not look."))]
+    "ids, supersede also replaces those of them you wrote, keep lists them and stores the "
+    "note even when you already wrote the very same text, ignore does not look. Except with "
+    "keep and ignore, a note whose text you already wrote (same words, case and spacing "
+    "aside) is not stored again: the answer names the existing note."))]
 
 
 MetadataArg = Annotated[dict[str, str | int | float | bool] | None, Field(description=(
@@ -173,10 +176,17 @@ class RememberArgs(BaseModel):
 
 
 def remembered_message(note_id: str, duplicates: list[tuple[str, float]] | None,
-                       superseded: list[str]) -> str:
-    """What ``remember`` tells an agent: the new id, then what it superseded and the notes
-    that say nearly the same (with their word overlap)."""
+                       superseded: list[str], duplicate_of: str | None = None,
+                       unchecked: str | None = None) -> str:
+    """What ``remember`` tells an agent: the new id (or the existing note it is a twin of),
+    then what it superseded and the notes that say nearly the same (with their word
+    overlap), or why they could not be looked for."""
+    if duplicate_of is not None:
+        return (f"{duplicate_of}; not stored again: you already wrote this very text as "
+                f"{duplicate_of}")
     out = note_id
+    if unchecked is not None:
+        out += f"; near-duplicates were not checked ({unchecked})"
     if superseded:
         out += f"; it supersedes {', '.join(superseded)}"
     rest = [(n, o) for n, o in duplicates or [] if n not in superseded]

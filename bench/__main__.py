@@ -1,9 +1,10 @@
-"""``python -m bench batch|core|profile|ranking|query|scale|all [...]``: benchmarks that print
-figures (never shipped). ``all`` runs ``core`` (ingest, projection, replay, each beside its
-baseline) and ``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS, end to end
-and batch vs the RQ no-op job), after a header naming the machine and the date; ``batch``
+"""``python -m bench batch|core|profile|ranking|query|scale|writes|all [...]``: benchmarks
+that print figures (never shipped). ``all`` runs ``core`` (ingest, projection, replay, each
+beside its baseline) and ``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS,
+end to end and batch vs the RQ no-op job), after a header naming the machine and the date; ``batch``
 runs a batch the three ways users do (``hivemind batch``, HTTP, the SDK) beside the no-op
-job; ``profile`` times (and with ``--cprofile`` profiles) the worker's query path in process."""
+job; ``profile`` times (and with ``--cprofile`` profiles) the worker's query path in process;
+``writes`` times ``remember`` with each ``duplicates`` mode and its near-duplicate check."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from bench import (
     scale,
     scale_cpu,
     shards,
+    writes,
 )
 
 
@@ -59,7 +61,7 @@ COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
             "profile": profile.main,
             "query": query.main, "all": all_, "quality": quality.main,
             "fit": fit_calibration.main, "scale": scale.main, "scale-cpu": scale_cpu.main,
-            "shards": shards.main}
+            "shards": shards.main, "writes": writes.main}
 
 
 def main(argv: list[str]) -> int:

@@ -8,9 +8,11 @@ Two sources of labels:
   the namespace's current state (or its state as of ``as_of``);
 * the namespace's own audit trail: each served query of an agent (live or as-of) is a query,
   its shown notes are the rows, labelled 1 when that agent reported ``note.used`` for the
-  note within ``window`` after the query (its ``as_of``). Notes it was not shown carry no
-  label (the agent could not have used them). Each query is ranked on the state it was
-  served on (``worker.reproduce.States``, as ``audit reproduce`` does).
+  note (its ``at``) within ``window`` after the query was served (``served_at``; its
+  ``as_of`` in entries written before that field), else 0: a use before the answer was
+  served, after the window, or by another agent is no evidence of that answer. Notes it was
+  not shown carry no label (the agent could not have used them). Each query is ranked on the
+  state it was served on (``worker.reproduce.States``, as ``audit reproduce`` does).
 
 The queries are split (seeded, by query) into a fitted part and a held-out part; the model is
 ``projections.ranking.fitting.fit_logistic`` over the product's own features
@@ -172,8 +174,9 @@ def from_uses(r: Store, ns: str, auditor: Auditor, window: timedelta,
             continue
         req, _, _ = auditor.inputs(s)
         shown = {nid for nid, _ in s.chosen}
+        start = s.served_at or s.as_of  # an as-of query is served after its as_of
         used = {nid for nid in shown
-                if any(s.as_of <= t <= s.as_of + window for t in uses.get((s.agent, nid), ()))}
+                if any(start <= t <= start + window for t in uses.get((s.agent, nid), ()))}
         out.append(Example(s.query_id, req, s.as_of, used, shown, served=x))
     return out
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import IO
 
 import structlog
@@ -25,6 +28,55 @@ class _Stderr:
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+LOG_BURST = 50
+"""Lines of one kind (logger and event) written at once before the rate limit applies."""
+LOG_RATE = 10.0
+"""Lines of one kind per second after the burst; the rest are counted, not written."""
+
+
+class RateLimit(logging.Filter):
+    """A token bucket per kind of warning or error line (logger and message; info lines pass,
+    the access log's among them): a flood (a thousand clients
+    failing the same way) writes ``burst`` lines and then ``rate`` a second; the next line
+    of that kind written carries ``suppressed``, how many were dropped since the last one.
+    The clock is passed in (``clock``), so the filter is tested without waiting."""
+
+    def __init__(self, burst: int = LOG_BURST, rate: float = LOG_RATE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.burst, self.rate, self.clock = burst, rate, clock
+        self._buckets: dict[tuple[str, str], list[float]] = {}
+        """kind -> [tokens, last refill, suppressed since the last line written]"""
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:  # the access log's 2xx-4xx lines, progress...
+            return True
+        # structlog's event dict: its event names the kind; the standard library's: its format
+        msg = str(record.msg.get("event", "")) if isinstance(record.msg, dict) else str(record.msg)
+        kind = (record.name, msg[:200])
+        now = self.clock()
+        with self._lock:
+            b = self._buckets.get(kind)
+            if b is None:
+                if len(self._buckets) > 10_000:  # kinds are few; never grow for good
+                    self._buckets.clear()
+                b = self._buckets[kind] = [float(self.burst), now, 0.0]
+            b[0] = min(float(self.burst), b[0] + (now - b[1]) * self.rate)
+            b[1] = now
+            if b[0] < 1.0:
+                b[2] += 1
+                return False
+            b[0] -= 1.0
+            dropped, b[2] = int(b[2]), 0.0
+        if dropped:
+            if isinstance(record.msg, dict):
+                record.msg = {**record.msg, "suppressed": dropped}
+            else:
+                record.msg = f"{record.msg} [suppressed {dropped} like this]"
+        return True
 
 
 _handler: logging.Handler | None = None
@@ -71,6 +123,7 @@ def configure(level: str = "info", json: bool | None = None,
     handler = logging.StreamHandler(out if stream is not None else _Stderr())
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_shared(), processors=final))
+    handler.addFilter(RateLimit())  # a flood of one kind of line cannot fill the disk
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)  # ours from an earlier call; others' handlers stay

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import structlog
@@ -28,6 +29,8 @@ from hivemind_memory.api_stub.protocol.jobs import (
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
+from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.lease import (
     WAIT_SLICE_S,
@@ -74,6 +77,12 @@ def _log_batch(info: BatchInfo) -> None:
              duration_ms=round(info.seconds * 1000, 2))
 
 
+@lru_cache(maxsize=8)
+def lookup_spec(config_path: str | None) -> DupSpec:
+    """The near-duplicate lookup's spec of the worker's ranking config (read once a path)."""
+    return spec_of(load_config(config_path))
+
+
 OnErased = Callable[[list[str]], None]
 """Told the notes a fold made erasable (``BatchInfo.erased``): it enqueues their redaction."""
 
@@ -105,7 +114,8 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None,
     # commit asks whether the lease is still ours. ``close`` waits for the commit still in
     # flight, so every commit has run before the lease is given back.
     events = 0
-    folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms, until)
+    folder = Folder(r, held.ns, s.batch_size, held.token, held.lease_ms, until,
+                    spec=lookup_spec(s.config_path))
     reached: Position | None = None
     try:
         for left in range(s.max_batches_per_job, 0, -1):

@@ -144,7 +144,8 @@ def memory_tools(memory: Memory | AsyncMemory) -> list[BaseTool]:
                               metadata=metadata, expires_at=expires_at)
         dups = None if got.duplicates is None else [(d.note_id, d.overlap)
                                                      for d in got.duplicates]
-        return remembered_message(str(got), dups, got.superseded)
+        return remembered_message(str(got), dups, got.superseded, got.duplicate_of,
+                                  got.duplicates_unchecked)
 
     def recall(query: str, budget: int = 1000, filter: dict[str, Any] | None = None
                ) -> tuple[str, list[Document]]:

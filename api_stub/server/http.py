@@ -166,10 +166,13 @@ class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     """String keys to scalar values; ``filter`` on a query matches on them."""
     expires_at: str | None = None
     """RFC 3339: from then on the note is in no answer."""
-    duplicates: Literal["report", "supersede", "ignore"] = "report"
+    duplicates: Literal["report", "supersede", "ignore", "keep"] = "report"
     """Near-duplicates (notes the writer may see whose word overlap with ``text`` reaches
     the config's ``duplicate_threshold``): ``report`` them in the answer, also
-    ``supersede`` those the writer wrote, or ``ignore`` (do not look)."""
+    ``supersede`` those the writer wrote, ``keep`` (report them, and write even an exact
+    twin), or ``ignore`` (do not look). Except with ``keep`` and ``ignore``, an exact twin
+    (same normalised text) of the writer's own active note is not written: the answer names
+    it (``duplicate_of``)."""
 
 
 class ReviseBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -241,10 +244,17 @@ class Duplicate(msgspec.Struct):
 
 class Remembered(msgspec.Struct, omit_defaults=True):
     note_id: str
+    """The new note's id; the twin's when ``duplicate_of`` is set."""
     event_id: str
-    duplicates: list[Duplicate] | None = None
-    """Near-duplicates found before writing, most similar first; null: not checked (no worker
-    alive, or none answered in time, or ``duplicates: "ignore"``)."""
+    duplicates_checked: bool
+    """Whether near-duplicates were looked for (false: ``duplicates: "ignore"``, or the check
+    could not run and ``duplicates_unchecked`` says why)."""
+    duplicates: list[Duplicate] | None
+    """Near-duplicates found before writing, most similar first; null: not checked."""
+    duplicate_of: str | None = None
+    """The writer's own active note with the same normalised text: nothing was written."""
+    duplicates_unchecked: str | None = None
+    """Why the check could not run (the note was written unchecked)."""
     superseded: list[str] = []
     """The notes the new note superseded."""
 
@@ -518,7 +528,11 @@ class Api:
         self.opts.on_write()
         dups = None if got.duplicates is None or not g.may(ns, "query") else [
             Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
-        return _respond(Remembered(ev.note_id, ev.event_id, dups, got.superseded))
+        return _respond(Remembered(got.duplicate_of or ev.note_id, ev.event_id,
+                                   duplicates_checked=got.duplicates is not None,
+                                   duplicates=dups, duplicate_of=got.duplicate_of,
+                                   duplicates_unchecked=got.unchecked,
+                                   superseded=got.superseded))
 
     async def revise(self, request: Request) -> Response:
         """A new text for a note -> its id and the event id (``note.revised``)."""
@@ -1000,9 +1014,10 @@ def openapi_document() -> dict[str, Any]:
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
-                "Store a note, reporting its near-duplicates (409 note_exists for a reused "
-                "id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it "
-                "supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
+                "Store a note, reporting its near-duplicates; a text its author already "
+                "wrote is not stored again, duplicate_of names that note (409 note_exists for "
+                "a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for "
+                "what it supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
             f"{p}/revise": {"post": op(
                 "A new text for a note: it keeps its id, uses and tier (404 unknown_note; "
                 "403 not_allowed: not its author)", {"200": ok(revised_ref)}, body=revise_ref)},

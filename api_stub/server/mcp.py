@@ -122,7 +122,8 @@ def build_server(resolve: Resolver) -> MCPServer:
             raise ToolError(tool_message(exc)) from exc
         dups = None if got.duplicates is None or not may_query else [
             (d.note_id, d.overlap) for d in got.duplicates]
-        return remembered_message(str(got), dups, got.superseded)
+        return remembered_message(str(got), dups, got.superseded, got.duplicate_of,
+                                  got.duplicates_unchecked)
 
     @server.tool(description=DESCRIPTIONS["revise"])
     def revise(note_id: Annotated[NoteId, Field(description=(

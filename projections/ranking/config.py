@@ -193,6 +193,15 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
     could revise or supersede instead; 1 reports only notes of the same words. Read at
     write time only: no ranking depends on it."""
+    duplicate_lsh_bands: int = 48
+    """The near-duplicate lookup (``projections.ranking.dupsketch``): how many MinHash bands
+    the projector files each active note under (its cost: this many index entries a note)."""
+    duplicate_lsh_min_hits: int = 2
+    """How many of a write's bands a note must share to be compared at all."""
+    duplicate_lsh_recall: float = 0.98
+    """The rows per band are the most that still give a pair exactly at
+    ``duplicate_threshold`` at least this chance of sharing ``duplicate_lsh_min_hits`` bands
+    (more rows: fewer unrelated candidates, more misses at the threshold)."""
     default_ttl_days: float = 0.0
     """The namespace default TTL: a note without its own ``expires_at`` leaves every answer
     this many days after its creation (``at``); 0: such notes never expire."""
@@ -225,6 +234,16 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
                              f"{self.duplicate_threshold}")
+        if not 1 <= self.duplicate_lsh_bands <= 256:
+            raise ValueError("duplicate_lsh_bands must be within 1..256, got "
+                             f"{self.duplicate_lsh_bands}")
+        if not 1 <= self.duplicate_lsh_min_hits <= self.duplicate_lsh_bands:
+            raise ValueError("duplicate_lsh_min_hits must be within 1..duplicate_lsh_bands, got "
+                             f"{self.duplicate_lsh_min_hits}")
+        if not (math.isfinite(self.duplicate_lsh_recall) and
+                0.0 < self.duplicate_lsh_recall < 1.0):
+            raise ValueError("duplicate_lsh_recall must be within (0, 1), got "
+                             f"{self.duplicate_lsh_recall}")
 
     def digest(self) -> str:
         """A short stable fingerprint of every value (recorded with each served query). Keys
@@ -236,6 +255,8 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 DEFAULT = RankingConfig()
 
 LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_threshold": 0.5,
+                          "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
+                          "duplicate_lsh_recall": 0.98,
                           "candidates": msgspec.to_builtins(Candidates()),
                           "default_ttl_days": 0.0}
 """Keys added after the first release and the value a config written before them meant."""

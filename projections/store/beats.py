@@ -1,8 +1,8 @@
 """The worker heartbeats as stored: one short-lived key per worker process, their names in the
 set ``keys.WORKERS`` (on RQ's connection). Read here by whoever needs to know which workers
-live: the worker's own status and readiness (``worker.heartbeat``) and the client, which skips
-work that needs a worker when none is alive (``Client.near_duplicates``) and answers a query
-whose shard no live worker serves at once (``Client.shard_problem``)."""
+live: the worker's own status and readiness (``worker.heartbeat``) and the client
+(``Client.workers_alive``), which answers a query whose shard no live worker serves at once
+(``Client.shard_problem``)."""
 
 from __future__ import annotations
 

@@ -77,6 +77,18 @@ def changes(ns: str) -> str:
     return f"{_ns(ns)}:changes"
 
 
+def dupidx(ns: str) -> str:
+    """The near-duplicate lookup: a sorted set (scores 0, read by lex range) of members
+    ``digest + note_id``, one per twin and MinHash band key of each active note
+    (``projections.store.dupindex``); written with the projection, digests only."""
+    return f"{_ns(ns)}:dupidx"
+
+
+def dupspec(ns: str) -> str:
+    """The spec tag (``DupSpec.tag``) the near-duplicate lookup was made with."""
+    return f"{_ns(ns)}:dupspec"
+
+
 def lock(ns: str) -> str:
     """Projection lease: at most one projector folds a namespace at a time."""
     return f"{_ns(ns)}:lock"
@@ -172,7 +184,8 @@ def erased_texts(ns: str) -> str:
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
-            dead(ns), changes(ns), lock(ns), scheduled(ns), audit(ns), configs(ns),
+            dead(ns), changes(ns), dupidx(ns), dupspec(ns), lock(ns), scheduled(ns), audit(ns),
+            configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
             erasing(ns), erasure_fence(ns), erased_texts(ns)]
 

@@ -25,9 +25,11 @@ from hivemind_memory.events.codec import decode_event
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.ranking.config import DEFAULT
+from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch, touched_by
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
-from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store import dupindex, keys
 from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script, source
@@ -41,6 +43,9 @@ from hivemind_memory.projections.store.types import (
 
 DEFAULT_BATCH = 2000
 """Events folded per batch (one XRANGE, one HMGET, one SMISMEMBER, one Lua commit)."""
+DEFAULT_SPEC = spec_of(DEFAULT)
+"""The near-duplicate lookup's spec under the default config (a projector's own config
+passes its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,9 @@ class Prepared:
     first: str
     count: int
     result: BatchResult
+    index: dupindex.IndexChanges
+    """What the batch does to the near-duplicate lookup (``dupindex``)."""
+    spec: DupSpec
 
 
 def decode_entries(reply: Sequence[Any], ns: str
@@ -210,8 +218,8 @@ def _xrange_after(p: Pipe | Store, ns: str, after: str, count: int) -> Any:
     return p.xrange(keys.stream(ns), min="(" + after if after else "-", max="+", count=count)
 
 
-def prepare_batch(r: Store, ns: str,
-                  batch_size: int = DEFAULT_BATCH) -> Prepared | None:
+def prepare_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
+                  spec: DupSpec = DEFAULT_SPEC) -> Prepared | None:
     """Read the next batch after the checkpoint and fold it (writes nothing). None: caught up."""
     cp_raw, gen_raw = r.mget([keys.checkpoint(ns), keys.generation(ns)])
     cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
@@ -225,12 +233,14 @@ def prepare_batch(r: Store, ns: str,
     current, seen = _priors(note_ids, event_ids, p.execute())
     res = fold_batch(current, seen, decoded)
     return Prepared(ns=ns, expected=expected, new_checkpoint=decoded[-1][0], first=decoded[0][0],
-                    count=len(decoded), result=res)
+                    count=len(decoded), result=res,
+                    index=dupindex.changes(current, res.notes, spec), spec=spec)
 
 
 def _commit_keys(ns: str) -> list[str]:
     return [keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
-            keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns)]
+            keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns),
+            keys.dupidx(ns), keys.dupspec(ns)]
 
 
 def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:
@@ -250,6 +260,7 @@ def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) 
         argv += [d.entry_id, d.reason, d.raw]
     append(prep.count)
     append(" ".join(notes))
+    argv += dupindex.commit_args(prep.index, prep.spec)
     return argv
 
 
@@ -291,12 +302,13 @@ def _to_redact(res: BatchResult) -> tuple[str, ...]:
 
 
 def project_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
-                  token: str | None = None, lease_ms: int = 0) -> BatchInfo | None:
+                  token: str | None = None, lease_ms: int = 0,
+                  spec: DupSpec = DEFAULT_SPEC) -> BatchInfo | None:
     """Fold the next batch after the checkpoint and commit it (fenced by the lease ``token``
     when given, which a committed batch renews to ``lease_ms`` when that is > 0). None when
     caught up. (``Folder`` does the same batch after batch in one round trip each.)"""
     t0 = time.perf_counter()
-    prep = prepare_batch(r, ns, batch_size)
+    prep = prepare_batch(r, ns, batch_size, spec)
     if prep is None:
         return None
     return _info(prep, commit(r, prep, int(time.time() * 1000), token, lease_ms), t0)
@@ -430,8 +442,10 @@ class Folder:
 
     def __init__(self, r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
                  token: str | None = None, lease_ms: int = 0,
-                 until: Position | None = None) -> None:
+                 until: Position | None = None, spec: DupSpec = DEFAULT_SPEC) -> None:
         self.r, self.ns, self.batch_size = r, ns, batch_size
+        self.spec = spec
+        """How the near-duplicate lookup's keys are made (the projector's config)."""
         self.token, self.lease_ms = token, lease_ms
         self.until = until
         """Send no commit behind one that reaches this position (a catch-up's target)."""
@@ -542,9 +556,10 @@ class Folder:
               priors: tuple[dict[str, NoteState], set[str]]) -> tuple[Prepared, list[Any]]:
         """Fold ``batch`` onto its priors and build its commit's ARGV."""
         current, seen = priors
+        res = fold_batch(current, seen, batch)
         prep = Prepared(ns=self.ns, expected=expected, new_checkpoint=batch[-1][0],
-                        first=batch[0][0], count=len(batch),
-                        result=fold_batch(current, seen, batch))
+                        first=batch[0][0], count=len(batch), result=res,
+                        index=dupindex.changes(current, res.notes, self.spec), spec=self.spec)
         return prep, _commit_args(prep, int(time.time() * 1000), self.token, self.lease_ms)
 
     def _send(self, prep: Prepared, argv: list[Any], ahead: list[Decoded], t0: float,

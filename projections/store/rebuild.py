@@ -14,10 +14,15 @@ from hiredis import pack_command as _pack
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.events.schema import Event
+from hivemind_memory.projections.ranking.dupsketch import DupSpec
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
-from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.readmodel import decode_entries, no_cycle_collection
+from hivemind_memory.projections.store import dupindex, keys
+from hivemind_memory.projections.store.readmodel import (
+    DEFAULT_SPEC,
+    decode_entries,
+    no_cycle_collection,
+)
 from hivemind_memory.projections.store.types import Store, as_bytes, give_back
 
 
@@ -151,21 +156,22 @@ class LeaseLost(StoreError):
 
 
 def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
-               now_ms: int = 0) -> bool:
+               now_ms: int = 0, spec: DupSpec = DEFAULT_SPEC) -> bool:
     """Replace the live read model with ``rebuilt`` in one MULTI/EXEC.
 
     Guarded with WATCH: only while ``token`` still holds the projection lease (when given),
     and never moving the checkpoint backwards: if the live checkpoint is already past the
     rebuilt position, nothing is written and False is returned (fold further and retry).
     The generation is bumped, so any batch folded before this write can no longer commit, and
-    the changes stream gets a ``reset`` entry so in-memory indexes reload in full.
+    the changes stream gets a ``reset`` entry so in-memory indexes reload in full. The
+    near-duplicate lookup is made again from the rebuilt notes (with ``spec``).
     Dead letters are kept: those the live projector recorded (entries up to its checkpoint)
     stay, and those the rebuild found past that checkpoint are added (``at_ms`` = ``now_ms``),
     so each dead entry of the log is recorded exactly once whoever folded it.
     """
     with no_cycle_collection():
         if isinstance(r, redis.Redis):
-            return _write_back_packed(r, ns, rebuilt, token, now_ms)
+            return _write_back_packed(r, ns, rebuilt, token, now_ms, spec)
         with r.pipeline(transaction=True) as p:  # type: ignore[no-untyped-call]  # a cluster
             try:
                 p.watch(keys.lock(ns), keys.checkpoint(ns))
@@ -174,7 +180,7 @@ def write_back(r: Store, ns: str, rebuilt: Rebuilt, token: str | None = None,
                 if live_cp is None:
                     return False
                 p.multi()
-                for cmd in _write_commands(ns, rebuilt, live_cp, now_ms):
+                for cmd in _write_commands(ns, rebuilt, live_cp, now_ms, spec):
                     p.execute_command(*cmd)
                 p.execute()
                 return True
@@ -193,7 +199,7 @@ def _may_write(ns: str, rebuilt: Rebuilt, token: str | None, holder: Any,
 
 
 def _write_back_packed(r: redis.Redis, ns: str, rebuilt: Rebuilt, token: str | None,
-                       now_ms: int) -> bool:
+                       now_ms: int, spec: DupSpec) -> bool:
     """``write_back`` on one plain Redis, its commands packed by hiredis and written straight
     to one connection (redis-py's pipeline spent more time packing a 300,000-id write-back
     than Redis spent applying it)."""
@@ -217,7 +223,8 @@ def _write_back_packed(r: redis.Redis, ns: str, rebuilt: Rebuilt, token: str | N
             conn.read_response()
             clean = True
             return False
-        commands = [("MULTI",), *_write_commands(ns, rebuilt, live_cp, now_ms), ("EXEC",)]
+        commands = [("MULTI",), *_write_commands(ns, rebuilt, live_cp, now_ms, spec),
+                    ("EXEC",)]
         for i in range(0, len(commands), 64):
             conn.send_packed_command([_pack(cmd) for cmd in commands[i:i + 64]])
         first: redis.ResponseError | None = None
@@ -239,7 +246,7 @@ def _write_back_packed(r: redis.Redis, ns: str, rebuilt: Rebuilt, token: str | N
 
 
 def _write_commands(ns: str, rebuilt: Rebuilt, live_cp: Position,
-                    now_ms: int) -> Iterator[tuple[Any, ...]]:
+                    now_ms: int, spec: DupSpec) -> Iterator[tuple[Any, ...]]:
     """The commands of a write-back, in order (run inside MULTI/EXEC)."""
     yield ("INCR", keys.generation(ns))
     yield ("DEL", keys.notes(ns), keys.seen(ns), keys.index_snapshot(ns),
@@ -248,6 +255,7 @@ def _write_commands(ns: str, rebuilt: Rebuilt, live_cp: Position,
     for i in range(0, len(items), 1000):
         yield ("HSET", keys.notes(ns), *[x for nid, n in items[i:i + 1000]
                                          for x in (nid, pack_note(n))])
+    yield from dupindex.rebuild_commands(ns, rebuilt.projection.notes, spec)
     seen = list(rebuilt.projection.seen)  # a set: the order it is written in changes nothing
     for i in range(0, len(seen), SEEN_PER_SADD):
         yield ("SADD", keys.seen(ns), *seen[i:i + SEEN_PER_SADD])

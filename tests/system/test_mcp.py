@@ -85,6 +85,10 @@ async def _exercise(client: Client) -> None:
     assert not twin_text.is_error
     assert _text(twin_text).startswith("deploy-twin; existing notes say nearly the same: "
                                        f"{nid} (overlap 0.80)"), _text(twin_text)
+    # the very same words (case and spacing aside) are not stored again: the answer names it
+    same = await client.call_tool("remember", {"text": " deploys happen on  TUESDAYS after lunch"})
+    assert not same.is_error
+    assert _text(same) == f"{nid}; not stored again: you already wrote this very text as {nid}"
     rv = await client.call_tool("revise", {"note_id": nid,
                                            "text": "Deploys happen on Wednesdays after lunch"})
     assert not rv.is_error and _text(rv) == f"revised {nid}"

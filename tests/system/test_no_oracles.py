@@ -190,3 +190,24 @@ def test_a_batch_is_bounded_by_its_total_work(live: Live) -> None:
     st, got = call(live.base, "POST", "/v1/ns/team-a/queries",
                    [{**past, "budget": 333_333}], token=ALICE)
     assert st == 200 and "error" not in got[0], got
+
+
+def test_a_taken_note_id_answers_the_same_whoever_holds_it(live: Live) -> None:
+    """``remember`` with a taken id: 409 ``note_exists`` in the same words for another agent's
+    private note, a shared one, a forgotten one and an erased one: it says the id is taken,
+    never by whom, in which scope or whether the note lives (ids are never reused)."""
+    from tests.support.frontdoor import BOB, OPS
+
+    for nid, extra in (("bp", {"scope": "private"}), ("bs", {}), ("bf", {}), ("be", {})):
+        assert call(live.base, "POST", "/v1/ns/team-a/events",
+                    [created(f"e-{nid}", nid, f"bob's note {nid}", **extra)], token=BOB)[0] == 200
+    assert call(live.base, "POST", "/v1/ns/team-a/forget", {"note_id": "bf"}, token=BOB)[0] == 200
+    assert call(live.base, "DELETE", "/v1/ns/team-a/notes/be", token=OPS)[0] == 200
+    answers = set()
+    for nid in ("bp", "bs", "bf", "be"):
+        st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": "alice's guess", "note_id": nid}, token=ALICE)
+        assert st == 409 and body["error"]["code"] == "note_exists", body
+        answers.add(body["error"]["message"].replace(repr(nid), "ID"))
+    assert len(answers) == 1, answers
+    assert "private" not in next(iter(answers)) and "bob" not in next(iter(answers))

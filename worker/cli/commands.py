@@ -22,9 +22,11 @@ from hivemind_memory.events.positions import Position
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.ranking.dupsketch import spec_of
 from hivemind_memory.projections.state import note_row, tier_of
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.dupindex import lookup_diffs
 from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
@@ -175,6 +177,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
         with _fold_bar(total) as tick:
             rb = fold_log(r, args.ns, until=cp, on_chunk=tick)
         diffs = diff_notes(live, rb.projection.notes)
+        diffs += lookup_diffs(r, args.ns, cp, rb.projection.notes, spec_of(rt.cfg))
         for d in diffs:
             print(d, file=sys.stderr)
         print(f"replay --verify: {len(live)} live note(s), {len(rb.projection.notes)} rebuilt, "
@@ -195,7 +198,8 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
                     renew()
                 rb = fold_log(r, args.ns, on_chunk=each_chunk)
             renew()
-            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000)):
+            if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000),
+                          spec=spec_of(rt.cfg)):
                 break
         else:
             return fail(f"namespace {args.ns} kept moving; replay wrote nothing")

@@ -32,6 +32,10 @@ export type QueryBody = Schemas["QueryBody"];
 export type NoteRow = Schemas["NoteRow"];
 /** What an append answers. */
 export type Appended = Schemas["Appended"];
+/** What `rememberDetailed` answers: the note's id (the existing twin's when `duplicate_of` is
+ * set: nothing was stored), the near-duplicates found before writing (null: not checked,
+ * `duplicates_unchecked` says why unless they were ignored) and what it superseded. */
+export type Remembered = Schemas["Remembered"];
 /** What an erasure answers once the note's content is gone: its id, the `note.erased` event's
  * id (null when the note was erased before) and how many records of each kind were redacted. */
 export type Erased = Schemas["Erased"];
@@ -199,6 +203,10 @@ export interface RememberOptions {
   metadata?: Record<string, string | number | boolean>;
   /** RFC 3339: from this time on the note is in no answer. */
   expiresAt?: string;
+  /** Near-duplicates: `report` (default), `supersede` those this agent wrote, `keep` (report,
+   * and store even the very text this agent already wrote), `ignore` (do not look). Except
+   * with `keep` and `ignore`, a text this agent already wrote is not stored again. */
+  duplicates?: "report" | "supersede" | "ignore" | "keep";
 }
 
 /** A metadata filter in LangGraph's form: `{k: v}`, or operators `$eq $ne $in $gt $gte $lt
@@ -286,20 +294,27 @@ export class Memory {
     return this.call<Appended>("/events", events.map((e) => this.fill(e)), "event");
   }
 
-  /** Store a note; returns its id. */
+  /** Store a note; returns its id (the existing note's when this agent already wrote the very
+   * same text: nothing is stored again, see `rememberDetailed`). */
   async remember(text: string, opts: RememberOptions = {}): Promise<string> {
-    const noteId = opts.noteId ?? newId("n");
-    const ev: EventInput = {
-      type: "note.created", note_id: noteId, text, kind: opts.kind ?? "note",
-      scope: opts.scope ?? "shared",
+    return (await this.rememberDetailed(text, opts)).note_id;
+  }
+
+  /** `remember`, answering everything the server says: the near-duplicates it found,
+   * `duplicate_of` (the twin the note was merged into), what the note superseded. */
+  async rememberDetailed(text: string, opts: RememberOptions = {}): Promise<Remembered> {
+    const body: Schemas["RememberBody"] = {
+      text, note_id: opts.noteId ?? newId("n"), kind: opts.kind ?? "note",
+      scope: opts.scope ?? "shared", event_id: newId("ev"), at: now(),
+      duplicates: opts.duplicates ?? "report",
     };
-    if (opts.tokens !== undefined) ev.tokens = opts.tokens;
-    if (opts.embedding !== undefined) ev.embedding = opts.embedding;
-    if (opts.supersedes !== undefined && opts.supersedes.length) ev.supersedes = opts.supersedes;
-    if (opts.metadata !== undefined) (ev as { metadata?: unknown }).metadata = opts.metadata;
-    if (opts.expiresAt !== undefined) (ev as { expires_at?: unknown }).expires_at = opts.expiresAt;
-    await this.append([ev]);
-    return noteId;
+    if (this.agent) body.agent = this.agent;
+    if (opts.tokens !== undefined) body.tokens = opts.tokens;
+    if (opts.embedding !== undefined) body.embedding = opts.embedding;
+    if (opts.supersedes !== undefined && opts.supersedes.length) body.supersedes = opts.supersedes;
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.expiresAt !== undefined) body.expires_at = opts.expiresAt;
+    return this.call<Remembered>("/remember", body, "event");
   }
 
   /** The best notes for `query` that fit the budget, packed and ordered. */

@@ -136,7 +136,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Store a note, reporting its near-duplicates (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
+        /** Store a note, reporting its near-duplicates; a text its author already wrote is not stored again, duplicate_of names that note (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
         post: {
             parameters: {
                 query?: never;
@@ -2952,14 +2952,18 @@ export interface components {
              * @default report
              * @enum {unknown}
              */
-            duplicates?: "ignore" | "report" | "supersede";
+            duplicates?: "ignore" | "keep" | "report" | "supersede";
         };
         /** Remembered */
         Remembered: {
             note_id: string;
             event_id: string;
+            duplicates_checked: boolean;
+            duplicates: components["schemas"]["Duplicate"][] | null;
             /** @default null */
-            duplicates?: components["schemas"]["Duplicate"][] | null;
+            duplicate_of?: string | null;
+            /** @default null */
+            duplicates_unchecked?: string | null;
             /** @default [] */
             superseded?: string[];
         };

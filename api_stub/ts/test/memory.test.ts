@@ -164,6 +164,25 @@ describe("revise", () => {
   });
 });
 
+describe("twins", () => {
+  it("stores the same sentence once: the second and third remember name the first", async () => {
+    const text = "The canary stage of a deploy runs for thirty minutes.";
+    const first = await alice.rememberDetailed(text);
+    assert.equal(first.duplicate_of ?? null, null);
+    const second = await alice.rememberDetailed("the CANARY stage of a deploy  runs for thirty minutes.");
+    assert.equal(second.duplicate_of, first.note_id);
+    assert.equal(second.note_id, first.note_id);
+    assert.equal(await alice.remember(text), first.note_id);
+    const kept = await alice.rememberDetailed(text, { duplicates: "keep" });
+    assert.notEqual(kept.note_id, first.note_id);
+    assert.ok(kept.duplicates?.some((d) => d.note_id === first.note_id && d.overlap === 1));
+    // another agent's same words are its own note, reported as a near-duplicate
+    const bobs = await bob.rememberDetailed(text);
+    assert.equal(bobs.duplicate_of ?? null, null);
+    assert.notEqual(bobs.note_id, first.note_id);
+  });
+});
+
 describe("raw query and batch", () => {
   it("answers the contract's result object; as-of answers are reproducible", async () => {
     await alice.append([{ type: "note.created", note_id: "old-fact", at: "2026-05-01T09:00:00Z",

@@ -11,6 +11,8 @@
 -- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
 -- KEYS[7] projected   string: how many stream entries the checkpoint covers (lag = XLEN - it)
 -- KEYS[8] lock        string: the projection lease (its holder's token, with a TTL)
+-- KEYS[9] dupidx      zset:   the near-duplicate lookup, members digest..note_id, score 0
+-- KEYS[10] dupspec    string: the spec the lookup's members were made with
 -- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
@@ -22,6 +24,9 @@
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- then    the number of stream entries in the batch (added to KEYS[7])
 -- then    the touched note ids joined by spaces (the changes entry's 'notes' field)
+-- then    n_del, then n_del lookup members to remove (notes that left it or changed text)
+-- then    n_add, then n_add pairs: 0, member (ZADD's score-member order)
+-- then    the lookup's spec tag
 -- Returns 1 when applied, 0 when the checkpoint had moved or the lease was lost (nothing
 -- written). Both checkpoint and generation must match: a replay may write back the very
 -- checkpoint string a stale batch read, but never without bumping the generation. The lease
@@ -64,6 +69,22 @@ redis.call('INCRBY', KEYS[7], ARGV[i])
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
            'notes', ARGV[i + 1])
+i = i + 2
+n = tonumber(ARGV[i]); i = i + 1
+last = i + n - 1
+while i <= last do
+  local j = math.min(i + CHUNK - 1, last)
+  redis.call('ZREM', KEYS[9], unpack(ARGV, i, j))
+  i = j + 1
+end
+n = tonumber(ARGV[i]); i = i + 1
+last = i + 2 * n - 1
+while i <= last do
+  local j = math.min(i + CHUNK - 1, last)
+  redis.call('ZADD', KEYS[9], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('SET', KEYS[10], ARGV[i])
 if ARGV[5] ~= '' and ARGV[6] ~= '0' then
   redis.call('PEXPIRE', KEYS[8], ARGV[6])
 end

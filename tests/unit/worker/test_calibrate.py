@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import utcnow
 from hivemind_memory.projections.ranking.config import DEFAULT, config_from_toml, load_config
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -82,7 +84,9 @@ def served_world(tmp_path: Path) -> tuple[World, set[str]]:
                 uses.append({"type": "note.used", "event_id": f"late-{x.event.query_id}",
                              "ns": "t", "note_id": nid, "agent": x.event.agent,
                              "at": iso(later + timedelta(days=7))})
-    w.client.append(uses)
+    # the uses are dated after the queries (minutes and days ahead of the clock): a client
+    # that allows that much skew (the default refuses events more than 300 s ahead)
+    Client(w.r, settings=replace(w.settings, max_future_skew_s=8 * 86400)).append(uses)
     return w, short
 
 

@@ -170,3 +170,60 @@ def test_serve_refusal_is_a_log_line_too(tmp_path: Path) -> None:
     assert r.returncode == 2
     [line] = [json.loads(ln) for ln in r.stderr.splitlines()]
     assert line["event"] == "command_failed" and "without --tokens" in line["message"]
+
+
+def test_a_flood_of_one_kind_of_line_is_rate_limited_with_a_count() -> None:
+    """50 lines of a kind at once, then 10 a second; the next line written says how many
+    were dropped; another kind of line is not held back by the flood."""
+    import io
+    import logging
+
+    from hivemind_memory.worker.logs import RateLimit
+
+    now = [0.0]
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(RateLimit(burst=50, rate=10.0, clock=lambda: now[0]))
+    lg = logging.getLogger("test.flood")
+    lg.propagate = False
+    lg.addHandler(handler)
+    try:
+        for _ in range(10_000):
+            lg.error("accept failed: too many open files")
+        lg.error("another kind")
+        assert out.getvalue().count("accept failed") == 50
+        assert out.getvalue().count("another kind") == 1
+        now[0] = 0.1  # one line's worth of tokens later
+        lg.error("accept failed: too many open files")
+        lines = out.getvalue().splitlines()
+        assert lines[-1] == "accept failed: too many open files [suppressed 9950 like this]"
+        lg.error("accept failed: too many open files")
+        assert len(out.getvalue().splitlines()) == len(lines)  # the bucket is empty again
+        now[0] = 100.0
+        for _ in range(60):
+            lg.error("accept failed: too many open files")
+        assert out.getvalue().count("accept failed") == 51 + 50  # refilled to the burst only
+    finally:
+        lg.removeHandler(handler)
+
+
+def test_the_configured_log_is_rate_limited() -> None:
+    """``configure`` puts the limit on the one handler every line goes through."""
+    import io
+
+    import structlog
+
+    from hivemind_memory.worker import logs
+
+    out = io.StringIO()
+    logs.configure(json=True, stream=out)
+    try:
+        log = structlog.get_logger("hivemind.http")
+        for i in range(1000):
+            log.warning("http_request", status=503, n=i)
+        assert 50 <= out.getvalue().count('"http_request"') < 1000
+        for i in range(1000):
+            log.info("http_request", status=200, n=i)  # info lines are never held back
+        assert out.getvalue().count('"status": 200') == 1000
+    finally:
+        logs.configure(json=True, stream=io.StringIO())

@@ -5,6 +5,7 @@ model ends equal to the pure fold of the log and to the generator's own counts."
 
 from __future__ import annotations
 
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,13 @@ def test_interference_between_steps_never_writes_stale_state(store: Any,
         pass  # a commit of the folder landed in between: fold again
     outcomes = steps(5)
     assert False in outcomes and outcomes[-1]
-    # the script cache is flushed (a Redis restart): the commit loads the script again
+    # the script cache is flushed (a Redis restart): the commit loads the script again. The
+    # commit in flight is let land first (Redis may otherwise run the flush, sent later from
+    # another connection, before it: then that commit is the one to load the script again)
+    sent = f._sent
+    deadline = time.monotonic() + 30
+    while sent is not None and checkpoint(store, NS) != parse_pos(sent.prep.new_checkpoint):
+        assert time.monotonic() < deadline, "the commit in flight never landed"
     store.script_flush()
     assert steps(2) == [True, True]
     # events keep arriving while the folder is mid-way and after it caught up

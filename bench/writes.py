@@ -1,0 +1,355 @@
+"""``python -m bench writes``: how fast ``remember`` writes with each ``duplicates`` mode, over
+HTTP (``hivemind serve``) and the SDK, beside a plain append, in one run; what the
+near-duplicate check costs; and what it finds against the query-based check it replaced.
+Prints figures; never asserts timings.
+
+1. One namespace per size (``--sizes``, default 10,000 and 100,000 notes; ``bench.query``'s
+   generator: a Zipf vocabulary, log-normal lengths, private and forgotten notes), appended
+   and projected once. One ``hivemind worker`` process projects what the writes append.
+2. **Check cost**: ``Client.check_duplicates`` of ``--probes`` fresh notes in this process:
+   CPU (``time.process_time``) and wall time per check, and how many notes the lookup named.
+3. **Recall**: ``--probes`` near-duplicates made from notes of the namespace (words dropped,
+   replaced and added at random rates) checked both ways: the lookup, and the check of before
+   (``query_based_check``: a query of the text with ``explain``, the Jaccard overlap of each
+   candidate, exactly as ``Client.near_duplicates`` did). Recall = the share of the pairs the
+   query-based check reports (overlap >= the threshold) that the lookup reports too. Every note
+   the lookup reports is checked to be one the writer may see (active; shared or its own).
+4. **Write rates**: for 1 and 4 clients (``--clients``; threads, each its own connection), each
+   path (``http``, ``sdk``) writes ``--writes`` fresh notes per client with each mode
+   (``append``: ``POST .../events`` or ``Memory.append`` of a ``note.created``; then
+   ``remember`` with ``ignore``, ``report`` (the default), ``supersede``, ``keep``): writes/s
+   and p50 latency, and each mode's rate over ``ignore``'s.
+
+Without ``--redis-url`` a private ``redis-server`` is started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from bench.batch import server, workers
+from bench.core import private_redis
+from bench.query import AGENTS, Corpus, load_namespace
+from hivemind_memory.api_stub.protocol.settings import Settings
+
+MODES = ("append", "ignore", "report", "supersede", "keep")
+"""``append`` is the plain append; the others are ``remember``'s ``duplicates`` modes."""
+PATHS = ("http", "sdk")
+MAX_QUERY_CHARS = 16_384
+"""The old check queried the note's first this many characters (``QueryRequest.text``)."""
+
+
+def query_based_check(client: Any, ns: str, agent: str, text: str, cfg: Any
+                      ) -> list[tuple[str, float]]:
+    """The near-duplicate check before the lookup (the reference): the candidates of one
+    query of the text (read-your-writes, explain), those whose word overlap reaches the
+    threshold. It is an audited query, run through RQ and a worker."""
+    from hivemind_memory.projections.ranking.similarity import near_duplicates
+
+    res = client.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True, timeout=300)
+    if "error" in res:
+        raise RuntimeError(f"reference query failed: {res['error']}")
+    return near_duplicates(text, ((c["note_id"], c["text"]) for c in res["candidates"]), cfg)
+
+
+def fresh_text(corpus: Corpus, rng: random.Random) -> str:
+    """A new note of 10-300 words with a word of its own (so no two are twins)."""
+    return corpus.text(rng, rng.randint(10, 300)) + f" tag{uuid.uuid4().hex[:10]}"
+
+
+def near_copy(text: str, corpus: Corpus, rng: random.Random) -> str:
+    """``text`` with up to 40 % of its words dropped, up to 30 % replaced by corpus words
+    and up to 20 % more added (rates drawn per copy)."""
+    words = text.split()
+    drop, swap, add = rng.uniform(0, 0.4), rng.uniform(0, 0.3), rng.uniform(0, 0.2)
+    out = [corpus.text(rng, 1) if rng.random() < swap else w
+           for w in words if rng.random() >= drop]
+    out += corpus.text(rng, max(1, int(add * len(words)))).split()
+    rng.shuffle(out)
+    return " ".join(out) or words[0]
+
+
+def sample_notes(r: Any, ns: str, k: int, rng: random.Random) -> list[Any]:
+    """``k`` active notes of the namespace, drawn at random (HRANDFIELD, then HMGET)."""
+    from hivemind_memory.projections.state import unpack_note
+    from hivemind_memory.projections.store import keys
+
+    ids = [x.decode() for x in r.hrandfield(keys.notes(ns), min(4 * k, 10_000))]
+    rng.shuffle(ids)
+    states = [unpack_note(b) for b in r.hmget(keys.notes(ns), ids) if b]
+    return [s for s in states if s.active][:k]
+
+
+@dataclass
+class CheckCost:
+    cpu_ms: float
+    wall_ms: float
+    named: float
+
+
+def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
+    """Mean CPU and wall time of ``check_duplicates`` in this process, and how many notes a
+    lookup named on average (before the exact overlap)."""
+    from hivemind_memory.projections.ranking.dupsketch import probe, spec_of
+    from hivemind_memory.projections.store.dupindex import lookup
+
+    cfg = client.config()
+    spec = spec_of(cfg)
+    named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg), spec.min_hits)).near
+                     + f.twins)) for t in texts[:50]]
+    c0, t0 = time.process_time(), time.perf_counter()
+    for t in texts:
+        got = client.check_duplicates(ns, AGENTS[0], t)
+        if got.near is None:
+            raise RuntimeError(f"check did not run: {got.unchecked}")
+    n = len(texts)
+    return CheckCost(1000 * (time.process_time() - c0) / n,
+                     1000 * (time.perf_counter() - t0) / n, statistics.mean(named))
+
+
+@dataclass
+class Recall:
+    pairs: int
+    found: int
+    extra: int
+    invisible: int
+    probes: int
+
+
+def recall(client: Any, ns: str, corpus: Corpus, probes: int, rng: random.Random) -> Recall:
+    """The lookup against the query-based check on near-copies of the namespace's notes."""
+    from hivemind_memory.projections.state import unpack_note
+    from hivemind_memory.projections.store import keys
+
+    cfg = client.config()
+    out = Recall(0, 0, 0, 0, 0)
+    for note in sample_notes(client.store, ns, probes, rng):
+        text = near_copy(note.text, corpus, rng)
+        agent = note.agent if rng.random() < 0.7 else rng.choice(AGENTS)
+        ref = {n for n, _ in query_based_check(client, ns, agent, text, cfg)}
+        got = client.check_duplicates(ns, agent, text)
+        if got.near is None:
+            raise RuntimeError(f"check did not run: {got.unchecked}")
+        mine = {n for n, _ in got.near}
+        out.probes += 1
+        out.pairs += len(ref)
+        out.found += len(ref & mine)
+        out.extra += len(mine - ref)
+        blobs = client.store.hmget(keys.notes(ns), sorted(mine)) if mine else []
+        states = [unpack_note(b) for b in blobs if b]
+        out.invisible += sum(not s.active or (s.scope == "private" and s.agent != agent)
+                             for s in states) + (len(mine) - len(states))
+    return out
+
+
+@dataclass
+class Rate:
+    writes: int
+    seconds: float
+    latencies: list[float]
+    merged: int
+
+    @property
+    def per_s(self) -> float:
+        return self.writes / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def p50_ms(self) -> float:
+        return 1000 * statistics.median(self.latencies) if self.latencies else 0.0
+
+
+@dataclass
+class Writer:
+    """One client's way to write a note (True: it was merged into a twin), and to let go."""
+
+    write: Callable[[str], bool]
+    close: Callable[[], None]
+
+
+def _http_writer(port: int, ns: str, mode: str, agent: str) -> Writer:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+
+    def write(text: str) -> bool:
+        if mode == "append":
+            path = f"/v1/ns/{ns}/events"
+            body: Any = [{"type": "note.created", "note_id": f"w{uuid.uuid4().hex}",
+                          "agent": agent, "text": text}]
+        else:
+            path = f"/v1/ns/{ns}/remember"
+            body = {"text": text, "agent": agent, "duplicates": mode}
+        conn.request("POST", path, body=msgspec.json.encode(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
+        return b'"duplicate_of"' in data
+    return Writer(write, conn.close)
+
+
+def _sdk_writer(url: str, ns: str, mode: str, agent: str) -> Writer:
+    from hivemind_memory import Memory
+
+    mem = Memory(url, ns=ns, agent=agent)
+
+    def write(text: str) -> bool:
+        if mode == "append":
+            mem.append([{"type": "note.created", "note_id": f"w{uuid.uuid4().hex}",
+                         "text": text}])
+            return False
+        got = mem.remember(text, duplicates=mode)  # type: ignore[arg-type]
+        return got.duplicate_of is not None
+    return Writer(write, mem.close)
+
+
+def write_rate(make: Callable[[str, str], Writer], mode: str, clients: int,
+               texts: list[list[str]]) -> Rate:
+    """``clients`` threads, each writing its texts with its own writer."""
+    writers = [make(mode, f"writer{k}") for k in range(clients)]
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    merged = [0] * clients
+    errors: list[BaseException] = []
+    start = threading.Barrier(clients + 1)
+
+    def run(k: int) -> None:
+        start.wait()
+        try:
+            for t in texts[k]:
+                t0 = time.perf_counter()
+                merged[k] += writers[k].write(t)
+                lat[k].append(time.perf_counter() - t0)
+        except BaseException as exc:  # reported below, after the others finished
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+    for th in threads:
+        th.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - t0
+    for w in writers:
+        w.close()
+    if errors:
+        raise errors[0]
+    return Rate(sum(len(x) for x in lat), seconds, [x for xs in lat for x in xs], sum(merged))
+
+
+@dataclass
+class Options:
+    sizes: list[int]
+    writes: int
+    clients: list[int]
+    probes: int
+    seed: int
+
+
+def run(url: str, opts: Options) -> None:
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.projections.ranking.dupsketch import band_recall, spec_of
+    from hivemind_memory.projections.store import keys
+    from hivemind_memory.projections.store.connection import connect
+    from hivemind_memory.worker import runtime
+
+    s = Settings.from_env(redis_url=url)
+    rt = runtime.build(s, connect(url))
+    runtime.install(rt)
+    rng = random.Random(opts.seed)
+    corpus = Corpus.make(rng)
+    client = Client(rt.store, rt.rq, s)
+    cfg = client.config()
+    spec = spec_of(cfg)
+    print(f"near-duplicate lookup: {spec.tag}, threshold {cfg.duplicate_threshold}: a pair at "
+          f"the threshold shares a band with probability "
+          f"{band_recall(cfg.duplicate_threshold, spec.bands, spec.rows, spec.min_hits):.3f} "
+          f"(at least {spec.min_hits} of {spec.bands} bands of {spec.rows} rows)")
+    nss = []
+    for n in opts.sizes:
+        ns = f"bw-{n}"
+        load_namespace(rt, ns, n, corpus, opts.seed)
+        mem = rt.store.memory_usage(keys.dupidx(ns)) or 0
+        print(f"  lookup of {ns}: {rt.store.zcard(keys.dupidx(ns)):,} members, "
+              f"{mem / 2**20:,.1f} MiB in Redis ({mem / n:,.0f} B a note)")
+        nss.append(ns)
+    with workers(1, url, rt.rq), server(url) as port:
+        for ns, n in zip(nss, opts.sizes, strict=True):
+            print(f"== {ns} ({n:,} notes)")
+            cost = check_cost(client, ns, [fresh_text(corpus, rng)
+                                           for _ in range(opts.probes)])
+            print(f"  check of a fresh note: CPU {cost.cpu_ms:.3f} ms, wall {cost.wall_ms:.3f} ms"
+                  f" (mean of {opts.probes}); the lookup named {cost.named:.1f} notes")
+            rc = recall(client, ns, corpus, opts.probes, rng)
+            share = rc.found / rc.pairs if rc.pairs else 1.0
+            print(f"  recall vs the query-based check: {rc.found} of {rc.pairs} pairs "
+                  f"({100 * share:.1f} %) over {rc.probes} near-copies; {rc.extra} reported "
+                  f"only by the lookup; {rc.invisible} not visible to the writer")
+            for clients in opts.clients:
+                for path in PATHS:
+                    rates: dict[str, Rate] = {}
+                    for mode in MODES:
+                        def make(m: str, agent: str, _p: str = path, _ns: str = ns
+                                 ) -> Writer:
+                            return (_http_writer(port, _ns, m, agent) if _p == "http"
+                                    else _sdk_writer(url, _ns, m, agent))
+                        texts = [[fresh_text(corpus, rng) for _ in range(opts.writes)]
+                                 for _ in range(clients)]
+                        rates[mode] = got = write_rate(make, mode, clients, texts)
+                        print(f"  {clients} client(s) {path:4} {mode:9} {got.per_s:8.1f} "
+                              f"writes/s  p50 {got.p50_ms:7.2f} ms  ({got.writes} writes, "
+                              f"{got.merged} merged)")
+                    base = rates["ignore"].per_s
+                    print(f"  {clients} client(s) {path:4} rate / ignore's: " + ", ".join(
+                        f"{m} {rates[m].per_s / base:.2f}" for m in MODES if m != "ignore"))
+
+
+def _ints(value: str) -> list[int]:
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {value!r}"
+                                         ) from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"every count must be >= 1: {value!r}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench writes")
+    ap.add_argument("--sizes", type=_ints, default=[10_000, 100_000],
+                    help="notes per namespace (default 10000,100000)")
+    ap.add_argument("--writes", type=int, default=100,
+                    help="writes per client per mode and path (default 100)")
+    ap.add_argument("--clients", type=_ints, default=[1, 4],
+                    help="concurrent writers (default 1,4)")
+    ap.add_argument("--probes", type=int, default=200,
+                    help="fresh notes timed, and near-copies checked both ways (default 200)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--redis-url", default=None,
+                    help="an existing Redis (default: start a private redis-server)")
+    args = ap.parse_args(argv)
+    if args.writes < 1 or args.probes < 1:
+        ap.error("--writes and --probes must be >= 1")
+    opts = Options(args.sizes, args.writes, args.clients, args.probes, args.seed)
+    if args.redis_url:
+        run(args.redis_url, opts)
+        return 0
+    with private_redis() as url:
+        run(url, opts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+-- dup_lookup.lua: the notes a write's near-duplicate keys name, counted where they are stored
+-- (read only). A note filed under the twin key is named at once; under the band keys, only
+-- when at least ARGV[1] of the write's bands name it (most unrelated notes share one band
+-- by chance, a near-duplicate several). Only the ids that pass leave Redis.
+--
+-- KEYS[1] dupidx      zset:   members digest(8 bytes)..note_id, score 0 (lex ranges)
+-- KEYS[2] dupspec     string: the spec tag the lookup was made with
+-- KEYS[3] checkpoint  string: the read model's checkpoint (the lookup stands at it)
+-- ARGV[1] the band hits a note needs
+-- ARGV[2] the twin key's digest
+-- ARGV[3..] the band digests
+-- Returns {spec tag or '', checkpoint or '', {twin note ids}, {near note ids}} (first seen
+-- first).
+local idx = KEYS[1]
+local function named(d)
+  return redis.call('ZRANGEBYLEX', idx, '[' .. d, '(' .. d .. '\255')
+end
+local twins = {}
+for _, m in ipairs(named(ARGV[2])) do
+  twins[#twins + 1] = string.sub(m, 9)
+end
+local hits, order = {}, {}
+for i = 3, #ARGV do
+  for _, m in ipairs(named(ARGV[i])) do
+    local nid = string.sub(m, 9)
+    local h = hits[nid]
+    if h == nil then
+      hits[nid] = 1
+      order[#order + 1] = nid
+    else
+      hits[nid] = h + 1
+    end
+  end
+end
+local need = tonumber(ARGV[1])
+local near = {}
+for _, nid in ipairs(order) do
+  if hits[nid] >= need then
+    near[#near + 1] = nid
+  end
+end
+return {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', twins, near}

@@ -1,0 +1,205 @@
+"""The near-duplicate lookup (``projections.store.dupindex``): kept by the projector in the
+same commit as the notes, rebuilt by replay, read by a checked write with the unprojected
+tail; the exact overlap decides, at the threshold inclusive."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import fakeredis
+import pytest
+
+from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.events.schema import NoteCreated
+from hivemind_memory.projections.ranking.dupsketch import spec_of
+from hivemind_memory.projections.store import dupindex, keys
+from hivemind_memory.projections.store.readmodel import (
+    DEFAULT_SPEC,
+    checkpoint,
+    project_batch,
+    read_notes,
+)
+from hivemind_memory.projections.store.rebuild import fold_log, write_back
+from tests.support.factories import T0, created, erased, ev, forgotten, revised
+
+NS = "t"
+
+
+def _client(store: Any = None, config: str | None = None) -> Client:
+    r = store if store is not None else fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    return Client(r, settings=Settings(redis_url="redis://unused", config_path=config))
+
+
+def _project(c: Client, spec: Any = DEFAULT_SPEC) -> None:
+    while project_batch(c.store, NS, spec=spec) is not None:
+        pass
+
+
+def _note(nid: str, text: str, agent: str = "alice", hours: int = 0, **kw: Any) -> NoteCreated:
+    got = ev(created(nid, agent=agent, text=text, at=T0 + timedelta(hours=hours), **kw))
+    assert isinstance(got, NoteCreated)
+    return got
+
+
+def _filed(c: Client) -> set[str]:
+    return dupindex.note_ids_in(dupindex.members(c.store, NS))
+
+
+def words(*ns: int) -> str:
+    """A text whose analyzed terms are exactly ``w<n>`` for the given numbers (no stop words,
+    nothing the stemmer changes)."""
+    return " ".join(f"w{n}" for n in ns)
+
+
+@pytest.mark.parametrize("projected", [False, True], ids=["tail", "index"])
+def test_the_same_sentence_three_times_is_one_note_and_two_answers_naming_it(
+        store: Any, projected: bool) -> None:
+    """Twins: the same normalised text by the same author, active. Found in the unprojected
+    tail and through the projector's lookup alike; nothing is appended for them."""
+    c = _client(store)
+    first = c.remember(_note("n1", "Deploys go through ArgoCD on Tuesdays."))
+    assert first.write.appended == 1 and first.duplicate_of is None
+    if projected:
+        _project(c)
+        assert "n1" in _filed(c)
+    before = store.xlen(keys.stream(NS))
+    second = c.remember(_note("n2", "  deploys GO through argocd\ton Tuesdays. ", hours=1))
+    third = c.remember(_note("n3", "Deploys go through ArgoCD on Tuesdays.", hours=2))
+    assert second.duplicate_of == third.duplicate_of == "n1"
+    assert second.write.appended == third.write.appended == 0
+    assert store.xlen(keys.stream(NS)) == before
+    assert second.duplicates == [("n1", 1.0)]
+    kept = c.remember(_note("n4", "Deploys go through ArgoCD on Tuesdays.", hours=3),
+                      duplicates="keep")
+    assert kept.write.appended == 1 and kept.duplicate_of is None
+    assert kept.duplicates == [("n1", 1.0)]
+    ignored = c.remember(_note("n5", "Deploys go through ArgoCD on Tuesdays.", hours=4),
+                         duplicates="ignore")
+    assert ignored.write.appended == 1 and ignored.duplicates is None
+    assert ignored.unchecked is None  # not looked for on purpose: no reason to give
+
+
+def test_twins_are_the_same_authors_and_active_others_are_reported(store: Any) -> None:
+    """Another agent's same words are a near-duplicate (overlap 1), not a twin; a forgotten
+    or superseded twin is no twin; punctuation is not whitespace (a different text)."""
+    c = _client(store)
+    c.remember(_note("a1", "The cache is warmed at boot."))
+    bob = c.remember(_note("b1", "The cache is warmed at boot.", agent="bob", hours=1))
+    assert bob.duplicate_of is None and bob.write.appended == 1
+    assert bob.duplicates == [("a1", 1.0)]
+    punct = c.remember(_note("a2", "The cache is warmed at boot!", hours=2))
+    assert punct.duplicate_of is None and ("a1", 1.0) in (punct.duplicates or [])
+    c.append_checked([forgotten("a1", "f-a1", agent="alice", at=T0 + timedelta(hours=3))])
+    c.append_checked([forgotten("a2", "f-a2", agent="alice", at=T0 + timedelta(hours=3))])
+    _project(c)
+    again = c.remember(_note("a3", "The cache is warmed at boot.", hours=4))
+    assert again.duplicate_of is None and again.write.appended == 1
+    assert [n for n, _ in again.duplicates or []] == ["b1"]
+
+
+def test_private_notes_of_others_are_never_reported_own_ones_are(store: Any) -> None:
+    c = _client(store)
+    c.remember(_note("secret", words(1, 2, 3, 4), agent="bob", scope="private"))
+    c.remember(_note("mine", words(1, 2, 3, 5), agent="alice", scope="private", hours=1))
+    _project(c)
+    got = c.check_duplicates(NS, "alice", words(1, 2, 3, 4, 5))
+    assert got.near == [("mine", 0.8)]
+    assert c.check_duplicates(NS, "bob", words(1, 2, 3, 4, 5)).near == [("secret", 0.8)]
+    # bob's private twin is bob's only: alice writing the same text is not merged into it
+    assert c.remember(_note("a4", words(1, 2, 3, 4), hours=2)).duplicate_of is None
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.75])
+@pytest.mark.parametrize("projected", [False, True], ids=["tail", "index"])
+def test_a_pair_exactly_at_the_threshold_is_reported_one_just_under_is_not(
+        tmp_path: Any, threshold: float, projected: bool) -> None:
+    """Overlap = |A & B| / |A | B| of analyzed terms: A inside B, so ``|A| / |B|``. At 0.5:
+    4/8 is reported, 20/41 (0.488) not; at 0.75: 6/8 is, 11/15 (0.733) not."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"duplicate_threshold = {threshold}\n")
+    c = _client(config=str(cfg))
+    spec = spec_of(c.config())
+    at, under = ((range(1, 5), range(1, 9)), (range(1, 21), range(1, 42))) if threshold == 0.5 \
+        else ((range(1, 7), range(1, 9)), (range(1, 12), range(1, 16)))
+    c.remember(_note("at", words(*at[0]), agent="x"), duplicates="ignore")
+    c.remember(_note("under", words(*(100 + i for i in under[0])), agent="x"),
+               duplicates="ignore")
+    if projected:
+        _project(c, spec)
+        assert _filed(c) == {"at", "under"}
+    got_at = c.check_duplicates(NS, "alice", words(*at[1]))
+    got_under = c.check_duplicates(NS, "alice", words(*(100 + i for i in under[1])))
+    assert got_at.near == [("at", threshold)]
+    assert got_under.near == []
+
+
+def test_the_lookup_follows_revise_forget_supersede_and_erase(store: Any) -> None:
+    """Each note is filed under its current text while active, and under nothing once
+    forgotten, superseded or erased: the commit that folds the event updates the lookup."""
+    c = _client(store)
+    for i, nid in enumerate(["r", "f", "s", "e"]):
+        c.remember(_note(nid, f"{nid} original text about the staging cluster {i}",
+                         hours=i), duplicates="ignore")
+    _project(c)
+    assert _filed(c) == {"r", "f", "s", "e"}
+    c.append_checked([revised("r", "rev-r", agent="alice", text="completely new words here")])
+    c.append_checked([forgotten("f", "fo-f", agent="alice")])
+    c.remember(_note("s2", "a replacement", hours=9, supersedes=["s"]), duplicates="ignore")
+    c.append_checked([erased("e", "er-e")])
+    _project(c)
+    assert _filed(c) == {"r", "s2"}
+    assert c.check_duplicates(NS, "alice", "r original text about the staging cluster 0"
+                              ).near == []
+    assert c.check_duplicates(NS, "alice", "completely new words here").twin == "r"
+    live = dupindex.members(c.store, NS)
+    # replay rebuilds exactly the live lookup; and a verify notices a tampered one
+    assert dupindex.lookup_diffs(c.store, NS, checkpoint(c.store, NS), read_notes(c.store, NS),
+                                 DEFAULT_SPEC) == []
+    c.store.delete(keys.dupidx(NS))
+    assert dupindex.lookup_diffs(c.store, NS, checkpoint(c.store, NS), read_notes(c.store, NS),
+                                 DEFAULT_SPEC) != []
+    assert write_back(c.store, NS, fold_log(c.store, NS))
+    assert sorted(dupindex.members(c.store, NS)) == sorted(live)
+
+
+def test_a_lookup_made_with_another_spec_is_not_trusted_and_the_answer_says_so(
+        store: Any) -> None:
+    c = _client(store)
+    c.remember(_note("n1", "The deploy window is Tuesday."), duplicates="ignore")
+    _project(c)
+    store.set(keys.dupspec(NS), "minhash1 plain 8x2")
+    got = c.remember(_note("n2", "The deploy window is Tuesday.", hours=1))
+    assert got.write.appended == 1 and got.duplicates is None and got.duplicate_of is None
+    assert got.unchecked is not None and got.unchecked.startswith("index_mismatch")
+    assert "hivemind replay --ns t" in got.unchecked
+
+
+def test_a_store_that_cannot_answer_gives_an_unchecked_reason() -> None:
+    import redis
+
+    from tests.support import free_port
+
+    down = redis.Redis(port=free_port(), socket_connect_timeout=1)  # nothing listens there
+    c = Client(down, settings=Settings(redis_url="redis://unused"))
+    got = c.check_duplicates(NS, "alice", "anything at all")
+    assert got.near is None and got.unchecked is not None
+    assert got.unchecked.startswith("store_unavailable")
+
+
+def test_a_write_check_is_not_a_query(store: Any) -> None:
+    """No audit entry, no result key, no query embedding, no job: a lookup only."""
+    c = _client(store)
+    c.remember(_note("n1", "Rollbacks are automatic on failed health checks."))
+    _project(c)
+    for i in range(3):
+        c.remember(_note(f"m{i}", "Rollbacks are automatic on failed health checks!",
+                         hours=i + 1))
+    assert store.xlen(keys.audit(NS)) == 0
+    assert store.xlen(keys.query_embeddings(NS)) == 0
+    assert not list(store.scan_iter(match=keys.result(NS, "*")))
+    # the only jobs are the projection's (one per namespace: scheduled by the appends)
+    origins = {store.hget(k, "origin") for k in store.scan_iter(match="rq:job:*")}
+    assert origins <= {b"hivemind-project"}
+    assert store.llen("rq:queue:hivemind-query") == 0

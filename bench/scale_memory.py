@@ -39,6 +39,7 @@ import redis
 from bench.core import private_redis, stop_processes
 from bench.query import Corpus, generate_events, pct
 from hivemind_memory.api_stub.client import Client
+from hivemind_memory.api_stub.protocol.messages import parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -46,6 +47,7 @@ from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.index_loader import load_index, read_snapshot
+from hivemind_memory.worker.engine import run_rank
 from hivemind_memory.worker.heartbeat import read_beats
 
 MIB = 1 << 20
@@ -149,10 +151,13 @@ def measure(url: str, nss: list[str], budget: int, n_workers: int, marks: list[i
                sum(m.namespaces for m in mem), sum(m.evictions for m in mem), cold, warm, cpu)
 
 
-def index_sizes(url: str, nss: dict[int, str]) -> None:
-    """Index memory of one namespace per size, as a worker measures it."""
+def index_sizes(url: str, nss: dict[int, str], corpus: Corpus) -> None:
+    """Index memory of one namespace per size, as a worker measures it: built, loaded from
+    its snapshot, and after 20 queries (their caches: english stems, layouts, texts)."""
     r = connect(url)
-    emb = embedder_for(RankingConfig().embedder)
+    cfg = RankingConfig()
+    emb = embedder_for(cfg.embedder)
+    rng = random.Random(3)
     for n, ns in sorted(nss.items()):
         built = NamespaceIndex(ns)
         load_index(r, built, embedder=emb)
@@ -160,12 +165,19 @@ def index_sizes(url: str, nss: dict[int, str]) -> None:
         if not read_snapshot(r, loaded):
             raise RuntimeError(f"no snapshot of {ns}")
         loaded.embed_missing(emb)
+        at_load = index_bytes(loaded)
+        for i in range(20):
+            req = parse_request({"ns": ns, "text": corpus.query(rng, 100), "budget": 300,
+                                 "agent": "agent1" if i % 2 else ""})
+            run_rank(loaded, req, cfg, datetime.now(UTC), embedder=emb)
         print(f"index memory of a {n:,}-note namespace: {index_bytes(built) / 1024:,.0f} KiB "
-              f"built, {index_bytes(loaded) / 1024:,.0f} KiB loaded from its snapshot "
+              f"built, {at_load / 1024:,.0f} KiB loaded from its snapshot, "
+              f"{index_bytes(loaded) / 1024:,.0f} KiB after 20 queries "
               f"({len(loaded.cols.terms):,} terms, derived vectors "
               f"{index_bytes(loaded.derived) / 1024:,.0f} KiB, texts "
               f"{index_bytes(loaded.cols.texts) / 1024:,.0f} KiB, term dictionary "
-              f"{index_bytes(loaded.cols.terms) / 1024:,.0f} KiB)")
+              f"{index_bytes(loaded.cols.terms) / 1024:,.0f} KiB, english stems "
+              f"{index_bytes(loaded.cols._stems) / 1024:,.0f} KiB)")
     r.close()
 
 
@@ -234,7 +246,7 @@ def main(argv: list[str]) -> int:
     with ExitStack() as stack:
         url = opts.redis_url or stack.enter_context(private_redis())
         _fill(url, [BASE_NS, "small", *nss], opts.notes, corpus)
-        index_sizes(url, {100: "small", opts.notes: nss[0]})
+        index_sizes(url, {100: "small", opts.notes: nss[0]}, corpus)
         for budget in opts.budgets:
             for w in opts.workers:
                 report(measure(url, nss, budget, w, marks, corpus), len(nss))

@@ -87,6 +87,9 @@ class Settings:
     batch_as_of_weight: int = 30
     """How many plain queries of the same budget an ``as_of`` query counts as (measured: ~30 x
     the CPU of a plain one)."""
+    batch_max_answer_bytes: int = 64 * 1024 * 1024
+    """Most bytes of answers one ``POST .../queries`` sends; each answer that would go past
+    it is replaced by an error object (code ``answer_too_large``) naming the bound."""
     packer: str = "c"
     """The exact packer: ``c`` (the C extension, where it was built) or ``numpy`` (the
     reference code); the entry points pass it to ``packing.use_packer``."""
@@ -118,6 +121,7 @@ class Settings:
             "HIVEMIND_HTTP_MAX_CONNECTIONS": ("http_max_connections", int),
             "HIVEMIND_BATCH_MAX_WORK": ("batch_max_work", int),
             "HIVEMIND_BATCH_AS_OF_WEIGHT": ("batch_as_of_weight", int),
+            "HIVEMIND_BATCH_MAX_ANSWER_BYTES": ("batch_max_answer_bytes", int),
         }
         for var, (attr, conv) in mapping.items():
             if e.get(var):

@@ -608,11 +608,27 @@ class Api:
         ids = await self.run(submit)
         runs = self.client.batch_result_runs(ids, self.opts.query_timeout_s)
 
+        cap = self.client.settings.batch_max_answer_bytes
+        too_large = (f"the answers of this batch passed {cap:,} bytes "
+                     "(HIVEMIND_BATCH_MAX_ANSWER_BYTES): ask for this query again, or for less")
+
+        def capped(run: list[bytes], first: int, size: list[int]) -> list[bytes]:
+            """``run`` with each answer that would take the batch past ``cap`` bytes replaced
+            by its ``answer_too_large`` error object (``size``: bytes so far, updated)."""
+            out = []
+            for i, body in enumerate(run):
+                if size[0] + len(body) > cap:
+                    body = error_json(ids[first + i], "answer_too_large", too_large)
+                size[0] += len(body)
+                out.append(body)
+            return out
+
         def array() -> Iterator[bytes]:  # the worker's bytes as they are, in input order
             sent = 0
+            size = [0]
             try:
                 for run in runs:
-                    yield (b"[" if not sent else b",") + b",".join(run)
+                    yield (b"[" if not sent else b",") + b",".join(capped(run, sent, size))
                     sent += len(run)
             except (redis.RedisError, StoreError) as exc:
                 # the status line is gone already: the answers sent stay, and every query

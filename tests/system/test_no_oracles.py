@@ -211,3 +211,31 @@ def test_a_taken_note_id_answers_the_same_whoever_holds_it(live: Live) -> None:
         answers.add(body["error"]["message"].replace(repr(nid), "ID"))
     assert len(answers) == 1, answers
     assert "private" not in next(iter(answers)) and "bob" not in next(iter(answers))
+
+
+def test_a_batch_answer_is_bounded_in_bytes(tmp_path: Path) -> None:
+    """Answers that would take a batch past ``HIVEMIND_BATCH_MAX_ANSWER_BYTES`` are each
+    replaced by an ``answer_too_large`` error object naming the bound; those before it stay."""
+    import json
+
+    from tests.support.frontdoor import start_live
+
+    srv = start_live(f"memory://{tmp_path / 'b'}",
+                     env={"HIVEMIND_BATCH_MAX_ANSWER_BYTES": "4000"})
+    try:
+        text = "deploys " + "happen on tuesdays after lunch " * 40
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", text)],
+                    token=ALICE)[0] == 200
+        q = {"text": "deploys tuesdays", "budget": 5000}
+        st, got = call(srv.base, "POST", "/v1/ns/team-a/queries", [q] * 6, token=ALICE)
+        assert st == 200 and len(got) == 6
+        sizes = [len(json.dumps(r)) for r in got]
+        ok = [r for r in got if "error" not in r]
+        refused = [r for r in got if "error" in r]
+        assert ok and refused and got[0] in ok, got
+        assert all(r["error"]["code"] == "answer_too_large" and "4,000" in
+                   r["error"]["message"] for r in refused)
+        assert sum(sizes) < 4000 + 6 * 400, sizes
+        assert len({r["query_id"] for r in got}) == 6  # each query has its own answer in place
+    finally:
+        srv.stop()

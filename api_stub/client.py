@@ -41,6 +41,7 @@ from hivemind_memory.events.errors import (
     QueryTimeout,
     StoreError,
     UnknownNote,
+    VersionConflict,
     WriteRefused,
 )
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
@@ -141,6 +142,8 @@ def refusal(index: int, why: Rejected, events: Sequence[Event]) -> WriteRefused:
         verb = {"note.forgotten": "forget", "note.revised": "revise"}.get(event_type(ev))
         return NotAllowed(f"{where}: only the note's author or an admin may {verb} it"
                           if verb else f"{where}: {why.reason.partition(': ')[2]}", index)
+    if why.code == "version_conflict":
+        return VersionConflict(f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "superseded_note":
         return AlreadySuperseded(f"{where}: {why.reason.partition(': ')[2]}", index)
     if why.code == "duplicate_supersedes":

@@ -47,6 +47,7 @@ from hivemind_memory.events.errors import (
     StoreError,
     TooLarge,
     UnknownNote,
+    VersionConflict,
     query_error,
 )
 
@@ -79,6 +80,8 @@ class RecalledNote:
     tier: str = ""
     """``longterm``, ``short`` or ``scratch``."""
     uses: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The note's metadata (empty: none)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class Note:
     """When its current text was written, if it was revised."""
     version: int = 1
     """1 for the created text, +1 per revision."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The note's metadata (empty: none)."""
+    expires_at: datetime | None = None
+    """When it leaves every answer (its own ``expires_at``), if set."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Note:
@@ -110,7 +117,8 @@ class Note:
                    created_at=_parse_time(row["created_at"]), uses=row["uses"],
                    last_used_at=None if last is None else _parse_time(last), tier=row["tier"],
                    revised_at=_parse_time(row["revised_at"]) if row.get("revised_at") else None,
-                   version=int(row.get("version", 1)))
+                   version=int(row.get("version", 1)), metadata=row.get("metadata") or {},
+                   expires_at=_parse_time(row["expires_at"]) if row.get("expires_at") else None)
 
 
 @dataclass(frozen=True)
@@ -204,7 +212,7 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     if "error" in res:
         raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
-                          n.get("tier", ""), n.get("uses", 0))
+                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {})
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
@@ -414,7 +422,8 @@ class _HttpTransport(_Transport):
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
     refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
-               "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded}.get(code)
+               "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded,
+               "version_conflict": VersionConflict}.get(code)
     if refused is not None and kind == "event":
         return refused(message)
     if status in (401, 403):
@@ -473,6 +482,12 @@ class Memory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
     # -- raw ---------------------------------------------------------------------------------
     def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
         ev = dict(e)
@@ -499,15 +514,17 @@ class Memory:
     def query(self, text: str, budget: int, *, as_of: datetime | str | None = None,
               explain: bool = False, embedding: Sequence[float] | None = None,
               config: Mapping[str, Any] | None = None, context: bool = False,
-              id_prefix: str = "") -> dict[str, Any]:
+              id_prefix: str = "", filter: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The contract's result object (an error object raises ``QueryError``); ``context``:
         with the packed notes rendered (``recall``); ``id_prefix``: only notes whose id starts
-        with it are candidates."""
+        with it are candidates; ``filter``: only notes whose metadata matches it (LangGraph's
+        form: ``{"k": v}``, ``$eq``, ``$ne``, ``$in``, ``$gt``, ``$gte``, ``$lt``, ``$lte``)."""
         [res] = self.batch([self._request(text, budget, as_of=as_of, explain=explain or None,
                                           embedding=list(embedding) if embedding else None,
                                           config=dict(config) if config else None,
                                           context=context or None,
-                                          id_prefix=id_prefix or None)])
+                                          id_prefix=id_prefix or None,
+                                          filter=dict(filter) if filter else None)])
         if "error" in res:
             err = res["error"]
             if err["code"] == "timeout":
@@ -531,8 +548,9 @@ class Memory:
                  scope: Literal["shared", "private"] = "shared", note_id: str | None = None,
                  tokens: int | None = None, embedding: Sequence[float] | None = None,
                  supersedes: Sequence[str] = (),
-                 duplicates: Literal["report", "supersede", "ignore", "keep"] = "report"
-                 ) -> Remembered:
+                 duplicates: Literal["report", "supersede", "ignore", "keep"] = "report",
+                 metadata: Mapping[str, str | int | float | bool] | None = None,
+                 expires_at: datetime | str | None = None) -> Remembered:
         """Store a note; returns its id (a new time-ordered one unless ``note_id`` is given)
         as a ``Remembered`` (a ``str``) that also lists the near-duplicates found before
         writing (``duplicates``: notes this agent may see whose word overlap with ``text``
@@ -543,7 +561,10 @@ class Memory:
         anyway; ``"supersede"``: the new note also supersedes the near-duplicates this agent
         wrote; ``"ignore"``: do not look.
         ``supersedes``: notes this one replaces (they leave future answers, their uses carry
-        over to it); only their author may supersede them (``NotAllowed``)."""
+        over to it); only their author may supersede them (``NotAllowed``). ``metadata``:
+        string keys to scalar values (at most 32 keys; filters match on them);
+        ``expires_at`` (RFC 3339 or an aware datetime): from then on the note is in no
+        answer."""
         nid = note_id or new_id("n")
         ev: dict[str, Any] = {"type": "note.created", "note_id": nid, "text": text,
                               "kind": kind, "scope": scope}
@@ -553,15 +574,25 @@ class Memory:
             ev["embedding"] = list(embedding)
         if supersedes:
             ev["supersedes"] = list(supersedes)
+        if metadata:
+            ev["metadata"] = dict(metadata)
+        if expires_at is not None:
+            ev["expires_at"] = (expires_at.isoformat() if isinstance(expires_at, datetime)
+                                else expires_at)
         return self._t.remember(self._fill(ev), duplicates)
 
     def revise(self, note_id: str, text: str, *, tokens: int | None = None,
                embedding: Sequence[float] | None = None,
-               kind: Literal["note", "scratch"] | None = None) -> None:
+               kind: Literal["note", "scratch"] | None = None,
+               metadata: Mapping[str, str | int | float | bool] | None = None,
+               expected_version: int | None = None) -> None:
         """A new text for a note (it keeps its id, uses and tier; an answer as of before now
         still shows the old text). Only its author may revise it (``NotAllowed``), or an admin;
         ``UnknownNote`` if this agent cannot see it. ``tokens`` absent: estimated from the new
-        text; ``embedding`` absent: the note has none after it; ``kind`` absent: unchanged."""
+        text; ``embedding`` absent: the note has none after it; ``kind`` absent: unchanged;
+        ``metadata`` absent: unchanged (``{}`` clears it). ``expected_version``: revise only
+        if the note is still at that version (``Note.version``), else ``VersionConflict``
+        and nothing is written."""
         ev: dict[str, Any] = {"type": "note.revised", "note_id": note_id, "text": text}
         if tokens is not None:
             ev["tokens"] = tokens
@@ -569,18 +600,24 @@ class Memory:
             ev["embedding"] = list(embedding)
         if kind is not None:
             ev["kind"] = kind
+        if metadata is not None:
+            ev["metadata"] = dict(metadata)
+        if expected_version is not None:
+            ev["expected_version"] = expected_version
         if self.admin and not isinstance(self._t, _HttpTransport):
             ev["as_admin"] = True
         self.append([ev])
 
     def recall(self, query: str, budget: int = 1000, *, as_of: datetime | str | None = None,
-               embedding: Sequence[float] | None = None, id_prefix: str = "") -> Recall:
+               embedding: Sequence[float] | None = None, id_prefix: str = "",
+               filter: Mapping[str, Any] | None = None) -> Recall:
         """The best notes for ``query`` that fit ``budget`` tokens, packed and ordered, and
         ``context``: them rendered for a prompt, each under ``[note_id | date]``; the headers
         count in the budget, so the context never exceeds it. ``id_prefix``: only among notes
-        whose id starts with it."""
+        whose id starts with it; ``filter``: only among notes whose metadata matches it
+        (``query``)."""
         return recall_from_result(self.query(query, budget, as_of=as_of, embedding=embedding,
-                                             context=True, id_prefix=id_prefix))
+                                             context=True, id_prefix=id_prefix, filter=filter))
 
     def get(self, note_id: str) -> Note | None:
         """The note, if this agent may see it (live; shared or its own), with every write made
@@ -647,8 +684,30 @@ class AsyncMemory:
     in a worker thread (``asyncio.to_thread``), so an event loop is never blocked."""
 
     def __init__(self, url: str, *, ns: str, agent: str = "", token: str | None = None,
-                 timeout: float = 30.0) -> None:
-        self.sync = Memory(url, ns=ns, agent=agent, token=token, timeout=timeout)
+                 timeout: float = 30.0, settings: Any = None, admin: bool = False) -> None:
+        self.sync = Memory(url, ns=ns, agent=agent, token=token, timeout=timeout,
+                           settings=settings, admin=admin)
+
+    @classmethod
+    def of(cls, memory: Memory) -> AsyncMemory:
+        """An ``AsyncMemory`` over an open ``Memory`` (closing either closes both)."""
+        m = cls.__new__(cls)
+        m.sync = memory
+        return m
+
+    @property
+    def ns(self) -> str:
+        return self.sync.ns
+
+    @property
+    def agent(self) -> str:
+        return self.sync.agent
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def remember(self, text: str, **kw: Any) -> Remembered:
         return await asyncio.to_thread(self.sync.remember, text, **kw)

@@ -13,7 +13,14 @@ from pydantic_core import ErrorDetails
 
 from hivemind_memory.api_stub.protocol.messages import MAX_BUDGET
 from hivemind_memory.events.errors import HivemindError, QueryError, WriteRefused
-from hivemind_memory.events.schema import ID_PATTERN, MAX_SUPERSEDES, MAX_TEXT_BYTES
+from hivemind_memory.events.schema import (
+    ID_PATTERN,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_STR_BYTES,
+    MAX_SUPERSEDES,
+    MAX_TEXT_BYTES,
+    METADATA_KEY_PATTERN,
+)
 
 INSTRUCTIONS = (
     "Shared long-term memory. Call `recall` with what you are about to work on and paste the "
@@ -23,6 +30,10 @@ INSTRUCTIONS = (
     "should know (it tells you of notes that already say nearly the same: `revise` one of "
     "those instead of adding a twin); `revise` a note whose fact changed; `forget` what is "
     "wrong.")
+
+METADATA_LIMITS = (METADATA_KEY_PATTERN, MAX_METADATA_KEYS, MAX_METADATA_STR_BYTES)
+"""A metadata key's pattern, the most keys and the longest string value (UTF-8 bytes), for
+the adapters that map their own values to metadata."""
 
 MAX_USED = 1000
 """Most note ids one ``used`` call takes."""
@@ -135,6 +146,22 @@ Duplicates = Annotated[Literal["report", "supersede", "ignore", "keep"], Field(d
     "aside) is not stored again: the answer names the existing note."))]
 
 
+MetadataArg = Annotated[dict[str, str | int | float | bool] | None, Field(description=(
+    f"Optional labels to filter on later: up to {MAX_METADATA_KEYS} keys (a letter or _, "
+    "then letters, digits, _ . : -; at most 64 characters) to a string (at most "
+    f"{MAX_METADATA_STR_BYTES} bytes), number or boolean, e.g. {{\"project\": \"apollo\"}}."))]
+ExpiresAt = Annotated[str | None, Field(description=(
+    "Optional RFC 3339 time with a timezone (2026-05-01T12:00:00Z) from which the note is in "
+    "no recall; default: it does not expire."))]
+FilterArg = Annotated[dict[str, Any] | None, Field(description=(
+    "Optional: only notes whose metadata matches, e.g. {\"project\": \"apollo\", "
+    "\"prio\": {\"$gte\": 2}}; operators $eq $ne $in $gt $gte $lt $lte, every condition "
+    "must hold; a note without the key matches only $ne."))]
+ExpectedVersion = Annotated[int | None, Field(ge=1, description=(
+    "Optional: revise only if the note is still at this version (1 when created, +1 per "
+    "revision); otherwise nothing is written and you are told it moved on."))]
+
+
 class RememberArgs(BaseModel):
     """The arguments of ``remember``."""
 
@@ -144,6 +171,8 @@ class RememberArgs(BaseModel):
     note_id: OptionalNoteId = None
     supersedes: Supersedes = []
     duplicates: Duplicates = "report"
+    metadata: MetadataArg = None
+    expires_at: ExpiresAt = None
 
 
 def remembered_message(note_id: str, duplicates: list[tuple[str, float]] | None,
@@ -173,6 +202,7 @@ class RecallArgs(BaseModel):
 
     query: Query
     budget: Budget = 1000
+    filter: FilterArg = None
 
 
 class UsedArgs(BaseModel):
@@ -197,3 +227,5 @@ class ReviseArgs(BaseModel):
 
     note_id: Annotated[NoteId, Field(description=f"The id of the note to revise ({ID_RULE}).")]
     text: ReviseText
+    expected_version: ExpectedVersion = None
+    metadata: MetadataArg = None

@@ -16,7 +16,11 @@ _unpack = msgspec.msgpack.Decoder(Event).decode
 
 
 def _to_utc(ev: Event) -> Event:
-    """``ev`` with ``at`` in UTC; ``ValueError`` if that is out of range (checked first)."""
+    """``ev`` with ``at`` (and ``expires_at``) in UTC; ``ValueError`` if that is out of range
+    (checked first)."""
+    if type(ev) is NoteCreated and ev.expires_at is not None and \
+            ev.expires_at.tzinfo is not UTC:
+        ev = msgspec.structs.replace(ev, expires_at=to_utc(ev.expires_at, "expires_at"))
     if ev.at.tzinfo is UTC:
         return ev
     return msgspec.structs.replace(ev, at=to_utc(ev.at, "at"))
@@ -55,7 +59,8 @@ def parse_json_event(line: str | bytes, lineno: int | None = None,
     try:
         ev = _to_utc(ev)
     except ValueError as exc:
-        raise EventError(f"{where}invalid event: {exc} - at `$.at`") from None
+        field = "expires_at" if "expires_at" in str(exc) else "at"
+        raise EventError(f"{where}invalid event: {exc} - at `$.{field}`") from None
     if not_after is not None and ev.at > not_after:
         raise EventError(f"{where}invalid event: at {ev.at.isoformat()} is in the future "
                          f"(later than {not_after.isoformat()}, the clock plus the allowed "

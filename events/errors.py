@@ -121,6 +121,13 @@ class NotAllowed(WriteRefused):
     status = 403
 
 
+class VersionConflict(WriteRefused):
+    """A revision's ``expected_version`` is not the note's version: it moved on (409)."""
+
+    code = "version_conflict"
+    status = 409
+
+
 class AlreadySuperseded(WriteRefused):
     """A ``note.created`` supersedes a note that another note already superseded (409)."""
 

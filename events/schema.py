@@ -45,6 +45,38 @@ Embedding = Annotated[list[EmbeddingComponent],
                       msgspec.Meta(min_length=1, max_length=MAX_EMBEDDING_DIM)]
 Scope = Literal["shared", "private"]
 Kind = Literal["note", "scratch"]
+MAX_METADATA_KEYS = 32
+"""Most keys in one note's ``metadata``."""
+METADATA_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}\Z"
+"""A ``metadata`` key: a letter or ``_``, then up to 63 letters, digits and ``_.:-`` (never
+``$``: a filter's operators start with it)."""
+MAX_METADATA_STR_BYTES = 1024
+"""Largest string value in ``metadata``, in UTF-8 bytes."""
+Scalar = str | int | float | bool
+"""A ``metadata`` value (JSON string, integer, number or boolean; never null, a list or an
+object)."""
+Metadata = dict[str, Scalar]
+
+_meta_key_ok = re.compile(METADATA_KEY_PATTERN).search
+
+
+def check_metadata(meta: dict[str, Scalar], where: str = "metadata") -> None:
+    """``ValueError`` naming the first key of ``meta`` that breaks a limit (key count, key
+    pattern, string size, a non-finite number); its message ends with the field's path."""
+    if len(meta) > MAX_METADATA_KEYS:
+        raise ValueError(f"{where} has {len(meta)} keys, at most {MAX_METADATA_KEYS} allowed"
+                         f" - at `$.{where}`")
+    for k, v in meta.items():
+        if not _meta_key_ok(k):
+            raise ValueError(f"{where} key {k[:80]!r} must match {METADATA_KEY_PATTERN!r}"
+                             f" - at `$.{where}`")
+        if isinstance(v, str):
+            n = len(v.encode("utf-8"))
+            if n > MAX_METADATA_STR_BYTES:
+                raise ValueError(f"{where} value is {n} bytes of UTF-8, at most "
+                                 f"{MAX_METADATA_STR_BYTES} allowed - at `$.{where}.{k}`")
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{where} value must be a finite number - at `$.{where}.{k}`")
 
 
 class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type",
@@ -101,9 +133,16 @@ class NoteCreated(_Event, frozen=True, gc=False, tag="note.created", omit_defaul
     embedding: Embedding | None = None
     supersedes: Annotated[list[EventId], msgspec.Meta(max_length=MAX_SUPERSEDES)] = []
     redacted: Digest | None = None
+    metadata: Metadata | None = None
+    """String keys to scalar values (``check_metadata``'s limits); filters match on them."""
+    expires_at: UtcDatetime | None = None
+    """From this instant on the note is in no answer (as-of queries before it still see it);
+    its events stay in the log."""
 
     def __post_init__(self) -> None:
         _check_content(self.text, self.embedding, self.redacted)
+        if self.metadata is not None:
+            check_metadata(self.metadata)
 
 
 class NoteUsed(_Event, frozen=True, gc=False, tag="note.used"):
@@ -123,7 +162,8 @@ class NoteRevised(_Event, frozen=True, gc=False, tag="note.revised", omit_defaul
     author or an ``admin`` (``as_admin``, set by the server from the token). The note keeps
     its id, uses and tier; an answer as of before the revision shows the text before it.
     ``tokens`` absent: estimated from the new text; ``embedding`` absent: the note has none
-    after the revision; ``kind`` absent: unchanged. ``redacted`` as on ``note.created``."""
+    after the revision; ``kind`` absent: unchanged. ``redacted`` as on ``note.created``
+    (an erasure also drops ``metadata``)."""
 
     text: str
     tokens: Tokens | None = None
@@ -131,9 +171,16 @@ class NoteRevised(_Event, frozen=True, gc=False, tag="note.revised", omit_defaul
     kind: Kind | None = None
     as_admin: bool = False
     redacted: Digest | None = None
+    metadata: Metadata | None = None
+    """The note's metadata from now on (absent: unchanged; ``{}``: none)."""
+    expected_version: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Apply only if the note's ``version`` is this one, else the revision is refused
+    (``version_conflict``); absent: whatever the version."""
 
     def __post_init__(self) -> None:
         _check_content(self.text, self.embedding, self.redacted)
+        if self.metadata is not None:
+            check_metadata(self.metadata)
 
 
 class NoteErased(_Event, frozen=True, gc=False, tag="note.erased", omit_defaults=True):
@@ -162,14 +209,15 @@ def content_digest(text: str, embedding: list[float] | None, key: bytes) -> str:
 
 
 def redacted(ev: NoteCreated | NoteRevised, key: bytes) -> NoteCreated | NoteRevised:
-    """``ev`` with its content removed: the same fields, ``text`` empty, no embedding,
+    """``ev`` with its content removed: the same fields, ``text`` empty, no embedding nor
+    metadata,
     ``tokens`` the count the original had (explicit: an absent one is estimated from the
     text) and ``redacted`` the keyed digest of what was removed. Already redacted:
     unchanged."""
     if ev.redacted is not None:
         return ev
     tokens = ev.tokens if ev.tokens is not None else token_estimate(ev.text)
-    return msgspec.structs.replace(ev, text="", embedding=None, tokens=tokens,
+    return msgspec.structs.replace(ev, text="", embedding=None, tokens=tokens, metadata=None,
                                    redacted=content_digest(ev.text, ev.embedding, key))
 
 

@@ -36,7 +36,7 @@ class Rejected:
     def code(self) -> str:
         """The machine-readable part (``note_id_exists``, ``unknown_note``, ``forgotten_note``,
         ``not_visible``, ``not_allowed``, ``erased_note``, ``superseded_note``,
-        ``duplicate_supersedes``)."""
+        ``duplicate_supersedes``, ``version_conflict``)."""
         return self.reason.partition(":")[0]
 
 
@@ -53,7 +53,8 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
             tokens=ev.tokens if ev.tokens is not None else token_estimate(ev.text),
             created_at=ev.at, embedding=ev.embedding,
             supersedes=list(ev.supersedes) if ev.supersedes else None,
-            redacted=ev.redacted is not None,
+            redacted=ev.redacted is not None, metadata=ev.metadata or None,
+            expires_at=ev.expires_at,
         )
     if note is None:
         return Rejected("unknown_note: the namespace has never seen this note_id")
@@ -64,7 +65,7 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
         if not admin:
             return Rejected("not_allowed: only an admin may erase a note")
         return msgspec.structs.replace(note, text="", embedding=None, erased=True,
-                                       redacted=True)
+                                       redacted=True, metadata=None)
     if note.forgotten:
         return Rejected("forgotten_note: the note was forgotten")
     if note.scope == "private" and ev.agent != note.agent and not admin:
@@ -78,13 +79,17 @@ def apply_event(note: NoteState | None, ev: Event) -> NoteState | Rejected:
     if isinstance(ev, NoteForgotten):
         return msgspec.structs.replace(note, forgotten=True)
     if isinstance(ev, NoteRevised):
+        if ev.expected_version is not None and ev.expected_version != note.version:
+            return Rejected(f"version_conflict: the note is at version {note.version}, the "
+                            f"revision expected {ev.expected_version}")
         return msgspec.structs.replace(
             note, text=ev.text, embedding=ev.embedding,
             tokens=ev.tokens if ev.tokens is not None else (
                 token_estimate(ev.text) if ev.text else note.tokens),
             kind=note.kind if ev.kind is None else ev.kind,
             version=note.version + 1, revised_at=ev.at,
-            redacted=note.redacted or ev.redacted is not None)
+            redacted=note.redacted or ev.redacted is not None,
+            metadata=note.metadata if ev.metadata is None else (ev.metadata or None))
     raise TypeError(f"unhandled event type {type(ev).__name__}")  # pragma: no cover
 
 

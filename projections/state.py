@@ -52,6 +52,12 @@ class NoteState(msgspec.Struct, frozen=True, forbid_unknown_fields=False, gc=Fal
     redacted: bool = False
     """The content was removed from the log by an erasure (a replay of a rewritten log sees
     the note before its ``note.erased`` this way: folded as usual, never a candidate)."""
+    metadata: dict[str, str | int | float | bool] | None = None
+    """The note's metadata (``note.created``, replaced by a ``note.revised`` that gives it;
+    dropped by an erasure). None: none."""
+    expires_at: datetime | None = None
+    """The note is in no answer as of this instant or later (None: only the config's
+    ``default_ttl_days`` may expire it)."""
 
     @property
     def active(self) -> bool:
@@ -84,6 +90,10 @@ class NoteRow(msgspec.Struct, frozen=True):
     """The note that superseded this one (it is then in no answer)."""
     erased: bool = False
     """Erased: its content is gone everywhere (``text`` is empty) and it is in no answer."""
+    metadata: dict[str, str | int | float | bool] | None = None
+    """The note's metadata (None: none)."""
+    expires_at: datetime | None = None
+    """When the note leaves every answer (its own ``expires_at``; None: not set)."""
 
 
 def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
@@ -93,7 +103,8 @@ def note_row(n: NoteState, cfg: RankingConfig) -> NoteRow:
         created_at=n.created_at, uses=n.uses, last_used_at=n.last_used_at,
         tier=tier_of(n.uses, n.kind, cfg),
         forgotten=n.forgotten, text=n.text, version=n.version, revised_at=n.revised_at,
-        superseded_by=n.superseded_by, erased=n.erased,
+        superseded_by=n.superseded_by, erased=n.erased, metadata=n.metadata,
+        expires_at=n.expires_at,
     )
 
 

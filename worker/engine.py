@@ -38,11 +38,12 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import WARMING_RETRY_S, CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import format_pos, parse_pos
 from hivemind_memory.projections.ranking.calibrated import limit_for
+from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
-from hivemind_memory.projections.ranking.ranker import BatchMemo, rank_index
+from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
@@ -480,7 +481,7 @@ class QueryEngine:
                 q.seen = format_pos(parse_pos(q.env.position))
             ranked = run_rank(idx, q.req, q.cfg, at, memo, self.settings.audit_left_out,
                               self.embedder)
-            q.result = to_result(q.env.query_id, q.req, at, ranked)
+            q.result = to_result(q.env.query_id, q.req, at, ranked, empty=not len(idx.cols))
             q.why = ranked.why
             q.body = encode(q.result)
         except QueryError as exc:
@@ -613,22 +614,37 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
             if cosine is None:
                 got = idx.query_cosines(embedder.embed([req.text]))
                 cosine = None if got is None else got[:, 0]
+    allowed = allowed_slots(idx.cols, req.conditions(), micros(now), cfg)
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols),
-                                     cosine, limit_for(cfg, req.budget), query)
+                                     cosine, limit_for(cfg, req.budget), query,
+                                     allowed)
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo, why_limit=why_limit,
-                      rendered=req.context, id_prefix=req.id_prefix)
+                      rendered=req.context, id_prefix=req.id_prefix, allowed=allowed)
 
 
-def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult) -> QueryResult:
-    """The contract's result object."""
+def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
+              empty: bool = False) -> QueryResult:
+    """The contract's result object. ``empty``: the state it was ranked on has no note at
+    all (the answer then carries a ``hint``: a mistyped namespace looks like this)."""
     return QueryResult(query_id=query_id, ns=req.ns, agent=req.agent, text=req.text,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
                        notes=res.notes, upper_bound=res.upper_bound,
                        candidates=list(res.candidates) if req.explain else None,
                        context=render((n.note_id, n.created_at, n.text) for n in res.notes)
-                       if req.context else None, nothing_relevant=res.nothing_relevant)
+                       if req.context else None,
+                       hint=no_notes_hint(req) if empty else None,
+                       nothing_relevant=res.nothing_relevant)
+
+
+def no_notes_hint(req: QueryRequest) -> str:
+    """The ``hint`` of an answer from a namespace without a single note."""
+    if req.as_of is not None:
+        return (f"namespace {req.ns!r} had no notes as of {req.as_of.isoformat()} "
+                "(check the namespace's name and the time)")
+    return (f"namespace {req.ns!r} has no notes: no note was ever written to it (check the "
+            "namespace's name)")
 
 
 def served(res: QueryResult, position: str, config_digest: str, *, req: QueryRequest,
@@ -645,7 +661,7 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
                        embedding_digest=embedding, used=res.used, upper_bound=res.upper_bound,
                        result_digest=digest_bytes(body), context=req.context,
                        id_prefix=req.id_prefix, why=with_shown(why, res),
-                       embedder_digest=embedder)
+                       embedder_digest=embedder, filter=req.filter)
 
 
 def with_shown(why: Why | None, res: QueryResult) -> Why | None:

@@ -25,11 +25,13 @@ from hivemind_memory.api_stub.protocol.messages import QueryRequest, QueryServed
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections.ranking.baseline import five_percent_fill, naive_score
 from hivemind_memory.projections.ranking.calibrated import limit_for
+from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder
+from hivemind_memory.projections.ranking.filters import matches, parse_filter
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.packing import pack_positions
-from hivemind_memory.projections.ranking.ranker import rank_index
+from hivemind_memory.projections.ranking.ranker import allowed_slots, rank_index
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.ranking.signals import RankResult, ScoredNote
 from hivemind_memory.projections.ranking.why import REASON_TEXT, Why
@@ -209,12 +211,14 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
     if cfg.relevance == "calibrated" and embedder is not None:
         got = idx.query_cosines(embedder.embed([req.text]))
         cosine = None if got is None else got[:, 0]
+    allowed = allowed_slots(idx.cols, req.conditions(), micros(s.as_of), cfg)
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, s.agent, None, cosine,
-                                     limit_for(cfg, s.budget))
+                                     limit_for(cfg, s.budget), allowed=allowed)
     # each hidden note on its own: a twin of a visible note is not merged into it here
     alone = msgspec.structs.replace(cfg, near_identical=0.0)
     res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=alone,
-                     explain=True, rendered=req.context, id_prefix=req.id_prefix)
+                     explain=True, rendered=req.context, id_prefix=req.id_prefix,
+                     allowed=allowed)
     return [c for c in res.candidates if c.note_id in hidden], hidden
 
 
@@ -241,7 +245,7 @@ def derive(auditor: Auditor, x: ServedEntry, note_id: str | None = None) -> Deri
     if s.why is not None:
         again = run_rank(idx, req, cfg, s.as_of, why_limit=s.why.limit,
                          embedder=auditor.embedder)
-        res = to_result(s.query_id, req, s.as_of, again)
+        res = to_result(s.query_id, req, s.as_of, again, empty=not len(idx.cols))
         recorded = "matches" if with_shown(again.why, res) == s.why else "differs"
     cands = list(full.candidates)
     rank_of = {c.note_id: i for i, c in enumerate(cands, start=1)}
@@ -322,7 +326,7 @@ def _scored(n: NoteState, rel: float, rec: float, score: float, cost: int, now: 
     age = max(0.0, (now - n.created_at).total_seconds() / SECONDS_PER_DAY)
     return ScoredNote(n.note_id, n.text, n.tokens, cost, score, rel, rec,
                       tier_of(n.uses, n.kind, cfg), n.uses, round(age, 6), n.created_at,
-                      chosen=False)
+                      n.metadata, chosen=False)
 
 
 def _erased_rows(notes: dict[str, NoteState], s: QueryServed, cfg: RankingConfig,
@@ -355,6 +359,10 @@ def _absent(note_id: str, notes: dict[str, NoteState], s: QueryServed) -> str:
                 + ": it was created later (or never)")
     if s.id_prefix and not note_id.startswith(s.id_prefix):
         return f"note {note_id} is outside the query's id_prefix {s.id_prefix!r}"
+    if s.filter and not matches(n.metadata, parse_filter(s.filter)):
+        return f"note {note_id}'s metadata does not match the query's filter"
+    if n.expires_at is not None and n.expires_at <= s.as_of:
+        return f"note {note_id} expired at {n.expires_at.isoformat()}"
     return f"note {note_id} shares nothing with the query (relevance 0)"
 
 

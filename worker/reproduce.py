@@ -327,7 +327,8 @@ def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryR
     """The request a served query ran."""
     return QueryRequest(ns=ns, text=s.text, budget=s.budget, agent=s.agent,
                         as_of=s.requested_as_of, explain=s.explain, embedding=embedding,
-                        config=s.overrides, context=s.context, id_prefix=s.id_prefix)
+                        config=s.overrides, context=s.context, id_prefix=s.id_prefix,
+                        filter=s.filter)
 
 
 class Auditor:
@@ -424,7 +425,8 @@ class Auditor:
         """Run ``req`` under ``cfg`` on the state ``s`` saw, at the time it was served."""
         idx, notes = self.states.of(s)
         return to_result(s.query_id, req, s.as_of,
-                         run_rank(idx, req, cfg, s.as_of, embedder=self.embedder)), notes
+                         run_rank(idx, req, cfg, s.as_of, embedder=self.embedder),
+                         empty=not len(idx.cols)), notes
 
     def reproduce(self, served: Sequence[ServedEntry]) -> Iterator[Reproduction]:
         """Re-run each served query (in log order, so the log is read once)."""

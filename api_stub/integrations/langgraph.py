@@ -30,21 +30,29 @@ id holds at most 128 characters: an item whose encoded namespace and key do not 
   tier kept; ``as_of`` before the put answers the old value).
 - ``search(query=...)`` is hivemind's ranking: the notes that best fill ``search_budget``
   tokens, restricted to the namespace prefix on the server (``id_prefix``), best score first.
-  Value ``filter``s are applied to what comes back (the server has no value index); without a
-  query the items are listed in namespace-then-key order.
+  Each value's top-level scalar fields (strings up to 1 KiB, at most 32 keys of the metadata
+  key charset) are stored as the note's ``metadata``, so a ``filter`` on them is applied by
+  the server before ranking and packing (the budget goes to matching items only); a filter
+  the server cannot express (nested values, other operators) is applied to what comes back,
+  and every result is checked against the filter again. Without a query the items are listed
+  in namespace-then-key order.
+- ``memory`` may be a ``Memory`` or an ``AsyncMemory``; ``abatch`` (every ``a*`` method)
+  runs the batch in a worker thread, never blocking the event loop.
 - Stricter than LangGraph: ``scope="private"`` items are seen only by their agent; only an
   item's author (or an ``admin`` token) may update or delete it (``NotAllowed``); ``ttl`` is
-  not supported and ``index`` is ignored (every value is indexed, lexically).
+  not supported; ``index=`` (an embedder of the user's) is refused with a ``ValueError``:
+  hivemind ranks every value with its own relevance (lexical and its configured embedder).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -66,7 +74,8 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("LangGraph is not installed: pip install 'hivemind-memory[langgraph]'"
                       ) from exc
 
-from hivemind_memory import Memory, Note, NoteExists, UnknownNote
+from hivemind_memory import AsyncMemory, Memory, Note, NoteExists, UnknownNote
+from hivemind_memory.api_stub.tool_spec import METADATA_LIMITS
 
 MAX_ID = 128
 """Longest note id."""
@@ -156,12 +165,13 @@ def new_stamp() -> str:
 
 
 # -- the revision strategy (one switch) -------------------------------------------------------
-def revise_note(memory: Memory, current: Note, text: str, scope: str) -> None:
+def revise_note(memory: Memory, current: Note, text: str, scope: str,
+                metadata: dict[str, Any] | None = None) -> None:
     """Put on an existing key: the new value as a revision of the key's note
     (``Memory.revise``): the note keeps its id, uses and tier, and an answer as of before the
     put still shows the old value (``scope`` stays the note's; a note's scope never changes).
     A key whose note was forgotten meanwhile is ``UnknownNote``: the caller reads again."""
-    memory.revise(current.note_id, text)
+    memory.revise(current.note_id, text, metadata=metadata or {})
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -171,6 +181,39 @@ def _value(note: Note) -> dict[str, Any] | None:
     except ValueError:
         return None
     return v if isinstance(v, dict) else None
+
+
+_META_KEY = re.compile(METADATA_LIMITS[0])
+_SERVER_OPS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in"})
+
+
+def _scalar(v: Any) -> bool:
+    if isinstance(v, str):
+        return len(v.encode()) <= METADATA_LIMITS[2]
+    return isinstance(v, bool | int) or (isinstance(v, float) and math.isfinite(v))
+
+
+def metadata_of(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The note metadata of an item's value: its top-level scalar fields that fit (a metadata
+    key, a string of at most 1 KiB), the first 32 of them."""
+    out = {k: v for k, v in value.items() if _META_KEY.match(k) and _scalar(v)}
+    return dict(list(out.items())[:METADATA_LIMITS[1]])
+
+
+def server_filter(flt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``flt`` if the server can apply it (metadata keys, scalar values, its operators),
+    else None (then it is applied to what comes back only)."""
+    if not flt:
+        return None
+    for k, v in flt.items():
+        if not _META_KEY.match(k):
+            return None
+        if isinstance(v, dict):
+            if not v or any(op not in _SERVER_OPS or not _scalar(x) for op, x in v.items()):
+                return None
+        elif not _scalar(v):
+            return None
+    return flt
 
 
 def _matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
@@ -214,12 +257,18 @@ class HivemindStore(BaseStore):
     """A LangGraph ``BaseStore`` whose items are notes of one hivemind namespace (see the
     module docstring for the mapping and where it is stricter than LangGraph)."""
 
-    def __init__(self, memory: Memory, *, root: str = "lg", search_budget: int = 2000,
-                 scope: Literal["shared", "private"] = "shared") -> None:
+    def __init__(self, memory: Memory | AsyncMemory, *, root: str = "lg",
+                 search_budget: int = 2000, scope: Literal["shared", "private"] = "shared",
+                 index: Any = None) -> None:
+        if index is not None:
+            raise ValueError(
+                "HivemindStore does not take index=: hivemind ranks every value with its own "
+                "relevance (lexical, and the embedder of its worker's config), so a "
+                "LangGraph embedder would be ignored; leave index unset")
         if not _ROOT.match(root):
             raise ValueError(f"root {root!r} must be 1 to 32 of A-Z a-z 0-9 _ -, starting with "
                              "a letter or digit")
-        self.memory = memory
+        self.memory = memory.sync if isinstance(memory, AsyncMemory) else memory
         self.root = root
         self.search_budget = search_budget
         """Tokens the items of one ``search(query=...)`` may take together (hivemind packs the
@@ -271,7 +320,8 @@ class HivemindStore(BaseStore):
         out: list[SearchItem] = []
         if op.query:
             # the ranked notes themselves, not a rendered context: no headers in the costs
-            res = self.memory.query(op.query, self.search_budget, id_prefix=prefix)
+            res = self.memory.query(op.query, self.search_budget, id_prefix=prefix,
+                                    filter=server_filter(op.filter))
             ranked = sorted(res["notes"], key=lambda r: -float(r["score"]))
             by_id = {n.note_id: n for n in self.memory.read_notes(
                 [r["note_id"] for r in ranked])}
@@ -315,13 +365,15 @@ class HivemindStore(BaseStore):
                         self.memory.forget(n.note_id)
                     return
                 text = json.dumps(op.value, ensure_ascii=False)
+                meta = metadata_of(op.value)
                 if not live:
                     self.memory.remember(text, scope=self.scope, note_id=note_id_of(
-                        self.root, op.namespace, op.key, new_stamp()), duplicates="ignore")
+                        self.root, op.namespace, op.key, new_stamp()), duplicates="ignore",
+                        metadata=meta or None)
                     return
                 for stale in live[:-1]:  # a race of two creators left two versions
                     self.memory.forget(stale.note_id)
-                revise_note(self.memory, live[-1], text, self.scope)
+                revise_note(self.memory, live[-1], text, self.scope, meta)
                 return
             except (NoteExists, UnknownNote):
                 if attempt == WRITE_ATTEMPTS - 1:

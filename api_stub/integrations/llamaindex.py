@@ -35,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
                       ) from exc
 from pydantic import Field
 
-from hivemind_memory import Memory, Recall
+from hivemind_memory import AsyncMemory, Memory, Recall
 
 NOTE_BYTES = 60 * 1024
 """A flush of messages longer than this (UTF-8) is kept as several notes (a note holds at most
@@ -45,24 +45,31 @@ NOTE_BYTES = 60 * 1024
 def nodes(got: Recall) -> list[NodeWithScore]:
     """The notes of a recall as scored nodes, in context order."""
     return [NodeWithScore(node=TextNode(id_=n.note_id, text=n.text, metadata={
-        "note_id": n.note_id, "created_at": n.created_at, "tier": n.tier, "tokens": n.tokens,
-        "uses": n.uses}), score=n.score) for n in got.notes]
+        **n.metadata, "note_id": n.note_id, "created_at": n.created_at, "tier": n.tier,
+        "tokens": n.tokens, "uses": n.uses}), score=n.score) for n in got.notes]
 
 
 class HivemindRetriever(BaseRetriever):
     """The notes that best fill ``budget`` tokens for the query, packed and ordered by hivemind.
-    ``id_prefix``: only among notes whose id starts with it."""
+    ``id_prefix``: only among notes whose id starts with it; ``filter``: only notes whose
+    metadata matches it (``Memory.query``). ``memory`` may be a ``Memory`` or an
+    ``AsyncMemory`` (``aretrieve`` then awaits it)."""
 
-    def __init__(self, memory: Memory, budget: int = 1000, id_prefix: str = "",
-                 **kwargs: Any) -> None:
+    def __init__(self, memory: Memory | AsyncMemory, budget: int = 1000, id_prefix: str = "",
+                 filter: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.memory, self.budget, self.id_prefix = memory, budget, id_prefix
+        self.filter = filter
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return nodes(self.memory.recall(query_bundle.query_str, self.budget,
-                                        id_prefix=self.id_prefix))
+        sync = self.memory.sync if isinstance(self.memory, AsyncMemory) else self.memory
+        return nodes(sync.recall(query_bundle.query_str, self.budget, id_prefix=self.id_prefix,
+                                 filter=self.filter))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if isinstance(self.memory, AsyncMemory):
+            return nodes(await self.memory.recall(query_bundle.query_str, self.budget,
+                                                  id_prefix=self.id_prefix, filter=self.filter))
         return await asyncio.to_thread(self._retrieve, query_bundle)
 
 
@@ -86,7 +93,8 @@ def _chunks(text: str, limit: int = NOTE_BYTES) -> list[str]:
 class HivemindMemoryBlock(BaseMemoryBlock[str]):
     """Long-term memory shared by a team of agents, as a block of a LlamaIndex ``Memory``."""
 
-    memory: Memory = Field(description="The hivemind memory (namespace and agent).")
+    memory: Memory | AsyncMemory = Field(
+        description="The hivemind memory (namespace and agent), synchronous or async.")
     budget: int = Field(default=500, ge=1, le=1_000_000,
                         description="Tokens the recalled notes may take.")
     last_messages: int = Field(default=3, ge=1,
@@ -101,12 +109,19 @@ class HivemindMemoryBlock(BaseMemoryBlock[str]):
         query = _text(list(messages or [])[-self.last_messages:]).strip()
         if not query:
             return ""
-        got = await asyncio.to_thread(self.memory.recall, query[-16_000:], self.budget)
+        if isinstance(self.memory, AsyncMemory):
+            got = await self.memory.recall(query[-16_000:], self.budget)
+        else:
+            got = await asyncio.to_thread(self.memory.recall, query[-16_000:], self.budget)
         return got.context
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         for piece in _chunks(_text(messages)):
-            if piece.strip():
+            if not piece.strip():
+                continue
+            if isinstance(self.memory, AsyncMemory):
+                await self.memory.remember(piece, kind=self.kind, scope=self.scope)
+            else:
                 await asyncio.to_thread(self.memory.remember, piece, kind=self.kind,
                                         scope=self.scope)
 

@@ -23,6 +23,7 @@ from hivemind_memory.projections.ranking.config import (
     id_digest,
     with_overrides,
 )
+from hivemind_memory.projections.ranking.filters import Condition, parse_filter
 from hivemind_memory.projections.ranking.signals import NoteSignals, Why
 
 MAX_BUDGET = 1_000_000
@@ -54,10 +55,19 @@ class QueryRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     id_prefix: IdPrefix = ""
     """Only notes whose id starts with this are candidates (a namespace within the namespace,
     e.g. one LangGraph namespace); relevance statistics stay those of every note seen."""
+    filter: dict[str, Any] | None = None
+    """Only notes whose metadata matches are candidates (``projections.ranking.filters``:
+    LangGraph's form), decided before the most relevant are kept and packed."""
 
     def __post_init__(self) -> None:
         if not self.text.strip():
             raise ValueError("text must not be empty or only whitespace")
+        if self.filter is not None:
+            parse_filter(self.filter)
+
+    def conditions(self) -> tuple[Condition, ...]:
+        """The filter's conditions (none without a filter)."""
+        return () if not self.filter else parse_filter(self.filter)
 
 
 class ReadRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -99,6 +109,9 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     candidates: list[Any] | None = None
     context: str | None = None
     """The packed notes rendered in context order (only when the request asked for it)."""
+    hint: str | None = None
+    """Set when the namespace has no note at all (as of the answer's time): most often a
+    mistyped namespace name."""
     nothing_relevant: bool = False
     """No note was likely enough to be needed (``calibration.floor``): the empty context is
     the answer, not a failure."""
@@ -150,6 +163,8 @@ class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="ty
     """Non-empty: an erasure removed this query's text (``text`` is empty), because it was a
     version of that note (its id), and its filed embedding; written by the erasure only
     (``projections.store.erasure``)."""
+    filter: dict[str, Any] | None = None
+    """The request's metadata filter (None: none)."""
 
 
 class ErrorBody(msgspec.Struct, frozen=True):

@@ -32,6 +32,7 @@ from hivemind_memory.events.errors import (
     StoreError,
     TooLarge,
     UnknownNote,
+    VersionConflict,
     WriteRefused,
 )
 
@@ -59,7 +60,27 @@ def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     it (so importing the package, or any of its modules, does not load the worker)."""
     from hivemind_memory.worker.inprocess import start_embedded
 
+    _quiet_logs()
     return start_embedded(settings, store)
+
+
+def _quiet_logs() -> None:
+    """A library keeps quiet: unless the program configured structlog itself (the CLI does,
+    ``worker.logs.configure``), hivemind's structlog events go to the standard ``logging``
+    module, so they follow the program's logging setup, and with none Python's default
+    applies: warnings and errors on stderr, nothing below, never stdout (structlog's own
+    default prints every level to stdout)."""
+    import structlog
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, structlog.stdlib.add_log_level,
+                    structlog.processors.KeyValueRenderer(key_order=["event"])],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False)
+
 
 
 # Left for the SDK before it can be imported (this module runs first, whatever is imported):
@@ -73,6 +94,7 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
         if name in _FROM_SDK:
             from hivemind_memory.api_stub import sdk
 
+            _quiet_logs()  # the SDK is a library: its logs follow the program's setup
             value = getattr(sdk, name)
             globals()[name] = value  # asked once
             return value
@@ -85,4 +107,4 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
            "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note", "NoteExists",
            "QueryError", "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError",
-           "TooLarge", "UnknownNote", "WriteRefused"]
+           "TooLarge", "UnknownNote", "VersionConflict", "WriteRefused"]

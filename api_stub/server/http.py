@@ -133,6 +133,9 @@ class QueryBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     ``[note_id | date]`` header whose cost counts in the budget."""
     id_prefix: IdPrefix = ""
     """Only notes whose id starts with this are candidates."""
+    filter: dict[str, Any] | None = None
+    """Only notes whose metadata matches are candidates (LangGraph's form: ``{"k": v}``,
+    ``$eq``, ``$ne``, ``$in``, ``$gt``, ``$gte``, ``$lt``, ``$lte``)."""
 
 
 class Appended(msgspec.Struct):
@@ -159,6 +162,10 @@ class RememberBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tru
     agent: str | None = None
     supersedes: list[str] | None = None
     """Notes this one replaces (they leave future answers; their uses carry over to it)."""
+    metadata: dict[str, str | int | float | bool] | None = None
+    """String keys to scalar values; ``filter`` on a query matches on them."""
+    expires_at: str | None = None
+    """RFC 3339: from then on the note is in no answer."""
     duplicates: Literal["report", "supersede", "ignore", "keep"] = "report"
     """Near-duplicates (notes the writer may see whose word overlap with ``text`` reaches
     the config's ``duplicate_threshold``): ``report`` them in the answer, also
@@ -180,6 +187,10 @@ class ReviseBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     event_id: str | None = None
     at: str | None = None
     agent: str | None = None
+    metadata: dict[str, str | int | float | bool] | None = None
+    """The note's metadata from now on (absent: unchanged; ``{}``: none)."""
+    expected_version: int | None = None
+    """Revise only if the note is at this version (409 ``version_conflict`` otherwise)."""
 
 
 class UsedBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -31,7 +31,11 @@ from hivemind_memory.api_stub.tool_spec import (
     INSTRUCTIONS,
     Budget,
     Duplicates,
+    ExpectedVersion,
+    ExpiresAt,
+    FilterArg,
     Kind,
+    MetadataArg,
     NoteId,
     NoteIds,
     OptionalNoteId,
@@ -58,6 +62,8 @@ class RecalledNote(BaseModel):
     score: float = Field(description="Relevance times recency, 0 to 1.")
     tokens: int = Field(description="The note's length in tokens.")
     tier: str = Field(description="longterm (used 5+ times, never fades), short or scratch.")
+    metadata: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="The note's metadata, if it has some.")
 
 
 class RecallResult(BaseModel):
@@ -102,14 +108,16 @@ def build_server(resolve: Resolver) -> MCPServer:
     @server.tool(description=DESCRIPTIONS["remember"])
     def remember(text: Text, ctx: Context, kind: Kind = "note", scope: Scope = "shared",
                  note_id: OptionalNoteId = None, supersedes: Supersedes = [],  # noqa: B006
-                 duplicates: Duplicates = "report") -> str:
+                 duplicates: Duplicates = "report", metadata: MetadataArg = None,
+                 expires_at: ExpiresAt = None) -> str:
         try:
             m = mem(ctx, "write")
             may_query = _may(resolve, ctx, "query")  # overlaps are reads: only to readers
             if duplicates == "report" and not may_query:
                 duplicates = "ignore"
             got = m.remember(text, kind=kind, scope=scope, note_id=note_id,
-                             supersedes=supersedes, duplicates=duplicates)
+                             supersedes=supersedes, duplicates=duplicates,
+                             metadata=metadata, expires_at=expires_at)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
         dups = None if got.duplicates is None or not may_query else [
@@ -120,23 +128,27 @@ def build_server(resolve: Resolver) -> MCPServer:
     @server.tool(description=DESCRIPTIONS["revise"])
     def revise(note_id: Annotated[NoteId, Field(description=(
             f"The id of the note to revise ({ID_RULE})."))],
-               text: ReviseText, ctx: Context) -> str:
+               text: ReviseText, ctx: Context, expected_version: ExpectedVersion = None,
+               metadata: MetadataArg = None) -> str:
         try:
-            mem(ctx, "write").revise(note_id, text)
+            mem(ctx, "write").revise(note_id, text, expected_version=expected_version,
+                                     metadata=metadata)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
         return f"revised {note_id}"
 
     @server.tool(description=DESCRIPTIONS["recall"])
-    def recall(query: Query, ctx: Context, budget: Budget = 1000) -> RecallResult:
+    def recall(query: Query, ctx: Context, budget: Budget = 1000,
+               filter: FilterArg = None) -> RecallResult:
         try:
-            got = mem(ctx, "query").recall(query, budget)
+            got = mem(ctx, "query").recall(query, budget, filter=filter)
         except HivemindError as exc:
             raise ToolError(tool_message(exc)) from exc
         return RecallResult(
             context=got.context,
             notes=[RecalledNote(note_id=n.note_id, created_at=n.created_at, score=n.score,
-                                tokens=n.tokens, tier=n.tier) for n in got.notes],
+                                tokens=n.tokens, tier=n.tier, metadata=n.metadata or None)
+                   for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 
     @server.tool(description=DESCRIPTIONS["used"])

@@ -292,10 +292,11 @@ def evidence(sig: Signals, cal: Calibration) -> BoolArray:
 
 def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
            cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
-           limit: int) -> tuple[IntArray, FloatArray]:
+           limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
     """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
     ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
-    at least ``cal.floor`` likely, and among the ``limit`` most probable."""
+    at least ``cal.floor`` likely, ``allowed`` (a flag per slot; None: all), and among the
+    ``limit`` most probable."""
     kernel = native
     if kernel is None:
         sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
@@ -307,6 +308,8 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
             p[p < cal.floor] = 0.0
         if len(near) and len(seq) <= cal.nearest_max_notes:
             p[near] = kept  # a small namespace: its nearest notes whatever the floor
+        if allowed is not None:
+            p[~allowed[seq]] = 0.0
         keep = candidates(p, limit)
         keep = keep[p[keep] > 0]
         return keep, p[keep]
@@ -334,6 +337,8 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     if len(near):  # a small namespace: its nearest notes whatever the floor
         neg[near] = near_p
         pos = np.union1d(pos, near)
+    if allowed is not None:
+        pos = pos[allowed[seq[pos]]]
     # the most probable among the notes above 0 are those among all of them (the rest are 0)
     p = neg[pos]
     keep = candidates(p, limit)
@@ -396,7 +401,8 @@ def _distinct(a: IntArray) -> IntArray:
 def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArray,
                  lex: FloatArray, dense_slots: IntArray,
                  cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
-                 cal: Calibration, limit: int) -> tuple[IntArray, FloatArray]:
+                 cal: Calibration, limit: int, allowed: BoolArray | None = None
+                 ) -> tuple[IntArray, FloatArray]:
     """``likely`` over given candidates only: the BM25 hits and ``dense_slots`` (the dense
     stage's proposals), each valued with its near neighbours in creation order (``cosine_of``:
     the exact cosines of some slots; None: no semantic part). A candidate's probability has
@@ -431,6 +437,8 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
     keep = is_at[win[got]]  # the neighbours only lent their values
+    if allowed is not None:  # only these may be candidates (a filter, the expiry)
+        keep &= allowed[seq[win[got]]]
     got, p = got[keep], p[keep]
     top = candidates(p, limit)
     out: IntArray = win[got[top]]

@@ -137,6 +137,10 @@ class Columns:
         self.texts = TextColumn()
         self.vec: dict[int, FloatArray] = {}
         """Embedding of each slot that has one."""
+        self.meta: dict[int, dict[str, str | int | float | bool]] = {}
+        """Metadata of each slot that has some."""
+        self.expires: dict[int, int] = {}
+        """``expires_at`` (microseconds) of each slot whose note has one."""
         self._agent_names: list[str] = []
         # CSR base: postings of term t are base_slot[base_ptr[t]:base_ptr[t + 1]]
         self.base_ptr = np.zeros(1, np.int64)
@@ -239,6 +243,8 @@ class Columns:
                 self.live[s] = False
                 self._killed += 1
             self.vec.pop(s, None)
+            self.meta.pop(s, None)
+            self.expires.pop(s, None)
             s = None
         if s is None:
             self.layout += 1
@@ -265,11 +271,23 @@ class Columns:
             self.vec.pop(s, None)
         else:
             self.vec[s] = np.array(note.embedding, np.float64)
+        self._put_extra(s, note)
         if alive != bool(self.live[s]):
             self._count(s, 1 if alive else -1)
             self.live[s] = alive
             self._killed += not alive
             self.layout += 1
+
+    def _put_extra(self, s: int, note: NoteState) -> None:
+        """The metadata and expiry of slot ``s`` (kept only where the note has them)."""
+        if note.metadata:
+            self.meta[s] = note.metadata
+        else:
+            self.meta.pop(s, None)
+        if note.expires_at is not None:
+            self.expires[s] = micros(note.expires_at)
+        else:
+            self.expires.pop(s, None)
 
     @classmethod
     def bulk(cls, notes: Iterable[NoteState], keep_bags: bool = False) -> Columns:
@@ -308,6 +326,8 @@ class Columns:
             texts.append(note.text)
             if note.embedding is not None:
                 vec[s] = np.array(note.embedding, np.float64)
+            if note.metadata or note.expires_at is not None:
+                self._put_extra(s, note)
             if not note.active:
                 doc_len.append(0)
                 per_note.append(0)
@@ -421,7 +441,9 @@ class Columns:
             kind="scratch" if self.scratch[s] else "note", text=self.texts.get(s),
             tokens=int(self.tokens[s]), created_at=from_micros(int(self.created_us[s])),
             uses=int(self.uses[s]), last_used_at=None if lu == NO_TIME else from_micros(lu),
-            forgotten=not self.live[s], embedding=None if v is None else v.tolist())
+            forgotten=not self.live[s], embedding=None if v is None else v.tolist(),
+            metadata=self.meta.get(s),
+            expires_at=from_micros(self.expires[s]) if s in self.expires else None)
 
     def kept_terms(self) -> TermCache:
         """A ``bm25`` cache that lives as long as the table is unchanged: the words a worker's

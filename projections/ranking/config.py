@@ -190,6 +190,9 @@ UPDATES_OFF = Updates(margin=0.0)
 """The rule off: what a config written before it meant."""
 
 
+MAX_TTL_DAYS = 3_650_000.0
+"""Largest ``default_ttl_days`` (10,000 years: the expiry instant stays a 64-bit count of
+microseconds)."""
 class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How calibrated relevance finds its candidates in a large namespace
     (``projections.ranking.dense``, ``calibrated.likely_among``): below ``scan_max_notes``
@@ -278,6 +281,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The rows per band are the most that still give a pair exactly at
     ``duplicate_threshold`` at least this chance of sharing ``duplicate_lsh_min_hits`` bands
     (more rows: fewer unrelated candidates, more misses at the threshold)."""
+    default_ttl_days: float = 0.0
+    """The namespace default TTL: a note without its own ``expires_at`` leaves every answer
+    this many days after its creation (``at``); 0: such notes never expire."""
 
     def __post_init__(self) -> None:
         if self.longterm_uses < 1:
@@ -301,6 +307,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
         if not (math.isfinite(self.near_identical) and 0.0 <= self.near_identical <= 1.0):
             raise ValueError(f"near_identical must be within [0, 1], got {self.near_identical}")
+        if not (math.isfinite(self.default_ttl_days) and
+                0 <= self.default_ttl_days <= MAX_TTL_DAYS):
+            raise ValueError(f"default_ttl_days must be within [0, {MAX_TTL_DAYS}], got "
+                             f"{self.default_ttl_days}")
         if not (math.isfinite(self.duplicate_threshold) and
                 0.0 < self.duplicate_threshold <= 1.0):
             raise ValueError("duplicate_threshold must be within (0, 1], got "
@@ -329,7 +339,8 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "updates": msgspec.to_builtins(UPDATES_OFF), "near_identical": 0.0,
                           "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
                           "duplicate_lsh_recall": 0.98,
-                          "candidates": msgspec.to_builtins(Candidates())}
+                          "candidates": msgspec.to_builtins(Candidates()),
+                          "default_ttl_days": 0.0}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
                    "near_identical")

@@ -30,6 +30,7 @@ from hivemind_memory.projections.ranking.calibrated import (
     signals,
 )
 from hivemind_memory.projections.ranking.columns import (
+    BoolArray,
     Columns,
     FloatArray,
     IntArray,
@@ -287,7 +288,8 @@ class NamespaceIndex:
     def calibrated_slots(self, text: str, embedding: Sequence[float] | None,
                          cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                          cosine: FloatArray | None = None, limit: int | None = None,
-                         query: QueryVector | None = None) -> tuple[IntArray, FloatArray]:
+                         query: QueryVector | None = None,
+                         allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """``relevance = "calibrated"`` (``projections.ranking.calibrated``): the probability
         that each visible note is needed, for the ``limit`` most probable (default
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
@@ -309,22 +311,27 @@ class NamespaceIndex:
             lex_slots, lex = cols.bm25(text, cfg, agent, cache)
             want = cfg.candidates.dense
             near = self._dense_sync().search(query.near, 2 * want)
-            near = near[cols.visible(agent)[near]][:want]
+            ok = cols.visible(agent)[near]
+            if allowed is not None:  # the dense stage proposes matching notes only
+                ok &= allowed[near]
+            near = near[ok][:want]
             derived = self.derived
             assert derived is not None
             at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,
                                  lambda s: derived.rows_cosines(query, s),
-                                 named_owners(cols, text), cfg.calibration, top)
+                                 named_owners(cols, text), cfg.calibration, top, allowed)
             return seq[at], p
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
-        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration, top)
+        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration, top,
+                       allowed)
         return seq[at], p
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                         cosine: FloatArray | None = None, limit: int | None = None,
-                        query: QueryVector | None = None) -> tuple[IntArray, FloatArray]:
+                        query: QueryVector | None = None,
+                        allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
         ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine``,
@@ -337,11 +344,17 @@ class NamespaceIndex:
         ``scores_over``) otherwise. BM25 statistics come from the notes ``agent`` may see
         (shared + its own private ones) and other agents' private notes get no lexical score
         at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.
+        ``allowed`` (a flag per slot; None: all): only those slots may be candidates (a
+        query's filter and the expiry, ``ranker.allowed_slots``), decided before the
+        ``limit`` most relevant are kept; the relevance of the others is not changed.
         """
         if cfg.relevance == "calibrated":
             return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit,
-                                         query)
+                                         query, allowed)
         lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
+        if allowed is not None:
+            ok = allowed[lex_slots]
+            lex_slots, lex = lex_slots[ok], lex[ok]
         if embedding is None:
             return lex_slots, lex
         slots, m, norms = self._matrix(len(embedding))
@@ -357,6 +370,8 @@ class NamespaceIndex:
         denom = norms * qn
         cos = np.clip(np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0), 0.0, 1.0)
         pos = cos > 0.0
+        if allowed is not None:
+            pos &= allowed[slots]
         return np.concatenate((lex_slots, slots[pos])), np.concatenate((lex, cos[pos]))
 
     def relevance(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from hivemind_memory.projections.ranking.columns import (
+    BoolArray,
     Columns,
     FloatArray,
     IntArray,
@@ -29,6 +30,7 @@ from hivemind_memory.projections.ranking.columns import (
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
 from hivemind_memory.projections.ranking.embedders import Embedder
+from hivemind_memory.projections.ranking.filters import Condition, matches
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
@@ -147,20 +149,55 @@ def _recency(tier: IntArray, age: FloatArray, cfg: RankingConfig) -> FloatArray:
     return rec
 
 
+def allowed_slots(cols: Columns, conditions: tuple[Condition, ...], now_us: int,
+                  cfg: RankingConfig) -> BoolArray | None:
+    """A flag per slot of ``cols``: the note matches ``conditions`` and has not expired at
+    ``now_us`` (its ``expires_at``, else its creation plus ``cfg.default_ttl_days`` when
+    that is above 0, is later than now). None: every slot (no condition, no expiry)."""
+    ttl = cfg.default_ttl_days
+    if not conditions and not cols.expires and ttl <= 0:
+        return None
+    n = len(cols)
+    if ttl > 0:
+        ttl_us = round(ttl * SECONDS_PER_DAY * 1e6)
+        ok: BoolArray = cols.created_us[:n] > now_us - ttl_us
+    else:
+        ok = np.ones(n, np.bool_)
+    for s, until in cols.expires.items():
+        if s < n:
+            ok[s] = until > now_us
+    if conditions:
+        if not matches(None, conditions):  # only notes with metadata can match
+            hit = np.zeros(n, np.bool_)
+            for s, meta in cols.meta.items():
+                if s < n and matches(meta, conditions):
+                    hit[s] = True
+        else:
+            hit = np.ones(n, np.bool_)
+            for s, meta in cols.meta.items():
+                if s < n and not matches(meta, conditions):
+                    hit[s] = False
+        ok &= hit
+    return ok
+
+
 def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, agent: str,
                now: datetime, budget: int, cfg: RankingConfig,
                explain: bool = True, memo: BatchMemo | None = None,
                why_limit: int = 0, rendered: bool = False,
-               id_prefix: str = "") -> RankResult:
+               id_prefix: str = "", allowed: BoolArray | None = None) -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
     the queries of a batch over unchanged indexes. ``why_limit`` > 0: the result's ``why``
     records that many of the strongest notes left out (``projections.ranking.why``).
     ``rendered``: the notes will be rendered as a context (``render``), so each note's header
     counts in its cost. ``id_prefix``: only notes whose id starts with it are candidates (the
-    others are not left out: they are outside the question)."""
+    others are not left out: they are outside the question). ``allowed`` (a flag per slot;
+    None: all): the query's filter and the expiry (``allowed_slots``), likewise."""
     cols = idx.cols
     visible = cols.visible(agent)[slots]
+    if allowed is not None:
+        visible &= allowed[slots]
     if id_prefix:
         ids_of = cols.ids
         visible &= np.fromiter((ids_of[i].startswith(id_prefix) for i in slots.tolist()),
@@ -221,7 +258,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         [ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
               four[:m], four[m:2 * m], four[2 * m:3 * m],
               [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), four[3 * m:],
-              created)
+              created, list(map(cols.meta.get, shown)))
     if stands or newer:
         pos = at.tolist()
         fields = (*fields, [stands.get(p, []) for p in pos], [newer.get(p, []) for p in pos])

@@ -58,7 +58,8 @@ class Why(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     """A packed note as a result lists it: every signal that ranked it (the contract's
-    ``notes`` fields, in order; the fields with defaults appear only when set)."""
+    ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for`` and
+    ``updates`` when set."""
 
     note_id: str
     text: str
@@ -71,6 +72,8 @@ class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     uses: int
     age_days: float
     created_at: datetime
+    metadata: dict[str, str | int | float | bool] | None = None
+    """The note's metadata (omitted when it has none)."""
     stands_for: list[str] = []
     """Near-identical notes this one stands for (``RankingConfig.near_identical``): they are
     not packed beside it."""
@@ -82,13 +85,15 @@ class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
         """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
         return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
                            self.relevance, self.recency, self.tier, self.uses, self.age_days,
-                           self.created_at, self.stands_for, self.updates)
+                           self.created_at, self.metadata, self.stands_for, self.updates)
 
 
 class ScoredNote(NoteSignals, frozen=True, kw_only=True):
     """A candidate: the signals plus whether the packer chose it (``candidates`` fields)."""
 
-    chosen: bool
+    chosen: bool | None = None
+    """Whether the packer chose it (always set; None only as the default that lets it
+    follow ``metadata``)."""
 
 
 class RankResult(msgspec.Struct, frozen=True):

@@ -59,8 +59,17 @@ class Meta(msgspec.Struct, frozen=True, array_like=True):
     embed_dim: int = 0
 
 
+class Extra(msgspec.Struct, frozen=True, array_like=True):
+    """Field ``extra``: the metadata and expiry (microseconds) of the slots that have them
+    (written only when some slot does)."""
+
+    meta: dict[int, dict[str, str | int | float | bool]]
+    expires: dict[int, int]
+
+
 _encode = msgspec.msgpack.Encoder().encode
 _decode_meta = msgspec.msgpack.Decoder(Meta).decode
+_decode_extra = msgspec.msgpack.Decoder(Extra).decode
 _CSR: dict[str, type[np.generic]] = {"base_ptr": np.int64, "base_slot": np.int32}
 _TF_DTYPES: dict[str, type[np.generic]] = {"u1": np.uint8, "<u2": np.uint16, "<i4": np.int32}
 
@@ -123,6 +132,9 @@ def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
     if d is not None:
         yield b"dvec", d.ints(n).tobytes()
         yield b"dvec_done", _le(d.done(n), np.bool_)
+    if cols.meta or cols.expires:
+        yield b"extra", _encode(Extra({k: v for k, v in cols.meta.items() if k < n},
+                                      {k: v for k, v in cols.expires.items() if k < n}))
 
 
 def decode_index(fields: Mapping[bytes, bytes], ns: str) -> NamespaceIndex | None:
@@ -165,6 +177,11 @@ def _decode(fields: Mapping[bytes, bytes], meta: Meta) -> NamespaceIndex:
             a > b for a, b in pairwise(vec_off)):
         raise ValueError("embeddings do not match the slots")
     cols.vec = {s: vec_val[vec_off[i]:vec_off[i + 1]] for i, s in enumerate(vec_slot)}
+    if b"extra" in fields:  # absent: no note had metadata or an expiry
+        extra = _decode_extra(fields[b"extra"])
+        if any(not 0 <= x < n for x in (*extra.meta, *extra.expires)):
+            raise ValueError("metadata does not match the slots")
+        cols.meta, cols.expires = extra.meta, extra.expires
     cols._recount()
     idx = NamespaceIndex(meta.ns)
     idx.cols = cols

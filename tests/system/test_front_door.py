@@ -96,7 +96,7 @@ def test_readme_quick_start(tmp_path: Path) -> None:
     same server (what it remembers comes back in the recalled context)."""
     text = section(README, "Quick start")
     snippet = fenced(text, "python")[0]  # the SDK (the rest: tests/adapters/test_doc_snippets.py)
-    remembered = re.search(r'mem\.remember\("([^"]+)"\)', snippet)
+    remembered = re.search(r'mem\.remember\("([^"]+)"', snippet)
     assert remembered
 
     def sdk(host: str) -> None:

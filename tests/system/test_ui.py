@@ -11,6 +11,7 @@ ones the docs show)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -342,3 +343,18 @@ def test_the_page_ships_its_own_files_only(live: Live) -> None:
     assert "https://" not in js
     status, _ = call(live.base, "GET", "/ui/../pyproject.toml")
     assert status == 404
+
+
+def test_a_note_shows_its_metadata_and_expiry(page: Any, live: Live) -> None:
+    from hivemind_memory.events.codec import parse_json_event
+
+    ev = parse_json_event(json.dumps({
+        "type": "note.created", "event_id": "ui-meta", "ns": NS, "note_id": "ui-meta",
+        "agent": "ops", "at": "2026-05-01T09:00:00Z", "text": "a note with labels",
+        "metadata": {"team": "infra", "prio": 2}, "expires_at": "2027-01-02T00:00:00Z"}))
+    live.served.client.append([ev])
+    assert live.served.client.wait_projected(NS, 30)
+    page.goto(f"{live.base}/ui/#/ns/{NS}/note/ui-meta")
+    page.wait_for_selector("[data-fact='metadata']")
+    assert page.inner_text("[data-fact='metadata']") == 'team="infra", prio=2'
+    assert page.inner_text("[data-fact='expires']") == "2027-01-02 00:00:00 UTC"

@@ -237,7 +237,9 @@ async function noteView(v, ns, id) {
   put(v, h("h1", {}, `Note ${id}`, n && noteState(n) ? ` (${stateWords(n)})` : ""),
     n ? facts([["author", n.agent], ["scope", n.scope], ["kind", n.kind], ["tokens", n.tokens],
                ["created", day(n.created_at)], ["uses", n.uses], ["last used", day(n.last_used_at)],
-               ["tier now", rec ? rec.tier : "–"], ["recency now", rec && rec.points.length ? fmt(rec.points[rec.points.length - 1][4]) : "–"]])
+               ["tier now", rec ? rec.tier : "–"], ["recency now", rec && rec.points.length ? fmt(rec.points[rec.points.length - 1][4]) : "–"],
+               ["metadata", n.metadata ? Object.entries(n.metadata).map(([k, x]) => `${k}=${JSON.stringify(x)}`).join(", ") : "–"],
+               ["expires", n.expires_at ? day(n.expires_at) : "never"]])
       : h("p", {}, "Not projected (yet)."),
     h("h2", {}, versions.length > 1 ? `Versions (${versions.length})` : "Text"),
     versions.map((e, i) => h("div", {}, versions.length > 1 ? h("h3", {}, `${i + 1}. ${e.type} at ${day(e.at)} by ${e.agent}`) : null,

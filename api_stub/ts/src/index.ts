@@ -70,6 +70,9 @@ export class NoteExists extends WriteRefused {}
 export class UnknownNote extends WriteRefused {}
 /** Forgetting another author's note without `admin` (403 `not_allowed`). */
 export class NotAllowed extends WriteRefused {}
+/** A revision's `expectedVersion` is not the note's version: it moved on (409
+ * `version_conflict`); nothing was written. */
+export class VersionConflict extends WriteRefused {}
 /** The token is missing or unknown (401), or lacks a right here (403). */
 export class AccessDenied extends HivemindError {}
 /** A body or batch over the server's cap (413). */
@@ -85,6 +88,7 @@ const REFUSED: Record<string, typeof WriteRefused> = {
   note_exists: NoteExists,
   unknown_note: UnknownNote,
   not_allowed: NotAllowed,
+  version_conflict: VersionConflict,
 };
 
 /** The typed error of an HTTP error answer (as the Python SDK maps them). */
@@ -141,6 +145,8 @@ export interface RecalledNote {
   createdAt: string;
   tier: string;
   uses: number;
+  /** The note's metadata (empty: none). */
+  metadata: Record<string, string | number | boolean>;
 }
 
 /** What `recall` found: `context` is ready to paste into a prompt (each note under a
@@ -160,7 +166,7 @@ export interface Recall {
 export function recallOf(res: QueryResult): Recall {
   const notes = res.notes.map((n): RecalledNote => ({
     noteId: n.note_id, text: n.text, score: n.score, tokens: n.tokens, createdAt: n.created_at,
-    tier: n.tier, uses: n.uses,
+    tier: n.tier, uses: n.uses, metadata: n.metadata ?? {},
   }));
   return {
     context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,
@@ -193,11 +199,19 @@ export interface RememberOptions {
   /** Notes this agent wrote that the new note replaces: they leave every future answer and
    * their uses carry over to it. */
   supersedes?: string[];
+  /** String keys to strings, numbers or booleans (at most 32 keys); filters match on them. */
+  metadata?: Record<string, string | number | boolean>;
+  /** RFC 3339: from this time on the note is in no answer. */
+  expiresAt?: string;
   /** Near-duplicates: `report` (default), `supersede` those this agent wrote, `keep` (report,
    * and store even the very text this agent already wrote), `ignore` (do not look). Except
    * with `keep` and `ignore`, a text this agent already wrote is not stored again. */
   duplicates?: "report" | "supersede" | "ignore" | "keep";
 }
+
+/** A metadata filter in LangGraph's form: `{k: v}`, or operators `$eq $ne $in $gt $gte $lt
+ * $lte`; every condition must hold. */
+export type Filter = Record<string, string | number | boolean | Record<string, unknown>>;
 
 export interface QueryOptions {
   /** The state as of this time (RFC 3339); same log + same query -> same answer. */
@@ -207,6 +221,8 @@ export interface QueryOptions {
   config?: Record<string, unknown>;
   /** Only notes whose id starts with this are candidates. */
   idPrefix?: string;
+  /** Only notes whose metadata matches are candidates (before ranking and packing). */
+  filter?: Filter;
   /** Answer `context` too: the packed notes rendered, headers counted in the budget. */
   context?: boolean;
 }
@@ -296,6 +312,8 @@ export class Memory {
     if (opts.tokens !== undefined) body.tokens = opts.tokens;
     if (opts.embedding !== undefined) body.embedding = opts.embedding;
     if (opts.supersedes !== undefined && opts.supersedes.length) body.supersedes = opts.supersedes;
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.expiresAt !== undefined) body.expires_at = opts.expiresAt;
     return this.call<Remembered>("/remember", body, "event");
   }
 
@@ -320,10 +338,16 @@ export class Memory {
 
   /** A new version of a note this agent wrote (or any, with an admin token): `text` replaces
    * its content; its id, uses and tier stay, and an answer as of before it shows the old
-   * text. `UnknownNote` if this agent cannot see it, `NotAllowed` for another author's note. */
-  async revise(noteId: string, text: string, opts: { tokens?: number; kind?: "note" | "scratch";
-                                                     embedding?: number[] } = {}): Promise<void> {
-    const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...opts };
+   * text. `UnknownNote` if this agent cannot see it, `NotAllowed` for another author's note.
+   * `metadata` absent keeps the note's (`{}` clears it); `expectedVersion`: revise only if
+   * the note is still at that version, else `VersionConflict` and nothing is written. */
+  async revise(noteId: string, text: string, opts: {
+    tokens?: number; kind?: "note" | "scratch"; embedding?: number[];
+    metadata?: Record<string, string | number | boolean>; expectedVersion?: number;
+  } = {}): Promise<void> {
+    const { expectedVersion, ...rest } = opts;
+    const ev: Record<string, unknown> = { type: "note.revised", note_id: noteId, text, ...rest };
+    if (expectedVersion !== undefined) ev.expected_version = expectedVersion;
     await this.append([ev as unknown as EventInput]);
   }
 
@@ -349,6 +373,7 @@ export class Memory {
     if (opts.embedding !== undefined) q.embedding = opts.embedding;
     if (opts.config !== undefined) q.config = opts.config;
     if (opts.idPrefix) q.id_prefix = opts.idPrefix;
+    if (opts.filter !== undefined) q.filter = opts.filter;
     if (opts.context) q.context = true;
     return q;
   }

@@ -2701,6 +2701,12 @@ export interface components {
             supersedes?: string[];
             /** @default null */
             redacted?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
         };
         /**
          * NoteUsed
@@ -2756,6 +2762,12 @@ export interface components {
             as_admin?: boolean;
             /** @default null */
             redacted?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expected_version?: number | null;
         };
         /**
          * NoteErased
@@ -2796,6 +2808,8 @@ export interface components {
             context?: boolean;
             /** @default  */
             id_prefix?: string;
+            /** @default null */
+            filter?: Record<string, unknown> | null;
         };
         /**
          * QueryResult
@@ -2817,13 +2831,16 @@ export interface components {
             candidates?: unknown[] | null;
             /** @default null */
             context?: string | null;
+            /** @default null */
+            hint?: string | null;
             /** @default false */
             nothing_relevant?: boolean;
         };
         /**
          * NoteSignals
          * @description A packed note as a result lists it: every signal that ranked it (the contract's
-         *     ``notes`` fields, in order; the fields with defaults appear only when set).
+         *     ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for`` and
+         *     ``updates`` when set.
          */
         NoteSignals: {
             note_id: string;
@@ -2838,6 +2855,10 @@ export interface components {
             uses: number;
             age_days: number;
             created_at: string;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
             /** @default [] */
             stands_for?: string[];
             /** @default [] */
@@ -2891,6 +2912,12 @@ export interface components {
             superseded_by: string | null;
             /** @default false */
             erased: boolean;
+            /** @default null */
+            metadata: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at: string | null;
         };
         /** AuditEntry */
         AuditEntry: {
@@ -2922,6 +2949,12 @@ export interface components {
             agent?: string | null;
             /** @default null */
             supersedes?: string[] | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
             /**
              * @default report
              * @enum {unknown}
@@ -3041,6 +3074,12 @@ export interface components {
             at?: string | null;
             /** @default null */
             agent?: string | null;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expected_version?: number | null;
         };
         /** Revised */
         Revised: {
@@ -3212,6 +3251,12 @@ export interface components {
             erased?: boolean;
             /** @default false */
             redacted?: boolean;
+            /** @default null */
+            metadata?: {
+                [key: string]: string | number | boolean;
+            } | null;
+            /** @default null */
+            expires_at?: string | null;
         };
         /**
          * ServedHit

@@ -5,7 +5,7 @@ import { after, before, describe, it } from "node:test";
 
 import {
   AccessDenied, EventError, HivemindError, isError, Memory, newId, NoteExists, NotAllowed,
-  QueryError, UnknownNote, type QueryResult,
+  QueryError, UnknownNote, VersionConflict, type QueryResult,
 } from "../src/index.js";
 import { ALICE, BOB, OPS, serve, type Served } from "./serve.js";
 
@@ -29,6 +29,34 @@ describe("ids and times", () => {
     assert.equal(new Set(ids).size, ids.length);
     assert.deepEqual([...ids].sort(), ids);
     for (const id of ids) assert.match(id, /^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/);
+  });
+});
+
+describe("metadata, filters, expiry and conditional revision", () => {
+  it("filters on metadata before packing, drops expired notes, refuses a stale revision",
+     async () => {
+    const a = await alice.remember("the ts rover lands on mars", {
+      metadata: { mission: "ares", crew: 4 } });
+    await alice.remember("the ts rover lands on the moon", {
+      metadata: { mission: "luna", crew: 2 } });
+    await alice.remember("the ts rover lands nowhere", { expiresAt: "2001-01-01T00:00:00Z" });
+    const got = await alice.recall("ts rover lands", { budget: 500,
+                                                      filter: { crew: { $gte: 3 } } });
+    assert.deepEqual(got.noteIds, [a]);
+    assert.deepEqual(got.notes[0]?.metadata, { mission: "ares", crew: 4 });
+    const every = await alice.recall("ts rover lands", { budget: 500 });
+    assert.equal(every.notes.length, 2);  // the expired note is in no answer
+    const none = await alice.query("ts rover", 500, { filter: { mission: { $in: ["x"] } } });
+    assert.deepEqual(none.notes, []);
+    await assert.rejects(alice.query("ts rover", 50, { filter: { mission: { $like: "a" } } }),
+                         (e: unknown) => e instanceof QueryError && e.code === "invalid_request");
+    await alice.revise(a, "the ts rover lands on mars at dawn", { expectedVersion: 1,
+                                                                 metadata: { mission: "ares2" } });
+    await assert.rejects(alice.revise(a, "a lost update", { expectedVersion: 1 }),
+                         (e: unknown) => e instanceof VersionConflict && e.status === 409);
+    const row = await alice.get(a);
+    assert.ok(row && row.version === 2 && row.text.endsWith("at dawn"));
+    assert.deepEqual(row.metadata, { mission: "ares2" });
   });
 });
 

@@ -199,3 +199,24 @@ def test_new_notes_reach_the_dense_index_incrementally() -> None:
     res = run_rank(idx, req, cfg, NOW, embedder=EMBEDDER)
     assert d.size == before + 1
     assert [n.note_id for n in res.notes][:1] == ["zz-new"]
+
+
+def test_a_filter_bounds_the_candidate_path_as_it_bounds_the_scan() -> None:
+    notes = [msgspec.structs.replace(n, metadata={"k": i % 7})
+             for i, n in enumerate(corpus(300))]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    dense = cfg_with(scan_max_notes=1, dense=10_000, expansion_search=10_000)
+    dense = msgspec.structs.replace(dense, max_candidates=20)
+    attach(idx, dense)
+    scan = msgspec.structs.replace(dense, candidates=msgspec.structs.replace(
+        dense.candidates, scan_max_notes=10**9))
+    keep = {n.note_id for n in notes if n.metadata == {"k": 3}}
+    for text in QUERIES:
+        req = QueryRequest(ns="t", text=text, budget=100, filter={"k": 3})
+        memo = BatchMemo()
+        memo.prime_vectors(idx, [text], EMBEDDER)
+        assert idx.dense_ready(dense) and not idx.dense_ready(scan)
+        a = run_rank(idx, req, dense, NOW, memo, embedder=EMBEDDER)
+        b = run_rank(idx, req, scan, NOW, embedder=EMBEDDER)
+        assert a.notes and {n.note_id for n in a.notes} <= keep
+        assert msgspec.json.encode(a) == msgspec.json.encode(b)

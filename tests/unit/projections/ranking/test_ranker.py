@@ -76,7 +76,7 @@ def by_id(res: RankResult) -> dict[str, ScoredNote]:
 def test_scored_note_has_exactly_the_contract_fields_in_order() -> None:
     assert ScoredNote.__struct_fields__ == (
         "note_id", "text", "tokens", "cost", "score", "relevance", "recency", "tier", "uses",
-        "age_days", "created_at", "stands_for", "updates", "chosen",
+        "age_days", "created_at", "metadata", "stands_for", "updates", "chosen",
     )
     assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates",
                                             "why", "nothing_relevant")

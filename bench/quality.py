@@ -39,14 +39,18 @@ Picker = Callable[[Conversation, int, int], set[str]]
 """(conversation, question index, budget) -> the note ids packed."""
 
 
-def fill(order: Sequence[int], costs: Sequence[int], budget: int) -> list[int]:
-    """Top-down fill: take the notes in ``order``, each one that still fits."""
+def fill(order: Sequence[int], costs: Sequence[int], budget: int, *, skip: bool = True
+         ) -> list[int]:
+    """Top-down fill of ``order``: ``skip`` passes over a note that does not fit and takes
+    each one that still fits; otherwise the fill stops at the first note that does not fit."""
     out: list[int] = []
     used = 0
     for i in order:
         if used + costs[i] <= budget:
             out.append(i)
             used += costs[i]
+        elif not skip:
+            break
     return out
 
 

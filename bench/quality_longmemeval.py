@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bench.longmemeval import TYPES, Question
+from bench.quality import fill
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
@@ -47,20 +48,6 @@ Picker = Callable[[int, Question, int], Packed]
 def ranked(scores: np.ndarray) -> list[int]:
     """Positions by score, highest first (ties by position, i.e. turn order)."""
     return [int(i) for i in np.lexsort((np.arange(len(scores)), -scores))]
-
-
-def fill(order: Sequence[int], costs: Sequence[int], budget: int, *, skip: bool) -> list[int]:
-    """Top-down fill of ``order``: ``skip`` passes over a note that does not fit, otherwise
-    the fill stops at the first one."""
-    out: list[int] = []
-    used = 0
-    for i in order:
-        if used + costs[i] <= budget:
-            out.append(i)
-            used += costs[i]
-        elif not skip:
-            break
-    return out
 
 
 @cache

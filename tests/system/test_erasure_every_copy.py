@@ -16,8 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from hivemind_memory.worker import archive
 from hivemind_memory.worker.cli.main import main as hivemind_main
 from tests.support import HIVEMIND, RedisProc, free_port, wait_until
 from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live
+from tests.support.keyscan import file_bytes, key_bytes
 
 NS = "team-a"
 P = f"/v1/ns/{NS}"
@@ -53,42 +53,6 @@ def _needles(with_embedding: bool) -> dict[str, bytes]:
             out[f"emb{i}:f64"] = struct.pack("<d", x)
             out[f"emb{i}:f32"] = struct.pack("<f", x)
     return out
-
-
-def _opened(data: bytes) -> bytes:
-    """``data`` and, when it is zlib (RQ's job payloads), what it holds."""
-    try:
-        return data + zlib.decompress(data)
-    except zlib.error:
-        return data
-
-
-def _key_bytes(r: Any) -> Iterator[tuple[str, bytes]]:
-    """Every key of the store: its DUMP and its contents read by type."""
-    for k in r.scan_iter(count=1000):
-        name = k.decode("utf-8", "replace")
-        yield f"DUMP {name}", r.dump(k) or b""
-        kind = r.type(k)
-        if kind == b"string":
-            yield name, _opened(r.get(k) or b"")
-        elif kind == b"hash":
-            yield name, b"".join(a + _opened(b) for a, b in r.hgetall(k).items())
-        elif kind == b"stream":
-            yield name, b"".join(_opened(v) for _, f in r.xrange(k) for v in f.values())
-        elif kind == b"list":
-            yield name, b"".join(_opened(x) for x in r.lrange(k, 0, -1))
-        elif kind == b"set":
-            yield name, b"".join(r.smembers(k))
-        elif kind == b"zset":
-            yield name, b"".join(m for m, _ in r.zrange(k, 0, -1, withscores=True))
-        elif kind != b"none":  # none: expired since the SCAN (a heartbeat)
-            raise AssertionError(f"key {name} of type {kind!r} is not read")
-
-
-def _file_bytes(d: Path) -> Iterator[tuple[str, bytes]]:
-    for p in sorted(d.rglob("*")):
-        if p.is_file():
-            yield str(p), p.read_bytes()
 
 
 def _hits(sources: list[tuple[str, bytes]], with_embedding: bool) -> dict[str, list[str]]:
@@ -181,7 +145,7 @@ def test_erasure_leaves_no_copy_in_a_memory_path_store(
         r = live.served.client.store
 
         def sources() -> list[tuple[str, bytes]]:
-            return [*_key_bytes(r), *_file_bytes(d), *_views(live),
+            return [*key_bytes(r), *file_bytes(d), *_views(live),
                     ("audit list", _audit_list(capsys, url)), ("export", _export(r))]
 
         before = _hits(sources(), emb)
@@ -244,7 +208,7 @@ def _rdb_keys(rp: RedisProc, tmp_path: Path) -> list[tuple[str, bytes]]:
     try:
         c = fresh.client()
         assert c.dbsize() > 0  # it loaded the RDB
-        out = [(f"rdb {w}", b) for w, b in _key_bytes(c)]
+        out = [(f"rdb {w}", b) for w, b in key_bytes(c)]
         c.close()
         return out
     finally:
@@ -267,14 +231,14 @@ def test_erasure_leaves_no_copy_on_a_redis_server_nor_in_its_rdb(
         wait_until(lambda: live.served.client.workers_alive(), "the worker's heartbeat", 60)
         nid = _write_the_way_users_do(door, live)
         _compact_and_save(r, rp)
-        before = _hits([*_key_bytes(r), *_rdb_keys(rp, tmp_path)], emb)
+        before = _hits([*key_bytes(r), *_rdb_keys(rp, tmp_path)], emb)
         assert f"rdb hm:{{{NS}}}:audit" in before["text"]
         assert any(w.startswith("rdb rq:job:") for w in before["text"])
 
         st, body = call(live.base, "DELETE", f"{P}/notes/{nid}", token=OPS)
         assert st == 200, body
         _compact_and_save(r, rp)
-        after = [*_key_bytes(r), *_rdb_keys(rp, tmp_path), *_views(live),
+        after = [*key_bytes(r), *_rdb_keys(rp, tmp_path), *_views(live),
                  ("export", _export(r))]
         assert _hits(after, emb) == {}
     finally:

@@ -13,7 +13,7 @@ import shutil
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import ensure_projected
 from tests.support import HIVEMIND, RedisProc
 from tests.support.factories import T0, created, iso, used
+from tests.support.keyscan import file_bytes, key_bytes
 
 SECRET = "the vault passphrase is zebra-quartz-4471"
 EMB = [0.7182818284590452, -0.3141592653589793, 0.5772156649015329]
@@ -77,32 +78,6 @@ def _write_and_query(r: Any, rq: Any) -> tuple[Client, runtime.Runtime]:
         assert "s" in [n["note_id"] for n in c.result(q, timeout=10)["notes"]]
     assert r.exists(keys.index_snapshot("t"))
     return c, rt
-
-
-def _key_bytes(r: Any) -> Iterator[tuple[str, bytes]]:
-    """Every key: its DUMP and its contents as read."""
-    for k in r.scan_iter(count=1000):
-        name = k.decode("utf-8", "replace")
-        yield f"DUMP {name}", r.dump(k) or b""
-        kind = r.type(k)
-        if kind == b"string":
-            yield name, r.get(k) or b""
-        elif kind == b"hash":
-            yield name, b"".join(a + b for a, b in r.hgetall(k).items())
-        elif kind == b"stream":
-            yield name, b"".join(v for _, f in r.xrange(k) for v in f.values())
-        elif kind == b"list":
-            yield name, b"".join(r.lrange(k, 0, -1))
-        elif kind == b"set":
-            yield name, b"".join(r.smembers(k))
-        elif kind == b"zset":
-            yield name, b"".join(m for m, _ in r.zrange(k, 0, -1, withscores=True))
-
-
-def _file_bytes(d: Path) -> Iterator[tuple[str, bytes]]:
-    for p in sorted(d.rglob("*")):
-        if p.is_file():
-            yield str(p), p.read_bytes()
 
 
 def _export(r: Any) -> bytes:
@@ -172,7 +147,7 @@ def test_no_byte_on_a_redis_server_holds_an_erased_note(
     r.config_set("rdbcompression", "no")
     c, rt = _write_and_query(r, r)
     _compact_aof(r, rp)
-    sources = [*_key_bytes(r), *_file_bytes(rp.dir), ("export", _export(r))]
+    sources = [*key_bytes(r), *file_bytes(rp.dir), ("export", _export(r))]
     found = _hits(sources)
     assert set(found) >= {"text", "emb0:json", "emb0:msgpack"}  # the search can fail
     assert any("appendonlydir" in w for w in found["text"])
@@ -192,7 +167,7 @@ def test_no_byte_on_a_redis_server_holds_an_erased_note(
     _compact_aof(r, rp)
     _bgsave(r)
     assert (rp.dir / "dump.rdb").exists()
-    sources = [*_key_bytes(r), *_file_bytes(rp.dir), ("export", _export(r))]
+    sources = [*key_bytes(r), *file_bytes(rp.dir), ("export", _export(r))]
     assert _hits(sources) == {}
     cp, live = live_snapshot(r, "t")
     assert diff_notes(live, fold_log(r, "t", until=cp).projection.notes) == []
@@ -217,7 +192,7 @@ def test_no_byte_of_a_memory_path_store_holds_an_erased_note(tmp_path: Path) -> 
         c, _ = _write_and_query(r, r)
         # a backup an earlier `fsck --repair` kept beside the log holds the text too
         shutil.copy(d / LOG_NAME, d / f"{BACKUP_PREFIX}1")
-        sources = [*_key_bytes(r), *_file_bytes(d), ("export", _export(r))]
+        sources = [*key_bytes(r), *file_bytes(d), ("export", _export(r))]
         found = _hits(sources)
         assert set(found) >= {"text", "emb0:json", "emb0:msgpack"}
         assert {str(d / LOG_NAME), str(d / f"{BACKUP_PREFIX}1")} <= set(found["text"])
@@ -227,7 +202,7 @@ def test_no_byte_of_a_memory_path_store_holds_an_erased_note(tmp_path: Path) -> 
 
         got = c.erase("t", ["s"], catch_up=catch_up)
         assert got.redaction.log_records == 6  # 3 records, in the log and in the backup
-        sources = [*_key_bytes(r), *_file_bytes(d), ("export", _export(r))]
+        sources = [*key_bytes(r), *file_bytes(d), ("export", _export(r))]
         assert _hits(sources) == {}
     finally:
         close_embedded(url)

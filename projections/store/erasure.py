@@ -451,6 +451,30 @@ def rewrite_entries(r: Store, ns: str, key: str, change: EntryChange, marks: lis
                      "to swap in its redacted copy; run the erasure again")
 
 
+def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
+    """Set the ``event_digests`` of the content events of ``note_ids`` in ``ns``'s log to
+    ``eventdigest.ERASED``: the keyed digest of an erased text goes too, and the original
+    event resent is refused (409 ``event_id_conflict``), never taken for a retry. How many
+    were set (a rerun sets them again)."""
+    from hivemind_memory.projections.store.eventdigest import ERASED
+
+    wanted, found = frozenset(note_ids), needles(note_ids)
+    ids: list[str] = []
+    for e in _entries(r, keys.stream(ns)):
+        raw = e.fields.get(FIELD)
+        if raw is None or not any(n in raw for n in found):
+            continue
+        try:
+            ev = decode_event(raw)
+        except Exception:  # an entry this version cannot read carries no event
+            continue
+        if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted:
+            ids.append(ev.event_id)
+    if ids:
+        r.hset(keys.event_digests(ns), mapping=dict.fromkeys(ids, ERASED))
+    return len(ids)
+
+
 def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str], list[str]]:
     """Those of ``note_ids`` the read model has erased, and the others (in order)."""
     ids = list(dict.fromkeys(note_ids))
@@ -567,6 +591,7 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
         if also is not None and contents:
             out.jobs = also(contents)
         out.log_records = _rewrite_file(r, ns, out.erased, contents)  # before the log
+        forget_digests(r, ns, out.erased)
         out.events = rewrite_stream(r, ns, keys.stream(ns), FIELD, out.erased, lease)
         out.dead = rewrite_stream(r, ns, keys.dead(ns), DEAD_RAW, out.erased, lease)
         out.snapshots = drop_snapshots(r, ns)

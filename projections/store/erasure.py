@@ -47,10 +47,8 @@ change.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +56,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import redis
 
 from hivemind_memory.events.codec import decode_event, encode_event
 from hivemind_memory.events.errors import StoreError
@@ -71,6 +68,7 @@ from hivemind_memory.projections.store.audit_trail import (
     REDACTED_FIELD,
     VALUE_FIELD,
 )
+from hivemind_memory.projections.store.eventdigest import ERASED, digest_key
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
 from hivemind_memory.projections.store.results import AUDIT_FIELD
@@ -311,19 +309,6 @@ def needles(note_ids: Sequence[str]) -> list[bytes]:
     return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
 
 
-DIGEST_KEY_BYTES = 32
-"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
-
-
-def digest_key(r: Store) -> bytes:
-    """The store's secret for ``redacted`` digests, made on first use: an XADD with the
-    fixed id ``0-1`` succeeds once, so concurrent first erasures agree on one secret."""
-    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
-        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
-    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
-    return entry.fields[b"k"]
-
-
 def content_change(ns: str, note_ids: Sequence[str], key: bytes
                    ) -> Callable[[bytes], bytes | None]:
     """The redaction of one encoded event: its redacted encoding (digest keyed with ``key``)
@@ -456,8 +441,6 @@ def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
     ``eventdigest.ERASED``: the keyed digest of an erased text goes too, and the original
     event resent is refused (409 ``event_id_conflict``), never taken for a retry. How many
     were set (a rerun sets them again)."""
-    from hivemind_memory.projections.store.eventdigest import ERASED
-
     wanted, found = frozenset(note_ids), needles(note_ids)
     ids: list[str] = []
     for e in _entries(r, keys.stream(ns)):

@@ -5,21 +5,25 @@ retry (acknowledged, not appended again); with other content it is refused
 (``EventIdConflict``). Events still in the unprojected tail are compared directly; for events
 the projector folded, ``commit_batch.lua`` keeps ``hm:{ns}:event_digests`` (event_id ->
 digest) in the same atomic write as ``seen``. The digest is an HMAC-SHA256 keyed with the
-store's secret (``erasure.digest_key``): an unkeyed hash of a short text could be guessed.
+store's secret (``digest_key``): an unkeyed hash of a short text could be guessed.
 It covers everything but ``at`` (a client that lets the server fill ``at`` gets a new one on
 each retry): type, ns, note id, agent and every other field.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import secrets
 from collections.abc import Iterable
 
 import msgspec
+import redis
 
 from hivemind_memory.events.schema import Event, event_type
-from hivemind_memory.projections.store.types import Store
+from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.types import Store, stream_entries
 
 ERASED = b"erased"
 """The digest an erasure leaves for the events of an erased note: matches no content, so the
@@ -39,10 +43,22 @@ def digest(key: bytes, ev: Event) -> bytes:
     return hmac.new(key, canonical(ev), hashlib.sha256).hexdigest().encode()
 
 
+DIGEST_KEY_BYTES = 32
+"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
+
+
+def digest_key(r: Store) -> bytes:
+    """The store's secret for keyed digests (``redacted`` and ``event_digests``), made on
+    first use: an XADD with the fixed id ``0-1`` succeeds once, so concurrent first writers
+    agree on one secret."""
+    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
+        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
+    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
+    return entry.fields[b"k"]
+
+
 def store_key(r: Store) -> bytes:
     """The store's digest secret (made on first use)."""
-    from hivemind_memory.projections.store.erasure import digest_key
-
     return digest_key(r)
 
 

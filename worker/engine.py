@@ -507,6 +507,7 @@ class QueryEngine:
             if not q.before:
                 by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
         served_at = utcnow()
+        min_id = self.settings.audit_min_id(int(served_at.timestamp() * 1000))
         base = self.base_digest
         for ns, group in sorted(by_ns.items()):
             p = pub.pipeline()
@@ -526,7 +527,8 @@ class QueryEngine:
                 results.stage_audit(p, ns, encode(served(
                     q.result, q.env.position, q.digest, req=q.req, body=q.body, seen=q.seen,
                     base_digest=base, embedding=emb, served_at=served_at, why=q.why,
-                    embedder=self.embedder_digest if q.cfg.relevance == "calibrated" else "")))
+                    embedder=self.embedder_digest if q.cfg.relevance == "calibrated" else "")),
+                    min_id)
             new_cfg: dict[str, RankingConfig] = {}
             new_emb: dict[str, list[float]] = {}
             if configs:

@@ -18,6 +18,8 @@ MAX_SHARDS = 1024
 """Most shards a deployment may have (``shards``)."""
 MAX_AUDIT_LEFT_OUT = 1000
 """Largest ``audit_left_out``: it bounds the size of every audit entry."""
+MAX_AUDIT_RETENTION_DAYS = 36_600
+"""Largest ``audit_retention_days`` (a century; 0 keeps entries for good)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,12 @@ class Settings:
     """Projection lease; a dead projector's lease expires after this."""
     result_ttl_seconds: int = keys.RESULT_TTL_SECONDS
     """Lifetime of query result keys."""
+    audit_retention_days: int = 90
+    """Days a namespace's audit entries (its served queries) are kept: each append to the
+    audit stream drops, exactly, the entries older than this (their ids are the server's
+    time). 0: kept for good. The event log, the config history and the filed query
+    embeddings are never trimmed (an audit entry names its config and embedding by digest,
+    filed once)."""
     query_chunk: int = 500
     """Queries carried by one batch-query job (each job costs a worker ~10 ms besides its
     queries: RQ's own ~2 ms, the catch-up check, the last wave's wait, the batch memo built
@@ -111,6 +119,7 @@ class Settings:
             "HIVEMIND_MEMORY_BUDGET_MIB": ("memory_budget_mib", int),
             "HIVEMIND_WARM_INLINE_MAX_NOTES": ("warm_inline_max_notes", int),
             "HIVEMIND_RESULT_TTL": ("result_ttl_seconds", int),
+            "HIVEMIND_AUDIT_RETENTION_DAYS": ("audit_retention_days", int),
             "HIVEMIND_QUERY_CHUNK": ("query_chunk", int),
             "HIVEMIND_CATCH_UP_TIMEOUT": ("catch_up_timeout_s", float),
             "HIVEMIND_PACKER": ("packer", str),
@@ -149,6 +158,10 @@ class Settings:
         if not 0 <= s.audit_left_out <= MAX_AUDIT_LEFT_OUT:
             raise ConfigError(f"HIVEMIND_AUDIT_LEFT_OUT / audit_left_out must be within "
                               f"0..{MAX_AUDIT_LEFT_OUT}, got {s.audit_left_out}")
+        if not 0 <= s.audit_retention_days <= MAX_AUDIT_RETENTION_DAYS:
+            raise ConfigError(f"HIVEMIND_AUDIT_RETENTION_DAYS / audit_retention_days must be "
+                              f"within 0..{MAX_AUDIT_RETENTION_DAYS} (0: keep for good), got "
+                              f"{s.audit_retention_days}")
         if not 1 <= s.shards <= MAX_SHARDS:
             raise ConfigError(f"HIVEMIND_SHARDS / shards must be within 1..{MAX_SHARDS}, got "
                               f"{s.shards}")
@@ -162,6 +175,13 @@ class Settings:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")
         return s
+
+    def audit_min_id(self, now_ms: int) -> str | None:
+        """The oldest audit entry id kept when appending at ``now_ms`` (ms since the epoch,
+        read by the caller), or None when entries are kept for good."""
+        if self.audit_retention_days == 0:
+            return None
+        return f"{max(0, now_ms - self.audit_retention_days * 86_400_000)}-0"
 
     def check_urls(self) -> None:
         """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,

@@ -78,6 +78,42 @@ def fsck_hint(url: str) -> str:
             "losing an acknowledged record (the old file is kept beside it)")
 
 
+TRIM_FIELD = b"\x00minid"
+"""Pseudo-field a logged XADD record carries when the XADD trimmed its stream (``MINID``, the
+audit retention): its value is the MINID. Replay strips it and trims again, exactly, so an
+entry dropped before a restart stays dropped. Never a field of a stream entry."""
+
+
+def _xadd_minid(args: list[bytes]) -> bytes | None:
+    """The ``MINID`` of an ``XADD`` argument list (``args[0]`` is the key), or None."""
+    i = 1
+    while i < len(args):
+        word = args[i].upper()
+        if word == b"NOMKSTREAM":
+            i += 1
+        elif word in (b"MAXLEN", b"MINID"):
+            j = i + 2 if args[i + 1] in (b"=", b"~") else i + 1
+            if word == b"MINID":
+                return args[j]
+            i = j + 1
+        elif word == b"LIMIT":
+            i += 2
+        else:
+            return None
+    return None
+
+
+def replay_args(rec: Record) -> list[bytes]:
+    """The XADD arguments that replay ``rec``: its fields, and the trim it made (``MINID =``)
+    when it carries ``TRIM_FIELD``."""
+    fields = list(rec.fields)
+    trim: list[bytes] = []
+    if len(fields) >= 2 and fields[-2] == TRIM_FIELD:
+        trim = [b"MINID", b"=", fields[-1]]
+        del fields[-2:]
+    return [rec.key, *trim, rec.entry_id, *fields]
+
+
 def _xadd_fields(args: list[bytes]) -> list[bytes]:
     """The field/value list of an ``XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] n [LIMIT c]]
     id field value ...`` argument list (``args[0]`` is the key)."""
@@ -247,8 +283,12 @@ class _LoggingSocket(FakeSocket):
         with slog.ordering:  # the id and the record's place in the file: one order
             result = super()._run_command(func, sig, args, from_script)
             if isinstance(result, bytes):
-                self.logged = slog.queue(bytes(args[0]), result,
-                                         [bytes(a) for a in _xadd_fields(list(args))])
+                raw = [bytes(a) for a in args]
+                fields = _xadd_fields(raw)
+                minid = _xadd_minid(raw)
+                if minid is not None:
+                    fields += [TRIM_FIELD, minid]
+                self.logged = slog.queue(raw[0], result, fields)
         return result
 
     def sendall(self, data: Any) -> None:
@@ -305,8 +345,7 @@ class Embedded:
                 if not keys.is_source_stream(rec.key):
                     skipped += 1  # written by an older version (rq:results:*): derived
                     continue
-                p.execute_command(  # type: ignore[no-untyped-call]
-                    "XADD", rec.key, rec.entry_id, *rec.fields)
+                p.execute_command("XADD", *replay_args(rec))  # type: ignore[no-untyped-call]
                 if rec.key.startswith(events) and rec.key.endswith(b"}:events"):
                     nss.add(rec.key[len(events): -len(b"}:events")])
                 n += 1

@@ -29,9 +29,17 @@ def stage_result(p: Pipe, ns: str, query_id: str, body: bytes, ttl: int) -> None
     p.expire(keys.done(ns, query_id), ttl)
 
 
-def stage_audit(p: Pipe, ns: str, event: bytes) -> None:
-    """Queue on ``p`` the append of one audit event (JSON) to the namespace's audit stream."""
-    p.xadd(keys.audit(ns), {AUDIT_FIELD: event})
+def stage_audit(p: Pipe, ns: str, event: bytes, min_id: str | None = None) -> None:
+    """Queue on ``p`` the append of one audit event (JSON) to the namespace's audit stream;
+    with ``min_id`` (``Settings.audit_min_id``) the same XADD drops, exactly (``MINID =``),
+    every entry older than it. Exact rather than ``~``: Redis' approximate trim only frees
+    whole macro-nodes (``stream-node-max-entries``, 100 by default), so entries past the
+    retention would stay visible to ``audit list``/``reproduce``; appended at every query, the
+    exact trim removes only what aged out since the previous append (usually nothing)."""
+    if min_id is None:
+        p.xadd(keys.audit(ns), {AUDIT_FIELD: event})
+    else:
+        p.xadd(keys.audit(ns), {AUDIT_FIELD: event}, minid=min_id, approximate=False)
 
 
 def read_result(r: Store, ns: str, query_id: str) -> bytes | None:

@@ -1,0 +1,94 @@
+"""Audit retention through the SDK on a ``memory://PATH`` store: a recall's audit append drops
+the entries older than ``HIVEMIND_AUDIT_RETENTION_DAYS`` (exactly: one on the boundary
+stays), ``audit reproduce`` of a dropped query says it is not in the audit (no crash) and still
+reproduces a kept one. ``streams.log`` logs the trim with the XADD that made it, so after a
+restart the dropped entries stay dropped."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hivemind_memory import Memory
+from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.projections.store import connection, keys
+from hivemind_memory.worker import engine
+from hivemind_memory.worker.cli.main import main as hivemind_main
+
+NS = "team-a"
+
+
+def _ids(url: str) -> list[bytes]:
+    r = connection.connect(url)
+    try:
+        return [e[0] for e in r.xrange(keys.audit(NS))]
+    finally:
+        connection.release(url)
+
+
+def _ms(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-")[0])
+
+
+def test_recall_drops_audit_entries_past_the_retention(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"memory://{tmp_path / 'store'}"
+    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
+    s = Settings.from_env(redis_url=url)
+    m = Memory(url, ns=NS, agent="alice", settings=s)
+    try:
+        m.remember("deploy the staging cluster on friday")
+        qa = m.recall("staging cluster", budget=200).query_id
+        qb = m.recall("friday deploy", budget=200).query_id
+        ids = _ids(url)
+        assert len(ids) == 2 and _ms(ids[0]) < _ms(ids[1]), ids  # a recall takes > 1 ms
+        # the clock one day (the retention) after qb's entry: qb is on the boundary (kept),
+        # qa before it (dropped); the new entry (server time, later) kept
+        later = datetime.fromtimestamp(_ms(ids[1]) / 1000, UTC) + timedelta(days=1)
+        real = engine.utcnow
+        monkeypatch.setattr(engine, "utcnow", lambda: later)
+        m.recall("staging", budget=200)
+        kept = _ids(url)
+        assert kept[0] == ids[1] and len(kept) == 2 and ids[0] not in kept
+    finally:
+        m.close()
+
+    capsys.readouterr()
+    hivemind_main(["audit", "reproduce", "--ns", NS, qa, qb, "--redis-url", url])
+    err = capsys.readouterr().err
+    assert f"query {qa} is not in the audit of {NS}" in err
+    assert qb not in err.split("audit reproduce:")[0] and "1 identical" in err, err
+
+    # restart: streams.log replays the trim with the record that made it: still dropped
+    connection.close_embedded(url)
+    assert _ids(url) == kept
+    m = Memory(url, ns=NS, agent="alice", settings=s)
+    try:
+        m.recall("cluster", budget=200)
+    finally:
+        m.close()
+    after = _ids(url)
+    assert ids[0] not in after and after[0] == ids[1] and len(after) == 3
+    monkeypatch.setattr(engine, "utcnow", real)
+
+
+def test_retention_0_keeps_every_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"memory://{tmp_path / 'store'}"
+    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "0")
+    m = Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
+    try:
+        m.remember("deploy the staging cluster on friday")
+        m.recall("staging cluster", budget=200)
+        first = _ids(url)
+        monkeypatch.setattr(engine, "utcnow",
+                            lambda: datetime.now(UTC) + timedelta(days=36_600))
+        m.recall("friday deploy", budget=200)
+        got = _ids(url)
+        assert got[0] == first[0] and len(got) == 2
+    finally:
+        m.close()
+
+

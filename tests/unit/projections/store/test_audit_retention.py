@@ -1,0 +1,93 @@
+"""Audit retention (``HIVEMIND_AUDIT_RETENTION_DAYS``): each append to a namespace's audit
+stream drops, exactly, the entries older than the retention; 0 keeps everything. On fakeredis
+and a real redis-server (``store``), and the setting's bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hivemind_memory.api_stub.protocol.settings import ConfigError, Settings
+from hivemind_memory.projections.store import connection, keys, logfile, results
+
+NS = "team-a"
+DAY_MS = 86_400_000
+NOW_MS = 1_800_000_000_000
+"""The append's clock (ms): entry ids in the tests are set relative to it."""
+
+
+def _seed(r: Any, ages_ms: list[int]) -> list[bytes]:
+    ids = [f"{NOW_MS - a}-0".encode() for a in sorted(ages_ms, reverse=True)]
+    for i in ids:
+        r.xadd(keys.audit(NS), {results.AUDIT_FIELD: b"{}"}, id=i)
+    return ids
+
+
+def _append(r: Any, s: Settings) -> None:
+    p = r.pipeline(transaction=True)
+    results.stage_audit(p, NS, b'{"new":1}', s.audit_min_id(NOW_MS))
+    p.execute()
+
+
+def _kept(r: Any) -> list[bytes]:
+    return [e[0] for e in r.xrange(keys.audit(NS))]
+
+
+def test_entries_past_the_retention_go_at_the_next_append_those_within_stay(store: Any) -> None:
+    s = Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "90"})
+    # 150 old entries (more than one of Redis' 100-entry macro-nodes: an approximate trim
+    # would keep some), one 1 ms past the boundary, one exactly on it, one 1 ms inside
+    old = _seed(store, [91 * DAY_MS + i for i in range(150)] + [90 * DAY_MS + 1,
+                                                                 90 * DAY_MS, 90 * DAY_MS - 1])
+    assert len(_kept(store)) == 153
+    _append(store, s)
+    kept = _kept(store)
+    assert kept[:2] == old[-2:]  # on the boundary (id == MINID) and inside: kept
+    assert len(kept) == 3  # and the new entry; every older one gone
+    assert f"{NOW_MS - 90 * DAY_MS}-0".encode() == kept[0]
+
+
+def test_retention_0_keeps_everything(store: Any) -> None:
+    s = Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "0"})
+    assert s.audit_min_id(NOW_MS) is None
+    old = _seed(store, [3650 * DAY_MS, 91 * DAY_MS, DAY_MS])
+    _append(store, s)
+    assert _kept(store)[:3] == old and len(_kept(store)) == 4
+
+
+def test_default_is_90_days() -> None:
+    s = Settings.from_env({})
+    assert s.audit_retention_days == 90
+    assert s.audit_min_id(NOW_MS) == f"{NOW_MS - 90 * DAY_MS}-0"
+
+
+@pytest.mark.parametrize("bad", ["-1", "36601", "ninety"])
+def test_a_bad_retention_is_refused_naming_the_variable(bad: str) -> None:
+    with pytest.raises(ConfigError, match="HIVEMIND_AUDIT_RETENTION_DAYS"):
+        Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": bad})
+
+
+def test_retention_bounds_accepted() -> None:
+    assert Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "36600"}).audit_retention_days \
+        == 36600
+    assert Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "1"}).audit_min_id(DAY_MS) \
+        == "0-0"
+
+
+def test_memory_path_keeps_the_trim_across_a_restart(tmp_path: Any) -> None:
+    url = f"memory://{tmp_path / 'store'}"
+    s = Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "90"})
+    r = connection.connect(url)
+    old = _seed(r, [91 * DAY_MS, 90 * DAY_MS + 1, 90 * DAY_MS, DAY_MS])
+    _append(r, s)
+    kept = _kept(r)
+    assert kept[:2] == old[2:] and len(kept) == 3
+    connection.close_embedded(url)
+    r = connection.connect(url)
+    try:
+        assert _kept(r) == kept  # replay trims again: the dropped entries stay dropped
+        assert logfile.check(logfile.scan((tmp_path / "store" / logfile.LOG_NAME)
+                                          .read_bytes())).openable  # fsck: a sound file
+    finally:
+        connection.close_embedded(url)

@@ -35,6 +35,7 @@ from hivemind_memory.events.errors import (
     AlreadySuperseded,
     CatchUpTimeout,
     EventError,
+    EventIdConflict,
     NotAllowed,
     NoteExists,
     QueryError,
@@ -229,6 +230,16 @@ class Client:
             verdict = check_write(view.notes, view.logged, evs)
             if verdict.refused is not None:
                 raise refusal(*verdict.refused, evs)
+            if verdict.logged:  # and the events of this write that share their ids
+                again = {evs[i].event_id for i in verdict.logged}
+                pick = [i for i, e in enumerate(evs) if e.event_id in again]
+                clash = readmodel.conflicting(self.store, ns, [evs[i] for i in pick])
+                if clash is not None:
+                    where, eid = pick[clash[0]], clash[1]
+                    raise EventIdConflict(
+                        f"events[{where}]: event_id {eid!r} is already in namespace {ns!r} with "
+                        "other content (a retry must resend the same event; give a new "
+                        "event_id for a new event)", where, event_id=eid)
             if not verdict.fresh:
                 return CheckedAppend(0, len(verdict.logged))
             if not prepared:  # once, before the first entry can land (a refused write

@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
     EventError,
+    EventIdConflict,
     HivemindError,
     IndexWarming,
     NotAllowed,
@@ -420,10 +422,17 @@ class _HttpTransport(_Transport):
         return out
 
 
+_CONFLICT_ID = re.compile(r"event_id '([^']*)'")
+"""The id an ``event_id_conflict`` message names (``Client.append_checked`` writes it)."""
+
+
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
     refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
                "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded,
                "version_conflict": VersionConflict}.get(code)
+    if code == "event_id_conflict" and kind == "event":
+        got = _CONFLICT_ID.search(message)
+        return EventIdConflict(message, event_id=got.group(1) if got else "")
     if refused is not None and kind == "event":
         return refused(message)
     if status in (401, 403):

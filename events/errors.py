@@ -104,6 +104,19 @@ class NoteExists(WriteRefused):
     status = 409
 
 
+class EventIdConflict(WriteRefused):
+    """An ``event_id`` already in the namespace's log is sent again with other content (type,
+    note, agent, text or fields differ; ``at`` is not compared). The same content resent is
+    an idempotent retry, not this error (409). ``event_id`` names the id."""
+
+    code = "event_id_conflict"
+    status = 409
+
+    def __init__(self, message: str, index: int = 0, event_id: str = "") -> None:
+        super().__init__(message, index)
+        self.event_id = event_id
+
+
 class UnknownNote(WriteRefused):
     """A use, forget, revision or supersession names a note the namespace does not have, has
     forgotten or erased, or the writer may not see (another agent's private note: not

@@ -142,6 +142,8 @@ class QueryEngine:
         erasure ran: the as-of folds kept of the namespace are dropped (they may hold the
         log before its rewrite), and answers published meanwhile are checked."""
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
+        self.emb_filed: dict[str, dict[str, int]] = {}
+        """Per namespace: filed embedding digest -> ms of its latest filing known here."""
         """Per namespace: config and embedding digests already filed (read once)."""
         self.base_digest = cfg.digest()
         """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
@@ -507,7 +509,10 @@ class QueryEngine:
             if not q.before:
                 by_ns.setdefault(q.ns or results.INVALID_NS, []).append(q)
         served_at = utcnow()
-        min_id = self.settings.audit_min_id(int(served_at.timestamp() * 1000))
+        now_ms = int(served_at.timestamp() * 1000)
+        min_id = self.settings.audit_min_id(now_ms)
+        emb_min_id = self.settings.embedding_min_id(now_ms)
+        stale = None if min_id is None else int(min_id.split("-")[0])
         base = self.base_digest
         for ns, group in sorted(by_ns.items()):
             p = pub.pipeline()
@@ -534,11 +539,18 @@ class QueryEngine:
             if configs:
                 have_cfg, have_emb = self._recorded(ns)
                 new_cfg = {d: c for d, c in sorted(configs.items()) if d not in have_cfg}
-                new_emb = {d: e for d, e in sorted(embeddings.items()) if d not in have_emb}
+                filed = self.emb_filed.get(ns)
+                if filed is None and stale is not None and embeddings:
+                    filed = self.emb_filed[ns] = audit_trail.embedding_filings(self.r, ns)
+                new_emb = {d: e for d, e in sorted(embeddings.items()) if d not in have_emb
+                           or (stale is not None and filed is not None
+                               and filed.get(d, 0) < stale)}
                 for digest, cfg in new_cfg.items():
                     audit_trail.stage_config(p, ns, digest, encode(cfg))
                 for digest, vec in new_emb.items():
-                    audit_trail.stage_embedding(p, ns, digest, encode(vec))
+                    audit_trail.stage_embedding(p, ns, digest, encode(vec), emb_min_id)
+                    if filed is not None:
+                        filed[digest] = now_ms
             if ns != results.INVALID_NS:
                 p.get(keys.erasure_fence(ns))  # read with the writes, atomically
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),

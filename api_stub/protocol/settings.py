@@ -52,9 +52,9 @@ class Settings:
     audit_retention_days: int = 90
     """Days a namespace's audit entries (its served queries) are kept: each append to the
     audit stream drops, exactly, the entries older than this (their ids are the server's
-    time). 0: kept for good. The event log, the config history and the filed query
-    embeddings are never trimmed (an audit entry names its config and embedding by digest,
-    filed once)."""
+    time). 0: kept for good. The filed query embeddings are kept twice as long, an embedding
+    being filed again when its last filing is older than this (``embedding_min_id``). The
+    event log and the config history are never trimmed."""
     query_chunk: int = 500
     """Queries carried by one batch-query job (each job costs a worker ~10 ms besides its
     queries: RQ's own ~2 ms, the catch-up check, the last wave's wait, the batch memo built
@@ -182,6 +182,14 @@ class Settings:
         if self.audit_retention_days == 0:
             return None
         return f"{max(0, now_ms - self.audit_retention_days * 86_400_000)}-0"
+
+    def embedding_min_id(self, now_ms: int) -> str | None:
+        """The oldest filed query embedding kept when filing at ``now_ms``: twice the audit
+        retention back (an embedding is filed again once its last filing is older than the
+        retention, so every kept audit entry's embedding is kept), or None (kept for good)."""
+        if self.audit_retention_days == 0:
+            return None
+        return f"{max(0, now_ms - 2 * self.audit_retention_days * 86_400_000)}-0"
 
     def check_urls(self) -> None:
         """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,

@@ -30,9 +30,34 @@ def stage_config(p: Pipe, ns: str, digest: str, canonical: bytes) -> None:
     p.xadd(keys.configs(ns), {DIGEST_FIELD: digest, VALUE_FIELD: canonical})
 
 
-def stage_embedding(p: Pipe, ns: str, digest: str, data: bytes) -> None:
-    """Queue on ``p`` the append of a query's embedding (JSON) under its digest."""
-    p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: digest, VALUE_FIELD: data})
+def stage_embedding(p: Pipe, ns: str, digest: str, data: bytes,
+                    min_id: str | None = None) -> None:
+    """Queue on ``p`` the append of a query's embedding (JSON) under its digest; with
+    ``min_id`` (``Settings.embedding_min_id``) the same XADD drops, exactly, every filed
+    embedding older than it (the worker files an embedding again when its last filing is
+    older than the audit retention, so every kept audit entry still finds its embedding)."""
+    if min_id is None:
+        p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: digest, VALUE_FIELD: data})
+    else:
+        p.xadd(keys.query_embeddings(ns), {DIGEST_FIELD: digest, VALUE_FIELD: data},
+               minid=min_id, approximate=False)
+
+
+def embedding_filings(r: Store, ns: str) -> dict[str, int]:
+    """Filed query embeddings (not those an erasure emptied): digest -> the time (ms, its
+    entry id) of its latest filing."""
+    out: dict[str, int] = {}
+    start = "-"
+    while True:
+        got = stream_entries(r.xrange(keys.query_embeddings(ns), min=start, max="+",
+                                      count=1000))
+        if not got:
+            return out
+        for e in got:
+            if REDACTED_FIELD not in e.fields:
+                out[e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")] = \
+                    int(e.id.split(b"-")[0])
+        start = "(" + got[-1].id.decode()
 
 
 def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:

@@ -47,10 +47,8 @@ change.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +56,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import redis
 
 from hivemind_memory.events.codec import decode_event, encode_event
 from hivemind_memory.events.errors import StoreError
@@ -71,6 +68,7 @@ from hivemind_memory.projections.store.audit_trail import (
     REDACTED_FIELD,
     VALUE_FIELD,
 )
+from hivemind_memory.projections.store.eventdigest import ERASED, digest_key
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
 from hivemind_memory.projections.store.results import AUDIT_FIELD
@@ -311,19 +309,6 @@ def needles(note_ids: Sequence[str]) -> list[bytes]:
     return [key + msgspec.msgpack.encode(n) for n in dict.fromkeys(note_ids)]
 
 
-DIGEST_KEY_BYTES = 32
-"""Length of the store's digest secret (``keys.DIGEST_KEY``)."""
-
-
-def digest_key(r: Store) -> bytes:
-    """The store's secret for ``redacted`` digests, made on first use: an XADD with the
-    fixed id ``0-1`` succeeds once, so concurrent first erasures agree on one secret."""
-    with contextlib.suppress(redis.ResponseError):  # made before: "ID ... equal or smaller"
-        r.xadd(keys.DIGEST_KEY, {"k": secrets.token_bytes(DIGEST_KEY_BYTES)}, id="0-1")
-    [entry] = stream_entries(r.xrange(keys.DIGEST_KEY, count=1))
-    return entry.fields[b"k"]
-
-
 def content_change(ns: str, note_ids: Sequence[str], key: bytes
                    ) -> Callable[[bytes], bytes | None]:
     """The redaction of one encoded event: its redacted encoding (digest keyed with ``key``)
@@ -451,6 +436,28 @@ def rewrite_entries(r: Store, ns: str, key: str, change: EntryChange, marks: lis
                      "to swap in its redacted copy; run the erasure again")
 
 
+def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
+    """Set the ``event_digests`` of the content events of ``note_ids`` in ``ns``'s log to
+    ``eventdigest.ERASED``: the keyed digest of an erased text goes too, and the original
+    event resent is refused (409 ``event_id_conflict``), never taken for a retry. How many
+    were set (a rerun sets them again)."""
+    wanted, found = frozenset(note_ids), needles(note_ids)
+    ids: list[str] = []
+    for e in _entries(r, keys.stream(ns)):
+        raw = e.fields.get(FIELD)
+        if raw is None or not any(n in raw for n in found):
+            continue
+        try:
+            ev = decode_event(raw)
+        except Exception:  # an entry this version cannot read carries no event
+            continue
+        if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted:
+            ids.append(ev.event_id)
+    if ids:
+        r.hset(keys.event_digests(ns), mapping=dict.fromkeys(ids, ERASED))
+    return len(ids)
+
+
 def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str], list[str]]:
     """Those of ``note_ids`` the read model has erased, and the others (in order)."""
     ids = list(dict.fromkeys(note_ids))
@@ -567,6 +574,7 @@ def redact(r: Store, ns: str, note_ids: Sequence[str],
         if also is not None and contents:
             out.jobs = also(contents)
         out.log_records = _rewrite_file(r, ns, out.erased, contents)  # before the log
+        forget_digests(r, ns, out.erased)
         out.events = rewrite_stream(r, ns, keys.stream(ns), FIELD, out.erased, lease)
         out.dead = rewrite_stream(r, ns, keys.dead(ns), DEAD_RAW, out.erased, lease)
         out.snapshots = drop_snapshots(r, ns)

@@ -84,6 +84,12 @@ def dupidx(ns: str) -> str:
     return f"{_ns(ns)}:dupidx"
 
 
+def event_digests(ns: str) -> str:
+    """Hash event_id -> keyed digest of the event's content, for every applied event
+    (``eventdigest``: a resent id with other content is refused)."""
+    return f"{_ns(ns)}:event_digests"
+
+
 def dupspec(ns: str) -> str:
     """The spec tag (``DupSpec.tag``) the near-duplicate lookup was made with."""
     return f"{_ns(ns)}:dupspec"

@@ -29,7 +29,7 @@ from hivemind_memory.projections.ranking.config import DEFAULT
 from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
 from hivemind_memory.projections.reduce import BatchResult, Undecodable, fold_batch, touched_by
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
-from hivemind_memory.projections.store import dupindex, keys
+from hivemind_memory.projections.store import dupindex, eventdigest, keys
 from hivemind_memory.projections.store.lease import changes_tail, wait_for_change
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.scripts import script, source
@@ -130,6 +130,19 @@ class Prepared:
     index: dupindex.IndexChanges
     """What the batch does to the near-duplicate lookup (``dupindex``)."""
     spec: DupSpec
+    digests: list[tuple[str, bytes]]
+    """(event_id, keyed digest) of the batch's applied events (``eventdigest``)."""
+
+
+def _digests(key: bytes, batch: Sequence[tuple[str, Event | Undecodable, bytes]],
+             seen: Sequence[str]) -> list[tuple[str, bytes]]:
+    """The digests of the events ``seen`` (the batch's applied ids) of ``batch``."""
+    want = set(seen)
+    out: dict[str, bytes] = {}
+    for _, ev, _raw in batch:
+        if not isinstance(ev, Undecodable) and ev.event_id in want and ev.event_id not in out:
+            out[ev.event_id] = eventdigest.digest(key, ev)
+    return list(out.items())
 
 
 def decode_entries(reply: Sequence[Any], ns: str
@@ -234,13 +247,15 @@ def prepare_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
     res = fold_batch(current, seen, decoded)
     return Prepared(ns=ns, expected=expected, new_checkpoint=decoded[-1][0], first=decoded[0][0],
                     count=len(decoded), result=res,
-                    index=dupindex.changes(current, res.notes, spec), spec=spec)
+                    index=dupindex.changes(current, res.notes, spec), spec=spec,
+                    digests=_digests(eventdigest.store_key(r), decoded, res.seen)
+                    if res.seen else [])
 
 
 def _commit_keys(ns: str) -> list[str]:
     return [keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
             keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns),
-            keys.dupidx(ns), keys.dupspec(ns)]
+            keys.dupidx(ns), keys.dupspec(ns), keys.event_digests(ns)]
 
 
 def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:
@@ -261,6 +276,10 @@ def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) 
     append(prep.count)
     append(" ".join(notes))
     argv += dupindex.commit_args(prep.index, prep.spec)
+    append(len(prep.digests))
+    for eid, dig in prep.digests:
+        append(eid)
+        append(dig)
     return argv
 
 
@@ -461,6 +480,7 @@ class Folder:
         next commit's compare-and-set would fail). A note known here is not read again."""
         self._known_at = ""
         """``checkpoint|generation`` after that commit."""
+        self._key: bytes | None = None
         self._known_bytes = 0
         self._settled: BatchInfo | None = None
         """A commit settled but not yet returned by ``step``."""
@@ -552,6 +572,12 @@ class Folder:
         nxt.priors = current, _flagged(event_ids, flags)
         nxt.ahead = decode_entries(got[n], self.ns)
 
+    def _digest_key(self) -> bytes:
+        """The store's digest secret, read once per projector."""
+        if self._key is None:
+            self._key = eventdigest.store_key(self.r)
+        return self._key
+
     def _fold(self, expected: str, batch: list[Decoded],
               priors: tuple[dict[str, NoteState], set[str]]) -> tuple[Prepared, list[Any]]:
         """Fold ``batch`` onto its priors and build its commit's ARGV."""
@@ -559,7 +585,9 @@ class Folder:
         res = fold_batch(current, seen, batch)
         prep = Prepared(ns=self.ns, expected=expected, new_checkpoint=batch[-1][0],
                         first=batch[0][0], count=len(batch), result=res,
-                        index=dupindex.changes(current, res.notes, self.spec), spec=self.spec)
+                        index=dupindex.changes(current, res.notes, self.spec), spec=self.spec,
+                        digests=_digests(self._digest_key(), batch, res.seen)
+                        if res.seen else [])
         return prep, _commit_args(prep, int(time.time() * 1000), self.token, self.lease_ms)
 
     def _send(self, prep: Prepared, argv: list[Any], ahead: list[Decoded], t0: float,
@@ -806,3 +834,40 @@ def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[s
     return WriteView(tail=decoded[-1][0] if decoded else cp_str,
                      notes={**current, **res.notes},
                      logged=(seen | in_tail) & set(event_ids))
+
+
+def conflicting(r: Store, ns: str, events: Sequence[Event]) -> tuple[int, str] | None:
+    """The first of ``events`` (already in the log: a checked write's ``logged``) whose
+    ``event_id`` is logged with other content, as (its place in ``events``, the id); None
+    when each is a retry of what is logged. Folded events are compared by their keyed digest
+    (``event_digests``), events still in the tail with the tail's own event; an id in
+    neither (folded before digests were kept) counts as a retry. Events of one write that
+    share an id must share their content too."""
+    if not events:
+        return None
+    ids = list(dict.fromkeys(e.event_id for e in events))
+    p = r.pipeline(transaction=True)
+    p.hmget(keys.event_digests(ns), ids)
+    p.get(keys.checkpoint(ns))
+    digs_raw, cp_raw = p.execute()
+    digs = {i: as_bytes(d) for i, d in zip(ids, digs_raw, strict=True) if d is not None}
+    first: dict[str, Event] = {}
+    if len(digs) < len(ids):  # read after the checkpoint read: a commit since keeps it in
+        cp = as_bytes(cp_raw).decode() if cp_raw else ""
+        for _, ev, _raw in decode_entries(r.xrange(keys.stream(ns), min="(" + cp if cp
+                                                   else "-", max="+") or [], ns):
+            if not isinstance(ev, Undecodable) and ev.event_id not in digs:
+                first.setdefault(ev.event_id, ev)
+    key = eventdigest.store_key(r) if digs else b""
+    for i, ev in enumerate(events):
+        eid = ev.event_id
+        if eid in digs:
+            if digs[eid] != eventdigest.digest(key, ev):
+                return i, eid
+        elif eid in first:
+            if eventdigest.canonical(first[eid]) != eventdigest.canonical(ev):
+                return i, eid
+        else:
+            first[eid] = ev  # an earlier event of this write is what a later one must match
+    return None
+

@@ -63,5 +63,7 @@ def stream_keys(r: Store) -> list[bytes]:
 
 def source_kinds_known() -> set[str]:
     """Stream kinds the product leaves in a store (a new one must be classified in ``keys``;
-    an erasure's ``rewrite`` copy exists only while it runs)."""
-    return {"events", "audit", "configs", "qembeddings", *keys.DERIVED_STREAMS} - {"rewrite"}
+    an erasure's ``rewrite`` copy exists only while it runs). ``digest_key``: the store's
+    secret for keyed digests, made by the first projection or erasure."""
+    return {"events", "audit", "configs", "qembeddings", "digest_key",
+            *keys.DERIVED_STREAMS} - {"rewrite"}

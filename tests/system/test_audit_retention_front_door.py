@@ -92,3 +92,49 @@ def test_retention_0_keeps_every_entry(tmp_path: Path, monkeypatch: pytest.Monke
         m.close()
 
 
+
+
+def _embeddings(url: str) -> list[tuple[bytes, bytes]]:
+    r = connection.connect(url)
+    try:
+        return [(e[0], e[1][b"digest"]) for e in r.xrange(keys.query_embeddings(NS))]
+    finally:
+        connection.release(url)
+
+
+def test_a_query_embedding_is_filed_again_past_the_retention_and_dropped_at_twice_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"memory://{tmp_path / 'store'}"
+    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
+    m = Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
+    vec = [0.6, 0.8]
+    try:
+        m.remember("deploy the staging cluster on friday", embedding=[0.6, 0.8])
+        m.recall("staging cluster", budget=200, embedding=vec)
+        first = _embeddings(url)
+        assert len(first) == 1
+        t0 = _ms(first[0][0])
+        # within the retention (1 s off: the worker's clock is read before the server's
+        # entry id): the filing is reused
+        monkeypatch.setattr(engine, "utcnow", lambda: datetime.fromtimestamp(
+            (t0 + 86_400_000 - 1000) / 1000, UTC))
+        m.recall("friday", budget=200, embedding=vec)
+        assert _embeddings(url) == first
+        # past it: filed again, the old filing kept (an audit entry within the retention may
+        # still name it) ...
+        monkeypatch.setattr(engine, "utcnow", lambda: datetime.fromtimestamp(
+            (t0 + 86_400_000 + 1000) / 1000, UTC))
+        m.recall("cluster", budget=200, embedding=vec)
+        got = _embeddings(url)
+        assert got[0] == first[0] and len(got) == 2 and got[1][1] == first[0][1]
+        # ... and dropped past twice the retention, at the next filing (another embedding)
+        # (the server's ids do not follow the patched clock: the cut is put between the two)
+        t1 = _ms(got[1][0])
+        assert t1 > t0 + 1, got
+        monkeypatch.setattr(engine, "utcnow", lambda: datetime.fromtimestamp(
+            ((t0 + t1) // 2 + 2 * 86_400_000) / 1000, UTC))
+        m.recall("deploy", budget=200, embedding=[0.8, 0.6])
+        after = _embeddings(url)
+        assert after[0] == got[1] and len(after) == 2 and after[1][1] != first[0][1]
+    finally:
+        m.close()

@@ -13,6 +13,7 @@
 -- KEYS[8] lock        string: the projection lease (its holder's token, with a TTL)
 -- KEYS[9] dupidx      zset:   the near-duplicate lookup, members digest..note_id, score 0
 -- KEYS[10] dupspec    string: the spec the lookup's members were made with
+-- KEYS[11] digests    hash:   event_id -> keyed digest of its content (eventdigest.py)
 -- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
@@ -27,6 +28,7 @@
 -- then    n_del, then n_del lookup members to remove (notes that left it or changed text)
 -- then    n_add, then n_add pairs: 0, member (ZADD's score-member order)
 -- then    the lookup's spec tag
+-- then    n_dig, then n_dig pairs: event_id, digest (the batch's seen ids)
 -- Returns 1 when applied, 0 when the checkpoint had moved or the lease was lost (nothing
 -- written). Both checkpoint and generation must match: a replay may write back the very
 -- checkpoint string a stale batch read, but never without bumping the generation. The lease
@@ -85,6 +87,14 @@ while i <= last do
   i = j + 1
 end
 redis.call('SET', KEYS[10], ARGV[i])
+i = i + 1
+n = tonumber(ARGV[i]); i = i + 1
+last = i + 2 * n - 1
+while i <= last do
+  local j = math.min(i + CHUNK - 1, last)
+  redis.call('HSET', KEYS[11], unpack(ARGV, i, j))
+  i = j + 1
+end
 if ARGV[5] ~= '' and ARGV[6] ~= '0' then
   redis.call('PEXPIRE', KEYS[8], ARGV[6])
 end

@@ -14,7 +14,7 @@ import msgspec
 from hivemind_memory.events.schema import content_digest
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import close_embedded, connect
-from hivemind_memory.projections.store.erasure import DIGEST_KEY_BYTES, digest_key
+from hivemind_memory.projections.store.eventdigest import DIGEST_KEY_BYTES, digest_key
 
 
 def test_a_six_digit_code_cannot_be_guessed_from_the_digest() -> None:

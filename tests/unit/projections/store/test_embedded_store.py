@@ -183,7 +183,7 @@ def test_only_source_streams_are_logged_and_every_stream_kind_is_classified(
         after = {k: r.xrange(k) for k in stream_keys(r)}
         assert after == {k: v for k, v in before.items() if keys.is_source_stream(k)}
         assert {k.partition(b"}:")[2] for k in after} == {b"events", b"audit", b"configs",
-                                                          b"qembeddings"}
+                                                          b"qembeddings", b"digest_key"}
     finally:
         close_embedded(url)
 

@@ -349,6 +349,18 @@ def index_rss_mib(redis_url: str, ns: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def wait_served(rq: Any, proc: subprocess.Popen[bytes], within_s: float = 120.0) -> None:
+    """Return once a live worker serves a query queue (its first heartbeat), or raise if the
+    worker process exits or does not beat within ``within_s``."""
+    from hivemind_memory.projections.store.beats import served_queues
+
+    deadline = time.monotonic() + within_s
+    while not served_queues(rq):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the worker process never served a queue (exit {proc.poll()})")
+        time.sleep(0.05)  # polling Redis for another process's first heartbeat
+
+
 @contextmanager
 def worker_process(redis_url: str, logdir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``hivemind worker`` in a subprocess (logs to a file), stopped (TERM, then KILL) at exit."""
@@ -542,10 +554,11 @@ def run(url: str, opts: Options, prefix: str) -> list[str]:
 
     ns = nss[0]
     with tempfile.TemporaryDirectory(prefix="hivemind-bench-query-") as d, \
-            worker_process(url, Path(d)):
+            worker_process(url, Path(d)) as proc:
         client = Client(rt.store, rt.rq, s)
         wlog = Path(d) / "worker.log"
         t = time.perf_counter()
+        wait_served(rt.rq, proc)  # a query before its first heartbeat is shard_unavailable
         warm = query_requests(ns, 1, corpus, rng)[0]
         body = client.result_json(client.submit_query(ns, warm["text"], warm["budget"]), 120)
         if not _check(body):

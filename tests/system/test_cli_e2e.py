@@ -97,7 +97,7 @@ def test_worker_burst_notes_replay(server: str, tmp_path: Path) -> None:
     assert list(rows[0]) == ["note_id", "agent", "scope", "kind", "tokens",
                                           "created_at", "uses", "last_used_at", "tier",
                                           "forgotten", "text", "version", "revised_at",
-                                          "superseded_by"]
+                                          "superseded_by", "erased", "metadata", "expires_at"]
     a, bb = rows
     assert (a["uses"], a["tier"], a["scope"], a["kind"], a["tokens"]) == \
         (5, "longterm", "private", "scratch", 42)

@@ -92,7 +92,7 @@ def test_nothing_new_means_no_catch_up_and_no_refresh(store: Any,
     assert sorted(n.note_id for n in seen[0].result.notes) == ["a1", "a2"]  # type: ignore[union-attr]
     c._qq.empty()
     # projected by someone else in between: nothing to catch up, but the index must refresh
-    c.append([created("a3", ns="a", text="redis stream")])
+    c.append([created("a3", ns="a", text="redis stream consumer")])  # not a1's near twin
     ensure_projected(store, "a", tail(store, "a"), Settings())
     calls.clear()
     last = eng.answer(_envelopes(store, c, [{"ns": "a", "text": "redis", "budget": 50}]))

@@ -64,6 +64,23 @@ def _start_embedded(settings: Any, store: Any) -> sdk.EmbeddedWorker:
     return start_embedded(settings, store)
 
 
+def _below_the_loggers_level(logger: Any, method_name: str, event_dict: Any) -> Any:
+    """``structlog.stdlib.filter_by_level`` for any logger: drops an event below the level of
+    a standard-library logger, and passes every event to another kind (a program that later
+    sets only its own ``logger_factory``, say ``PrintLoggerFactory``, keeps these processors:
+    ``filter_by_level`` would raise AttributeError on each line)."""
+    import logging
+
+    import structlog
+
+    enabled = getattr(logger, "isEnabledFor", None)
+    level = logging.ERROR if method_name == "exception" else \
+        logging.getLevelNamesMapping().get(method_name.upper(), logging.INFO)
+    if enabled is not None and not enabled(level):
+        raise structlog.DropEvent
+    return event_dict
+
+
 def _quiet_logs() -> None:
     """A library keeps quiet: unless the program configured structlog itself (the CLI does,
     ``worker.logs.configure``), hivemind's structlog events go to the standard ``logging``
@@ -75,7 +92,7 @@ def _quiet_logs() -> None:
     if structlog.is_configured():
         return
     structlog.configure(
-        processors=[structlog.stdlib.filter_by_level, structlog.stdlib.add_log_level,
+        processors=[_below_the_loggers_level, structlog.stdlib.add_log_level,
                     structlog.processors.KeyValueRenderer(key_order=["event"])],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,

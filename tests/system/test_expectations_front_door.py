@@ -201,6 +201,15 @@ def test_an_embedded_session_prints_nothing_to_stdout(tmp_path: Path) -> None:
          "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n" + script],
         capture_output=True, text=True, timeout=120, check=True)
     assert asked.stdout == "ours\n" and "queries_served" in asked.stderr
+    # a program that sets only its own logger factory after importing the SDK (our processors
+    # stay): every line goes to its logger, none raises
+    printed = subprocess.run(
+        [sys.executable, "-c", "import sys, structlog\n"
+         "from hivemind_memory import Memory\n"
+         "structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))\n"
+         + script], capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert printed.stdout == "ours\n" and "queries_served" in printed.stderr
 
 
 def test_the_mcp_tools_take_metadata_filter_expiry_and_expected_version(

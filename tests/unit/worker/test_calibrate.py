@@ -62,12 +62,30 @@ def queries(rnd: random.Random, n: int) -> list[dict[str, Any]]:
              "budget": 400, "agent": AGENTS[i % len(AGENTS)]} for i in range(n)]
 
 
+RULES_OFF = """near_identical = 0.0
+[updates]
+margin = 0.0
+[calibration]
+floor = 0.0
+"""
+"""This world's ranking without the rules that drop notes from an answer (near-identical
+notes merged, the probability floor, older facts halved): every note of the topic is shown,
+as the hidden rule's labels assume; the calibration is what these tests measure."""
+
+
+def rules_off(tmp_path: Path) -> Path:
+    p = tmp_path / "rules-off.toml"
+    p.write_text(RULES_OFF)
+    return p
+
+
 def served_world(tmp_path: Path) -> tuple[World, set[str]]:
     rnd = random.Random(11)
     w = World(tmp_path)
     evs, short = namespace(rnd)
     w.client.append(evs)
-    w.serve(queries(rnd, 60))  # budget 400: every note of the topic is shown
+    w.serve(queries(rnd, 60), cfg_path=str(rules_off(tmp_path)))  # budget 400: every note
+    # of the topic is shown
     # each asker then reports using what the hidden rule says it needed: the short notes on
     # its topic it was shown; some also used an unrelated note a week later (out of window)
     uses: list[dict[str, Any]] = []
@@ -92,7 +110,8 @@ def served_world(tmp_path: Path) -> tuple[World, set[str]]:
 
 def test_calibrating_from_the_uses_learns_the_hidden_rule(tmp_path: Path) -> None:
     w, _ = served_world(tmp_path)
-    rep = calibrate(w.r, "t", DEFAULT, embedder_for(DEFAULT.embedder), holdout=0.25,
+    off = load_config(rules_off(tmp_path))
+    rep = calibrate(w.r, "t", off, embedder_for(off.embedder), holdout=0.25,
                     budget=BUDGET, seed=3)
     assert rep.queries == 60 and rep.held_out == 15 and rep.fitted == 45
     # the rows are the notes shown (the query's filler word shows other topics' notes too);
@@ -102,7 +121,7 @@ def test_calibrating_from_the_uses_learns_the_hidden_rule(tmp_path: Path) -> Non
     assert rep.before is not None and rep.after is not None
     assert rep.after >= rep.before + MARGIN, (rep.before, rep.after)
     assert rep.config.relevance == "calibrated"
-    assert rep.config.calibration != DEFAULT.calibration
+    assert rep.config.calibration != off.calibration
 
 
 def test_the_command_prints_recall_and_writes_a_config_that_config_takes(
@@ -110,7 +129,8 @@ def test_the_command_prints_recall_and_writes_a_config_that_config_takes(
     w, short = served_world(tmp_path)
     out_file = tmp_path / "fitted.toml"
     capsys.readouterr()
-    code, out, err = w.cli(capsys, "calibrate", "--ns", "t", "--budget", str(BUDGET),
+    code, out, err = w.cli(capsys, "calibrate", "--ns", "t", "--config", str(rules_off(tmp_path)),
+                           "--budget", str(BUDGET),
                            "--holdout", "0.25", "--seed", "3", "-o", str(out_file))
     assert code == 0, err
     assert "held-out recall: before" in out and "60 labelled quer(ies)" in out

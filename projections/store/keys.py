@@ -190,7 +190,8 @@ def erased_texts(ns: str) -> str:
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
-            dead(ns), changes(ns), dupidx(ns), dupspec(ns), lock(ns), scheduled(ns), audit(ns),
+            dead(ns), changes(ns), dupidx(ns), dupspec(ns), event_digests(ns), lock(ns),
+            scheduled(ns), audit(ns),
             configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
             erasing(ns), erasure_fence(ns), erased_texts(ns)]

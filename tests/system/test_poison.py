@@ -23,6 +23,7 @@ from typing import Any
 import fakeredis
 import msgspec
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,7 @@ from hivemind_memory.projections.store.readmodel import (
 )
 from hivemind_memory.projections.store.rebuild import fold_log, write_back
 from tests.support import HIVEMIND, RedisProc
+from tests.support.beats import wait_for_workers
 from tests.support.factories import created, ev, jsonl, used
 
 LATE = "9999-12-31T23:00:00-05:00"
@@ -181,7 +183,14 @@ def _run(url: str, *args: str, stdin: str | None = None) -> subprocess.Completed
 
 
 @pytest.mark.redis_server
-def test_cli_bad_dates_and_ids_never_trace_back(server: str, tmp_path: Path) -> None:
+def test_cli_bad_dates_and_ids_never_trace_back(server: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # 5,000 notes of one shape ("note gN about redis"): no note's calibrated probability
+    # clears the default floor (0.001), so the answers below would be empty by design; this
+    # test is about bad input, so the processes it starts rank without the floor
+    cfg = tmp_path / "no-floor.toml"
+    cfg.write_text("[calibration]\nfloor = 0.0\n")
+    monkeypatch.setenv("HIVEMIND_CONFIG", str(cfg))
     rows = [created(f"g{i}", eid=f"g{i}") for i in range(5000)]
     rows[2000] = {**rows[2000], "at": LATE}
     rows[2001] = {**rows[2001], "event_id": "u9\n"}
@@ -208,6 +217,7 @@ def test_cli_bad_dates_and_ids_never_trace_back(server: str, tmp_path: Path) -> 
                               "HIVEMIND_REDIS_URL": server},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_for_workers(redis.Redis.from_url(server))  # before: shard_unavailable at once
         out = _run(server, "batch", str(b))
         q1 = _run(server, "query", "redis", "--ns", "t", "--budget", "9", "--as-of", LATE)
         q2 = _run(server, "query", "redis", "--ns", "t\n", "--budget", "9")
@@ -244,6 +254,7 @@ def test_cli_poison_then_worker_query_replay_and_dead(redis_server: RedisProc,
                               "HIVEMIND_REDIS_URL": server},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        wait_for_workers(redis.Redis.from_url(server))  # before: shard_unavailable at once
         q = _run(server, "query", "alpha", "--ns", "t", "--budget", "100", "--json")
     finally:
         worker.terminate()

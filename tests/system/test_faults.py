@@ -38,6 +38,7 @@ from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.log import iter_all
 from hivemind_memory.projections.store.readmodel import checkpoint, project_batch
 from tests.support import HIVEMIND, RedisProc
+from tests.support.beats import wait_for_workers
 from tests.system.test_crash import (  # noqa: F401
     Progress,
     _cli,
@@ -205,6 +206,7 @@ def test_writers_workers_and_readers_together_for_a_bounded_time(
     n = int(3000 * LOAD_SECONDS / 8)
     exps = [generate(f, n, namespaces, seed=30 + i, tag=f"c{i}") for i, f in enumerate(files)]
     workers = [spawn(rp.url), spawn(rp.url)]
+    wait_for_workers(connect(rp.url))  # a query before their first heartbeat: shard_unavailable
     writers = [Writer(rp.url, f, chunk=10) for f in files]
     for wr in writers:
         wr.start()

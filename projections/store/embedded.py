@@ -84,8 +84,11 @@ audit retention): its value is the MINID. Replay strips it and trims again, exac
 entry dropped before a restart stays dropped. Never a field of a stream entry."""
 
 
-def _xadd_minid(args: list[bytes]) -> bytes | None:
-    """The ``MINID`` of an ``XADD`` argument list (``args[0]`` is the key), or None."""
+def _xadd_parts(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
+    """The ``MINID`` (or None) and the field/value list of an ``XADD key [NOMKSTREAM]
+    [MAXLEN|MINID [=|~] n] [LIMIT c] id field value ...`` argument list (``args[0]`` is the
+    key), read in one pass."""
+    minid: bytes | None = None
     i = 1
     while i < len(args):
         word = args[i].upper()
@@ -94,13 +97,13 @@ def _xadd_minid(args: list[bytes]) -> bytes | None:
         elif word in (b"MAXLEN", b"MINID"):
             j = i + 2 if args[i + 1] in (b"=", b"~") else i + 1
             if word == b"MINID":
-                return args[j]
+                minid = args[j]
             i = j + 1
         elif word == b"LIMIT":
             i += 2
         else:
-            return None
-    return None
+            return minid, list(args[i + 1:])  # args[i] is the id
+    return minid, []
 
 
 def replay_args(rec: Record) -> list[bytes]:
@@ -112,23 +115,6 @@ def replay_args(rec: Record) -> list[bytes]:
         trim = [b"MINID", b"=", fields[-1]]
         del fields[-2:]
     return [rec.key, *trim, rec.entry_id, *fields]
-
-
-def _xadd_fields(args: list[bytes]) -> list[bytes]:
-    """The field/value list of an ``XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] n [LIMIT c]]
-    id field value ...`` argument list (``args[0]`` is the key)."""
-    i = 1
-    while i < len(args):
-        word = args[i].upper()
-        if word == b"NOMKSTREAM":
-            i += 1
-        elif word in (b"MAXLEN", b"MINID"):
-            i += 2 if args[i + 1] not in (b"=", b"~") else 3
-        elif word == b"LIMIT":
-            i += 2
-        else:
-            return list(args[i + 1:])  # args[i] is the id
-    return []
 
 
 class StreamLog:
@@ -284,8 +270,7 @@ class _LoggingSocket(FakeSocket):
             result = super()._run_command(func, sig, args, from_script)
             if isinstance(result, bytes):
                 raw = [bytes(a) for a in args]
-                fields = _xadd_fields(raw)
-                minid = _xadd_minid(raw)
+                minid, fields = _xadd_parts(raw)
                 if minid is not None:
                     fields += [TRIM_FIELD, minid]
                 self.logged = slog.queue(raw[0], result, fields)

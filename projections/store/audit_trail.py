@@ -43,34 +43,28 @@ def stage_embedding(p: Pipe, ns: str, digest: str, data: bytes,
                minid=min_id, approximate=False)
 
 
-def embedding_filings(r: Store, ns: str) -> dict[str, int]:
-    """Filed query embeddings (not those an erasure emptied): digest -> the time (ms, its
-    entry id) of its latest filing."""
-    out: dict[str, int] = {}
-    start = "-"
-    while True:
-        got = stream_entries(r.xrange(keys.query_embeddings(ns), min=start, max="+",
-                                      count=1000))
-        if not got:
-            return out
-        for e in got:
-            if REDACTED_FIELD not in e.fields:
-                out[e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")] = \
-                    int(e.id.split(b"-")[0])
-        start = "(" + got[-1].id.decode()
-
-
-def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:
-    out: list[tuple[str, bytes]] = []
+def _paged(r: Store, key: str) -> Iterator[StreamEntry]:
+    """Every entry of the stream ``key``, in order, read a thousand at a time."""
     start = "-"
     while True:
         got = stream_entries(r.xrange(key, min=start, max="+", count=1000))
         if not got:
-            return out
-        out += [(e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"),
-                 e.fields.get(VALUE_FIELD, b"")) for e in got
-                if REDACTED_FIELD not in e.fields]  # emptied by an erasure: no value
+            return
+        yield from got
         start = "(" + got[-1].id.decode()
+
+
+def embedding_filings(r: Store, ns: str) -> dict[str, int]:
+    """Filed query embeddings (not those an erasure emptied): digest -> the time (ms, its
+    entry id) of its latest filing."""
+    return {e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"): int(e.id.split(b"-")[0])
+            for e in _paged(r, keys.query_embeddings(ns)) if REDACTED_FIELD not in e.fields}
+
+
+def _filed(r: Store, key: str) -> list[tuple[str, bytes]]:
+    return [(e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"),
+             e.fields.get(VALUE_FIELD, b"")) for e in _paged(r, key)
+            if REDACTED_FIELD not in e.fields]  # emptied by an erasure: no value
 
 
 def read_configs(r: Store, ns: str) -> list[tuple[str, bytes]]:
@@ -87,19 +81,9 @@ def read_embeddings(r: Store, ns: str) -> list[tuple[str, bytes]]:
 
 def redacted_embeddings(r: Store, ns: str) -> dict[str, str]:
     """Filed embeddings an erasure redacted: digest -> the erased note's id."""
-    out: dict[str, str] = {}
-    start = "-"
-    while True:
-        got = stream_entries(r.xrange(keys.query_embeddings(ns), min=start, max="+",
-                                      count=1000))
-        if not got:
-            return out
-        for e in got:
-            nid = e.fields.get(REDACTED_FIELD)
-            if nid is not None:
-                out[e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace")] = \
-                    nid.decode("utf-8", "replace")
-        start = "(" + got[-1].id.decode()
+    return {e.fields.get(DIGEST_FIELD, b"").decode("utf-8", "replace"):
+            e.fields[REDACTED_FIELD].decode("utf-8", "replace")
+            for e in _paged(r, keys.query_embeddings(ns)) if REDACTED_FIELD in e.fields}
 
 
 def recorded(r: Store, ns: str) -> tuple[set[str], set[str]]:

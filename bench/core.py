@@ -464,7 +464,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hivemind bench core``."""
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     args = _parser().parse_args(argv)
     logs.configure(level="info" if args.verbose else "warning")

@@ -39,14 +39,15 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.worker import logs, metrics, runtime
+from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.ops import logs, metrics
+from hivemind_memory.worker.ops.status import dead_letters, read_status
 from hivemind_memory.worker.projector import ensure_projected
-from hivemind_memory.worker.status import dead_letters, read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()

@@ -26,7 +26,7 @@ from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.http import Api, ServerOptions
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from hivemind_memory.events.errors import QueryTimeout, StoreError
-from hivemind_memory.worker import metrics
+from hivemind_memory.worker.ops import metrics
 
 log = structlog.get_logger("hivemind.http")
 

@@ -64,7 +64,6 @@ from hivemind_memory.projections.store.probe import probe
 from hivemind_memory.projections.store.readmodel import no_cycle_collection
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker import metrics
 from hivemind_memory.worker.memory import (
     MIB,
     IndexCache,
@@ -72,6 +71,7 @@ from hivemind_memory.worker.memory import (
     mib,
     too_large_message,
 )
+from hivemind_memory.worker.ops import metrics
 from hivemind_memory.worker.projector import (
     ensure_projected,
     redaction_enqueuer,
@@ -730,7 +730,7 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
            body: bytes, seen: str, base_digest: str, embedding: str,
            served_at: datetime, why: Why | None = None, embedder: str = "") -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
-    (``worker.reproduce``), and why (``why``: the left-out notes; the shown notes' signals
+    (``worker.audit.reproduce``), and why (``why``: the left-out notes; the shown notes' signals
     are added here)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,

@@ -51,7 +51,7 @@ from hivemind_memory.projections.store.readmodel import (
 )
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker import metrics
+from hivemind_memory.worker.ops import metrics
 
 log = structlog.get_logger("hivemind.schedule")
 

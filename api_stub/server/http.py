@@ -79,15 +79,15 @@ from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.readmodel import read_notes
-from hivemind_memory.worker import heartbeat, metrics
-from hivemind_memory.worker.reproduce import (
+from hivemind_memory.worker.audit.reproduce import (
     NoteShow,
     ReproduceSummary,
     note_history,
     reproduce_queries,
     show_of,
 )
-from hivemind_memory.worker.status import DeadLetters, Status, dead_letters, read_status
+from hivemind_memory.worker.ops import heartbeat, metrics
+from hivemind_memory.worker.ops.status import DeadLetters, Status, dead_letters, read_status
 
 log = structlog.get_logger("hivemind.http")
 _T = TypeVar("_T")
@@ -319,7 +319,7 @@ class ServerOptions:
     on_write: Callable[[], None] = field(default=lambda: None)
     """Called after an append or a query submission (wakes an in-process worker)."""
     workers_alive: Callable[[], int] | None = None
-    """How many workers serve the queues (default: the live heartbeats, ``worker.heartbeat``,
+    """How many workers serve the queues (default: the live heartbeats, ``worker.ops.heartbeat``,
     which ``/metrics`` and ``hivemind status`` count too)."""
     caught_up: Callable[[], bool] = field(default=lambda: True)
     """False while the read model is still being rebuilt after a start (readyz: 503)."""
@@ -731,7 +731,7 @@ class Api:
         return _respond(Health(True))
 
     async def metrics(self, request: Request) -> Response:
-        """Prometheus exposition (worker/metrics.py): lag, dead letters, queries per namespace.
+        """Prometheus exposition (worker/ops/metrics.py): lag, dead letters, queries per namespace.
         It names every namespace: a token with the ``metrics`` right, or ``admin`` in every
         namespace (401 without a token, 403 with another)."""
         g = self.grant(request)

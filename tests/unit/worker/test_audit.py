@@ -20,11 +20,12 @@ from hivemind_memory.events.positions import parse_pos
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect
-from hivemind_memory.worker import logs, runtime
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit.reproduce import Auditor, all_served
 from hivemind_memory.worker.cli.main import main
 from hivemind_memory.worker.engine import run_rank
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.reproduce import Auditor, all_served
+from hivemind_memory.worker.ops import logs
 from tests.support.factories import T0, created, forgotten, iso, used
 
 

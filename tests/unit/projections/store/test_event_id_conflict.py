@@ -158,8 +158,8 @@ def test_replay_files_the_digests_of_events_projected_before_they_were_kept(
     import uuid
 
     from hivemind_memory.projections.store.connection import connect
-    from hivemind_memory.worker import logs
     from hivemind_memory.worker.cli.main import main
+    from hivemind_memory.worker.ops import logs
 
     monkeypatch.setattr(logs, "configure", lambda **_: None)
     url = f"memory://{tmp_path / ('store-' + uuid.uuid4().hex[:8])}"

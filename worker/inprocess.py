@@ -9,7 +9,7 @@ append or a query submission; between kicks it looks at the queue lengths every
 request thread" so a request never does the worker's work, and over a blocking
 ``SimpleWorker.work()`` because that one cannot be stopped promptly from another thread.
 
-It keeps a heartbeat (``worker.heartbeat``) like a ``hivemind worker`` process, so readiness,
+It keeps a heartbeat (``worker.ops.heartbeat``) like a ``hivemind worker`` process, so readiness,
 ``status`` and ``/metrics`` count it the same way, bursts or not; the heartbeat stops when the
 thread does.
 
@@ -28,9 +28,9 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.loop import worker_name
 from hivemind_memory.worker.memory import reported
+from hivemind_memory.worker.ops.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 

@@ -2,7 +2,7 @@
 
 One RQ worker, one name, for the life of the process: an idle worker re-sweeps from inside
 its dequeue loop instead of quitting and registering again, so RQ's registry and the
-worker's job counters stay continuous. Its heartbeat (``worker.heartbeat``) lives as long as
+worker's job counters stay continuous. Its heartbeat (``worker.ops.heartbeat``) lives as long as
 the process works, so readiness and ``status`` count it. It logs one line when it starts
 (name, queues, store, config digest, what is behind) and one when it stops (reason, jobs
 done).
@@ -25,8 +25,8 @@ from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.projections.store.urls import redact
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.memory import default_budget_mib, reported
+from hivemind_memory.worker.ops.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 

@@ -83,7 +83,7 @@ def _below_the_loggers_level(logger: Any, method_name: str, event_dict: Any) -> 
 
 def _quiet_logs() -> None:
     """A library keeps quiet: unless the program configured structlog itself (the CLI does,
-    ``worker.logs.configure``), hivemind's structlog events go to the standard ``logging``
+    ``worker.ops.logs.configure``), hivemind's structlog events go to the standard ``logging``
     module, so they follow the program's logging setup, and with none Python's default
     applies: warnings and errors on stderr, nothing below, never stdout (structlog's own
     default prints every level to stdout)."""

@@ -31,16 +31,16 @@ from hivemind_memory.events.errors import QueryError
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.worker.explain import Explanation, explain
-from hivemind_memory.worker.explorer import (
+from hivemind_memory.worker.audit.explain import Explanation, explain
+from hivemind_memory.worker.audit.explorer_data import (
     Curves,
     NoteRecency,
     config_in_force,
     curves,
     note_recency,
 )
-from hivemind_memory.worker.reproduce import note_history
-from hivemind_memory.worker.status import Status, read_status
+from hivemind_memory.worker.audit.reproduce import note_history
+from hivemind_memory.worker.ops.status import Status, read_status
 
 UI_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
             "app.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}

@@ -1,6 +1,6 @@
 """The worker heartbeats as stored: one short-lived key per worker process, their names in the
 set ``keys.WORKERS`` (on RQ's connection). Read here by whoever needs to know which workers
-live: the worker's own status and readiness (``worker.heartbeat``) and the client
+live: the worker's own status and readiness (``worker.ops.heartbeat``) and the client
 (``Client.workers_alive``), which answers a query whose shard no live worker serves at once
 (``Client.shard_problem``)."""
 

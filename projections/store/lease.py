@@ -3,6 +3,7 @@ the projector's next commit on the namespace's changes stream."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -69,3 +70,33 @@ def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
     ms = max(1, int(min(timeout_s, WAIT_SLICE_S) * 1000))
     seen = xread_entries(r.xread({keys.changes(ns): after}, count=1, block=ms))
     return seen[-1].id if seen else after
+
+
+class Renewing:
+    """Keeps a build lease (``keys.index_build_lease``, a token with a TTL) alive while its
+    holder works longer than the TTL: a thread renews it every third of ``ttl_s`` until
+    ``stop``, which also gives the lease back. A holder that dies stops renewing, so the lease
+    still frees the namespace ``ttl_s`` after."""
+
+    def __init__(self, r: Store, key: str, token: str, ttl_s: float) -> None:
+        self.r, self.key, self.token, self.ttl_s = r, key, token, ttl_s
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"renew-{key}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not script(self.r, "renew_lease")(
+                        keys=[self.key], args=[self.token, int(self.ttl_s * 1000)]):
+                    return  # lost (expired and taken): nothing left to renew
+                self.renewals += 1
+            except Exception:  # a blip: the next tick tries again, the TTL covers two
+                continue
+
+    def stop(self) -> None:
+        """Stop renewing and give the lease back (if still ours)."""
+        self._stop.set()
+        self._thread.join()
+        script(self.r, "renew_lease")(keys=[self.key], args=[self.token, 0])

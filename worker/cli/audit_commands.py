@@ -1,6 +1,6 @@
 """CLI commands of the audit trail: ``audit list|reproduce|explain``, ``export``, ``import``,
-``sweep``, ``show``. Thin: the work is in ``worker.reproduce``, ``worker.explain`` (through
-``explain_cmd``), ``worker.archive`` and ``worker.config_sweep``."""
+``sweep``, ``show``. Thin: the work is in ``worker.audit.reproduce``, ``worker.audit.explain``
+(through ``explain_cmd``), ``worker.audit.archive`` and ``worker.audit.config_sweep``."""
 
 from __future__ import annotations
 
@@ -20,12 +20,11 @@ from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.worker import archive, runtime
-from hivemind_memory.worker import calibrate as calibration
-from hivemind_memory.worker import config_sweep as sweeping
-from hivemind_memory.worker.cli import explain_cmd
-from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
-from hivemind_memory.worker.reproduce import (
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit import archive
+from hivemind_memory.worker.audit import calibrate as calibration
+from hivemind_memory.worker.audit import config_sweep as sweeping
+from hivemind_memory.worker.audit.reproduce import (
     Auditor,
     Reproduction,
     ServedEntry,
@@ -36,6 +35,8 @@ from hivemind_memory.worker.reproduce import (
     show_of,
     view_of,
 )
+from hivemind_memory.worker.cli import explain_cmd
+from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 
 _json = msgspec.json.Encoder()
 

@@ -231,9 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logs() -> None:
-    """JSON lines unless stderr is a terminal (``worker.logs``). A client-only command on
+    """JSON lines unless stderr is a terminal (``worker.ops.logs``). A client-only command on
     Redis logs nothing (its messages are stderr lines), so it never loads structlog."""
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     logs.configure()
 

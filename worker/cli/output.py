@@ -10,7 +10,7 @@ import redis
 
 if TYPE_CHECKING:
     from hivemind_memory.projections.store.logfile import FsckReport
-    from hivemind_memory.worker.status import Status
+    from hivemind_memory.worker.ops.status import Status
 
 
 def redis_message(exc: redis.RedisError) -> str:

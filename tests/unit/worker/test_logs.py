@@ -23,9 +23,9 @@ from rq import Worker
 
 from hivemind_memory.api_stub.protocol.jobs import QUERY_JOB, QUERY_QUEUE, queue
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.worker import logs
 from hivemind_memory.worker.loop import redact
-from hivemind_memory.worker.status import namespace_status
+from hivemind_memory.worker.ops import logs
+from hivemind_memory.worker.ops.status import namespace_status
 from tests.support import HIVEMIND, RedisProc, free_port
 from tests.support.factories import created, jsonl
 from tests.support.frontdoor import start_serve
@@ -178,7 +178,7 @@ def test_a_flood_of_one_kind_of_line_is_rate_limited_with_a_count() -> None:
     import io
     import logging
 
-    from hivemind_memory.worker.logs import RateLimit
+    from hivemind_memory.worker.ops.logs import RateLimit
 
     now = [0.0]
     out = io.StringIO()
@@ -213,7 +213,7 @@ def test_the_configured_log_is_rate_limited() -> None:
 
     import structlog
 
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     out = io.StringIO()
     logs.configure(json=True, stream=out)

@@ -19,9 +19,9 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store import results
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.output import print_status
-from hivemind_memory.worker.heartbeat import Heartbeat, held, read_beats
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.status import read_status
+from hivemind_memory.worker.ops.heartbeat import Heartbeat, held, read_beats
+from hivemind_memory.worker.ops.status import read_status
 from tests.support import rq_for
 from tests.support.beats import ns_in, silent_worker
 from tests.support.factories import created

@@ -33,7 +33,7 @@ from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import append, iter_all
 from hivemind_memory.projections.store.readmodel import decode_entry
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker.reproduce import all_served
+from hivemind_memory.worker.audit.reproduce import all_served
 
 CHUNK = 1000
 """Events per pipelined append on import."""

@@ -38,8 +38,8 @@ from hivemind_memory.projections.ranking.why import REASON_TEXT, Why
 from hivemind_memory.projections.state import NoteState, tier_of
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker.audit.reproduce import LEGACY, Auditor, ServedEntry, decode_served
 from hivemind_memory.worker.engine import run_rank, to_result, with_shown
-from hivemind_memory.worker.reproduce import LEGACY, Auditor, ServedEntry, decode_served
 
 MAX_ROWS = 1000
 """Most notes an explanation lists (shown first, then the strongest left out); the rest are

@@ -21,7 +21,7 @@ from hivemind_memory.projections.store.log import namespaces, read_after
 from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
-from hivemind_memory.worker.heartbeat import IndexMemory, read_beats
+from hivemind_memory.worker.ops.heartbeat import IndexMemory, read_beats
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -166,7 +166,7 @@ def _text(v: object) -> str | None:
 
 
 def live_workers(rq: QueueConn) -> list[WorkerStatus]:
-    """Worker processes whose heartbeat is alive (``worker.heartbeat``: a SIGKILLed worker
+    """Worker processes whose heartbeat is alive (``worker.ops.heartbeat``: a SIGKILLed worker
     drops out within ``keys.WORKER_BEAT_TTL_SECONDS``), with RQ's state and job counters
     where RQ's registry has them (the ``hivemind worker`` process), else their own."""
     beats = read_beats(rq)

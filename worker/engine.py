@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import redis
 import structlog
+from redis.exceptions import RedisError
 from rq import Queue
 
 from hivemind_memory.api_stub.protocol.messages import (
@@ -48,7 +48,7 @@ from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, erasure, keys, results
+from hivemind_memory.projections.store import audit_trail, erasure, results
 from hivemind_memory.projections.store.index_loader import (
     changes_last,
     load_index,
@@ -56,10 +56,10 @@ from hivemind_memory.projections.store.index_loader import (
     trim_heap,
 )
 from hivemind_memory.projections.store.index_size import estimate_load_bytes
+from hivemind_memory.projections.store.lease import end_build_lease, try_build_lease
 from hivemind_memory.projections.store.probe import probe
-from hivemind_memory.projections.store.readmodel import no_cycle_collection
+from hivemind_memory.projections.store.readmodel import no_cycle_collection, note_count
 from hivemind_memory.projections.store.rebuild import fold_log
-from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.memory import (
     MIB,
@@ -377,7 +377,7 @@ class QueryEngine:
                 f"{len(cache)} other namespaces, {mib(cache.held_bytes())} of its "
                 f"{mib(cache.budget)} budget): give it a smaller --memory-budget, more "
                 "memory, or fewer namespaces")) from None
-        except redis.RedisError:
+        except RedisError:
             cache.pop(ns)
             raise
         except Exception as exc:  # a load that fails for another cause says which
@@ -404,12 +404,11 @@ class QueryEngine:
         the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
         th = self.warm_builds.get(ns)
         if th is None:
-            notes = int(self.r.hlen(keys.notes(ns)))
+            notes = note_count(self.r, ns)
             if notes < self.settings.warm_inline_max_notes:
                 return
             token = os.urandom(8).hex()
-            if self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+            if try_build_lease(self.r, ns, token):
                 th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
                                       name=f"warm-{ns}")
                 self.warm_builds[ns] = th
@@ -433,7 +432,7 @@ class QueryEngine:
         except Exception:  # the next query starts another build
             log.exception("index_build_failed", ns=ns)
         finally:
-            script(self.r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])
+            end_build_lease(self.r, ns, token)
             self.warm_builds.pop(ns, None)
 
     def wait_warm(self, ns: str, timeout: float) -> bool:
@@ -552,7 +551,7 @@ class QueryEngine:
                     if filed is not None:
                         filed[digest] = now_ms
             if ns != results.INVALID_NS:
-                p.get(keys.erasure_fence(ns))  # read with the writes, atomically
+                erasure.stage_fence_read(p, ns)  # read with the writes, atomically
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),
                      None if ns == results.INVALID_NS else partial(self._after_erasure, ns,
                                                                    group))

@@ -31,7 +31,6 @@ from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.lease import (
     WAIT_SLICE_S,
     Lease,
@@ -48,7 +47,7 @@ from hivemind_memory.projections.store.readmodel import (
     lagging,
     no_cycle_collection,
 )
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.schedule import finish_job
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.ops import metrics
 
@@ -156,9 +155,7 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
             events = fold_with_lease(r, held, s, on_erased=redaction_enqueuer(q, ns))
         finally:
             held.release()
-    more = script(r, "finish_job")(
-        keys=[keys.stream(ns), keys.checkpoint(ns), keys.scheduled(ns)],
-        args=[keys.SCHEDULE_TTL_SECONDS])
+    more = finish_job(r, ns)
     if more:
         enqueue_projection(q, ns)
     status = "busy" if held is None else "more" if more else "caught_up"

@@ -1,5 +1,6 @@
-"""The projection lease (at most one projector folds a namespace at a time), and waiting for
-the projector's next commit on the namespace's changes stream."""
+"""The projection lease (at most one projector folds a namespace at a time), waiting for the
+projector's next commit on the namespace's changes stream, and the index build lease (at most
+one worker builds a namespace's index snapshot in the background at a time)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,14 @@ def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
     ms = max(1, int(min(timeout_s, WAIT_SLICE_S) * 1000))
     seen = xread_entries(r.xread({keys.changes(ns): after}, count=1, block=ms))
     return seen[-1].id if seen else after
+
+
+def try_build_lease(r: Store, ns: str, token: str) -> bool:
+    """Take ``ns``'s index build lease for ``token`` (``keys.INDEX_BUILD_LEASE_S``); False
+    when another build holds it."""
+    return bool(r.set(keys.index_build_lease(ns), token, nx=True, ex=keys.INDEX_BUILD_LEASE_S))
+
+
+def end_build_lease(r: Store, ns: str, token: str) -> None:
+    """Give ``ns``'s index build lease back if ``token`` still holds it."""
+    script(r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])

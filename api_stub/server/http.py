@@ -24,8 +24,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -641,7 +641,7 @@ class Api:
                 for run in runs:
                     yield (b"[" if not sent else b",") + b",".join(capped(run, sent, size))
                     sent += len(run)
-            except (redis.RedisError, StoreError) as exc:
+            except (RedisError, StoreError) as exc:
                 # the status line is gone already: the answers sent stay, and every query
                 # not answered yet gets its error object in place, so the array stays whole
                 log.warning("store_error", error=str(exc), answered=sent, left=len(ids) - sent)
@@ -745,7 +745,7 @@ class Api:
         def check() -> Health:
             try:
                 self.client.store.ping()
-            except redis.RedisError as exc:
+            except RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
             beats = heartbeat.read_beats(self.client.rq)
             # the heartbeats /metrics and `hivemind status` count too
@@ -911,7 +911,7 @@ def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], A
             return _error(exc.status, exc.code, exc.message)
         except QueryTimeout as exc:
             return _error(504, "timeout", str(exc))
-        except redis.RedisError as exc:
+        except RedisError as exc:
             log.warning("store_error", error=str(exc))
             return _error(503, "store_unavailable", f"the store failed: {type(exc).__name__}")
         except StoreError as exc:  # hivemind's own words (a write that kept losing its race)

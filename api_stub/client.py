@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from hivemind_memory.projections.store import erasure
     from hivemind_memory.projections.store.dupcheck import Check
     from hivemind_memory.projections.store.ingest import Appender
+    from hivemind_memory.projections.store.readmodel import WriteView
 
 CHECKED_ATTEMPTS = 50
 """A checked append that keeps losing the compare-and-set to other writers gives up after
@@ -195,7 +196,8 @@ class Client:
         return report.appended
 
     def append_checked(self, events: Iterable[Event | Mapping[str, Any]], *,
-                       at_tail: str | None = None) -> CheckedAppend:
+                       at_tail: str | None = None, view: WriteView | None = None,
+                       holds: Callable[[str, str], bool] | None = None) -> CheckedAppend:
         """``append`` for events that must apply, all of one namespace: each is folded, as the
         projector will fold it, onto the namespace as the log stands (read model + the tail
         not projected yet), and the write is appended only if every event applies, in one
@@ -203,7 +205,11 @@ class Client:
         again). Raises ``NoteExists``, ``UnknownNote`` or ``NotAllowed`` (nothing appended).
         Events already in the log (a retry: same ``event_id``) are not appended again.
         ``at_tail``: the write rests on a check made at that stream entry; raises
-        ``_TailMoved`` (nothing appended) once the stream has moved past it."""
+        ``_TailMoved`` (nothing appended) once the stream has moved past it, unless
+        ``holds(at_tail, new_tail)`` says the check still holds there (then it rests on the
+        new tail). ``view``: the write's view read with that check (``readmodel.write_view``
+        at ``at_tail``, of these events' notes and ids), used for the first attempt instead
+        of reading the tail again."""
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
         from hivemind_memory.projections.store.checked_append import append_if_tail
@@ -224,9 +230,12 @@ class Client:
             if attempt:  # lost the race: a random pause, so writers that met do not meet again
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
                                                    CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
-            view = readmodel.write_view(self.store, ns, note_ids, event_ids)
+            if attempt or view is None:
+                view = readmodel.write_view(self.store, ns, note_ids, event_ids)
             if at_tail is not None and view.tail != at_tail:
-                raise _TailMoved
+                if holds is None or not holds(at_tail, view.tail):
+                    raise _TailMoved
+                at_tail = view.tail
             verdict = check_write(view.notes, view.logged, evs)
             if verdict.refused is not None:
                 raise refusal(*verdict.refused, evs)
@@ -311,30 +320,42 @@ class Client:
         the log). An exact twin (same normalised text) of an active note of the same author
         is not written unless ``keep``: the outcome names it (``duplicate_of``). ``supersede``:
         the new note also supersedes the near-duplicates its author wrote (not already
-        superseded), besides any ``ev.supersedes`` names. The write rests on the check: if
-        another write lands between the two, the check runs again."""
-        from hivemind_memory.projections.store import readmodel
+        superseded), besides any ``ev.supersedes`` names. The write rests on the check: the
+        check reads the tail once and the append reuses that read; if another write lands
+        between the two, the check runs again only when an entry in between could change
+        it (``dupcheck.still_holds``), else just the append is retried on the new tail."""
+        from hivemind_memory.projections.reduce import touched_by
+        from hivemind_memory.projections.store.dupcheck import still_holds
 
-        if duplicates == "ignore" or \
-                ev.event_id in readmodel.write_view(self.store, ev.ns, [], [ev.event_id]).logged:
+        if duplicates == "ignore":
             return RememberOutcome(self.append_checked([ev]), None, list(ev.supersedes))
         asked = list(ev.supersedes)
         for attempt in range(CHECKED_ATTEMPTS):
             if attempt:
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
                                                    CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
-            got = self.check_duplicates(ev.ns, ev.agent, ev.text, exclude=ev.note_id)
-            if got.near is None:
+            got = self.check_duplicates(ev.ns, ev.agent, ev.text, exclude=ev.note_id,
+                                        touched=touched_by(ev), event_ids=[ev.event_id])
+            if got.near is None or got.view is None:
                 return RememberOutcome(self.append_checked([ev]), None, asked,
                                        unchecked=got.unchecked)
+            if ev.event_id in got.view.logged:  # a retry: append_checked tells which
+                return RememberOutcome(self.append_checked([ev]), None, asked)
             if got.twin is not None and duplicates != "keep":
                 return RememberOutcome(CheckedAppend(0, 0), got.near, [],
                                        duplicate_of=got.twin)
             write = ev
             if got.near and duplicates == "supersede":
                 write = self._superseding(ev, asked, got)
+            touched = touched_by(write)
+
+            def holds(since: str, until: str, _got: Check = got,
+                      _touched: tuple[str, ...] = touched) -> bool:
+                return still_holds(self.store, ev.ns, _got, ev.text, self.config(), _touched,
+                                   [ev.event_id], since, until)
             try:
-                done = self.append_checked([write], at_tail=got.tail)
+                done = self.append_checked([write], at_tail=got.tail, view=got.view,
+                                           holds=holds)
             except _TailMoved:
                 continue
             return RememberOutcome(done, got.near, list(write.supersedes))
@@ -342,11 +363,10 @@ class Client:
                          "other writers between their check and their append; try again")
 
     def _superseding(self, ev: NoteCreated, asked: list[str], got: Check) -> NoteCreated:
-        """``ev`` also superseding the near-duplicates of ``got`` its author wrote."""
-        from hivemind_memory.projections.store.notes_view import visible_notes
-
-        assert got.near is not None
-        mine = visible_notes(self.store, ev.ns, ev.agent, note_ids=[d[0] for d in got.near])
+        """``ev`` also superseding the near-duplicates of ``got`` its author wrote (their
+        states as the check read them: ``got.view``)."""
+        assert got.near is not None and got.view is not None
+        mine = got.view.notes
         more = [nid for nid, _ in got.near if nid in mine and nid not in asked
                 and mine[nid].agent == ev.agent and mine[nid].superseded_by is None]
         if not more:
@@ -418,7 +438,8 @@ class Client:
         return bool(live_beats(self.rq))
 
     def check_duplicates(self, ns: str, agent: str, text: str, *,
-                         exclude: str | None = None) -> Check:
+                         exclude: str | None = None, touched: Sequence[str] = (),
+                         event_ids: Sequence[str] = ()) -> Check:
         """The notes ``agent`` may see that nearly say what ``text`` says, and its twin
         (``projections.store.dupcheck.check``: a lookup of the projector's near-duplicate
         index plus the unprojected tail, no query, nothing written). A store that cannot
@@ -428,7 +449,8 @@ class Client:
         from hivemind_memory.projections.store.dupcheck import Check, check
 
         try:
-            return check(self.store, ns, agent, text, self.config(), exclude=exclude)
+            return check(self.store, ns, agent, text, self.config(), exclude=exclude,
+                         touched=touched, event_ids=event_ids)
         except (RedisError, StoreError, OSError) as exc:
             why = scrub(str(exc), self.settings.redis_url)
             return Check(None, None, "", f"store_unavailable: the near-duplicate check could "

@@ -42,7 +42,9 @@ QUERY_JOB = "hivemind_memory.worker.jobs.answer_queries"
 REDACT_JOB = "hivemind_memory.worker.jobs.redact_notes"
 """Job function that redacts erased notes' content (enqueued by a projector that folded a
 ``note.erased``, or dead-lettered content for an erased note)."""
-JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB, REDACT_JOB})
+SNAPSHOT_JOB = "hivemind_memory.worker.jobs.refresh_snapshot"
+"""Brings a namespace's index snapshot up to date, off every query's path (project queue)."""
+JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB, REDACT_JOB, SNAPSHOT_JOB})
 """Every function a hivemind job may name."""
 PROJECT_RETRIES = 3
 """Retries of a failed projection job."""
@@ -184,6 +186,13 @@ def enqueue_redaction(q: Queue, ns: str, note_ids: Sequence[str]) -> None:
     ids = sorted(set(note_ids))
     q.enqueue(REDACT_JOB, ns, ids, retry=Retry(max=PROJECT_RETRIES), result_ttl=JOB_RESULT_TTL,
               failure_ttl=JOB_FAILURE_TTL, description=f"redact {len(ids)} note(s) of {ns}")
+
+
+def enqueue_snapshot_refresh(q: Queue, ns: str) -> None:
+    """Put one ``refresh_snapshot`` job for ``ns`` on the queue (the caller dedupes it with
+    ``keys.snapshot_queued``)."""
+    q.enqueue(SNAPSHOT_JOB, ns, result_ttl=JOB_RESULT_TTL, failure_ttl=JOB_FAILURE_TTL,
+              description=f"refresh the index snapshot of {ns}")
 
 
 def query_chunks(n: int, limit: int, workers: int) -> list[int]:

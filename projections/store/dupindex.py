@@ -81,25 +81,29 @@ def rebuild_commands(ns: str, notes: Mapping[str, NoteState], spec: DupSpec,
 @dataclass(frozen=True, slots=True)
 class Found:
     """A lookup's answer: the spec tag the index holds (None: none recorded yet, i.e. nothing
-    projected), the checkpoint it stands at, the notes filed under the probe's twin key, and
-    those filed under at least ``min_hits`` of its band keys."""
+    projected), the checkpoint it stands at, the notes filed under the probe's twin key,
+    those filed under at least ``min_hits`` of its band keys, and the log's entries after
+    the checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at
+    one instant."""
 
     tag: str | None
     checkpoint: str
     twins: list[str]
     near: list[str]
+    tail: list[Any]
 
 
 def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
-    """The notes filed under ``pr``'s keys, with the checkpoint they stand at: one script
-    (``lua/dup_lookup.lua``, atomic, read only) of ``1 + len(pr.bands)`` lex ranges that
-    counts the band hits in Redis, so only the notes that pass come back."""
-    tag, cp, twins, near = script(r, "dup_lookup")(
-        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns)],
+    """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
+    tail after it: one script (``lua/dup_lookup.lua``, atomic, read only) of
+    ``1 + len(pr.bands)`` lex ranges that counts the band hits in Redis, so only the notes
+    that pass come back, then one XRANGE."""
+    tag, cp, twins, near, tail = script(r, "dup_lookup")(
+        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns), keys.stream(ns)],
         args=[min_hits, pr.twin, *pr.bands])
     return Found(tag=as_bytes(tag).decode() or None, checkpoint=as_bytes(cp).decode(),
                  twins=[as_bytes(x).decode() for x in twins],
-                 near=[as_bytes(x).decode() for x in near])
+                 near=[as_bytes(x).decode() for x in near], tail=list(tail or []))
 
 
 def members(r: Store, ns: str) -> list[bytes]:

@@ -4,6 +4,7 @@ one worker builds a namespace's index snapshot in the background at a time)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -72,12 +73,43 @@ def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
     return seen[-1].id if seen else after
 
 
+class Renewing:
+    """Keeps a build lease (``keys.index_build_lease``, a token with a TTL) alive while its
+    holder works longer than the TTL: a thread renews it every third of ``ttl_s`` until
+    ``stop``, which also gives the lease back. A holder that dies stops renewing, so the lease
+    still frees the namespace ``ttl_s`` after."""
+
+    def __init__(self, r: Store, key: str, token: str, ttl_s: float) -> None:
+        self.r, self.key, self.token, self.ttl_s = r, key, token, ttl_s
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"renew-{key}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not script(self.r, "renew_lease")(
+                        keys=[self.key], args=[self.token, int(self.ttl_s * 1000)]):
+                    return  # lost (expired and taken): nothing left to renew
+                self.renewals += 1
+            except Exception:  # a blip: the next tick tries again, the TTL covers two
+                continue
+
+    def stop(self) -> None:
+        """Stop renewing and give the lease back (if still ours)."""
+        self._stop.set()
+        self._thread.join()
+        script(self.r, "renew_lease")(keys=[self.key], args=[self.token, 0])
+
+
 def try_build_lease(r: Store, ns: str, token: str) -> bool:
     """Take ``ns``'s index build lease for ``token`` (``keys.INDEX_BUILD_LEASE_S``); False
     when another build holds it."""
     return bool(r.set(keys.index_build_lease(ns), token, nx=True, ex=keys.INDEX_BUILD_LEASE_S))
 
 
-def end_build_lease(r: Store, ns: str, token: str) -> None:
-    """Give ``ns``'s index build lease back if ``token`` still holds it."""
-    script(r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])
+def renewing_build_lease(r: Store, ns: str, token: str) -> Renewing:
+    """``ns``'s index build lease, taken for ``token`` (``try_build_lease``), kept alive while
+    the build runs; ``stop`` gives it back."""
+    return Renewing(r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)

@@ -87,12 +87,17 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
         return fail(f"Redis error after appending {rep.appended} event(s): "
                     f"{redis_message(exc)}; re-running the whole file is safe (repeated "
                     "event_ids are applied once)")
-    if rep.rejected and not args.skip_invalid:
-        print(f"ingest: {rep.rejected} bad line(s); nothing appended "
+    bad = rep.rejected - len(rep.conflicts)
+    if bad and not args.skip_invalid:
+        print(f"ingest: {bad} bad line(s); nothing appended "
               "(fix them, or use --skip-invalid)", file=sys.stderr)
         return 1
     print(f"ingest: appended {rep.appended} event(s) to {len(rep.namespaces)} namespace(s)"
-          + (f", rejected {rep.rejected}" if rep.rejected else ""), file=sys.stderr)
+          + (f", rejected {rep.rejected}" if rep.rejected else "")
+          + (f" ({len(rep.conflicts)} event_id conflict(s): "
+             + ", ".join(repr(i) for i in rep.conflicts[:10])
+             + (", ..." if len(rep.conflicts) > 10 else "") + ")" if rep.conflicts else ""),
+          file=sys.stderr)
     return 1 if rep.rejected else 0
 
 
@@ -177,7 +182,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     if args.verify:
         cp, live = live_snapshot(r, args.ns)
         with _fold_bar(total) as tick:
-            rb = fold_log(r, args.ns, until=cp, on_chunk=tick)
+            rb = fold_log(r, args.ns, until=cp, on_chunk=tick, file_digests=True)
         diffs = diff_notes(live, rb.projection.notes)
         diffs += lookup_diffs(r, args.ns, cp, rb.projection.notes, spec_of(rt.cfg))
         for d in diffs:
@@ -198,7 +203,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
                 def each_chunk() -> None:
                     tick()
                     renew()
-                rb = fold_log(r, args.ns, on_chunk=each_chunk)
+                rb = fold_log(r, args.ns, on_chunk=each_chunk, file_digests=True)
             renew()
             if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000),
                           spec=spec_of(rt.cfg)):

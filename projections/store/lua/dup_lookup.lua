@@ -6,11 +6,14 @@
 -- KEYS[1] dupidx      zset:   members digest(8 bytes)..note_id, score 0 (lex ranges)
 -- KEYS[2] dupspec     string: the spec tag the lookup was made with
 -- KEYS[3] checkpoint  string: the read model's checkpoint (the lookup stands at it)
+-- KEYS[4] stream      the namespace's log: its entries after the checkpoint come back too,
+--                     so the write reads the lookup and the unprojected tail in one atomic
+--                     read (what the check sees is one instant of the namespace)
 -- ARGV[1] the band hits a note needs
 -- ARGV[2] the twin key's digest
 -- ARGV[3..] the band digests
--- Returns {spec tag or '', checkpoint or '', {twin note ids}, {near note ids}} (first seen
--- first).
+-- Returns {spec tag or '', checkpoint or '', {twin note ids}, {near note ids}, tail} (ids
+-- first seen first; tail: XRANGE's reply for the entries after the checkpoint).
 local idx = KEYS[1]
 local function named(d)
   return redis.call('ZRANGEBYLEX', idx, '[' .. d, '(' .. d .. '\255')
@@ -39,4 +42,10 @@ for _, nid in ipairs(order) do
     near[#near + 1] = nid
   end
 end
-return {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', twins, near}
+local cp = redis.call('GET', KEYS[3]) or ''
+local from = '-'
+if cp ~= '' then
+  from = '(' .. cp
+end
+return {redis.call('GET', KEYS[2]) or '', cp, twins, near,
+        redis.call('XRANGE', KEYS[4], from, '+')}

@@ -117,7 +117,7 @@ def snapshot_nudger(r: Store, q: Queue, ns: str) -> OnCommitted:
     current incrementally before the changes stream is trimmed past it."""
     def nudge(batches: int) -> None:
         lag = snapshot_refresh.count_committed(r, ns, batches)
-        if lag >= snapshot_refresh.REFRESH_AFTER and snapshot_refresh.mark_queued(r, ns):
+        if snapshot_refresh.due(lag) and snapshot_refresh.mark_queued(r, ns):
             log.info("snapshot_refresh_enqueued", ns=ns, batches=lag)
             enqueue_snapshot_refresh(q, ns)
     return nudge

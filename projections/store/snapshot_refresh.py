@@ -7,13 +7,16 @@ from __future__ import annotations
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.types import Store
 
-REFRESH_AFTER = keys.SNAPSHOT_REFRESH_CHANGES
-"""Committed batches after which a refresh is queued."""
-
 
 def count_committed(r: Store, ns: str, batches: int) -> int:
     """Add ``batches`` to ``ns``'s count since its last refresh; the new count."""
     return int(r.incrby(keys.index_lag(ns), batches))
+
+
+def due(count: int) -> bool:
+    """Whether ``count`` committed batches call for a refresh
+    (``keys.SNAPSHOT_REFRESH_CHANGES``)."""
+    return count >= keys.SNAPSHOT_REFRESH_CHANGES
 
 
 def mark_queued(r: Store, ns: str) -> bool:

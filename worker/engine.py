@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import redis
 import structlog
+from redis.exceptions import RedisError
 from rq import Queue
 
 from hivemind_memory.api_stub.protocol.messages import (
@@ -48,7 +48,7 @@ from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, erasure, keys, results
+from hivemind_memory.projections.store import audit_trail, erasure, results, snapshot_refresh
 from hivemind_memory.projections.store.index_loader import (
     NO_SNAPSHOT,
     FullLoadNeeded,
@@ -59,9 +59,9 @@ from hivemind_memory.projections.store.index_loader import (
     write_snapshot,
 )
 from hivemind_memory.projections.store.index_size import estimate_load_bytes
-from hivemind_memory.projections.store.lease import Renewing
+from hivemind_memory.projections.store.lease import renewing_build_lease, try_build_lease
 from hivemind_memory.projections.store.probe import probe
-from hivemind_memory.projections.store.readmodel import no_cycle_collection
+from hivemind_memory.projections.store.readmodel import no_cycle_collection, note_count
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.memory import (
@@ -389,7 +389,7 @@ class QueryEngine:
                 f"{len(cache)} other namespaces, {mib(cache.held_bytes())} of its "
                 f"{mib(cache.budget)} budget): give it a smaller --memory-budget, more "
                 "memory, or fewer namespaces")) from None
-        except redis.RedisError:
+        except RedisError:
             cache.pop(ns)
             raise
         except Exception as exc:  # a load that fails for another cause says which
@@ -428,12 +428,11 @@ class QueryEngine:
         the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
         th = self.warm_builds.get(ns)
         if th is None:
-            notes = int(self.r.hlen(keys.notes(ns)))
+            notes = note_count(self.r, ns)
             if notes < self.settings.warm_inline_max_notes:
                 return
             token = os.urandom(8).hex()
-            if self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+            if try_build_lease(self.r, ns, token):
                 th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
                                       name=f"warm-{ns}")
                 self.warm_builds[ns] = th
@@ -448,7 +447,7 @@ class QueryEngine:
         renewed while it runs; the index itself is dropped: the next query reads the snapshot
         within the memory budget."""
         t = time.process_time()
-        lease = Renewing(self.r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)
+        lease = renewing_build_lease(self.r, ns, token)
         try:
             idx = NamespaceIndex(ns)
             load_index(self.r, idx, embedder=self.embedder)
@@ -470,15 +469,14 @@ class QueryEngine:
         is large enough that a query would wait for one (``warm_inline_max_notes``), or the
         changes stream was trimmed past it. Under the build lease (renewed while it runs):
         a namespace being built elsewhere is left to that build."""
-        self.r.delete(keys.snapshot_queued(ns))  # commits from now on may queue the next
+        snapshot_refresh.clear_queued(self.r, ns)  # commits from now on may queue the next
         token = os.urandom(8).hex()
-        if not self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+        if not try_build_lease(self.r, ns, token):
             return {"ns": ns, "status": "busy"}
-        lease = Renewing(self.r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)
+        lease = renewing_build_lease(self.r, ns, token)
         t = time.process_time()
         try:
-            self.r.delete(keys.index_lag(ns))
+            snapshot_refresh.reset_count(self.r, ns)
             live = self.live.get(ns)
             idx = live if live is not None else NamespaceIndex(ns)
             status = "refreshed"
@@ -486,7 +484,7 @@ class QueryEngine:
                 refresh_index(self.r, idx, self.embedder, allow_full=False)
             except FullLoadNeeded as exc:
                 if exc.why == NO_SNAPSHOT and \
-                        int(self.r.hlen(keys.notes(ns))) < self.settings.warm_inline_max_notes:
+                        note_count(self.r, ns) < self.settings.warm_inline_max_notes:
                     return {"ns": ns, "status": "small"}  # a query builds it inline
                 load_index(self.r, idx, embedder=self.embedder)  # writes the snapshot
                 status = "built"
@@ -617,7 +615,7 @@ class QueryEngine:
                     if filed is not None:
                         filed[digest] = now_ms
             if ns != results.INVALID_NS:
-                p.get(keys.erasure_fence(ns))  # read with the writes, atomically
+                erasure.stage_fence_read(p, ns)  # read with the writes, atomically
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),
                      None if ns == results.INVALID_NS else partial(self._after_erasure, ns,
                                                                    group))

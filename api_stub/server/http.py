@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp
@@ -428,7 +428,7 @@ class Api:
                 for run in runs:
                     yield (b"[" if not sent else b",") + b",".join(capped(run, sent, size))
                     sent += len(run)
-            except (redis.RedisError, StoreError) as exc:
+            except (RedisError, StoreError) as exc:
                 # the status line is gone already: the answers sent stay, and every query
                 # not answered yet gets its error object in place, so the array stays whole
                 log.warning("store_error", error=str(exc), answered=sent, left=len(ids) - sent)
@@ -528,7 +528,7 @@ class Api:
         def check() -> Health:
             try:
                 self.client.ping()
-            except redis.RedisError as exc:
+            except RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
             beats = self.worker.beats()
             # the heartbeats /metrics and `hivemind status` count too

@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -76,7 +76,7 @@ def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], A
             return error_response(exc.status, exc.code, exc.message)
         except QueryTimeout as exc:
             return error_response(504, "timeout", str(exc))
-        except redis.RedisError as exc:
+        except RedisError as exc:
             log.warning("store_error", error=str(exc))
             return error_response(503, "store_unavailable",
                                   f"the store failed: {type(exc).__name__}")

@@ -73,7 +73,13 @@ from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.scripts import script
-from hivemind_memory.projections.store.types import Store, StreamEntry, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import (
+    Pipe,
+    Store,
+    StreamEntry,
+    as_bytes,
+    stream_entries,
+)
 
 CHUNK = 1000
 """Entries read (and copied) per round trip while rewriting a stream."""
@@ -456,6 +462,12 @@ def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
     if ids:
         r.hset(keys.event_digests(ns), mapping=dict.fromkeys(ids, ERASED))
     return len(ids)
+
+
+def stage_fence_read(p: Pipe, ns: str) -> None:
+    """Queue on ``p`` a read of ``ns``'s erasure fence (its reply comes last, read in the same
+    MULTI as the writes staged before it)."""
+    p.get(keys.erasure_fence(ns))
 
 
 def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -55,11 +55,13 @@ from hivemind_memory.api_stub.server.tokens import (
     Right,
     TokenTable,
 )
+from hivemind_memory.events import noteids
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
     WARMING_RETRY_S,
     CatchUpTimeout,
     EventError,
+    ForeignNoteId,
     QueryError,
     QueryTimeout,
     StoreError,
@@ -281,6 +283,14 @@ class Erased(msgspec.Struct):
     redacted: dict[str, int]
 
 
+class Whoami(msgspec.Struct):
+    """``GET .../whoami``: the token's agent (null in open mode) and what a note id it
+    chooses must end with (``events.noteids``; "" when any id is free to it)."""
+
+    agent: str | None
+    id_suffix: str
+
+
 class ErrorDetail(msgspec.Struct):
     code: str
     message: str
@@ -483,6 +493,10 @@ class Api:
                            "content from everything hivemind wrote")
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
+        nid = ev.get("note_id")
+        if (ev.get("type") == "note.created" and isinstance(nid, str) and self.owned_ids(ns, g)
+                and not noteids.may_choose(nid, g.agent)):
+            raise ApiError(403, ForeignNoteId.code, noteids.foreign_message(where, g.agent))
         try:
             return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
@@ -508,6 +522,21 @@ class Api:
             return msgspec.convert(await self.body(request), kind)
         except msgspec.ValidationError as exc:
             raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+
+    async def whoami(self, request: Request) -> Response:
+        """Who the token is, and the ending of the note ids it may choose."""
+        g = self.grant(request)
+        ns = request.path_params["ns"]
+        if not re.fullmatch(NS_PATTERN, ns):
+            raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
+        return _respond(Whoami(g.agent or None,
+                               noteids.id_suffix(g.agent) if self.owned_ids(ns, g) else ""))
+
+    def owned_ids(self, ns: str, g: Grant) -> bool:
+        """Whether ``g`` creates notes only with ids of its own space: ``HIVEMIND_NOTE_IDS``
+        is ``owned`` and it is a token's agent that may not see every note (no ``admin``)."""
+        return (self.client.settings.note_ids == "owned" and bool(g.agent)
+                and not g.may(ns, "admin"))
 
     async def remember(self, request: Request) -> Response:
         """A note -> its id (a new time-ordered one unless given), the event id, the
@@ -928,6 +957,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     metrics.watch_store(client.store, client.rq)
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
+        Route(f"{ns}/whoami", _wrap(api.whoami), methods=["GET"]),
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),
@@ -985,8 +1015,9 @@ def openapi_document() -> dict[str, Any]:
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
-         RecallBody, Recalled, ReadRequest, ReviseBody, Revised],
+         RecallBody, Recalled, ReadRequest, ReviseBody, Revised, Whoami],
         ref_template="#/components/schemas/{name}")
+    whoami_ref, refs = refs[-1], refs[:-1]
     for struct in (Appended, NoteRow, Health):  # answers that always carry every field
         c = comps[struct.__name__]
         c["required"] = list(c["properties"])
@@ -1026,14 +1057,19 @@ def openapi_document() -> dict[str, Any]:
         "info": {"title": "hivemind", "version": "1",
                  "description": "Event-sourced shared memory for AI agents."},
         "paths": {
+            f"{p}/whoami": {"get": op(
+                "The token's agent, and what a note id it chooses must end with (403 "
+                "foreign_note_id otherwise; \"\": any id)", {"200": ok(whoami_ref)})},
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
                 "Store a note, reporting its near-duplicates; a text its author already "
                 "wrote is not stored again, duplicate_of names that note (409 note_exists for "
-                "a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for "
-                "what it supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
+                "a reused id; 403 foreign_note_id for an id outside the token's own (see "
+                "whoami), taken or not; 404 unknown_note, 403 not_allowed, 409 "
+                "already_superseded for what it supersedes)", {"200": ok(remembered_ref)},
+                body=remember_ref)},
             f"{p}/revise": {"post": op(
                 "A new text for a note: it keeps its id, uses and tier (404 unknown_note; "
                 "403 not_allowed: not its author)", {"200": ok(revised_ref)}, body=revise_ref)},

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import redis
 
 from bench.batch import server, workers
 from bench.core import private_redis
@@ -280,8 +281,14 @@ def seed_by_replay(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
     append_s = time.perf_counter() - t
     c0, t = time.process_time(), time.perf_counter()
     rb = fold_log(rt.store, ns)
-    if not write_back(rt.store, ns, rb, spec=spec_of(client.config())):
-        raise RuntimeError(f"replay of {ns} did not write back (projected meanwhile?)")
+    # one MULTI of every note and lookup member: longer than the store's 10 s socket timeout
+    # at 100k notes on a loaded machine, so on a connection of its own without one
+    bulk = redis.Redis.from_url(rt.settings.redis_url, socket_timeout=None)
+    try:
+        if not write_back(bulk, ns, rb, spec=spec_of(client.config())):
+            raise RuntimeError(f"replay of {ns} did not write back (projected meanwhile?)")
+    finally:
+        bulk.close()
     print(f"namespace {ns}: {g.notes:,} notes, {g.events:,} events; generated and appended "
           f"in {append_s:.1f} s (in chunks of {CHUNK:,}), folded and written back as replay "
           f"does in {time.perf_counter() - t:.1f} s ({time.process_time() - c0:.1f} s CPU)")

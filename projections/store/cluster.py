@@ -28,8 +28,7 @@ from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import FIELD, append_encoded, register_namespaces
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.log import FIELD, append_encoded
 from hivemind_memory.projections.store.types import Store, as_bytes
 from hivemind_memory.projections.store.urls import CLUSTER_SCHEMES, is_cluster_url, redact
 
@@ -122,7 +121,7 @@ def append_encoded_replicated(r: Store, events: Sequence[tuple[str, bytes]], rep
         try:
             res = p.execute(raise_on_error=False)
         except redis.RedisError as exc:  # the connection died: this master's share unknown
-            _relearn(r)
+            relearn(r)
             raise AppendFailed(f"append failed after {landed} of {len(events)} event(s); more "
                                f"may have landed: {type(exc).__name__}: {exc}", landed,
                                [x for x in ids if x]) from exc
@@ -133,12 +132,12 @@ def append_encoded_replicated(r: Store, events: Sequence[tuple[str, bytes]], rep
                 landed += 1
         errors = [x for x in res if isinstance(x, Exception)]
         if errors:
-            _relearn(r)
+            relearn(r)
             raise AppendFailed(f"{landed} of {len(events)} event(s) appended, then "
                                f"{type(errors[0]).__name__}: {errors[0]}", landed,
                                [x for x in ids if x])
         acks.append(int(res[-1]))
-    _check_acks(min(acks), replicas, nss, timeout_ms)
+    check_acks(min(acks), replicas, nss, timeout_ms)
     return ids
 
 
@@ -157,7 +156,7 @@ def _by_master(r: Store, nss: Sequence[str]) -> list[tuple[redis.Redis, list[int
     return list(groups.values())
 
 
-def _relearn(r: Store) -> None:
+def relearn(r: Store) -> None:
     """After a failed write to a cluster (a failover, a moved slot): learn the slot map again
     for the caller's next attempt (if the cluster is still electing, a later attempt does)."""
     if isinstance(r, RedisCluster):
@@ -166,39 +165,8 @@ def _relearn(r: Store) -> None:
             rc.nodes_manager.initialize()
 
 
-def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:
+def check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:
     if got < replicas:
         raise StoreError(f"only {got} of {replicas} replica(s) acknowledged the append to "
                          f"{', '.join(nss)} within {timeout_ms} ms; a failover could lose it "
                          "(re-run it: repeated event_ids are applied once)")
-
-
-def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replicas: int,
-                   timeout_ms: int, register: bool = True) -> list[str] | None:
-    """Append encoded events of ``ns`` only if its stream still ends at entry ``tail``
-    (``lua/append_if_tail.lua``); None when it moved on (nothing written). Registers the
-    namespace first (``register=False``: the caller did, once for all its attempts); with
-    ``replicas`` > 0 waits for them (``WAIT`` on the same connection, the stream's master)
-    and raises ``StoreError`` if too few acknowledged."""
-    if register:
-        register_namespaces(r, [ns])
-    rc: Any = r
-    client = r if isinstance(r, redis.Redis) else \
-        rc.get_node_from_key(keys.stream(ns)).redis_connection
-    p = client.pipeline(transaction=False)
-    script(client, "append_if_tail")(keys=[keys.stream(ns)], args=[tail, FIELD, *blobs],
-                                     client=p)
-    if replicas > 0:
-        p.wait(replicas, timeout_ms)
-    try:
-        res = p.execute()
-    except redis.RedisError as exc:
-        _relearn(r)
-        raise AppendFailed(f"checked append to {ns!r} failed, its outcome unknown (a retry "
-                           f"with the same event_ids is safe): {type(exc).__name__}: {exc}",
-                           0, []) from exc
-    if res[0] is None:
-        return None
-    if replicas > 0:
-        _check_acks(int(res[1]), replicas, [ns], timeout_ms)
-    return [as_bytes(x).decode() for x in res[0]]

@@ -11,7 +11,12 @@ from functools import lru_cache
 from hivemind_memory.events.schema import Event, NoteCreated, NoteRevised
 from hivemind_memory.projections.ranking.analyzer import analyze
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.dupsketch import normalise, probe, spec_of
+from hivemind_memory.projections.ranking.dupsketch import (
+    normalise,
+    overlaps,
+    probe,
+    spec_of,
+)
 from hivemind_memory.projections.ranking.relevance import tokenize
 from hivemind_memory.projections.ranking.similarity import word_overlap
 from hivemind_memory.projections.reduce import Undecodable, touched_by
@@ -76,7 +81,13 @@ def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,
     mine = normalise(text)
     fresh = [ev.note_id for _, ev, _raw in tail if isinstance(ev, NoteCreated | NoteRevised)
              and _named(ev, mine, pr.terms, cfg)]
-    ids = [i for i in dict.fromkeys([*found.twins, *found.near, *fresh]) if i != exclude]
+    # the exact overlap of the notes the bands named, on their filed term digests: only
+    # those reaching the threshold (or filed without digests) are read and compared again
+    # as the tail leaves them (a revision there is named above by its own text)
+    known = overlaps(pr.hashes, found.near_terms)
+    near_ids = [n for n, o, t in zip(found.near, known, found.near_terms, strict=True)
+                if not t or round(o, 6) >= cfg.duplicate_threshold]
+    ids = [i for i in dict.fromkeys([*found.twins, *near_ids, *fresh]) if i != exclude]
     view = readmodel.write_view(r, ns, [*ids, *touched], event_ids, read=(cp, tail)) \
         if ids or touched or event_ids else None
     states = view.notes if view is not None else {}

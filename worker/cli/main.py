@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import redis
+from redis.exceptions import RedisError
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          getattr(args, "note_id", None)), 2)
     except (StoreError, ConfigError) as exc:
         return fail(str(exc), 2)
-    except redis.RedisError as exc:
+    except RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
         return fail(f"Redis error: {redis_message(exc)}", 2)

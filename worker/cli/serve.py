@@ -50,8 +50,10 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     """Connect, start the in-process worker on the embedded store, assemble HTTP + MCP."""
     from hivemind_memory.api_stub.client import Client
     from hivemind_memory.api_stub.sdk import Memory
-    from hivemind_memory.api_stub.server.http import MAX_BODY_BYTES, ServerOptions, create_app
+    from hivemind_memory.api_stub.server.http import ServerOptions
     from hivemind_memory.api_stub.server.mcp import build_server, token_resolver
+    from hivemind_memory.api_stub.server.routes import create_app
+    from hivemind_memory.api_stub.server.schemas import MAX_BODY_BYTES
     from hivemind_memory.worker import runtime
     from hivemind_memory.worker.inprocess import InProcessWorker
 

@@ -11,9 +11,11 @@
 --                     read (what the check sees is one instant of the namespace)
 -- ARGV[1] the band hits a note needs
 -- ARGV[2] the twin key's digest
--- ARGV[3..] the band digests
--- Returns {spec tag or '', checkpoint or '', {twin note ids}, {near note ids}, tail} (ids
--- first seen first; tail: XRANGE's reply for the entries after the checkpoint).
+-- ARGV[3] the terms members' mark (dupsketch.TERMS_MARK)
+-- ARGV[4..] the band digests
+-- Returns {spec tag or '', checkpoint or '', {twin note ids}, {near note ids}, tail,
+-- {near notes' term digests}} (ids first seen first; tail: XRANGE's reply for the entries
+-- after the checkpoint; each near note's packed term digests, '' when it has no terms member).
 local idx = KEYS[1]
 local function named(d)
   return redis.call('ZRANGEBYLEX', idx, '[' .. d, '(' .. d .. '\255')
@@ -23,7 +25,7 @@ for _, m in ipairs(named(ARGV[2])) do
   twins[#twins + 1] = string.sub(m, 9)
 end
 local hits, order = {}, {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   for _, m in ipairs(named(ARGV[i])) do
     local nid = string.sub(m, 9)
     local h = hits[nid]
@@ -36,10 +38,14 @@ for i = 3, #ARGV do
   end
 end
 local need = tonumber(ARGV[1])
-local near = {}
+local near, terms = {}, {}
+local mark = ARGV[3]
 for _, nid in ipairs(order) do
   if hits[nid] >= need then
     near[#near + 1] = nid
+    local p = mark .. nid .. '\0'
+    local m = redis.call('ZRANGEBYLEX', idx, '[' .. p, '(' .. mark .. nid .. '\1', 'LIMIT', 0, 1)[1]
+    terms[#terms + 1] = m and string.sub(m, #p + 1) or ''
   end
 end
 local cp = redis.call('GET', KEYS[3]) or ''
@@ -48,4 +54,4 @@ if cp ~= '' then
   from = '(' .. cp
 end
 return {redis.call('GET', KEYS[2]) or '', cp, twins, near,
-        redis.call('XRANGE', KEYS[4], from, '+')}
+        redis.call('XRANGE', KEYS[4], from, '+'), terms}

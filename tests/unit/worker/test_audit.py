@@ -353,12 +353,12 @@ def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
     real = index_loader.refresh_index
     calls: list[int] = []
 
-    def racy(r: Any, idx: Any, embedder: Any = None) -> None:
+    def racy(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         calls.append(1)
         if len(calls) == 1:  # as if HMGET saw the new commit and XRANGE did not
             idx.put(read_notes(r, "t")["old"])
             return
-        real(r, idx, embedder)
+        real(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "refresh_index", racy)
     serve_direct()

@@ -246,17 +246,10 @@ EmbeddedWorkerFactory = Callable[[Any, Any], EmbeddedWorker]
 """``(settings, store) -> a started EmbeddedWorker``."""
 
 _embedded_worker: EmbeddedWorkerFactory | None = wiring.embedded_worker
-"""The factory the package root left in ``api_stub.wiring`` when it was imported (always
-before this module: the root runs first), or one ``use_embedded_worker`` registered."""
-
-
-def use_embedded_worker(factory: EmbeddedWorkerFactory) -> None:
-    """Register how a ``Memory`` over ``memory://`` starts its in-process worker. The SDK
-    sits beside the worker and never imports it; ``hivemind_memory/__init__`` (the package
-    root, above both) injects ``worker.inprocess.start_embedded`` (through
-    ``api_stub.wiring``, so the root need not import the SDK)."""
-    global _embedded_worker
-    _embedded_worker = factory
+"""How a ``Memory`` over ``memory://`` starts its in-process worker: the factory the package
+root left in ``api_stub.wiring`` when it was imported (always before this module: the root
+runs first). The SDK sits beside the worker and never imports it; ``hivemind_memory/__init__``
+(the package root, above both) injects ``worker.inprocess.start_embedded``."""
 
 
 class _Transport:

@@ -43,9 +43,9 @@ from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import (

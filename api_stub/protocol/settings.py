@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.ranking import PACKERS
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.urls import is_cluster_url, redact
+from hivemind_memory.projections.store.urls import is_cluster_url, redact_url
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 """The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command
@@ -208,8 +208,8 @@ class Settings:
         """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,
         and may never name a cluster itself."""
         if self.rq_url is not None and is_cluster_url(self.rq_url):
-            raise ConfigError(f"rq_url {redact(self.rq_url)!r} names a Redis Cluster: RQ needs a "
-                              "plain Redis (its keys cross slots)")
+            raise ConfigError(f"rq_url {redact_url(self.rq_url)!r} names a Redis Cluster: RQ "
+                              "needs a plain Redis (its keys cross slots)")
         if self.rq_url is None and is_cluster_url(self.redis_url):
             raise ConfigError("the store is a Redis Cluster: set HIVEMIND_RQ_URL / --rq-url "
                               "to a plain Redis for the queues")

@@ -544,7 +544,10 @@ class Client:
             q = self.shard_queue(shard)
             part = by_shard[shard]
             workers = jobs.query_workers(q) if len(part) > jobs.MIN_QUERY_CHUNK else 1
-            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers)
+            # a query still queued when its result would have expired is dropped: no one
+            # waits for it any more (its shard had no worker all that time)
+            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers,
+                                 ttl=self.settings.result_ttl_seconds)
         return ids
 
     # -- shards ------------------------------------------------------------------------------

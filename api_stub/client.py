@@ -106,6 +106,13 @@ class Erasure:
     event_ids: list[str]
     redaction: erasure.Redaction
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the redaction rewrote, by kind (``log_entries``, ``dead_letters``...)."""
+        from hivemind_memory.projections.store.erasure import erasure_counts
+
+        return erasure_counts(self.redaction)
+
 
 DuplicateMode = Literal["report", "supersede", "ignore", "keep"]
 """What ``remember`` does about near-duplicates: report them (and write nothing for an exact
@@ -427,6 +434,27 @@ class Client:
         ids = sorted(i for i in got if i > req.after)[:req.limit]
         return [note_row(got[i], cfg) for i in ids]
 
+    def notes(self, ns: str) -> list[NoteRow]:
+        """Every projected note of ``ns`` (forgotten ones included) as rows in id order, as
+        the read model holds them now (``wait_projected`` first to read your writes)."""
+        from hivemind_memory.projections.store.readmodel import read_notes
+
+        got = read_notes(self.store, ns)
+        cfg = self.config()
+        return [note_row(got[k], cfg) for k in sorted(got)]
+
+    def audit(self, ns: str, limit: int) -> list[tuple[str, bytes]]:
+        """The newest ``limit`` audit entries of ``ns``, oldest first: each entry's id and
+        its ``query.served`` event's JSON (empty if the entry has none)."""
+        from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+
+        return [(e.id.decode(), audit_event(e))
+                for e in reversed(audit_page(self.store, ns, None, limit))]
+
+    def ping(self) -> None:
+        """Raise the store's error if it does not answer."""
+        self.store.ping()
+
     def config(self) -> RankingConfig:
         """The ranking config this client's settings name (read once)."""
         if self._cfg is None:
@@ -516,7 +544,10 @@ class Client:
             q = self.shard_queue(shard)
             part = by_shard[shard]
             workers = jobs.query_workers(q) if len(part) > jobs.MIN_QUERY_CHUNK else 1
-            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers)
+            # a query still queued when its result would have expired is dropped: no one
+            # waits for it any more (its shard had no worker all that time)
+            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers,
+                                 ttl=self.settings.result_ttl_seconds)
         return ids
 
     # -- shards ------------------------------------------------------------------------------

@@ -234,10 +234,12 @@ def worker_records(rq: QueueConn, names: Sequence[str]) -> list[list[Any]]:
 
 
 def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int,
-                    workers: int = 1) -> int:
+                    workers: int = 1, ttl: int | None = None) -> int:
     """Queue ``envelopes`` as query jobs (``query_chunks``: at most ``chunk`` queries each,
     smaller ones when ``workers`` share the batch), all jobs in one MULTI (one round trip
-    instead of RQ's two per job). Returns how many jobs."""
+    instead of RQ's two per job). ``ttl``: seconds a job may wait in its queue (RQ drops it
+    after that: a shard without a worker does not hold its queries for good). Returns how
+    many jobs."""
     if not envelopes:
         return 0
     p = q.connection.pipeline()
@@ -248,7 +250,7 @@ def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int,
         i += size
         q.enqueue(QUERY_JOB, part, retry=Retry(max=QUERY_RETRIES), result_ttl=JOB_RESULT_TTL,
                   failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries",
-                  pipeline=p)
+                  ttl=ttl, pipeline=p)
     p.execute()
     return len(sizes)
 

@@ -79,23 +79,32 @@ from hivemind_memory.events.errors import (
     CatchUpTimeout,
     EventError,
     QueryError,
+    QueryTimeout,
     StoreError,
     WriteRefused,
 )
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Event, NoteCreated
-from hivemind_memory.projections.ranking.config import load_config
-from hivemind_memory.projections.state import note_row
-from hivemind_memory.projections.store import results
-from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
-from hivemind_memory.projections.store.erasure import erasure_counts
-from hivemind_memory.projections.store.readmodel import read_notes
-from hivemind_memory.worker.audit.reproduce import note_history, reproduce_queries, show_of
-from hivemind_memory.worker.ops import heartbeat, metrics
-from hivemind_memory.worker.ops.status import dead_letters, read_status
+from hivemind_memory.projections.state import NoteRow
+from hivemind_memory.worker.service import METRICS_CONTENT_TYPE, WorkerService
 
 log = structlog.get_logger("hivemind.http")
 _T = TypeVar("_T")
 _json = msgspec.json.Encoder()
+
+
+class _ErrorHead(msgspec.Struct):
+    code: str
+    message: str
+
+
+class _ResultHead(msgspec.Struct):
+    """What ``Api.result`` reads of a stored answer: whose it is, or the error it is."""
+
+    agent: str | None = None
+    error: _ErrorHead | None = None
+
+
+_head = msgspec.json.Decoder(_ResultHead)
 
 ADMIN_EVENTS = ("note.forgotten", "note.revised", "note.erased")
 """Events whose ``as_admin`` the server sets from the token's ``admin`` right."""
@@ -133,8 +142,10 @@ class Api:
     def __init__(self, client: Client, opts: ServerOptions) -> None:
         self.client = client
         self.opts = opts
-        self.cfg = load_config(client.settings.config_path)
-        """The ranking config the notes listing computes tiers with."""
+        self.cfg = client.config()
+        """The ranking config (the notes' tiers; the fallback of the audit views)."""
+        self.worker = WorkerService(client.store, client.rq, self.cfg, client.settings.shards)
+        """What only the worker knows (status, dead letters, audit views, heartbeats)."""
 
     # -- helpers ---------------------------------------------------------------------------
     @property
@@ -448,21 +459,20 @@ class Api:
             raise ApiError(400, "invalid_request", f"wait must be within 0..{MAX_WAIT_S:g}")
 
         def get() -> bytes | None:
-            body = results.read_result(self.client.store, ns, qid)
-            if body is None and wait > 0:
-                results.wait_done(self.client.store, ns, qid, wait)
-                body = results.read_result(self.client.store, ns, qid)
-            return body
+            try:  # the client's wait: a shard no worker serves answers shard_unavailable
+                return self.client.result_json(qid, wait)
+            except QueryTimeout:
+                return None
 
         body = await self.run(get)
-        if body is not None and g.agent and "admin" not in g.rights:
-            owner = msgspec.json.decode(body).get("agent")
-            if owner is not None and owner != g.agent:
-                body = None  # another agent's answer (it may hold their private notes)
+        head = None if body is None else _head.decode(body)
+        if head is not None and head.error is not None and head.error.code == "shard_unavailable":
+            # still queued, and no worker to answer it for now (the client's words)
+            raise ApiError(503, "shard_unavailable", head.error.message)
+        if (head is not None and g.agent and "admin" not in g.rights
+                and head.agent is not None and head.agent != g.agent):
+            body = None  # another agent's answer (it may hold their private notes)
         if body is None:
-            why = await self.run(lambda: self.client.shard_problem(ns))
-            if why is not None:  # still queued, and no worker to answer it for now
-                raise ApiError(503, "shard_unavailable", f"query {qid}: {why}")
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
@@ -476,12 +486,11 @@ class Api:
     async def notes(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
 
-        def read() -> dict[str, Any]:
+        def read() -> list[NoteRow]:
             self.wait_projected(ns)
-            return read_notes(self.client.store, ns)
+            return self.client.notes(ns)
 
-        notes = await self.run(read)
-        return respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
+        return respond(await self.run(read))
 
     async def read(self, request: Request) -> Response:
         """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
@@ -498,10 +507,8 @@ class Api:
         raw_limit = request.query_params.get("limit", "100")
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_AUDIT:
             raise ApiError(400, "invalid_request", f"limit must be an integer 1..{MAX_AUDIT}")
-        page = await self.run(lambda: audit_page(self.client.store, ns, None, int(raw_limit)))
-        out = [AuditEntry(e.id.decode(), msgspec.json.decode(audit_event(e) or b"{}"))
-               for e in reversed(page)]
-        return respond(out)
+        page = await self.run(lambda: self.client.audit(ns, int(raw_limit)))
+        return respond([AuditEntry(i, msgspec.json.decode(ev or b"{}")) for i, ev in page])
 
     async def healthz(self, request: Request) -> Response:
         return respond(Health(True))
@@ -514,16 +521,16 @@ class Api:
         if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
             raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
                            "(or admin in every namespace)")
-        body = await self.run(metrics.render)
-        return Response(body, media_type=metrics.CONTENT_TYPE)
+        body = await self.run(self.worker.metrics)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
 
     async def readyz(self, request: Request) -> Response:
         def check() -> Health:
             try:
-                self.client.store.ping()
+                self.client.ping()
             except RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
-            beats = heartbeat.read_beats(self.client.rq)
+            beats = self.worker.beats()
             # the heartbeats /metrics and `hivemind status` count too
             n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
@@ -559,14 +566,12 @@ class Api:
         """``hivemind dead --ns NS --limit N --json``, as one object."""
         ns, _ = self.authorize(request, "admin")
         limit = _int_param(request, "limit", 1000, 1, MAX_DEAD)
-        return respond(await self.run(lambda: dead_letters(self.client.store, ns, limit)))
+        return respond(await self.run(lambda: self.worker.dead(ns, limit)))
 
     async def status(self, request: Request) -> Response:
         """``hivemind status --json`` for one namespace (the workers are every live one)."""
         ns, _ = self.authorize(request, "admin")
-        return respond(await self.run(lambda: read_status(
-            self.client.store, self.client.rq, datetime.now(UTC), only=[ns],
-            shards=self.client.settings.shards)))
+        return respond(await self.run(lambda: self.worker.status(datetime.now(UTC), only=[ns])))
 
     async def note(self, request: Request) -> Response:
         """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""
@@ -574,10 +579,10 @@ class Api:
         nid = request.path_params["note_id"]
         if not re.fullmatch(ID_PATTERN, nid):
             raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
-        h = await self.run(lambda: audited(lambda: note_history(self.client.store, ns, nid)))
-        if h.note is None and not h.events:
+        got = await self.run(lambda: audited(lambda: self.worker.show(ns, nid)))
+        if got is None:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
-        return respond(show_of(h))
+        return respond(got)
 
     async def erase(self, request: Request) -> Response:
         """``hivemind erase --ns NS NOTE_ID``: erase a note (admin), answered once its content
@@ -596,7 +601,7 @@ class Api:
         except StoreError as exc:  # another erasure held the namespace too long, say
             raise ApiError(503, "store_unavailable", str(exc)) from exc
         return respond(Erased(nid, got.event_ids[0] if got.event_ids else None,
-                               erasure_counts(got.redaction)))
+                               got.counts))
 
     async def reproduce(self, request: Request) -> Response:
         """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
@@ -606,8 +611,7 @@ class Api:
             raise ApiError(422, "invalid_request",
                            'give "query_ids" (a non-empty list) or "all": true, not both')
         ids = None if body.all else body.query_ids
-        got = await self.run(lambda: audited(
-            lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
+        got = await self.run(lambda: audited(lambda: self.worker.reproduce(ns, ids)))
         return respond(got)
 
 

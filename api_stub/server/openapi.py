@@ -35,8 +35,7 @@ from hivemind_memory.api_stub.server.schemas import (
 )
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Event
 from hivemind_memory.projections.state import NoteRow
-from hivemind_memory.worker.audit.reproduce import NoteShow, ReproduceSummary
-from hivemind_memory.worker.ops.status import DeadLetters, Status
+from hivemind_memory.worker.service import DeadLetters, NoteShow, ReproduceSummary, Status
 
 _EVENT_DOC = ("An event in the `hivemind ingest` format; `ns` and `agent` may be omitted (the "
               "path and the token supply them) and must match when present.")

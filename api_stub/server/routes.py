@@ -26,7 +26,6 @@ from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.http import Api, ServerOptions
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from hivemind_memory.events.errors import QueryTimeout, StoreError
-from hivemind_memory.worker.ops import metrics
 
 log = structlog.get_logger("hivemind.http")
 
@@ -92,7 +91,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     """The ASGI application of ``hivemind serve``."""
     opts = opts or ServerOptions()
     api = Api(client, opts)
-    metrics.watch_store(client.store, client.rq)
+    api.worker.watch()
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),

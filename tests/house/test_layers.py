@@ -206,6 +206,47 @@ def test_the_servers_and_the_root_sit_above_client_and_worker() -> None:
     assert side_of(f"{PKG}.api_stub.server.http") is None
 
 
+SERVER_WORKER_DOOR = f"{PKG}.worker.service"
+"""The one worker module the servers may import: what only the worker knows."""
+
+
+def server_reach(path: Path, module: str) -> list[str]:
+    """Where a server module reaches around its doors: any ``projections.store`` module (the
+    client is the door to the store) or a worker module but ``worker.service``."""
+    out = []
+    for t, line in imports(path, module):
+        door = t == SERVER_WORKER_DOOR or t.startswith(SERVER_WORKER_DOOR + ".")
+        if t.startswith(f"{PKG}.projections.store") or (
+                t.startswith(f"{PKG}.worker.") and not door):
+            out.append(f"{path.name}:{line} imports {t}")
+    return out
+
+
+def test_the_servers_go_through_the_client_and_the_worker_service() -> None:
+    """``api_stub/server/*`` import no ``projections.store`` module and, of the worker, only
+    ``worker.service``: the store is reached through ``Client``."""
+    servers = {m: p for m, p in modules().items() if m.startswith(f"{PKG}.api_stub.server.")}
+    assert f"{PKG}.api_stub.server.http" in servers and len(servers) > 5
+    bad = [b for m, p in servers.items() for b in server_reach(p, m)]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("line", [
+    "from hivemind_memory.projections.store import results",
+    "from hivemind_memory.projections.store.readmodel import read_notes",
+    "from hivemind_memory.worker.ops import metrics",
+    "from hivemind_memory.worker.ops.status import read_status",
+    "import hivemind_memory.worker.audit.reproduce",
+])
+def test_the_server_rule_would_catch_a_reach_around(line: str, tmp_path: Path) -> None:
+    f = tmp_path / "http.py"
+    f.write_text(f"def f():\n    {line}\n")
+    assert server_reach(f, f"{PKG}.api_stub.server.http")
+    f.write_text("from hivemind_memory.worker.service import WorkerService\n"
+                 "from hivemind_memory.projections.state import NoteRow\n")
+    assert not server_reach(f, f"{PKG}.api_stub.server.http")
+
+
 def test_the_side_rule_would_catch_the_sdk_importing_the_worker(tmp_path: Path) -> None:
     f = tmp_path / "sdk.py"
     f.write_text("def f():\n    from hivemind_memory.worker.inprocess import start_embedded\n")

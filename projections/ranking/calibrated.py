@@ -45,9 +45,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import BoolArray, Columns, FloatArray, IntArray
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 
 class NativeKernel(Protocol):

@@ -341,7 +341,7 @@ class NamespaceIndex:
         Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
         carry embeddings of the same dimension, computed with numpy over one matrix per
         dimension (its last bit may differ across CPUs and BLAS builds: see
-        ``projections.ranking.relevance``); BM25 (``Columns.bm25``, equal to the tests'
+        ``projections.ranking.bm25_rules``); BM25 (``Columns.bm25``, equal to the tests'
         ``scores_over``) otherwise. BM25 statistics come from the notes ``agent`` may see
         (shared + its own private ones) and other agents' private notes get no lexical score
         at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.

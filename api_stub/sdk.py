@@ -40,6 +40,7 @@ from hivemind_memory.events.errors import (
     AlreadySuperseded,
     EventError,
     EventIdConflict,
+    ForeignNoteId,
     HivemindError,
     IndexWarming,
     NotAllowed,
@@ -421,6 +422,7 @@ _CONFLICT_ID = re.compile(r"event_id '([^']*)'")
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
     refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
+               "foreign_note_id": ForeignNoteId,
                "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded,
                "version_conflict": VersionConflict}.get(code)
     if code == "event_id_conflict" and kind == "event":
@@ -457,6 +459,11 @@ class Memory:
         self.ns = ns
         self.agent = agent
         self.admin = admin
+        self.own_ids = False
+        """Create notes only with ids of this agent's own space (``events.noteids``): set
+        for a restricted caller of ``serve`` (MCP with a non-admin token); over HTTP the
+        server decides."""
+        self._suffix: str | None = None
         self.timeout = timeout
         self._t: _Transport
         if url.startswith(("http://", "https://")):
@@ -472,6 +479,7 @@ class Memory:
         """A Memory over an open ``Client`` (the MCP server and ``serve`` use this)."""
         m = cls.__new__(cls)
         m.ns, m.agent, m.timeout, m.admin = ns, agent, timeout, admin
+        m.own_ids, m._suffix = False, None
         m._t = _StoreTransport("", timeout, client=client, on_write=on_write)
         return m
 
@@ -502,7 +510,32 @@ class Memory:
 
     def append(self, events: Sequence[Mapping[str, Any]]) -> int:
         """Append events (``event_id``, ``at``, ``ns``, ``agent`` filled when absent)."""
-        return self._t.append([self._fill(e) for e in events])
+        evs = [self._fill(e) for e in events]
+        for i, ev in enumerate(evs):
+            if ev.get("type") == "note.created":
+                self._may_choose(ev.get("note_id"), f"events[{i}]")
+        return self._t.append(evs)
+
+    def _may_choose(self, note_id: Any, where: str) -> None:
+        """``ForeignNoteId`` if this caller may not create a note with ``note_id``."""
+        from hivemind_memory.events import noteids
+
+        if self.own_ids and isinstance(note_id, str) and not noteids.may_choose(
+                note_id, self.agent):
+            raise ForeignNoteId(noteids.foreign_message(where, self.agent))
+
+    def id_suffix(self) -> str:
+        """What a note id this caller chooses must end with (``KEY@@AGENT``; "" when any id
+        is free to it: a store URL, open mode, an ``admin`` token). Over HTTP the server
+        says (``GET .../whoami``, asked once)."""
+        if self._suffix is None:
+            from hivemind_memory.events import noteids
+
+            if isinstance(self._t, _HttpTransport):
+                self._suffix = str(self._t.call("GET", "/whoami")["id_suffix"])
+            else:
+                self._suffix = noteids.id_suffix(self.agent) if self.own_ids else ""
+        return self._suffix
 
     def _request(self, text: str, budget: int, **kw: Any) -> dict[str, Any]:
         req: dict[str, Any] = {"ns": self.ns, "text": text, "budget": budget}
@@ -568,6 +601,7 @@ class Memory:
         ``expires_at`` (RFC 3339 or an aware datetime): from then on the note is in no
         answer."""
         nid = note_id or new_id("n")
+        self._may_choose(nid, "remember")
         ev: dict[str, Any] = {"type": "note.created", "note_id": nid, "text": text,
                               "kind": kind, "scope": scope}
         if tokens is not None:

@@ -72,12 +72,15 @@ from hivemind_memory.api_stub.server.schemas import (
     ReviseBody,
     Revised,
     UsedBody,
+    Whoami,
 )
 from hivemind_memory.api_stub.server.tokens import Grant, Right, TokenTable
+from hivemind_memory.events import noteids
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
     CatchUpTimeout,
     EventError,
+    ForeignNoteId,
     QueryError,
     QueryTimeout,
     StoreError,
@@ -270,6 +273,10 @@ class Api:
                            "content from everything hivemind wrote")
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
+        nid = ev.get("note_id")
+        if (ev.get("type") == "note.created" and isinstance(nid, str) and self.owned_ids(ns, g)
+                and not noteids.may_choose(nid, g.agent)):
+            raise ApiError(403, ForeignNoteId.code, noteids.foreign_message(where, g.agent))
         try:
             return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
@@ -295,6 +302,21 @@ class Api:
             return msgspec.convert(await self.body(request), kind)
         except msgspec.ValidationError as exc:
             raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+
+    async def whoami(self, request: Request) -> Response:
+        """Who the token is, and the ending of the note ids it may choose."""
+        g = self.grant(request)
+        ns = request.path_params["ns"]
+        if not re.fullmatch(NS_PATTERN, ns):
+            raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
+        return respond(Whoami(g.agent or None,
+                              noteids.id_suffix(g.agent) if self.owned_ids(ns, g) else ""))
+
+    def owned_ids(self, ns: str, g: Grant) -> bool:
+        """Whether ``g`` creates notes only with ids of its own space: ``HIVEMIND_NOTE_IDS``
+        is ``owned`` and it is a token's agent that may not see every note (no ``admin``)."""
+        return (self.client.settings.note_ids == "owned" and bool(g.agent)
+                and not g.may(ns, "admin"))
 
     async def remember(self, request: Request) -> Response:
         """A note -> its id (a new time-ordered one unless given), the event id, the

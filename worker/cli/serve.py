@@ -73,7 +73,7 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
         return Memory.over_client(client, ns=ns, agent=agent, timeout=query_timeout_s,
                                   on_write=on_write, admin=admin)
 
-    mcp = build_server(token_resolver(tokens, make))
+    mcp = build_server(token_resolver(tokens, make, settings.note_ids == "owned"))
     star = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                    json_response=True, host=host)
     [route] = [r for r in star.routes if getattr(r, "path", None) == "/mcp"]

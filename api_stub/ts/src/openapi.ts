@@ -4,6 +4,125 @@
  */
 
 export interface paths {
+    "/v1/ns/{ns}/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The token's agent, and what a note id it chooses must end with (403 foreign_note_id otherwise; "": any id) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    ns: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description OK */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Whoami"];
+                    };
+                };
+                /** @description error */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description error */
+                504: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/ns/{ns}/events": {
         parameters: {
             query?: never;
@@ -136,7 +255,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Store a note, reporting its near-duplicates; a text its author already wrote is not stored again, duplicate_of names that note (409 note_exists for a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
+        /** Store a note, reporting its near-duplicates; a text its author already wrote is not stored again, duplicate_of names that note (409 note_exists for a reused id; 403 foreign_note_id for an id outside the token's own (see whoami), taken or not; 404 unknown_note, 403 not_allowed, 409 already_superseded for what it supersedes) */
         post: {
             parameters: {
                 query?: never;
@@ -3085,6 +3204,15 @@ export interface components {
         Revised: {
             note_id: string;
             event_id: string;
+        };
+        /**
+         * Whoami
+         * @description ``GET .../whoami``: the token's agent (null in open mode) and what a note id it
+         *     chooses must end with (``events.noteids``; "" when any id is free to it).
+         */
+        Whoami: {
+            agent: string | null;
+            id_suffix: string;
         };
         /**
          * DeadLetters

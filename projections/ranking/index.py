@@ -319,7 +319,8 @@ class NamespaceIndex:
             assert derived is not None
             at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,
                                  lambda s: derived.rows_cosines(query, s),
-                                 named_owners(cols, text), cfg.calibration, top, allowed)
+                                 named_owners(cols, text), cfg.calibration, top, allowed,
+                                 cfg.candidates.lexical)
             return seq[at], p
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)

@@ -45,7 +45,7 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     WriteRefused,
 )
-from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.events.schema import (
     MAX_SUPERSEDES,
     NS_PATTERN,
@@ -55,10 +55,10 @@ from hivemind_memory.events.schema import (
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import keys, results
+from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.beats import live_beats, served_queues
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.log import append_encoded, tail
+from hivemind_memory.projections.store.log import append_encoded, heads, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
 from hivemind_memory.projections.store.urls import scrub
 
@@ -105,6 +105,13 @@ class Erasure:
 
     event_ids: list[str]
     redaction: erasure.Redaction
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the redaction rewrote, by kind (``log_entries``, ``dead_letters``...)."""
+        from hivemind_memory.projections.store.erasure import erasure_counts
+
+        return erasure_counts(self.redaction)
 
 
 DuplicateMode = Literal["report", "supersede", "ignore", "keep"]
@@ -212,7 +219,7 @@ class Client:
         of reading the tail again."""
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
-        from hivemind_memory.projections.store.cluster import append_if_tail
+        from hivemind_memory.projections.store.checked_append import append_if_tail
         from hivemind_memory.projections.store.log import register_namespaces
 
         evs = self._validated(events)
@@ -427,6 +434,27 @@ class Client:
         ids = sorted(i for i in got if i > req.after)[:req.limit]
         return [note_row(got[i], cfg) for i in ids]
 
+    def notes(self, ns: str) -> list[NoteRow]:
+        """Every projected note of ``ns`` (forgotten ones included) as rows in id order, as
+        the read model holds them now (``wait_projected`` first to read your writes)."""
+        from hivemind_memory.projections.store.readmodel import read_notes
+
+        got = read_notes(self.store, ns)
+        cfg = self.config()
+        return [note_row(got[k], cfg) for k in sorted(got)]
+
+    def audit(self, ns: str, limit: int) -> list[tuple[str, bytes]]:
+        """The newest ``limit`` audit entries of ``ns``, oldest first: each entry's id and
+        its ``query.served`` event's JSON (empty if the entry has none)."""
+        from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+
+        return [(e.id.decode(), audit_event(e))
+                for e in reversed(audit_page(self.store, ns, None, limit))]
+
+    def ping(self) -> None:
+        """Raise the store's error if it does not answer."""
+        self.store.ping()
+
     def config(self) -> RankingConfig:
         """The ranking config this client's settings name (read once)."""
         if self._cfg is None:
@@ -516,7 +544,10 @@ class Client:
             q = self.shard_queue(shard)
             part = by_shard[shard]
             workers = jobs.query_workers(q) if len(part) > jobs.MIN_QUERY_CHUNK else 1
-            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers)
+            # a query still queued when its result would have expired is dropped: no one
+            # waits for it any more (its shard had no worker all that time)
+            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers,
+                                 ttl=self.settings.result_ttl_seconds)
         return ids
 
     # -- shards ------------------------------------------------------------------------------
@@ -558,22 +589,13 @@ class Client:
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
         """Each namespace's newest stream id and length, read together (one MULTI each)."""
-        positions: dict[str, str] = {}
-        lengths: dict[str, int] = {}
-        for ns in nss:
-            p = self.store.pipeline(transaction=True)
-            p.xrevrange(keys.stream(ns), count=1)
-            p.xlen(keys.stream(ns))
-            last, n = p.execute()
-            positions[ns] = format_pos(parse_pos(last[0][0]) if last else ZERO)
-            lengths[ns] = int(n)
-        return positions, lengths
+        got = heads(self.store, nss)
+        return ({ns: format_pos(pos) for ns, (pos, _) in got.items()},
+                {ns: n for ns, (_, n) in got.items()})
 
     def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
-        p = self.store.pipeline(transaction=True)
-        results.stage_result(p, ns, qid, error_json(qid, code, message),
-                             self.settings.result_ttl_seconds)
-        p.execute()
+        results.write_results(self.store, ns, {qid: error_json(qid, code, message)},
+                              self.settings.result_ttl_seconds)
 
     def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:
         """The result (or error) object's JSON bytes; ``QueryTimeout`` after ``timeout`` s."""

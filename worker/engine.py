@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import redis
 import structlog
+from redis.exceptions import RedisError
 from rq import Queue
 
 from hivemind_memory.api_stub.protocol.messages import (
@@ -43,12 +43,18 @@ from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, erasure, keys, results
+from hivemind_memory.projections.store import (
+    audit_trail,
+    erasure,
+    eventdigest,
+    results,
+    snapshot_refresh,
+)
 from hivemind_memory.projections.store.index_loader import (
     NO_SNAPSHOT,
     FullLoadNeeded,
@@ -59,9 +65,9 @@ from hivemind_memory.projections.store.index_loader import (
     write_snapshot,
 )
 from hivemind_memory.projections.store.index_size import estimate_load_bytes
-from hivemind_memory.projections.store.lease import Renewing
+from hivemind_memory.projections.store.lease import renewing_build_lease, try_build_lease
 from hivemind_memory.projections.store.probe import probe
-from hivemind_memory.projections.store.readmodel import no_cycle_collection
+from hivemind_memory.projections.store.readmodel import no_cycle_collection, note_count
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.memory import (
@@ -148,6 +154,10 @@ class QueryEngine:
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
         erasure ran: the as-of folds kept of the namespace are dropped (they may hold the
         log before its rewrite), and answers published meanwhile are checked."""
+        self.erased_filed: dict[str, tuple[int, dict[str, str]]] = {}
+        """Per namespace: how many erased texts were filed, and their digests -> note."""
+        self.secret: bytes | None = None
+        """The store's digest secret (``eventdigest.store_key``), read on first need."""
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
         self.emb_filed: dict[str, dict[str, int]] = {}
         """Per namespace: filed embedding digest -> ms of its latest filing known here."""
@@ -389,7 +399,7 @@ class QueryEngine:
                 f"{len(cache)} other namespaces, {mib(cache.held_bytes())} of its "
                 f"{mib(cache.budget)} budget): give it a smaller --memory-budget, more "
                 "memory, or fewer namespaces")) from None
-        except redis.RedisError:
+        except RedisError:
             cache.pop(ns)
             raise
         except Exception as exc:  # a load that fails for another cause says which
@@ -428,12 +438,11 @@ class QueryEngine:
         the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
         th = self.warm_builds.get(ns)
         if th is None:
-            notes = int(self.r.hlen(keys.notes(ns)))
+            notes = note_count(self.r, ns)
             if notes < self.settings.warm_inline_max_notes:
                 return
             token = os.urandom(8).hex()
-            if self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+            if try_build_lease(self.r, ns, token):
                 th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
                                       name=f"warm-{ns}")
                 self.warm_builds[ns] = th
@@ -448,7 +457,7 @@ class QueryEngine:
         renewed while it runs; the index itself is dropped: the next query reads the snapshot
         within the memory budget."""
         t = time.process_time()
-        lease = Renewing(self.r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)
+        lease = renewing_build_lease(self.r, ns, token)
         try:
             idx = NamespaceIndex(ns)
             load_index(self.r, idx, embedder=self.embedder)
@@ -470,15 +479,14 @@ class QueryEngine:
         is large enough that a query would wait for one (``warm_inline_max_notes``), or the
         changes stream was trimmed past it. Under the build lease (renewed while it runs):
         a namespace being built elsewhere is left to that build."""
-        self.r.delete(keys.snapshot_queued(ns))  # commits from now on may queue the next
+        snapshot_refresh.clear_queued(self.r, ns)  # commits from now on may queue the next
         token = os.urandom(8).hex()
-        if not self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+        if not try_build_lease(self.r, ns, token):
             return {"ns": ns, "status": "busy"}
-        lease = Renewing(self.r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)
+        lease = renewing_build_lease(self.r, ns, token)
         t = time.process_time()
         try:
-            self.r.delete(keys.index_lag(ns))
+            snapshot_refresh.reset_count(self.r, ns)
             live = self.live.get(ns)
             idx = live if live is not None else NamespaceIndex(ns)
             status = "refreshed"
@@ -486,7 +494,7 @@ class QueryEngine:
                 refresh_index(self.r, idx, self.embedder, allow_full=False)
             except FullLoadNeeded as exc:
                 if exc.why == NO_SNAPSHOT and \
-                        int(self.r.hlen(keys.notes(ns))) < self.settings.warm_inline_max_notes:
+                        note_count(self.r, ns) < self.settings.warm_inline_max_notes:
                     return {"ns": ns, "status": "small"}  # a query builds it inline
                 load_index(self.r, idx, embedder=self.embedder)  # writes the snapshot
                 status = "built"
@@ -617,7 +625,7 @@ class QueryEngine:
                     if filed is not None:
                         filed[digest] = now_ms
             if ns != results.INVALID_NS:
-                p.get(keys.erasure_fence(ns))  # read with the writes, atomically
+                erasure.stage_fence_read(p, ns)  # read with the writes, atomically
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),
                      None if ns == results.INVALID_NS else partial(self._after_erasure, ns,
                                                                    group))
@@ -633,11 +641,34 @@ class QueryEngine:
             del self.as_of[key]
         return known or fence is not None
 
+    def _redact_quotes(self, ns: str, group: list[Pending], filings: int) -> None:
+        """A query whose text is a version of an erased note (one that ran while the note was
+        erased, or one sent after) published that text (audit entry, result, embedding): the
+        keyed digests the erasures filed (``keys.erased_texts``, ``filings`` of them as of
+        the wave's write, read again when that count moves) find it, and the redaction runs
+        again for those notes, so the first erasure suffices."""
+        if not filings:
+            return
+        known = self.erased_filed.get(ns)
+        if known is None or known[0] != filings:
+            known = self.erased_filed[ns] = (filings, erasure.filed_texts(self.r, ns))
+        if self.secret is None:
+            self.secret = eventdigest.store_key(self.r)
+        quoted = erasure.quoted_in(known[1], self.secret, [
+            q.req.text for q in group if q.req is not None and q.req.text])
+        if quoted:
+            erased, _ = erasure.erased_notes(self.r, ns, quoted)
+            if erased:
+                log.info("quotes_redacted", ns=ns, notes=erased)
+                erasure.redact(self.r, ns, erased)
+
     def _after_erasure(self, ns: str, group: list[Pending], replies: list[Any]) -> None:
         """A wave's MULTI went through; its last reply is the erasure fence as of that
         write. If an erasure ran while the wave was ranked, an answer may show content it
         erased after sweeping the result keys: those answers become ``erased`` errors."""
         fence = replies[-1] if replies else None
+        filings = int(replies[-2]) if len(replies) > 1 else 0
+        self._redact_quotes(ns, group, filings)
         if not self._fence_seen(ns, None if fence is None else bytes(fence)):
             return
         shown = sorted({n.note_id for q in group if q.result is not None

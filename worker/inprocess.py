@@ -24,6 +24,7 @@ import threading
 import structlog
 from rq.timeouts import TimerDeathPenalty
 
+from hivemind_memory.api_stub.protocol.jobs import worker_records
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.types import Store
@@ -125,7 +126,7 @@ class InProcessWorker:
 
     def _count(self, w: _ThreadWorker) -> None:
         """Add a finished burst's job counters (RQ keeps a dead worker's hash for 60 s)."""
-        ok, failed = self.rt.rq.hmget(w.key, "successful_job_count", "failed_job_count")
+        [(_, ok, failed)] = worker_records(self.rt.rq, [w.name])
         self.successful_jobs += int(ok or 0)
         self.failed_jobs += int(failed or 0)
 

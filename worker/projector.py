@@ -32,7 +32,7 @@ from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
-from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store import snapshot_refresh
 from hivemind_memory.projections.store.lease import (
     WAIT_SLICE_S,
     Lease,
@@ -49,7 +49,7 @@ from hivemind_memory.projections.store.readmodel import (
     lagging,
     no_cycle_collection,
 )
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.schedule import finish_job
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker.ops import metrics
 
@@ -116,9 +116,8 @@ def snapshot_nudger(r: Store, q: Queue, ns: str) -> OnCommitted:
     one ``refresh_snapshot`` job on ``q`` (the projection queue), so the snapshot is kept
     current incrementally before the changes stream is trimmed past it."""
     def nudge(batches: int) -> None:
-        lag = int(r.incrby(keys.index_lag(ns), batches))
-        if lag >= keys.SNAPSHOT_REFRESH_CHANGES and r.set(
-                keys.snapshot_queued(ns), 1, nx=True, ex=keys.SCHEDULE_TTL_SECONDS):
+        lag = snapshot_refresh.count_committed(r, ns, batches)
+        if snapshot_refresh.due(lag) and snapshot_refresh.mark_queued(r, ns):
             log.info("snapshot_refresh_enqueued", ns=ns, batches=lag)
             enqueue_snapshot_refresh(q, ns)
     return nudge
@@ -183,9 +182,7 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
                                      on_committed=snapshot_nudger(r, q, ns))
         finally:
             held.release()
-    more = script(r, "finish_job")(
-        keys=[keys.stream(ns), keys.checkpoint(ns), keys.scheduled(ns)],
-        args=[keys.SCHEDULE_TTL_SECONDS])
+    more = finish_job(r, ns)
     if more:
         enqueue_projection(q, ns)
     status = "busy" if held is None else "more" if more else "caught_up"

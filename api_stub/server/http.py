@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp
@@ -34,12 +34,13 @@ from starlette.types import ASGIApp
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
+    QueryRequest,
     ReadRequest,
     error_json,
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
+from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.api_stub.server.common import (
     RETRY_AFTER_S,
     ApiError,
@@ -72,30 +73,42 @@ from hivemind_memory.api_stub.server.schemas import (
     ReviseBody,
     Revised,
     UsedBody,
+    Whoami,
 )
 from hivemind_memory.api_stub.server.tokens import Grant, Right, TokenTable
+from hivemind_memory.events import noteids
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
     CatchUpTimeout,
     EventError,
+    ForeignNoteId,
     QueryError,
+    QueryTimeout,
     StoreError,
     WriteRefused,
 )
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Event, NoteCreated
-from hivemind_memory.projections.ranking.config import load_config
-from hivemind_memory.projections.state import note_row
-from hivemind_memory.projections.store import results
-from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
-from hivemind_memory.projections.store.erasure import erasure_counts
-from hivemind_memory.projections.store.readmodel import read_notes
-from hivemind_memory.worker.audit.reproduce import note_history, reproduce_queries, show_of
-from hivemind_memory.worker.ops import heartbeat, metrics
-from hivemind_memory.worker.ops.status import dead_letters, read_status
+from hivemind_memory.projections.state import NoteRow
+from hivemind_memory.worker.service import METRICS_CONTENT_TYPE, WorkerService
 
 log = structlog.get_logger("hivemind.http")
 _T = TypeVar("_T")
 _json = msgspec.json.Encoder()
+
+
+class _ErrorHead(msgspec.Struct):
+    code: str
+    message: str
+
+
+class _ResultHead(msgspec.Struct):
+    """What ``Api.result`` reads of a stored answer: whose it is, or the error it is."""
+
+    agent: str | None = None
+    error: _ErrorHead | None = None
+
+
+_head = msgspec.json.Decoder(_ResultHead)
 
 ADMIN_EVENTS = ("note.forgotten", "note.revised", "note.erased")
 """Events whose ``as_admin`` the server sets from the token's ``admin`` right."""
@@ -133,8 +146,10 @@ class Api:
     def __init__(self, client: Client, opts: ServerOptions) -> None:
         self.client = client
         self.opts = opts
-        self.cfg = load_config(client.settings.config_path)
-        """The ranking config the notes listing computes tiers with."""
+        self.cfg = client.config()
+        """The ranking config (the notes' tiers; the fallback of the audit views)."""
+        self.worker = WorkerService(client.store, client.rq, self.cfg, client.settings.shards)
+        """What only the worker knows (status, dead letters, audit views, heartbeats)."""
 
     # -- helpers ---------------------------------------------------------------------------
     @property
@@ -196,8 +211,9 @@ class Api:
                            f"{where}.ns is {claimed!r} but the path names namespace {ns!r}")
 
     def query_request(self, ns: str, g: Grant, obj: Any, where: str
-                      ) -> dict[str, Any] | QueryError:
-        """The request to submit, or (in a batch) the ``QueryError`` that takes its place.
+                      ) -> QueryRequest | QueryError:
+        """The request to submit, parsed once (the client submits the struct as it is), or
+        (in a batch) the ``QueryError`` that takes its place.
 
         Who and where (agent, namespace) are checked for the whole request; a batch item that
         is otherwise invalid gets its error object in place, as in ``hivemind batch``."""
@@ -206,20 +222,19 @@ class Api:
         self.same_ns(ns, obj.get("ns"), where)
         req = {**obj, "ns": ns, "agent": self.identity(g, obj.get("agent"), where)}
         try:
-            parse_request(req)
+            return parse_request(req)
         except QueryError as exc:
             err = QueryError(exc.code, f"{where}: {exc.message}")
             if where == "query":
                 raise ApiError(422, err.code, err.message) from exc
             return err
-        return req
 
-    def check_work(self, reqs: list[dict[str, Any] | QueryError]) -> None:
+    def check_work(self, reqs: list[QueryRequest | QueryError]) -> None:
         """413 ``batch_too_costly`` when a batch asks for more work than ``batch_max_work``
         (budgets summed, an ``as_of`` query ``batch_as_of_weight`` times its budget)."""
         s = self.client.settings
-        work = sum(int(r["budget"]) * (s.batch_as_of_weight if r.get("as_of") else 1)
-                   for r in reqs if isinstance(r, dict))
+        work = sum(r.budget * (s.batch_as_of_weight if r.as_of is not None else 1)
+                   for r in reqs if isinstance(r, QueryRequest))
         if work > s.batch_max_work:
             raise ApiError(413, "batch_too_costly",
                            f"this batch asks for {work:,} budget tokens of work (budgets summed, "
@@ -249,16 +264,19 @@ class Api:
         if "as_admin" in obj:
             raise ApiError(422, "invalid_event",
                            f"{where}: as_admin is set by the server from the token's rights")
-        agent = self.identity(g, obj.get("agent"), where)
-        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
-        if agent:
-            ev["agent"] = agent
+        agent = self.identity(g, obj.get("agent"), where)  # both checked: a null is unnamed
+        ev = filled({k: v for k, v in obj.items()
+                     if not (v is None and (k == "ns" or (k == "agent" and agent)))}, ns, agent)
         if ev.get("type") == "note.erased":
             raise ApiError(422, "invalid_event", f"{where}: a note is erased with DELETE "
                            f"/v1/ns/{ns}/notes/{{note_id}} (admin), which also removes its "
                            "content from everything hivemind wrote")
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
+        nid = ev.get("note_id")
+        if (ev.get("type") == "note.created" and isinstance(nid, str) and self.owned_ids(ns, g)
+                and not noteids.may_choose(nid, g.agent)):
+            raise ApiError(403, ForeignNoteId.code, noteids.foreign_message(where, g.agent))
         try:
             return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
@@ -284,6 +302,21 @@ class Api:
             return msgspec.convert(await self.body(request), kind)
         except msgspec.ValidationError as exc:
             raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+
+    async def whoami(self, request: Request) -> Response:
+        """Who the token is, and the ending of the note ids it may choose."""
+        g = self.grant(request)
+        ns = request.path_params["ns"]
+        if not re.fullmatch(NS_PATTERN, ns):
+            raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
+        return respond(Whoami(g.agent or None,
+                              noteids.id_suffix(g.agent) if self.owned_ids(ns, g) else ""))
+
+    def owned_ids(self, ns: str, g: Grant) -> bool:
+        """Whether ``g`` creates notes only with ids of its own space: ``HIVEMIND_NOTE_IDS``
+        is ``owned`` and it is a token's agent that may not see every note (no ``admin``)."""
+        return (self.client.settings.note_ids == "owned" and bool(g.agent)
+                and not g.may(ns, "admin"))
 
     async def remember(self, request: Request) -> Response:
         """A note -> its id (a new time-ordered one unless given), the event id, the
@@ -353,7 +386,7 @@ class Api:
         return respond(Recalled(res["query_id"], res["context"], notes, res["used"],
                                  res["budget"]))
 
-    async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
+    async def _answer(self, reqs: list[QueryRequest | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
             ids = self.client.submit_batch(reqs)
             self.opts.on_write()
@@ -417,7 +450,7 @@ class Api:
                 for run in runs:
                     yield (b"[" if not sent else b",") + b",".join(capped(run, sent, size))
                     sent += len(run)
-            except (redis.RedisError, StoreError) as exc:
+            except (RedisError, StoreError) as exc:
                 # the status line is gone already: the answers sent stay, and every query
                 # not answered yet gets its error object in place, so the array stays whole
                 log.warning("store_error", error=str(exc), answered=sent, left=len(ids) - sent)
@@ -448,21 +481,20 @@ class Api:
             raise ApiError(400, "invalid_request", f"wait must be within 0..{MAX_WAIT_S:g}")
 
         def get() -> bytes | None:
-            body = results.read_result(self.client.store, ns, qid)
-            if body is None and wait > 0:
-                results.wait_done(self.client.store, ns, qid, wait)
-                body = results.read_result(self.client.store, ns, qid)
-            return body
+            try:  # the client's wait: a shard no worker serves answers shard_unavailable
+                return self.client.result_json(qid, wait)
+            except QueryTimeout:
+                return None
 
         body = await self.run(get)
-        if body is not None and g.agent and "admin" not in g.rights:
-            owner = msgspec.json.decode(body).get("agent")
-            if owner is not None and owner != g.agent:
-                body = None  # another agent's answer (it may hold their private notes)
+        head = None if body is None else _head.decode(body)
+        if head is not None and head.error is not None and head.error.code == "shard_unavailable":
+            # still queued, and no worker to answer it for now (the client's words)
+            raise ApiError(503, "shard_unavailable", head.error.message)
+        if (head is not None and g.agent and "admin" not in g.rights
+                and head.agent is not None and head.agent != g.agent):
+            body = None  # another agent's answer (it may hold their private notes)
         if body is None:
-            why = await self.run(lambda: self.client.shard_problem(ns))
-            if why is not None:  # still queued, and no worker to answer it for now
-                raise ApiError(503, "shard_unavailable", f"query {qid}: {why}")
             raise ApiError(404, "not_found", f"no result for query {qid!r} (yet)")
         return Response(body, media_type="application/json")
 
@@ -476,12 +508,11 @@ class Api:
     async def notes(self, request: Request) -> Response:
         ns, _ = self.authorize(request, "admin")
 
-        def read() -> dict[str, Any]:
+        def read() -> list[NoteRow]:
             self.wait_projected(ns)
-            return read_notes(self.client.store, ns)
+            return self.client.notes(ns)
 
-        notes = await self.run(read)
-        return respond([note_row(notes[k], self.cfg) for k in sorted(notes)])
+        return respond(await self.run(read))
 
     async def read(self, request: Request) -> Response:
         """``ReadBody`` -> the notes the token's agent may see, as rows of ``/notes``."""
@@ -498,10 +529,8 @@ class Api:
         raw_limit = request.query_params.get("limit", "100")
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_AUDIT:
             raise ApiError(400, "invalid_request", f"limit must be an integer 1..{MAX_AUDIT}")
-        page = await self.run(lambda: audit_page(self.client.store, ns, None, int(raw_limit)))
-        out = [AuditEntry(e.id.decode(), msgspec.json.decode(audit_event(e) or b"{}"))
-               for e in reversed(page)]
-        return respond(out)
+        page = await self.run(lambda: self.client.audit(ns, int(raw_limit)))
+        return respond([AuditEntry(i, msgspec.json.decode(ev or b"{}")) for i, ev in page])
 
     async def healthz(self, request: Request) -> Response:
         return respond(Health(True))
@@ -514,16 +543,16 @@ class Api:
         if "metrics" not in g.rights and not ("admin" in g.rights and "*" in g.namespaces):
             raise ApiError(403, "forbidden", "/metrics needs a token with the metrics right "
                            "(or admin in every namespace)")
-        body = await self.run(metrics.render)
-        return Response(body, media_type=metrics.CONTENT_TYPE)
+        body = await self.run(self.worker.metrics)
+        return Response(body, media_type=METRICS_CONTENT_TYPE)
 
     async def readyz(self, request: Request) -> Response:
         def check() -> Health:
             try:
-                self.client.store.ping()
-            except redis.RedisError as exc:
+                self.client.ping()
+            except RedisError as exc:
                 return Health(False, f"store unreachable: {exc}")
-            beats = heartbeat.read_beats(self.client.rq)
+            beats = self.worker.beats()
             # the heartbeats /metrics and `hivemind status` count too
             n = len(beats) if self.opts.workers_alive is None else self.opts.workers_alive()
             if n < 1:
@@ -559,14 +588,12 @@ class Api:
         """``hivemind dead --ns NS --limit N --json``, as one object."""
         ns, _ = self.authorize(request, "admin")
         limit = _int_param(request, "limit", 1000, 1, MAX_DEAD)
-        return respond(await self.run(lambda: dead_letters(self.client.store, ns, limit)))
+        return respond(await self.run(lambda: self.worker.dead(ns, limit)))
 
     async def status(self, request: Request) -> Response:
         """``hivemind status --json`` for one namespace (the workers are every live one)."""
         ns, _ = self.authorize(request, "admin")
-        return respond(await self.run(lambda: read_status(
-            self.client.store, self.client.rq, datetime.now(UTC), only=[ns],
-            shards=self.client.settings.shards)))
+        return respond(await self.run(lambda: self.worker.status(datetime.now(UTC), only=[ns])))
 
     async def note(self, request: Request) -> Response:
         """``hivemind show --ns NS NOTE_ID --json``: the note, its events, where it was served."""
@@ -574,10 +601,10 @@ class Api:
         nid = request.path_params["note_id"]
         if not re.fullmatch(ID_PATTERN, nid):
             raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
-        h = await self.run(lambda: audited(lambda: note_history(self.client.store, ns, nid)))
-        if h.note is None and not h.events:
+        got = await self.run(lambda: audited(lambda: self.worker.show(ns, nid)))
+        if got is None:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
-        return respond(show_of(h))
+        return respond(got)
 
     async def erase(self, request: Request) -> Response:
         """``hivemind erase --ns NS NOTE_ID``: erase a note (admin), answered once its content
@@ -596,7 +623,7 @@ class Api:
         except StoreError as exc:  # another erasure held the namespace too long, say
             raise ApiError(503, "store_unavailable", str(exc)) from exc
         return respond(Erased(nid, got.event_ids[0] if got.event_ids else None,
-                               erasure_counts(got.redaction)))
+                               got.counts))
 
     async def reproduce(self, request: Request) -> Response:
         """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""
@@ -606,8 +633,7 @@ class Api:
             raise ApiError(422, "invalid_request",
                            'give "query_ids" (a non-empty list) or "all": true, not both')
         ids = None if body.all else body.query_ids
-        got = await self.run(lambda: audited(
-            lambda: reproduce_queries(self.client.store, ns, self.cfg, ids)))
+        got = await self.run(lambda: audited(lambda: self.worker.reproduce(ns, ids)))
         return respond(got)
 
 

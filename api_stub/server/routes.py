@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -26,7 +26,6 @@ from hivemind_memory.api_stub.server.guard import OpenModeGuard
 from hivemind_memory.api_stub.server.http import Api, ServerOptions
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from hivemind_memory.events.errors import QueryTimeout, StoreError
-from hivemind_memory.worker.ops import metrics
 
 log = structlog.get_logger("hivemind.http")
 
@@ -77,7 +76,7 @@ def _wrap(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], A
             return error_response(exc.status, exc.code, exc.message)
         except QueryTimeout as exc:
             return error_response(504, "timeout", str(exc))
-        except redis.RedisError as exc:
+        except RedisError as exc:
             log.warning("store_error", error=str(exc))
             return error_response(503, "store_unavailable",
                                   f"the store failed: {type(exc).__name__}")
@@ -92,9 +91,10 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     """The ASGI application of ``hivemind serve``."""
     opts = opts or ServerOptions()
     api = Api(client, opts)
-    metrics.watch_store(client.store, client.rq)
+    api.worker.watch()
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
+        Route(f"{ns}/whoami", _wrap(api.whoami), methods=["GET"]),
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),

@@ -1,5 +1,6 @@
-"""The projection lease (at most one projector folds a namespace at a time), and waiting for
-the projector's next commit on the namespace's changes stream."""
+"""The projection lease (at most one projector folds a namespace at a time), waiting for the
+projector's next commit on the namespace's changes stream, and the index build lease (at most
+one worker builds a namespace's index snapshot in the background at a time)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,15 @@ class Renewing:
         self._stop.set()
         self._thread.join()
         script(self.r, "renew_lease")(keys=[self.key], args=[self.token, 0])
+
+
+def try_build_lease(r: Store, ns: str, token: str) -> bool:
+    """Take ``ns``'s index build lease for ``token`` (``keys.INDEX_BUILD_LEASE_S``); False
+    when another build holds it."""
+    return bool(r.set(keys.index_build_lease(ns), token, nx=True, ex=keys.INDEX_BUILD_LEASE_S))
+
+
+def renewing_build_lease(r: Store, ns: str, token: str) -> Renewing:
+    """``ns``'s index build lease, taken for ``token`` (``try_build_lease``), kept alive while
+    the build runs; ``stop`` gives it back."""
+    return Renewing(r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)

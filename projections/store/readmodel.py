@@ -744,6 +744,11 @@ class DeadLetterRow(msgspec.Struct, frozen=True):
     at_ms: str
 
 
+def note_count(r: Store, ns: str) -> int:
+    """How many notes the read model of ``ns`` holds (HLEN)."""
+    return int(r.hlen(keys.notes(ns)))
+
+
 def read_dead(r: Store, ns: str, count: int = 1000) -> list[DeadLetterRow]:
     """The namespace's first ``count`` dead letters, oldest first (``dead_total`` says how many
     there are)."""

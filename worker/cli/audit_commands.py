@@ -17,8 +17,8 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import load_config, to_toml
 from hivemind_memory.projections.ranking.embedders import embedder_for
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.audit import archive
@@ -124,7 +124,7 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    bar = progress(int(r.xlen(keys.stream(args.ns))), "export")
+    bar = progress(log_length(r, args.ns), "export")
     try:
         if args.out:
             with open(args.out, "wb") as fh:

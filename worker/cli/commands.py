@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import parse_shards, queue_connection
@@ -24,12 +24,12 @@ from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.ranking.dupsketch import spec_of
 from hivemind_memory.projections.state import note_row, tier_of
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.dupindex import lookup_diffs
 from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.projections.store.rebuild import (
@@ -39,6 +39,7 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
+from hivemind_memory.projections.store.types import QueueConn
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.demo import run_demo
@@ -53,7 +54,7 @@ log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
 
 
-def _queue_conn(s: Settings) -> redis.Redis | None:
+def _queue_conn(s: Settings) -> QueueConn | None:
     """RQ's own connection when it is not the store (``--rq-url``)."""
     return connect_queue(s.rq_url) if s.rq_url is not None else None
 
@@ -82,7 +83,7 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     except AppendFailed as exc:
         return fail(f"appended {rep.appended} event(s), then the store failed: {exc}; "
                     "re-running the whole file is safe (repeated event_ids are applied once)")
-    except redis.RedisError as exc:
+    except RedisError as exc:
         return fail(f"Redis error after appending {rep.appended} event(s): "
                     f"{redis_message(exc)}; re-running the whole file is safe (repeated "
                     "event_ids are applied once)")
@@ -170,7 +171,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     if args.verify and args.as_of is not None:
         return fail("--verify compares the live state; it cannot be combined with --as-of")
     warn_unknown_namespaces([args.ns], namespaces(r))
-    total = int(r.xlen(keys.stream(args.ns)))
+    total = log_length(r, args.ns)
     if args.as_of is not None:
         with _fold_bar(total) as tick:
             rb = fold_log(r, args.ns, as_of=args.as_of, on_chunk=tick)

@@ -123,3 +123,13 @@ def test_the_embedded_store_serves_every_shard_with_its_one_worker() -> None:
             assert [n.text for n in got.notes] == ["the deploy key rotates every monday"]
         finally:
             m.close()
+
+
+def test_a_queued_query_job_expires_with_its_result_ttl(store: Any) -> None:
+    # a shard nobody serves must not hold its queries for good: RQ drops a job still queued
+    # after HIVEMIND_RESULT_TTL (no one waits for its answer any more)
+    c = Client(store, settings=Settings(result_ttl_seconds=120))
+    c.append([created("a1", ns="a", text="redis")])
+    c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+    [job] = c._qq.jobs
+    assert job.ttl == 120 and 0 < store.ttl(job.key) <= 120

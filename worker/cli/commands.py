@@ -21,7 +21,7 @@ from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import Position
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
-from hivemind_memory.projections.ranking.config import DEFAULT, load_config
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, load_config
 from hivemind_memory.projections.ranking.dupsketch import spec_of
 from hivemind_memory.projections.state import note_row
 from hivemind_memory.projections.store.connection import connect, connect_queue
@@ -115,19 +115,19 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
     return run_worker(rt, args.burst, idle_s=args.sweep_every, shards=shards)
 
 
-def _client(s: Settings) -> Client:
+def client_of(s: Settings) -> Client:
     """A client of the store the settings name (the read commands' door to it)."""
     return Client(connect(s.redis_url), _queue_conn(s), settings=s)
 
 
-def _service(c: Client) -> WorkerService:
-    """The worker's views over ``c``'s store (``status`` and ``dead`` read no ranking
-    config, so none is loaded for them)."""
-    return WorkerService(c.store, c.rq, DEFAULT, c.settings.shards)
+def service_of(c: Client, cfg: RankingConfig = DEFAULT) -> WorkerService:
+    """The worker's views over ``c``'s store under ``cfg`` (``status`` and ``dead`` read no
+    ranking config, so they leave it at the default instead of loading one)."""
+    return WorkerService(c.store, c.rq, cfg, c.settings.shards)
 
 
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:
-    st = _service(_client(s)).status(datetime.now(UTC))
+    st = service_of(client_of(s)).status(datetime.now(UTC))
     if args.json:
         sys.stdout.write(_json.encode(st).decode() + "\n")
         return 0
@@ -136,7 +136,7 @@ def cmd_status(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_notes(args: argparse.Namespace, s: Settings) -> int:
-    client = _client(s)
+    client = client_of(s)
     client.config()  # a bad config file is named before anything is read
     warn_unknown_namespaces([args.ns], client.namespaces())
     notes = client.notes(args.ns)
@@ -252,9 +252,9 @@ def cmd_erase(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
-    client = _client(s)
+    client = client_of(s)
     warn_unknown_namespaces([args.ns], client.namespaces())
-    got = _service(client).dead(args.ns, args.limit)
+    got = service_of(client).dead(args.ns, args.limit)
     for d in got.dead:
         if args.json:
             sys.stdout.write(_json.encode(d).decode() + "\n")

@@ -43,12 +43,18 @@ from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, erasure, results, snapshot_refresh
+from hivemind_memory.projections.store import (
+    audit_trail,
+    erasure,
+    eventdigest,
+    results,
+    snapshot_refresh,
+)
 from hivemind_memory.projections.store.index_loader import (
     NO_SNAPSHOT,
     FullLoadNeeded,
@@ -148,6 +154,10 @@ class QueryEngine:
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
         erasure ran: the as-of folds kept of the namespace are dropped (they may hold the
         log before its rewrite), and answers published meanwhile are checked."""
+        self.erased_filed: dict[str, tuple[int, dict[str, str]]] = {}
+        """Per namespace: how many erased texts were filed, and their digests -> note."""
+        self.secret: bytes | None = None
+        """The store's digest secret (``eventdigest.store_key``), read on first need."""
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
         self.emb_filed: dict[str, dict[str, int]] = {}
         """Per namespace: filed embedding digest -> ms of its latest filing known here."""
@@ -631,11 +641,34 @@ class QueryEngine:
             del self.as_of[key]
         return known or fence is not None
 
+    def _redact_quotes(self, ns: str, group: list[Pending], filings: int) -> None:
+        """A query whose text is a version of an erased note (one that ran while the note was
+        erased, or one sent after) published that text (audit entry, result, embedding): the
+        keyed digests the erasures filed (``keys.erased_texts``, ``filings`` of them as of
+        the wave's write, read again when that count moves) find it, and the redaction runs
+        again for those notes, so the first erasure suffices."""
+        if not filings:
+            return
+        known = self.erased_filed.get(ns)
+        if known is None or known[0] != filings:
+            known = self.erased_filed[ns] = (filings, erasure.filed_texts(self.r, ns))
+        if self.secret is None:
+            self.secret = eventdigest.store_key(self.r)
+        quoted = erasure.quoted_in(known[1], self.secret, [
+            q.req.text for q in group if q.req is not None and q.req.text])
+        if quoted:
+            erased, _ = erasure.erased_notes(self.r, ns, quoted)
+            if erased:
+                log.info("quotes_redacted", ns=ns, notes=erased)
+                erasure.redact(self.r, ns, erased)
+
     def _after_erasure(self, ns: str, group: list[Pending], replies: list[Any]) -> None:
         """A wave's MULTI went through; its last reply is the erasure fence as of that
         write. If an erasure ran while the wave was ranked, an answer may show content it
         erased after sweeping the result keys: those answers become ``erased`` errors."""
         fence = replies[-1] if replies else None
+        filings = int(replies[-2]) if len(replies) > 1 else 0
+        self._redact_quotes(ns, group, filings)
         if not self._fence_seen(ns, None if fence is None else bytes(fence)):
             return
         shown = sorted({n.note_id for q in group if q.result is not None

@@ -23,6 +23,7 @@ from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
     EventError,
+    ForeignNoteId,
     HivemindError,
     IndexWarming,
     NotAllowed,
@@ -122,6 +123,7 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
 
 
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
-           "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note", "NoteExists",
+           "ForeignNoteId", "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note",
+           "NoteExists",
            "QueryError", "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError",
            "TooLarge", "UnknownNote", "VersionConflict", "WriteRefused"]

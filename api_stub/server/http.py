@@ -34,12 +34,13 @@ from starlette.types import ASGIApp
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
+    QueryRequest,
     ReadRequest,
     error_json,
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
+from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.api_stub.server.common import (
     RETRY_AFTER_S,
     ApiError,
@@ -72,12 +73,15 @@ from hivemind_memory.api_stub.server.schemas import (
     ReviseBody,
     Revised,
     UsedBody,
+    Whoami,
 )
 from hivemind_memory.api_stub.server.tokens import Grant, Right, TokenTable
+from hivemind_memory.events import noteids
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.errors import (
     CatchUpTimeout,
     EventError,
+    ForeignNoteId,
     QueryError,
     QueryTimeout,
     StoreError,
@@ -207,8 +211,9 @@ class Api:
                            f"{where}.ns is {claimed!r} but the path names namespace {ns!r}")
 
     def query_request(self, ns: str, g: Grant, obj: Any, where: str
-                      ) -> dict[str, Any] | QueryError:
-        """The request to submit, or (in a batch) the ``QueryError`` that takes its place.
+                      ) -> QueryRequest | QueryError:
+        """The request to submit, parsed once (the client submits the struct as it is), or
+        (in a batch) the ``QueryError`` that takes its place.
 
         Who and where (agent, namespace) are checked for the whole request; a batch item that
         is otherwise invalid gets its error object in place, as in ``hivemind batch``."""
@@ -217,20 +222,19 @@ class Api:
         self.same_ns(ns, obj.get("ns"), where)
         req = {**obj, "ns": ns, "agent": self.identity(g, obj.get("agent"), where)}
         try:
-            parse_request(req)
+            return parse_request(req)
         except QueryError as exc:
             err = QueryError(exc.code, f"{where}: {exc.message}")
             if where == "query":
                 raise ApiError(422, err.code, err.message) from exc
             return err
-        return req
 
-    def check_work(self, reqs: list[dict[str, Any] | QueryError]) -> None:
+    def check_work(self, reqs: list[QueryRequest | QueryError]) -> None:
         """413 ``batch_too_costly`` when a batch asks for more work than ``batch_max_work``
         (budgets summed, an ``as_of`` query ``batch_as_of_weight`` times its budget)."""
         s = self.client.settings
-        work = sum(int(r["budget"]) * (s.batch_as_of_weight if r.get("as_of") else 1)
-                   for r in reqs if isinstance(r, dict))
+        work = sum(r.budget * (s.batch_as_of_weight if r.as_of is not None else 1)
+                   for r in reqs if isinstance(r, QueryRequest))
         if work > s.batch_max_work:
             raise ApiError(413, "batch_too_costly",
                            f"this batch asks for {work:,} budget tokens of work (budgets summed, "
@@ -260,16 +264,19 @@ class Api:
         if "as_admin" in obj:
             raise ApiError(422, "invalid_event",
                            f"{where}: as_admin is set by the server from the token's rights")
-        agent = self.identity(g, obj.get("agent"), where)
-        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
-        if agent:
-            ev["agent"] = agent
+        agent = self.identity(g, obj.get("agent"), where)  # both checked: a null is unnamed
+        ev = filled({k: v for k, v in obj.items()
+                     if not (v is None and (k == "ns" or (k == "agent" and agent)))}, ns, agent)
         if ev.get("type") == "note.erased":
             raise ApiError(422, "invalid_event", f"{where}: a note is erased with DELETE "
                            f"/v1/ns/{ns}/notes/{{note_id}} (admin), which also removes its "
                            "content from everything hivemind wrote")
         if ev.get("type") in ADMIN_EVENTS and g.may(ns, "admin"):
             ev["as_admin"] = True
+        nid = ev.get("note_id")
+        if (ev.get("type") == "note.created" and isinstance(nid, str) and self.owned_ids(ns, g)
+                and not noteids.may_choose(nid, g.agent)):
+            raise ApiError(403, ForeignNoteId.code, noteids.foreign_message(where, g.agent))
         try:
             return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
         except EventError as exc:
@@ -295,6 +302,21 @@ class Api:
             return msgspec.convert(await self.body(request), kind)
         except msgspec.ValidationError as exc:
             raise ApiError(422, "invalid_request", f"body: {exc}") from exc
+
+    async def whoami(self, request: Request) -> Response:
+        """Who the token is, and the ending of the note ids it may choose."""
+        g = self.grant(request)
+        ns = request.path_params["ns"]
+        if not re.fullmatch(NS_PATTERN, ns):
+            raise ApiError(404, "not_found", f"namespace {ns!r} must match {NS_PATTERN}")
+        return respond(Whoami(g.agent or None,
+                              noteids.id_suffix(g.agent) if self.owned_ids(ns, g) else ""))
+
+    def owned_ids(self, ns: str, g: Grant) -> bool:
+        """Whether ``g`` creates notes only with ids of its own space: ``HIVEMIND_NOTE_IDS``
+        is ``owned`` and it is a token's agent that may not see every note (no ``admin``)."""
+        return (self.client.settings.note_ids == "owned" and bool(g.agent)
+                and not g.may(ns, "admin"))
 
     async def remember(self, request: Request) -> Response:
         """A note -> its id (a new time-ordered one unless given), the event id, the
@@ -364,7 +386,7 @@ class Api:
         return respond(Recalled(res["query_id"], res["context"], notes, res["used"],
                                  res["budget"]))
 
-    async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
+    async def _answer(self, reqs: list[QueryRequest | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
             ids = self.client.submit_batch(reqs)
             self.opts.on_write()

@@ -32,6 +32,7 @@ from hivemind_memory.api_stub.server.schemas import (
     ReviseBody,
     Revised,
     UsedBody,
+    Whoami,
 )
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Event
 from hivemind_memory.projections.state import NoteRow
@@ -46,8 +47,9 @@ def openapi_document() -> dict[str, Any]:
     (refs, comps) = msgspec.json.schema_components(
         [list[Event], QueryBody, list[QueryBody], QueryResult, Appended, ErrorResponse, Health,
          list[NoteRow], list[AuditEntry], RememberBody, Remembered, UsedBody, ForgetBody, Forgot,
-         RecallBody, Recalled, ReadRequest, ReviseBody, Revised],
+         RecallBody, Recalled, ReadRequest, ReviseBody, Revised, Whoami],
         ref_template="#/components/schemas/{name}")
+    whoami_ref, refs = refs[-1], refs[:-1]
     for struct in (Appended, NoteRow, Health):  # answers that always carry every field
         c = comps[struct.__name__]
         c["required"] = list(c["properties"])
@@ -87,14 +89,19 @@ def openapi_document() -> dict[str, Any]:
         "info": {"title": "hivemind", "version": "1",
                  "description": "Event-sourced shared memory for AI agents."},
         "paths": {
+            f"{p}/whoami": {"get": op(
+                "The token's agent, and what a note id it chooses must end with (403 "
+                "foreign_note_id otherwise; \"\": any id)", {"200": ok(whoami_ref)})},
             f"{p}/events": {"post": op(
                 "Append events (all or nothing; 422 names the index and field)",
                 {"200": ok(appended_ref)}, body=events_ref)},
             f"{p}/remember": {"post": op(
                 "Store a note, reporting its near-duplicates; a text its author already "
                 "wrote is not stored again, duplicate_of names that note (409 note_exists for "
-                "a reused id; 404 unknown_note, 403 not_allowed, 409 already_superseded for "
-                "what it supersedes)", {"200": ok(remembered_ref)}, body=remember_ref)},
+                "a reused id; 403 foreign_note_id for an id outside the token's own (see "
+                "whoami), taken or not; 404 unknown_note, 403 not_allowed, 409 "
+                "already_superseded for what it supersedes)", {"200": ok(remembered_ref)},
+                body=remember_ref)},
             f"{p}/revise": {"post": op(
                 "A new text for a note: it keeps its id, uses and tier (404 unknown_note; "
                 "403 not_allowed: not its author)", {"200": ok(revised_ref)}, body=revise_ref)},

@@ -94,6 +94,7 @@ def create_app(client: Client, opts: ServerOptions | None = None) -> Starlette:
     api.worker.watch()
     ns = "/v1/ns/{ns}"
     routes: list[BaseRoute] = [
+        Route(f"{ns}/whoami", _wrap(api.whoami), methods=["GET"]),
         Route(f"{ns}/events", _wrap(api.events), methods=["POST"]),
         Route(f"{ns}/remember", _wrap(api.remember), methods=["POST"]),
         Route(f"{ns}/used", _wrap(api.used), methods=["POST"]),

@@ -194,6 +194,14 @@ class Erased(msgspec.Struct):
     redacted: dict[str, int]
 
 
+class Whoami(msgspec.Struct):
+    """``GET .../whoami``: the token's agent (null in open mode) and what a note id it
+    chooses must end with (``events.noteids``; "" when any id is free to it)."""
+
+    agent: str | None
+    id_suffix: str
+
+
 class ErrorDetail(msgspec.Struct):
     code: str
     message: str

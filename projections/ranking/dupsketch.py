@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 from hivemind_memory.projections.ranking.similarity import terms
 
 DIGEST_BYTES = 8
@@ -139,11 +139,6 @@ def _signature(hs: U64, spec: DupSpec) -> U64 | None:
     mixed = _mix(hs[:, None] ^ _SEEDS[None, :k])
     out: U64 = mixed.min(axis=0)
     return out
-
-
-def band_keys(term_set: Iterable[str], spec: DupSpec) -> list[bytes]:
-    """The band digests of a term set (none for an empty one), band by band."""
-    return _band_keys(signature(term_set, spec), spec)
 
 
 def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

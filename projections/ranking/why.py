@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from hivemind_memory.projections.ranking.columns import FloatArray, IntArray
-from hivemind_memory.projections.ranking.signals import LeftOut, Shown, Why
+from hivemind_memory.projections.ranking.rank_result import LeftOut, Shown, Why
 
 Reason = Literal["packed_out", "over_budget", "below_min_relevance", "private", "forgotten",
                  "superseded", "erased"]

@@ -30,17 +30,14 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import FIELD, append_encoded
 from hivemind_memory.projections.store.types import Store, as_bytes
-from hivemind_memory.projections.store.urls import CLUSTER_SCHEMES, is_cluster_url, redact
-
-SCHEMES = CLUSTER_SCHEMES
-"""URL schemes that name a Redis Cluster (the second one with TLS)."""
+from hivemind_memory.projections.store.urls import is_cluster_url, redact_url
 
 
 def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     """The startup nodes and the connection options of a cluster URL; ``ConfigError`` naming
     what is wrong with it."""
     if not is_cluster_url(url):
-        raise ConfigError(f"{redact(url)!r} is not a cluster URL (expected "
+        raise ConfigError(f"{redact_url(url)!r} is not a cluster URL (expected "
                           "redis+cluster://...)")
     tls = url.startswith("rediss+")
     rest = url.split("://", 1)[1]
@@ -58,7 +55,7 @@ def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     for part in rest.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"cluster URL {redact(url)!r}: node {part!r} must be "
+            raise ConfigError(f"cluster URL {redact_url(url)!r}: node {part!r} must be "
                               "host:port")
         nodes.append(node(host.strip("[]"), int(port)))
     return nodes, opts
@@ -74,7 +71,7 @@ def connect_cluster(url: str, options: dict[str, Any] | None = None) -> RedisClu
         rc = RedisCluster(startup_nodes=nodes, **{**(options or {}), **opts})
         rc.ping()
     except (redis.RedisError, ValueError) as exc:
-        raise StoreError(f"cannot connect to the cluster {redact(url)}: "
+        raise StoreError(f"cannot connect to the cluster {redact_url(url)}: "
                          f"{type(exc).__name__}") from None
     return rc
 

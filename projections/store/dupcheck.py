@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from hivemind_memory.events.schema import Event, NoteCreated, NoteRevised
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dupsketch import (
     normalise,
@@ -17,7 +18,6 @@ from hivemind_memory.projections.ranking.dupsketch import (
     probe,
     spec_of,
 )
-from hivemind_memory.projections.ranking.relevance import tokenize
 from hivemind_memory.projections.ranking.similarity import word_overlap
 from hivemind_memory.projections.reduce import Undecodable, touched_by
 from hivemind_memory.projections.state import NoteState

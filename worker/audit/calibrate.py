@@ -89,7 +89,7 @@ class Report:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-class States:
+class ExampleIndexes:
     """The index each example is ranked on."""
 
     def __init__(self, r: Store, ns: str, cfg: RankingConfig, embedder: Embedder | None,
@@ -236,7 +236,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
         examples = from_uses(r, ns, auditor, window, skipped)
         source = "uses reported after served queries"
     fit_keys, out_keys = split(examples, holdout, seed)
-    states = States(r, ns, base, embedder, auditor)
+    states = ExampleIndexes(r, ns, base, embedder, auditor)
     xs: list[FloatArray] = []
     ys: list[FloatArray] = []
     offs: list[FloatArray] = []
@@ -268,7 +268,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
                   skipped=skipped)
 
 
-def _walk(examples: Sequence[Example], states: States
+def _walk(examples: Sequence[Example], states: ExampleIndexes
           ) -> Iterator[tuple[Example, NamespaceIndex]]:
     """Each example with the index it is ranked on (served ones in log order)."""
     for ex in examples:

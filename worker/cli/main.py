@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import redact_url
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -270,7 +270,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cmd in CLIENT_ONLY and s.redis_url.startswith("memory://"):
         _configure_logs()  # the embedded store logs (recovery, ...)
     if s.redis_url_source == "default":
-        announce_default_store(redact(s.redis_url))
+        announce_default_store(redact_url(s.redis_url))
     if args.cmd not in CLIENT_ONLY:
         from hivemind_memory.projections.ranking.packing import use_packer
 

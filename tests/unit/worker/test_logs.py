@@ -23,7 +23,7 @@ from rq import Worker
 
 from hivemind_memory.api_stub.protocol.jobs import QUERY_JOB, QUERY_QUEUE, queue
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.worker.loop import redact
+from hivemind_memory.worker.loop import redact_url
 from hivemind_memory.worker.ops import logs
 from hivemind_memory.worker.ops.status import namespace_status
 from tests.support import HIVEMIND, RedisProc, free_port
@@ -78,9 +78,9 @@ def test_json_is_the_default_when_the_stream_is_not_a_terminal(restore_logging: 
 
 
 def test_redact_hides_the_password_only() -> None:
-    assert redact("redis://:s3cret@db:6379/0") == "redis://:***@db:6379/0"
-    assert redact("redis://user:pw@db/1") == "redis://user:***@db/1"
-    assert redact("redis://db:6379/0") == "redis://db:6379/0"
+    assert redact_url("redis://:s3cret@db:6379/0") == "redis://:***@db:6379/0"
+    assert redact_url("redis://user:pw@db/1") == "redis://user:***@db/1"
+    assert redact_url("redis://db:6379/0") == "redis://db:6379/0"
 
 
 def _wait(cond: Callable[[], bool], seconds: float, what: str) -> None:

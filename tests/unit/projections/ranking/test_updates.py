@@ -195,7 +195,7 @@ def test_the_nearest_rule_finds_a_paraphrase_that_shares_no_word(nearest: int,
 def _near_identical_plainly(texts: list[str], score: list[float], created: list[int],
                             threshold: float) -> tuple[list[bool], dict[int, list[int]]]:
     """The rule as stated (every pair's Jaccard, groups joined transitively), no bounds."""
-    from hivemind_memory.projections.ranking.relevance import tokenize
+    from hivemind_memory.projections.ranking.bm25_rules import tokenize
 
     words = [frozenset(tokenize(t)) for t in texts]
     n = len(texts)

@@ -21,20 +21,17 @@ wraps it for asyncio code.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import os
 import re
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import msgspec
 
 from hivemind_memory.api_stub import wiring
+from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
@@ -53,21 +50,6 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     query_error,
 )
-
-_seq = itertools.count()
-_seq_lock = threading.Lock()
-
-
-def new_id(prefix: str) -> str:
-    """A unique id that sorts by creation time: ``<prefix>-<µs hex><seq hex><random hex>``."""
-    with _seq_lock:
-        n = next(_seq) & 0xFFFF
-    return f"{prefix}-{time.time_ns() // 1000:014x}{n:04x}{os.urandom(5).hex()}"
-
-
-def now_rfc3339() -> str:
-    """The clock, UTC, as an event's ``at`` (read at the edge: the SDK and the server)."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -500,13 +482,7 @@ class Memory:
 
     # -- raw ---------------------------------------------------------------------------------
     def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
-        ev = dict(e)
-        ev.setdefault("event_id", new_id("ev"))
-        ev.setdefault("at", now_rfc3339())
-        ev.setdefault("ns", self.ns)
-        if self.agent:
-            ev.setdefault("agent", self.agent)
-        return ev
+        return filled(e, self.ns, self.agent)
 
     def append(self, events: Sequence[Mapping[str, Any]]) -> int:
         """Append events (``event_id``, ``at``, ``ns``, ``agent`` filled when absent)."""

@@ -78,10 +78,11 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from hivemind_memory import AsyncMemory, Memory, Note, NoteExists, UnknownNote
 from hivemind_memory.api_stub.tool_spec import METADATA_LIMITS
-from hivemind_memory.events.noteids import OWNER_MARK
 
 MAX_ID = 128
 """Longest note id."""
+OWNER_MARK = "@@"
+"""What separates a note id from the agent whose id space it is in (``Memory.id_suffix``)."""
 PAGE = 1000
 """Notes one read returns at most."""
 WRITE_ATTEMPTS = 5

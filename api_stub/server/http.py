@@ -34,12 +34,13 @@ from starlette.types import ASGIApp
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import query_queue_name
 from hivemind_memory.api_stub.protocol.messages import (
+    QueryRequest,
     ReadRequest,
     error_json,
     ns_of,
     parse_request,
 )
-from hivemind_memory.api_stub.sdk import new_id, now_rfc3339
+from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.api_stub.server.common import (
     RETRY_AFTER_S,
     ApiError,
@@ -210,8 +211,9 @@ class Api:
                            f"{where}.ns is {claimed!r} but the path names namespace {ns!r}")
 
     def query_request(self, ns: str, g: Grant, obj: Any, where: str
-                      ) -> dict[str, Any] | QueryError:
-        """The request to submit, or (in a batch) the ``QueryError`` that takes its place.
+                      ) -> QueryRequest | QueryError:
+        """The request to submit, parsed once (the client submits the struct as it is), or
+        (in a batch) the ``QueryError`` that takes its place.
 
         Who and where (agent, namespace) are checked for the whole request; a batch item that
         is otherwise invalid gets its error object in place, as in ``hivemind batch``."""
@@ -220,20 +222,19 @@ class Api:
         self.same_ns(ns, obj.get("ns"), where)
         req = {**obj, "ns": ns, "agent": self.identity(g, obj.get("agent"), where)}
         try:
-            parse_request(req)
+            return parse_request(req)
         except QueryError as exc:
             err = QueryError(exc.code, f"{where}: {exc.message}")
             if where == "query":
                 raise ApiError(422, err.code, err.message) from exc
             return err
-        return req
 
-    def check_work(self, reqs: list[dict[str, Any] | QueryError]) -> None:
+    def check_work(self, reqs: list[QueryRequest | QueryError]) -> None:
         """413 ``batch_too_costly`` when a batch asks for more work than ``batch_max_work``
         (budgets summed, an ``as_of`` query ``batch_as_of_weight`` times its budget)."""
         s = self.client.settings
-        work = sum(int(r["budget"]) * (s.batch_as_of_weight if r.get("as_of") else 1)
-                   for r in reqs if isinstance(r, dict))
+        work = sum(r.budget * (s.batch_as_of_weight if r.as_of is not None else 1)
+                   for r in reqs if isinstance(r, QueryRequest))
         if work > s.batch_max_work:
             raise ApiError(413, "batch_too_costly",
                            f"this batch asks for {work:,} budget tokens of work (budgets summed, "
@@ -263,10 +264,9 @@ class Api:
         if "as_admin" in obj:
             raise ApiError(422, "invalid_event",
                            f"{where}: as_admin is set by the server from the token's rights")
-        agent = self.identity(g, obj.get("agent"), where)
-        ev = {"event_id": new_id("ev"), "at": now_rfc3339(), **obj, "ns": ns}
-        if agent:
-            ev["agent"] = agent
+        agent = self.identity(g, obj.get("agent"), where)  # both checked: a null is unnamed
+        ev = filled({k: v for k, v in obj.items()
+                     if not (v is None and (k == "ns" or (k == "agent" and agent)))}, ns, agent)
         if ev.get("type") == "note.erased":
             raise ApiError(422, "invalid_event", f"{where}: a note is erased with DELETE "
                            f"/v1/ns/{ns}/notes/{{note_id}} (admin), which also removes its "
@@ -386,7 +386,7 @@ class Api:
         return respond(Recalled(res["query_id"], res["context"], notes, res["used"],
                                  res["budget"]))
 
-    async def _answer(self, reqs: list[dict[str, Any] | QueryError]) -> list[bytes]:
+    async def _answer(self, reqs: list[QueryRequest | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:
             ids = self.client.submit_batch(reqs)
             self.opts.on_write()

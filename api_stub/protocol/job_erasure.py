@@ -100,10 +100,7 @@ def redact_jobs(conn: QueueConn, store: Store, ns: str, contents: Contents,
             new = JSONSerializer.dumps([func, instance, [keep, *args[1:]], kwargs])
             conn.hset(key, "data", zlib.compress(new))
         if state not in ENDED and state != b"started":
-            p = store.pipeline(transaction=True)
-            for e in hit:
-                qid = str(e.get("query_id", ""))
-                results.stage_result(p, ns, qid, erased_result(qid), result_ttl)
-            p.execute()
+            qids = [str(e.get("query_id", "")) for e in hit]
+            results.write_results(store, ns, {q: erased_result(q) for q in qids}, result_ttl)
         changed += 1
     return changed

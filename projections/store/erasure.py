@@ -73,7 +73,13 @@ from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.readmodel import checkpoint
 from hivemind_memory.projections.store.results import AUDIT_FIELD
 from hivemind_memory.projections.store.scripts import script
-from hivemind_memory.projections.store.types import Store, StreamEntry, as_bytes, stream_entries
+from hivemind_memory.projections.store.types import (
+    Pipe,
+    Store,
+    StreamEntry,
+    as_bytes,
+    stream_entries,
+)
 
 CHUNK = 1000
 """Entries read (and copied) per round trip while rewriting a stream."""
@@ -456,6 +462,30 @@ def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
     if ids:
         r.hset(keys.event_digests(ns), mapping=dict.fromkeys(ids, ERASED))
     return len(ids)
+
+
+def filed_texts(r: Store, ns: str) -> dict[str, str]:
+    """The keyed digests of erased texts (``keys.erased_texts``) -> the erased note."""
+    return {as_bytes(e.fields.get(DIGEST_FIELD, b"")).decode(): as_bytes(
+        e.fields.get(b"note", b"")).decode() for e in _entries(r, keys.erased_texts(ns))}
+
+
+def quoted_in(filed: dict[str, str], secret: bytes, texts: Sequence[str]) -> list[str]:
+    """The erased notes of ``filed`` (``filed_texts``) one of whose versions is one of
+    ``texts`` (a query's text: whole, or a long note's first ``QUERY_TEXT_MAX`` characters),
+    sorted; ``secret``: the store's digest secret."""
+    if not filed:
+        return []
+    probe = Contents(secret=secret)
+    return sorted({n for t in set(texts) if (n := filed.get(probe.text_digest(t)))})
+
+
+def stage_fence_read(p: Pipe, ns: str) -> None:
+    """Queue on ``p`` a read of how many erased texts ``ns`` has filed (``keys.erased_texts``;
+    its reply second to last) and of its erasure fence (its reply last), read in the same
+    MULTI as the writes staged before them."""
+    p.xlen(keys.erased_texts(ns))
+    p.get(keys.erasure_fence(ns))
 
 
 def erased_notes(r: Store, ns: str, note_ids: Sequence[str]) -> tuple[list[str], list[str]]:

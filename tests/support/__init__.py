@@ -26,8 +26,8 @@ from redis.crc import key_slot
 
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import rank_index
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.state import NoteState
 
 IN_CI = os.environ.get("CI", "").lower() == "true"

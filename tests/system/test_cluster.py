@@ -38,8 +38,8 @@ from hivemind_memory.projections.store.readmodel import (
 from hivemind_memory.projections.store.rebuild import fold_log, live_snapshot, write_back
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.ops.status import read_status
 from hivemind_memory.worker.projector import behind, run_projection
-from hivemind_memory.worker.status import read_status
 from tests.support import (
     HIVEMIND,
     ClusterProc,

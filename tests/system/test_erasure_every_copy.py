@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from hivemind_memory import Memory
-from hivemind_memory.worker import archive
+from hivemind_memory.worker.audit import archive
 from hivemind_memory.worker.cli.main import main as hivemind_main
 from tests.support import HIVEMIND, RedisProc, wait_until
 from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live

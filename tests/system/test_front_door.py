@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from hivemind_memory.api_stub.protocol.messages import error_json
-from hivemind_memory.api_stub.server.http import MAX_EVENTS, MAX_QUERIES
+from hivemind_memory.api_stub.server.schemas import MAX_EVENTS, MAX_QUERIES
 from tests.support import IN_CI, RedisProc
 from tests.support.docs import GUIDE, README, fenced, section, session
 from tests.support.frontdoor import (

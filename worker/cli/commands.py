@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.jobs import parse_shards, queue_connection
@@ -24,12 +24,12 @@ from hivemind_memory.projections.ranking import curves
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.ranking.dupsketch import spec_of
 from hivemind_memory.projections.state import note_row, tier_of
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.dupindex import lookup_diffs
 from hivemind_memory.projections.store.erasure import erasure_counts
 from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.projections.store.rebuild import (
@@ -39,7 +39,8 @@ from hivemind_memory.projections.store.rebuild import (
     live_snapshot,
     write_back,
 )
-from hivemind_memory.worker import logs, metrics, runtime
+from hivemind_memory.projections.store.types import QueueConn
+from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.args import (
     fail,
     progress,
@@ -50,14 +51,15 @@ from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
+from hivemind_memory.worker.ops import logs, metrics
+from hivemind_memory.worker.ops.status import dead_letters, read_status
 from hivemind_memory.worker.projector import ensure_projected
-from hivemind_memory.worker.status import dead_letters, read_status
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
 
 
-def _queue_conn(s: Settings) -> redis.Redis | None:
+def _queue_conn(s: Settings) -> QueueConn | None:
     """RQ's own connection when it is not the store (``--rq-url``)."""
     return connect_queue(s.rq_url) if s.rq_url is not None else None
 
@@ -86,16 +88,21 @@ def cmd_ingest(args: argparse.Namespace, s: Settings) -> int:
     except AppendFailed as exc:
         return fail(f"appended {rep.appended} event(s), then the store failed: {exc}; "
                     "re-running the whole file is safe (repeated event_ids are applied once)")
-    except redis.RedisError as exc:
+    except RedisError as exc:
         return fail(f"Redis error after appending {rep.appended} event(s): "
                     f"{redis_message(exc)}; re-running the whole file is safe (repeated "
                     "event_ids are applied once)")
-    if rep.rejected and not args.skip_invalid:
-        print(f"ingest: {rep.rejected} bad line(s); nothing appended "
+    bad = rep.rejected - len(rep.conflicts)
+    if bad and not args.skip_invalid:
+        print(f"ingest: {bad} bad line(s); nothing appended "
               "(fix them, or use --skip-invalid)", file=sys.stderr)
         return 1
     print(f"ingest: appended {rep.appended} event(s) to {len(rep.namespaces)} namespace(s)"
-          + (f", rejected {rep.rejected}" if rep.rejected else ""), file=sys.stderr)
+          + (f", rejected {rep.rejected}" if rep.rejected else "")
+          + (f" ({len(rep.conflicts)} event_id conflict(s): "
+             + ", ".join(repr(i) for i in rep.conflicts[:10])
+             + (", ..." if len(rep.conflicts) > 10 else "") + ")" if rep.conflicts else ""),
+          file=sys.stderr)
     return 1 if rep.rejected else 0
 
 
@@ -171,7 +178,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     if args.verify and args.as_of is not None:
         return fail("--verify compares the live state; it cannot be combined with --as-of")
     warn_unknown_namespaces([args.ns], namespaces(r))
-    total = int(r.xlen(keys.stream(args.ns)))
+    total = log_length(r, args.ns)
     if args.as_of is not None:
         with _fold_bar(total) as tick:
             rb = fold_log(r, args.ns, as_of=args.as_of, on_chunk=tick)
@@ -182,7 +189,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
     if args.verify:
         cp, live = live_snapshot(r, args.ns)
         with _fold_bar(total) as tick:
-            rb = fold_log(r, args.ns, until=cp, on_chunk=tick)
+            rb = fold_log(r, args.ns, until=cp, on_chunk=tick, file_digests=True)
         diffs = diff_notes(live, rb.projection.notes)
         diffs += lookup_diffs(r, args.ns, cp, rb.projection.notes, spec_of(rt.cfg))
         for d in diffs:
@@ -203,7 +210,7 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
                 def each_chunk() -> None:
                     tick()
                     renew()
-                rb = fold_log(r, args.ns, on_chunk=each_chunk)
+                rb = fold_log(r, args.ns, on_chunk=each_chunk, file_digests=True)
             renew()
             if write_back(r, args.ns, rb, held.token, now_ms=int(time.time() * 1000),
                           spec=spec_of(rt.cfg)):

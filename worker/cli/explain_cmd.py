@@ -1,5 +1,5 @@
 """``hivemind audit explain --ns NS QUERY_ID [--note ID] [--recorded] [--json]``: why a served
-query got these notes and not others (``worker.explain``), as text or one JSON object."""
+query got these notes and not others (``worker.audit.explain``), as text or one JSON object."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.log import namespaces
+from hivemind_memory.worker.audit.explain import Considered, Explanation, explain
 from hivemind_memory.worker.cli.args import warn_unknown_namespaces
-from hivemind_memory.worker.explain import Considered, Explanation, explain
 
 _json = msgspec.json.Encoder()
 

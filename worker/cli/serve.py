@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import redact_url
 from hivemind_memory.worker.cli.args import fail, write_port_file
 
 if TYPE_CHECKING:  # the parser of every command imports this module: the bodies import it
@@ -50,8 +50,10 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
     """Connect, start the in-process worker on the embedded store, assemble HTTP + MCP."""
     from hivemind_memory.api_stub.client import Client
     from hivemind_memory.api_stub.sdk import Memory
-    from hivemind_memory.api_stub.server.http import MAX_BODY_BYTES, ServerOptions, create_app
+    from hivemind_memory.api_stub.server.http import ServerOptions
     from hivemind_memory.api_stub.server.mcp import build_server, token_resolver
+    from hivemind_memory.api_stub.server.routes import create_app
+    from hivemind_memory.api_stub.server.schemas import MAX_BODY_BYTES
     from hivemind_memory.worker import runtime
     from hivemind_memory.worker.inprocess import InProcessWorker
 
@@ -71,7 +73,7 @@ def build(settings: Settings, tokens: TokenTable | None, host: str = "127.0.0.1"
         return Memory.over_client(client, ns=ns, agent=agent, timeout=query_timeout_s,
                                   on_write=on_write, admin=admin)
 
-    mcp = build_server(token_resolver(tokens, make))
+    mcp = build_server(token_resolver(tokens, make, settings.note_ids == "owned"))
     star = mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True,
                                    json_response=True, host=host)
     [route] = [r for r in star.routes if getattr(r, "path", None) == "/mcp"]
@@ -110,7 +112,7 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
         where = "in-process worker" if served.worker is not None else "run `hivemind worker` too"
         # stderr is the log: JSON lines in production, uvicorn's lines through the same handler
         log.info("serve_started", url=f"http://{args.host}:{port}", port=port,
-                 store=redact(s.redis_url), workers=where, mcp="/mcp", docs="/docs",
+                 store=redact_url(s.redis_url), workers=where, mcp="/mcp", docs="/docs",
                  metrics="/metrics")
         if args.port_file:
             write_port_file(args.port_file, port)

@@ -26,9 +26,10 @@ from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import append
 from hivemind_memory.projections.store.readmodel import project_batch
 from hivemind_memory.projections.store.rebuild import fold_log, write_back
-from hivemind_memory.worker import metrics, runtime
+from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.status import namespace_status, read_status
+from hivemind_memory.worker.ops import metrics
+from hivemind_memory.worker.ops.status import namespace_status, read_status
 from tests.support import HIVEMIND, RedisProc, bound_port
 from tests.support.factories import created, ev, jsonl, used
 from tests.support.frontdoor import ALICE, OPS, call, start_live

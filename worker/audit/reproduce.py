@@ -332,7 +332,7 @@ def request_of(s: QueryServed, ns: str, embedding: list[float] | None) -> QueryR
 
 
 class Auditor:
-    """Reproduces a namespace's served queries (and sweeps them, ``worker.config_sweep``)."""
+    """Reproduces a namespace's served queries (and sweeps them, ``worker.audit.config_sweep``)."""
 
     def __init__(self, r: Store, ns: str, fallback: RankingConfig,
                  embedder: Embedder | Literal["config"] | None = "config") -> None:

@@ -64,7 +64,12 @@ def query_based_check(client: Any, ns: str, agent: str, text: str, cfg: Any
     threshold. It is an audited query, run through RQ and a worker."""
     from hivemind_memory.projections.ranking.similarity import near_duplicates
 
-    res = client.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True, timeout=300)
+    for _ in range(300):  # a worker's first load of a large namespace answers index_warming
+        res = client.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True,
+                           timeout=300)
+        if res.get("error", {}).get("code") != "index_warming":
+            break
+        time.sleep(2)
     if "error" in res:
         raise RuntimeError(f"reference query failed: {res['error']}")
     return near_duplicates(text, ((c["note_id"], c["text"]) for c in res["candidates"]), cfg)

@@ -267,7 +267,6 @@ def test_a_filter_naming_a_metadata_value_is_redacted(
                {"room": {"$ne": "vault-7731"}}]
     plain = [{"room": "lobby"}, {"pin": {"$gt": 5000}}]
     qids = _serve(c, rt, [{"text": "room", "filter": f} for f in quoting + plain])
-    waiting, _ = _job(r, b"queued", [])
     q = jobs.queue(r, jobs.QUERY_QUEUE, Settings())
     job = q.enqueue(jobs.QUERY_JOB, [{"query_id": "t.qf", "position": "0-0", "request": {
         "ns": "t", "text": "room", "budget": 5, "filter": {"room": "vault-7731"}}}])

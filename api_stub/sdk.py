@@ -84,6 +84,10 @@ class RecalledNote:
     uses: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     """The note's metadata (empty: none)."""
+    passage: dict[str, int] | None = None
+    """A passage of a long note: ``{"index", "count", "start", "end"}`` (its place among the
+    note's passages, from 0, and its character offsets in the note's text); ``text`` and
+    ``tokens`` are the passage's. None: the whole note."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,9 @@ class Recall:
 
     @property
     def note_ids(self) -> list[str]:
-        return [n.note_id for n in self.notes]
+        """The ids of the notes shown, once each (two passages of a note name it once), in
+        context order: what ``used`` takes."""
+        return list(dict.fromkeys(n.note_id for n in self.notes))
 
     def __str__(self) -> str:
         return self.context
@@ -214,7 +220,8 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     if "error" in res:
         raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
-                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {})
+                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {},
+                          n.get("passage"))
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,

@@ -45,7 +45,7 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     WriteRefused,
 )
-from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
+from hivemind_memory.events.positions import Position, format_pos
 from hivemind_memory.events.schema import (
     MAX_SUPERSEDES,
     NS_PATTERN,
@@ -55,10 +55,10 @@ from hivemind_memory.events.schema import (
 )
 from hivemind_memory.projections.ranking.config import RankingConfig, load_config
 from hivemind_memory.projections.state import NoteRow, note_row
-from hivemind_memory.projections.store import keys, results
+from hivemind_memory.projections.store import results
 from hivemind_memory.projections.store.beats import live_beats, served_queues
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.log import append_encoded, tail
+from hivemind_memory.projections.store.log import append_encoded, heads, tail
 from hivemind_memory.projections.store.types import QueueConn, Store
 from hivemind_memory.projections.store.urls import scrub
 
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from hivemind_memory.projections.store import erasure
     from hivemind_memory.projections.store.dupcheck import Check
     from hivemind_memory.projections.store.ingest import Appender
+    from hivemind_memory.projections.store.readmodel import WriteView
 
 CHECKED_ATTEMPTS = 50
 """A checked append that keeps losing the compare-and-set to other writers gives up after
@@ -104,6 +105,13 @@ class Erasure:
 
     event_ids: list[str]
     redaction: erasure.Redaction
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the redaction rewrote, by kind (``log_entries``, ``dead_letters``...)."""
+        from hivemind_memory.projections.store.erasure import erasure_counts
+
+        return erasure_counts(self.redaction)
 
 
 DuplicateMode = Literal["report", "supersede", "ignore", "keep"]
@@ -195,7 +203,8 @@ class Client:
         return report.appended
 
     def append_checked(self, events: Iterable[Event | Mapping[str, Any]], *,
-                       at_tail: str | None = None) -> CheckedAppend:
+                       at_tail: str | None = None, view: WriteView | None = None,
+                       holds: Callable[[str, str], bool] | None = None) -> CheckedAppend:
         """``append`` for events that must apply, all of one namespace: each is folded, as the
         projector will fold it, onto the namespace as the log stands (read model + the tail
         not projected yet), and the write is appended only if every event applies, in one
@@ -203,10 +212,14 @@ class Client:
         again). Raises ``NoteExists``, ``UnknownNote`` or ``NotAllowed`` (nothing appended).
         Events already in the log (a retry: same ``event_id``) are not appended again.
         ``at_tail``: the write rests on a check made at that stream entry; raises
-        ``_TailMoved`` (nothing appended) once the stream has moved past it."""
+        ``_TailMoved`` (nothing appended) once the stream has moved past it, unless
+        ``holds(at_tail, new_tail)`` says the check still holds there (then it rests on the
+        new tail). ``view``: the write's view read with that check (``readmodel.write_view``
+        at ``at_tail``, of these events' notes and ids), used for the first attempt instead
+        of reading the tail again."""
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
-        from hivemind_memory.projections.store.cluster import append_if_tail
+        from hivemind_memory.projections.store.checked_append import append_if_tail
         from hivemind_memory.projections.store.log import register_namespaces
 
         evs = self._validated(events)
@@ -224,9 +237,12 @@ class Client:
             if attempt:  # lost the race: a random pause, so writers that met do not meet again
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
                                                    CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
-            view = readmodel.write_view(self.store, ns, note_ids, event_ids)
+            if attempt or view is None:
+                view = readmodel.write_view(self.store, ns, note_ids, event_ids)
             if at_tail is not None and view.tail != at_tail:
-                raise _TailMoved
+                if holds is None or not holds(at_tail, view.tail):
+                    raise _TailMoved
+                at_tail = view.tail
             verdict = check_write(view.notes, view.logged, evs)
             if verdict.refused is not None:
                 raise refusal(*verdict.refused, evs)
@@ -311,30 +327,42 @@ class Client:
         the log). An exact twin (same normalised text) of an active note of the same author
         is not written unless ``keep``: the outcome names it (``duplicate_of``). ``supersede``:
         the new note also supersedes the near-duplicates its author wrote (not already
-        superseded), besides any ``ev.supersedes`` names. The write rests on the check: if
-        another write lands between the two, the check runs again."""
-        from hivemind_memory.projections.store import readmodel
+        superseded), besides any ``ev.supersedes`` names. The write rests on the check: the
+        check reads the tail once and the append reuses that read; if another write lands
+        between the two, the check runs again only when an entry in between could change
+        it (``dupcheck.still_holds``), else just the append is retried on the new tail."""
+        from hivemind_memory.projections.reduce import touched_by
+        from hivemind_memory.projections.store.dupcheck import still_holds
 
-        if duplicates == "ignore" or \
-                ev.event_id in readmodel.write_view(self.store, ev.ns, [], [ev.event_id]).logged:
+        if duplicates == "ignore":
             return RememberOutcome(self.append_checked([ev]), None, list(ev.supersedes))
         asked = list(ev.supersedes)
         for attempt in range(CHECKED_ATTEMPTS):
             if attempt:
                 time.sleep(random.uniform(0.0, min(CHECKED_BACKOFF_CAP_S,
                                                    CHECKED_BACKOFF_S * 2 ** (attempt - 1))))
-            got = self.check_duplicates(ev.ns, ev.agent, ev.text, exclude=ev.note_id)
-            if got.near is None:
+            got = self.check_duplicates(ev.ns, ev.agent, ev.text, exclude=ev.note_id,
+                                        touched=touched_by(ev), event_ids=[ev.event_id])
+            if got.near is None or got.view is None:
                 return RememberOutcome(self.append_checked([ev]), None, asked,
                                        unchecked=got.unchecked)
+            if ev.event_id in got.view.logged:  # a retry: append_checked tells which
+                return RememberOutcome(self.append_checked([ev]), None, asked)
             if got.twin is not None and duplicates != "keep":
                 return RememberOutcome(CheckedAppend(0, 0), got.near, [],
                                        duplicate_of=got.twin)
             write = ev
             if got.near and duplicates == "supersede":
                 write = self._superseding(ev, asked, got)
+            touched = touched_by(write)
+
+            def holds(since: str, until: str, _got: Check = got,
+                      _touched: tuple[str, ...] = touched) -> bool:
+                return still_holds(self.store, ev.ns, _got, ev.text, self.config(), _touched,
+                                   [ev.event_id], since, until)
             try:
-                done = self.append_checked([write], at_tail=got.tail)
+                done = self.append_checked([write], at_tail=got.tail, view=got.view,
+                                           holds=holds)
             except _TailMoved:
                 continue
             return RememberOutcome(done, got.near, list(write.supersedes))
@@ -342,11 +370,10 @@ class Client:
                          "other writers between their check and their append; try again")
 
     def _superseding(self, ev: NoteCreated, asked: list[str], got: Check) -> NoteCreated:
-        """``ev`` also superseding the near-duplicates of ``got`` its author wrote."""
-        from hivemind_memory.projections.store.notes_view import visible_notes
-
-        assert got.near is not None
-        mine = visible_notes(self.store, ev.ns, ev.agent, note_ids=[d[0] for d in got.near])
+        """``ev`` also superseding the near-duplicates of ``got`` its author wrote (their
+        states as the check read them: ``got.view``)."""
+        assert got.near is not None and got.view is not None
+        mine = got.view.notes
         more = [nid for nid, _ in got.near if nid in mine and nid not in asked
                 and mine[nid].agent == ev.agent and mine[nid].superseded_by is None]
         if not more:
@@ -407,6 +434,33 @@ class Client:
         ids = sorted(i for i in got if i > req.after)[:req.limit]
         return [note_row(got[i], cfg) for i in ids]
 
+    def notes(self, ns: str) -> list[NoteRow]:
+        """Every projected note of ``ns`` (forgotten ones included) as rows in id order, as
+        the read model holds them now (``wait_projected`` first to read your writes)."""
+        from hivemind_memory.projections.store.readmodel import read_notes
+
+        got = read_notes(self.store, ns)
+        cfg = self.config()
+        return [note_row(got[k], cfg) for k in sorted(got)]
+
+    def audit(self, ns: str, limit: int) -> list[tuple[str, bytes]]:
+        """The newest ``limit`` audit entries of ``ns``, oldest first: each entry's id and
+        its ``query.served`` event's JSON (empty if the entry has none)."""
+        from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
+
+        return [(e.id.decode(), audit_event(e))
+                for e in reversed(audit_page(self.store, ns, None, limit))]
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that has had an event appended, sorted."""
+        from hivemind_memory.projections.store.log import namespaces
+
+        return namespaces(self.store)
+
+    def ping(self) -> None:
+        """Raise the store's error if it does not answer."""
+        self.store.ping()
+
     def config(self) -> RankingConfig:
         """The ranking config this client's settings name (read once)."""
         if self._cfg is None:
@@ -418,7 +472,8 @@ class Client:
         return bool(live_beats(self.rq))
 
     def check_duplicates(self, ns: str, agent: str, text: str, *,
-                         exclude: str | None = None) -> Check:
+                         exclude: str | None = None, touched: Sequence[str] = (),
+                         event_ids: Sequence[str] = ()) -> Check:
         """The notes ``agent`` may see that nearly say what ``text`` says, and its twin
         (``projections.store.dupcheck.check``: a lookup of the projector's near-duplicate
         index plus the unprojected tail, no query, nothing written). A store that cannot
@@ -428,7 +483,8 @@ class Client:
         from hivemind_memory.projections.store.dupcheck import Check, check
 
         try:
-            return check(self.store, ns, agent, text, self.config(), exclude=exclude)
+            return check(self.store, ns, agent, text, self.config(), exclude=exclude,
+                         touched=touched, event_ids=event_ids)
         except (RedisError, StoreError, OSError) as exc:
             why = scrub(str(exc), self.settings.redis_url)
             return Check(None, None, "", f"store_unavailable: the near-duplicate check could "
@@ -494,7 +550,10 @@ class Client:
             q = self.shard_queue(shard)
             part = by_shard[shard]
             workers = jobs.query_workers(q) if len(part) > jobs.MIN_QUERY_CHUNK else 1
-            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers)
+            # a query still queued when its result would have expired is dropped: no one
+            # waits for it any more (its shard had no worker all that time)
+            jobs.enqueue_queries(q, part, self.settings.query_chunk, workers,
+                                 ttl=self.settings.result_ttl_seconds)
         return ids
 
     # -- shards ------------------------------------------------------------------------------
@@ -536,22 +595,13 @@ class Client:
 
     def _positions(self, nss: Sequence[str]) -> tuple[dict[str, str], dict[str, int]]:
         """Each namespace's newest stream id and length, read together (one MULTI each)."""
-        positions: dict[str, str] = {}
-        lengths: dict[str, int] = {}
-        for ns in nss:
-            p = self.store.pipeline(transaction=True)
-            p.xrevrange(keys.stream(ns), count=1)
-            p.xlen(keys.stream(ns))
-            last, n = p.execute()
-            positions[ns] = format_pos(parse_pos(last[0][0]) if last else ZERO)
-            lengths[ns] = int(n)
-        return positions, lengths
+        got = heads(self.store, nss)
+        return ({ns: format_pos(pos) for ns, (pos, _) in got.items()},
+                {ns: n for ns, (_, n) in got.items()})
 
     def _write_error(self, ns: str, qid: str, code: str, message: str) -> None:
-        p = self.store.pipeline(transaction=True)
-        results.stage_result(p, ns, qid, error_json(qid, code, message),
-                             self.settings.result_ttl_seconds)
-        p.execute()
+        results.write_results(self.store, ns, {qid: error_json(qid, code, message)},
+                              self.settings.result_ttl_seconds)
 
     def result_json(self, query_id: str, timeout: float = 30.0) -> bytes:
         """The result (or error) object's JSON bytes; ``QueryTimeout`` after ``timeout`` s."""

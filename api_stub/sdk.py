@@ -21,25 +21,23 @@ wraps it for asyncio code.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import os
 import re
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import msgspec
 
 from hivemind_memory.api_stub import wiring
+from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
     EventError,
     EventIdConflict,
+    ForeignNoteId,
     HivemindError,
     IndexWarming,
     NotAllowed,
@@ -52,21 +50,6 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     query_error,
 )
-
-_seq = itertools.count()
-_seq_lock = threading.Lock()
-
-
-def new_id(prefix: str) -> str:
-    """A unique id that sorts by creation time: ``<prefix>-<µs hex><seq hex><random hex>``."""
-    with _seq_lock:
-        n = next(_seq) & 0xFFFF
-    return f"{prefix}-{time.time_ns() // 1000:014x}{n:04x}{os.urandom(5).hex()}"
-
-
-def now_rfc3339() -> str:
-    """The clock, UTC, as an event's ``at`` (read at the edge: the SDK and the server)."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -252,17 +235,10 @@ EmbeddedWorkerFactory = Callable[[Any, Any], EmbeddedWorker]
 """``(settings, store) -> a started EmbeddedWorker``."""
 
 _embedded_worker: EmbeddedWorkerFactory | None = wiring.embedded_worker
-"""The factory the package root left in ``api_stub.wiring`` when it was imported (always
-before this module: the root runs first), or one ``use_embedded_worker`` registered."""
-
-
-def use_embedded_worker(factory: EmbeddedWorkerFactory) -> None:
-    """Register how a ``Memory`` over ``memory://`` starts its in-process worker. The SDK
-    sits beside the worker and never imports it; ``hivemind_memory/__init__`` (the package
-    root, above both) injects ``worker.inprocess.start_embedded`` (through
-    ``api_stub.wiring``, so the root need not import the SDK)."""
-    global _embedded_worker
-    _embedded_worker = factory
+"""How a ``Memory`` over ``memory://`` starts its in-process worker: the factory the package
+root left in ``api_stub.wiring`` when it was imported (always before this module: the root
+runs first). The SDK sits beside the worker and never imports it; ``hivemind_memory/__init__``
+(the package root, above both) injects ``worker.inprocess.start_embedded``."""
 
 
 class _Transport:
@@ -435,6 +411,7 @@ _CONFLICT_ID = re.compile(r"event_id '([^']*)'")
 
 def _http_error(status: int, code: str, message: str, kind: str) -> HivemindError:
     refused = {"note_exists": NoteExists, "unknown_note": UnknownNote,
+               "foreign_note_id": ForeignNoteId,
                "not_allowed": NotAllowed, "already_superseded": AlreadySuperseded,
                "version_conflict": VersionConflict}.get(code)
     if code == "event_id_conflict" and kind == "event":
@@ -471,6 +448,11 @@ class Memory:
         self.ns = ns
         self.agent = agent
         self.admin = admin
+        self.own_ids = False
+        """Create notes only with ids of this agent's own space (``events.noteids``): set
+        for a restricted caller of ``serve`` (MCP with a non-admin token); over HTTP the
+        server decides."""
+        self._suffix: str | None = None
         self.timeout = timeout
         self._t: _Transport
         if url.startswith(("http://", "https://")):
@@ -486,6 +468,7 @@ class Memory:
         """A Memory over an open ``Client`` (the MCP server and ``serve`` use this)."""
         m = cls.__new__(cls)
         m.ns, m.agent, m.timeout, m.admin = ns, agent, timeout, admin
+        m.own_ids, m._suffix = False, None
         m._t = _StoreTransport("", timeout, client=client, on_write=on_write)
         return m
 
@@ -506,17 +489,36 @@ class Memory:
 
     # -- raw ---------------------------------------------------------------------------------
     def _fill(self, e: Mapping[str, Any]) -> dict[str, Any]:
-        ev = dict(e)
-        ev.setdefault("event_id", new_id("ev"))
-        ev.setdefault("at", now_rfc3339())
-        ev.setdefault("ns", self.ns)
-        if self.agent:
-            ev.setdefault("agent", self.agent)
-        return ev
+        return filled(e, self.ns, self.agent)
 
     def append(self, events: Sequence[Mapping[str, Any]]) -> int:
         """Append events (``event_id``, ``at``, ``ns``, ``agent`` filled when absent)."""
-        return self._t.append([self._fill(e) for e in events])
+        evs = [self._fill(e) for e in events]
+        for i, ev in enumerate(evs):
+            if ev.get("type") == "note.created":
+                self._may_choose(ev.get("note_id"), f"events[{i}]")
+        return self._t.append(evs)
+
+    def _may_choose(self, note_id: Any, where: str) -> None:
+        """``ForeignNoteId`` if this caller may not create a note with ``note_id``."""
+        from hivemind_memory.events import noteids
+
+        if self.own_ids and isinstance(note_id, str) and not noteids.may_choose(
+                note_id, self.agent):
+            raise ForeignNoteId(noteids.foreign_message(where, self.agent))
+
+    def id_suffix(self) -> str:
+        """What a note id this caller chooses must end with (``KEY@@AGENT``; "" when any id
+        is free to it: a store URL, open mode, an ``admin`` token). Over HTTP the server
+        says (``GET .../whoami``, asked once)."""
+        if self._suffix is None:
+            from hivemind_memory.events import noteids
+
+            if isinstance(self._t, _HttpTransport):
+                self._suffix = str(self._t.call("GET", "/whoami")["id_suffix"])
+            else:
+                self._suffix = noteids.id_suffix(self.agent) if self.own_ids else ""
+        return self._suffix
 
     def _request(self, text: str, budget: int, **kw: Any) -> dict[str, Any]:
         req: dict[str, Any] = {"ns": self.ns, "text": text, "budget": budget}
@@ -582,6 +584,7 @@ class Memory:
         ``expires_at`` (RFC 3339 or an aware datetime): from then on the note is in no
         answer."""
         nid = note_id or new_id("n")
+        self._may_choose(nid, "remember")
         ev: dict[str, Any] = {"type": "note.created", "note_id": nid, "text": text,
                               "kind": kind, "scope": scope}
         if tokens is not None:

@@ -236,7 +236,7 @@ class Options:
 
 def measure(url: str, opts: Options, ns: str) -> None:
     from hivemind_memory import Memory
-    from hivemind_memory.api_stub.server.http import MAX_QUERIES
+    from hivemind_memory.api_stub.server.schemas import MAX_QUERIES
     from hivemind_memory.projections.store.connection import connect
     from hivemind_memory.worker import runtime
 
@@ -346,7 +346,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     ap = _parser()
     args = ap.parse_args(argv)

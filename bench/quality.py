@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 def _overrides(spec: str) -> dict[str, Any]:
     import msgspec
 
-    from hivemind_memory.worker.config_sweep import nested
+    from hivemind_memory.worker.audit.config_sweep import nested
 
     flat: dict[str, Any] = {}
     for part in spec.split(";"):

@@ -650,7 +650,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hivemind bench query``."""
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     ap = _parser()
     args = ap.parse_args(argv)

@@ -304,6 +304,10 @@ def main(argv: list[str]) -> int:
         from bench import scale_memory
 
         return scale_memory.main(argv[1:])
+    if argv[:1] == ["restart"]:  # the first query after a worker restart (bench.scale_restart)
+        from bench import scale_restart
+
+        return scale_restart.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=20_000, help="events per configuration")

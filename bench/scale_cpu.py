@@ -94,18 +94,20 @@ def measure(n: int, n_queries: int, seed: int, dense: Candidates) -> None:
     assert got is not None
     m = len(cols)
     has = got.done(m) & (got.norm[:m] > 0) & cols.live[:m]
+    scan_cfg = msgspec.structs.replace(DEFAULT, candidates=msgspec.structs.replace(
+        dense, scan_max_notes=10**12))
+    # the candidate stage whatever the size (by default it starts at scan_max_notes); the
+    # dense index is built with the settings it is used with, or ``dense_ready`` refuses it
+    cand_cfg = msgspec.structs.replace(DEFAULT, candidates=msgspec.structs.replace(
+        dense, scan_max_notes=1))
     t = time.process_time()
-    d = build_dense(got.mat[:m].astype(np.int8), has, dense, got.digest)
+    d = build_dense(got.mat[:m].astype(np.int8), has, cand_cfg.candidates, got.digest)
     dense_s = time.process_time() - t
     print(f"{n:,} notes ({idx.indexed():,} live): index build {build_s:.1f} CPU-s, dense "
           f"stage (HNSW) build {dense_s:.1f} CPU-s")
     snap = encode_index(idx)
-    scan_cfg = msgspec.structs.replace(DEFAULT, candidates=msgspec.structs.replace(
-        dense, scan_max_notes=10**12))
-    # the candidate stage whatever the size (by default it starts at scan_max_notes)
-    cand_cfg = msgspec.structs.replace(DEFAULT, candidates=msgspec.structs.replace(
-        dense, scan_max_notes=1))
     assert idx.attach_dense(d, cols)
+    assert idx.dense_ready(cand_cfg) and not idx.dense_ready(scan_cfg)
 
     def one(i: NamespaceIndex, raw: dict[str, Any], cfg: RankingConfig) -> bytes:
         req = parse_request(raw)

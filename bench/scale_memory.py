@@ -48,7 +48,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.index_loader import load_index, read_snapshot
 from hivemind_memory.worker.engine import run_rank
-from hivemind_memory.worker.heartbeat import read_beats
+from hivemind_memory.worker.ops.heartbeat import read_beats
 
 MIB = 1 << 20
 BASE_NS = "base"

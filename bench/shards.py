@@ -45,7 +45,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.readmodel import lagging
-from hivemind_memory.worker.heartbeat import WorkerBeat, read_beats
+from hivemind_memory.worker.ops.heartbeat import WorkerBeat, read_beats
 
 POLL_S = 0.05
 """How often the bench looks at the heartbeats and the projection (it has nothing to block

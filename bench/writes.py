@@ -5,7 +5,12 @@ Prints figures; never asserts timings.
 
 1. One namespace per size (``--sizes``, default 10,000 and 100,000 notes; ``bench.query``'s
    generator: a Zipf vocabulary, log-normal lengths, private and forgotten notes), appended
-   and projected once. One ``hivemind worker`` process projects what the writes append.
+   once, then folded into the read model as ``hivemind replay`` does (``--seed-by replay``,
+   the default: ``rebuild.fold_log`` + ``write_back``, which files the lookup from the folded
+   notes in bulk) or by a burst worker batch by batch (``--seed-by project``, the projector's
+   own path; slow at 100k on a loaded machine). Either way the read model and the lookup are
+   what the projector would have made (``replay --verify`` compares them). One
+   ``hivemind worker`` process projects what the writes append.
 2. **Check cost**: ``Client.check_duplicates`` of ``--probes`` fresh notes in this process:
    CPU (``time.process_time``) and wall time per check, and how many notes the lookup named.
 3. **Recall**: ``--probes`` near-duplicates made from notes of the namespace (words dropped,
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import redis
 
 from bench.batch import server, workers
 from bench.core import private_redis
@@ -58,7 +64,12 @@ def query_based_check(client: Any, ns: str, agent: str, text: str, cfg: Any
     threshold. It is an audited query, run through RQ and a worker."""
     from hivemind_memory.projections.ranking.similarity import near_duplicates
 
-    res = client.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True, timeout=300)
+    for _ in range(300):  # a worker's first load of a large namespace answers index_warming
+        res = client.query(ns, text[:MAX_QUERY_CHARS], 1, agent=agent, explain=True,
+                           timeout=300)
+        if res.get("error", {}).get("code") != "index_warming":
+            break
+        time.sleep(2)
     if "error" in res:
         raise RuntimeError(f"reference query failed: {res['error']}")
     return near_duplicates(text, ((c["note_id"], c["text"]) for c in res["candidates"]), cfg)
@@ -255,6 +266,37 @@ class Options:
     clients: list[int]
     probes: int
     seed: int
+    seed_by: str = "replay"
+
+
+def seed_by_replay(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
+    """``load_namespace``'s notes, appended, then folded and written back as ``hivemind
+    replay`` does (one fold of the log, one MULTI that writes the notes and files the
+    lookup), instead of batch by batch by a worker; prints what it took."""
+    from bench.query import CHUNK, generate_events
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.api_stub.protocol.messages import utcnow
+    from hivemind_memory.projections.ranking.dupsketch import spec_of
+    from hivemind_memory.projections.store.rebuild import fold_log, write_back
+
+    client = Client(rt.store, rt.rq, rt.settings)
+    rng = random.Random(seed * 1_000_003 + n)
+    t = time.perf_counter()
+    g = generate_events(ns, n, corpus, rng, utcnow().replace(microsecond=0), client.append)
+    append_s = time.perf_counter() - t
+    c0, t = time.process_time(), time.perf_counter()
+    rb = fold_log(rt.store, ns)
+    # one MULTI of every note and lookup member: longer than the store's 10 s socket timeout
+    # at 100k notes on a loaded machine, so on a connection of its own without one
+    bulk = redis.Redis.from_url(rt.settings.redis_url, socket_timeout=None)
+    try:
+        if not write_back(bulk, ns, rb, spec=spec_of(client.config())):
+            raise RuntimeError(f"replay of {ns} did not write back (projected meanwhile?)")
+    finally:
+        bulk.close()
+    print(f"namespace {ns}: {g.notes:,} notes, {g.events:,} events; generated and appended "
+          f"in {append_s:.1f} s (in chunks of {CHUNK:,}), folded and written back as replay "
+          f"does in {time.perf_counter() - t:.1f} s ({time.process_time() - c0:.1f} s CPU)")
 
 
 def run(url: str, opts: Options) -> None:
@@ -279,7 +321,10 @@ def run(url: str, opts: Options) -> None:
     nss = []
     for n in opts.sizes:
         ns = f"bw-{n}"
-        load_namespace(rt, ns, n, corpus, opts.seed)
+        if opts.seed_by == "replay":
+            seed_by_replay(rt, ns, n, corpus, opts.seed)
+        else:
+            load_namespace(rt, ns, n, corpus, opts.seed)
         mem = rt.store.memory_usage(keys.dupidx(ns)) or 0
         print(f"  lookup of {ns}: {rt.store.zcard(keys.dupidx(ns)):,} members, "
               f"{mem / 2**20:,.1f} MiB in Redis ({mem / n:,.0f} B a note)")
@@ -337,12 +382,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probes", type=int, default=200,
                     help="fresh notes timed, and near-copies checked both ways (default 200)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seed-by", choices=("replay", "project"), default="replay",
+                    help="fold the generated log as replay does (default), or project it "
+                         "batch by batch with a burst worker")
     ap.add_argument("--redis-url", default=None,
                     help="an existing Redis (default: start a private redis-server)")
     args = ap.parse_args(argv)
     if args.writes < 1 or args.probes < 1:
         ap.error("--writes and --probes must be >= 1")
-    opts = Options(args.sizes, args.writes, args.clients, args.probes, args.seed)
+    opts = Options(args.sizes, args.writes, args.clients, args.probes, args.seed, args.seed_by)
     if args.redis_url:
         run(args.redis_url, opts)
         return 0

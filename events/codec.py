@@ -78,7 +78,3 @@ def decode_event(data: bytes) -> Event:
     version can't read and ``ValueError`` for an ``at`` out of range in UTC."""
     return _decoded(_unpack(data))
 
-
-def event_to_json(ev: Event) -> bytes:
-    """The event as one JSON object (for dead letters, replays and debugging)."""
-    return msgspec.json.encode(ev)

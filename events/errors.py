@@ -134,6 +134,13 @@ class NotAllowed(WriteRefused):
     status = 403
 
 
+class ForeignNoteId(NotAllowed):
+    """A create names a note id outside the writer's own id space (``events.noteids``):
+    refused the same whether the id is taken or free, so it confirms nothing (403)."""
+
+    code = "foreign_note_id"
+
+
 class VersionConflict(WriteRefused):
     """A revision's ``expected_version`` is not the note's version: it moved on (409)."""
 

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import redis
 import structlog
+from redis.exceptions import RedisError
 from rq import Queue
 
 from hivemind_memory.api_stub.protocol.messages import (
@@ -36,32 +36,40 @@ from hivemind_memory.api_stub.protocol.messages import (
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import WARMING_RETRY_S, CatchUpTimeout, QueryError
-from hivemind_memory.events.positions import format_pos, parse_pos
+from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
 from hivemind_memory.projections.ranking.calibrated import limit_for
 from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
 from hivemind_memory.projections.ranking.render import render
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
-from hivemind_memory.projections.store import audit_trail, erasure, keys, results
+from hivemind_memory.projections.store import (
+    audit_trail,
+    erasure,
+    eventdigest,
+    results,
+    snapshot_refresh,
+)
 from hivemind_memory.projections.store.index_loader import (
+    NO_SNAPSHOT,
+    FullLoadNeeded,
     changes_last,
     load_index,
     refresh_index,
     trim_heap,
+    write_snapshot,
 )
 from hivemind_memory.projections.store.index_size import estimate_load_bytes
+from hivemind_memory.projections.store.lease import renewing_build_lease, try_build_lease
 from hivemind_memory.projections.store.probe import probe
-from hivemind_memory.projections.store.readmodel import no_cycle_collection
+from hivemind_memory.projections.store.readmodel import no_cycle_collection, note_count
 from hivemind_memory.projections.store.rebuild import fold_log
-from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker import metrics
 from hivemind_memory.worker.memory import (
     MIB,
     IndexCache,
@@ -69,7 +77,12 @@ from hivemind_memory.worker.memory import (
     mib,
     too_large_message,
 )
-from hivemind_memory.worker.projector import ensure_projected, redaction_enqueuer
+from hivemind_memory.worker.ops import metrics
+from hivemind_memory.worker.projector import (
+    ensure_projected,
+    redaction_enqueuer,
+    snapshot_nudger,
+)
 
 log = structlog.get_logger("hivemind.query")
 AS_OF_CACHE = 4
@@ -141,6 +154,10 @@ class QueryEngine:
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
         erasure ran: the as-of folds kept of the namespace are dropped (they may hold the
         log before its rewrite), and answers published meanwhile are checked."""
+        self.erased_filed: dict[str, tuple[int, dict[str, str]]] = {}
+        """Per namespace: how many erased texts were filed, and their digests -> note."""
+        self.secret: bytes | None = None
+        """The store's digest secret (``eventdigest.store_key``), read on first need."""
         self.recorded: dict[str, tuple[set[str], set[str]]] = {}
         self.emb_filed: dict[str, dict[str, int]] = {}
         """Per namespace: filed embedding digest -> ms of its latest filing known here."""
@@ -310,9 +327,11 @@ class QueryEngine:
                     current.add(ns)
                 continue
             try:
-                ensure_projected(self.r, ns, target, self.settings, on_erased=None
-                                 if self.project_queue is None
-                                 else redaction_enqueuer(self.project_queue, ns))
+                pq = self.project_queue
+                ensure_projected(self.r, ns, target, self.settings,
+                                 on_erased=None if pq is None else redaction_enqueuer(pq, ns),
+                                 on_committed=None if pq is None
+                                 else snapshot_nudger(self.r, pq, ns))
             except CatchUpTimeout as exc:
                 for q in live:
                     q.fail("catch_up_timeout", str(exc))
@@ -350,9 +369,7 @@ class QueryEngine:
         cache = self.live
         idx = cache.get(ns)
         if idx is None:
-            need = estimate_load_bytes(self.r, ns)
-            if need is None:  # no snapshot: a full build, off this job's path if large
-                self._warming(ns)
+            need = estimate_load_bytes(self.r, ns)  # None: no snapshot, a full build (below)
             if need is not None and need > cache.budget:
                 raise self._unavailable(ns, "namespace_too_large", too_large_message(
                     ns, need, cache.budget, measured=False))
@@ -360,14 +377,19 @@ class QueryEngine:
             idx = cache[ns] = NamespaceIndex(ns)
         full, part = idx.full_loads, idx.incremental_notes
         try:
-            refresh_index(self.r, idx, self.embedder)
+            self._refresh_live(ns, idx)
             for _ in range(REFRESH_TRIES):
                 # a batch committed between reading the changes and the notes leaves
                 # some notes newer than the checkpoint: refresh until nothing moved, so
                 # the index is exactly the log up to its checkpoint (audit replay)
                 if idx.changes_seen is None or changes_last(self.r, ns) == idx.changes_seen:
                     break
-                refresh_index(self.r, idx, self.embedder)
+                self._refresh_live(ns, idx)
+        except IndexUnavailable:  # its full build went to a thread: nothing held meanwhile
+            cache.pop(ns)
+            del idx
+            trim_heap()
+            raise
         except MemoryError:
             cache.pop(ns)
             del idx
@@ -377,7 +399,7 @@ class QueryEngine:
                 f"{len(cache)} other namespaces, {mib(cache.held_bytes())} of its "
                 f"{mib(cache.budget)} budget): give it a smaller --memory-budget, more "
                 "memory, or fewer namespaces")) from None
-        except redis.RedisError:
+        except RedisError:
             cache.pop(ns)
             raise
         except Exception as exc:  # a load that fails for another cause says which
@@ -397,6 +419,18 @@ class QueryEngine:
         cache.loaded(ns)
         return idx
 
+    def _refresh_live(self, ns: str, idx: NamespaceIndex) -> None:
+        """``refresh_index`` for a query job: incremental (from the index, or from a newer
+        snapshot), and a full load inline only for a namespace small enough
+        (``warm_inline_max_notes``); a larger one is built in a thread while its queries get
+        ``index_warming`` (``_warming``)."""
+        def inline(why: str) -> bool:  # or raises index_warming, the build in a thread
+            log.info("index_full_load_needed", ns=ns, why=why)
+            self._warming(ns)
+            return True
+
+        refresh_index(self.r, idx, self.embedder, allow_full=inline)
+
     def _warming(self, ns: str) -> None:
         """Raise ``index_warming`` for a namespace without a snapshot that is too large to
         build inside a query job (``warm_inline_max_notes``), having started its build in a
@@ -404,25 +438,26 @@ class QueryEngine:
         the snapshot, which the next query loads. Smaller namespaces return (built inline)."""
         th = self.warm_builds.get(ns)
         if th is None:
-            notes = int(self.r.hlen(keys.notes(ns)))
+            notes = note_count(self.r, ns)
             if notes < self.settings.warm_inline_max_notes:
                 return
             token = os.urandom(8).hex()
-            if self.r.set(keys.index_build_lease(ns), token, nx=True,
-                          ex=keys.INDEX_BUILD_LEASE_S):
+            if try_build_lease(self.r, ns, token):
                 th = threading.Thread(target=self._build, args=(ns, token), daemon=True,
                                       name=f"warm-{ns}")
                 self.warm_builds[ns] = th
                 th.start()
                 log.info("index_build_started", ns=ns, notes=notes)
         raise IndexUnavailable("index_warming", (
-            f"namespace {ns!r}'s index is being built (a first load, or a new embedder); "
-            f"retry in {WARMING_RETRY_S} s"))
+            f"namespace {ns!r}'s index is being built (a first load, a new embedder, or a "
+            f"changes stream trimmed past its snapshot); retry in {WARMING_RETRY_S} s"))
 
     def _build(self, ns: str, token: str) -> None:
-        """A full load of ``ns`` that writes its snapshot (``_warming``'s thread); the index
-        itself is dropped: the next query reads the snapshot within the memory budget."""
+        """A full load of ``ns`` that writes its snapshot (``_warming``'s thread), its lease
+        renewed while it runs; the index itself is dropped: the next query reads the snapshot
+        within the memory budget."""
         t = time.process_time()
+        lease = renewing_build_lease(self.r, ns, token)
         try:
             idx = NamespaceIndex(ns)
             load_index(self.r, idx, embedder=self.embedder)
@@ -433,8 +468,46 @@ class QueryEngine:
         except Exception:  # the next query starts another build
             log.exception("index_build_failed", ns=ns)
         finally:
-            script(self.r, "renew_lease")(keys=[keys.index_build_lease(ns)], args=[token, 0])
+            lease.stop()
             self.warm_builds.pop(ns, None)
+
+    def refresh_snapshot(self, ns: str) -> dict[str, Any]:
+        """Bring ``ns``'s stored index snapshot up to the read model, off every query's path
+        (the ``refresh_snapshot`` job ``projector.snapshot_nudger`` queues): from this
+        worker's live index when it holds one, else the stored snapshot read and refreshed
+        incrementally. A full build only when there is no usable snapshot and the namespace
+        is large enough that a query would wait for one (``warm_inline_max_notes``), or the
+        changes stream was trimmed past it. Under the build lease (renewed while it runs):
+        a namespace being built elsewhere is left to that build."""
+        snapshot_refresh.clear_queued(self.r, ns)  # commits from now on may queue the next
+        token = os.urandom(8).hex()
+        if not try_build_lease(self.r, ns, token):
+            return {"ns": ns, "status": "busy"}
+        lease = renewing_build_lease(self.r, ns, token)
+        t = time.process_time()
+        try:
+            snapshot_refresh.reset_count(self.r, ns)
+            live = self.live.get(ns)
+            idx = live if live is not None else NamespaceIndex(ns)
+            status = "refreshed"
+            try:
+                refresh_index(self.r, idx, self.embedder, allow_full=False)
+            except FullLoadNeeded as exc:
+                if exc.why == NO_SNAPSHOT and \
+                        note_count(self.r, ns) < self.settings.warm_inline_max_notes:
+                    return {"ns": ns, "status": "small"}  # a query builds it inline
+                load_index(self.r, idx, embedder=self.embedder)  # writes the snapshot
+                status = "built"
+            else:
+                write_snapshot(self.r, idx)
+            log.info("snapshot_refreshed", ns=ns, status=status, notes=idx.indexed(),
+                     changes_seen=format_pos(idx.changes_seen or ZERO),
+                     cpu_s=round(time.process_time() - t, 2))
+            return {"ns": ns, "status": status, "notes": idx.indexed()}
+        finally:
+            lease.stop()
+            if ns not in self.live:
+                trim_heap()
 
     def wait_warm(self, ns: str, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for this worker's build of ``ns`` to end; True when
@@ -552,7 +625,7 @@ class QueryEngine:
                     if filed is not None:
                         filed[digest] = now_ms
             if ns != results.INVALID_NS:
-                p.get(keys.erasure_fence(ns))  # read with the writes, atomically
+                erasure.stage_fence_read(p, ns)  # read with the writes, atomically
             pub.send(p, partial(self._published, ns, group, new_cfg, new_emb),
                      None if ns == results.INVALID_NS else partial(self._after_erasure, ns,
                                                                    group))
@@ -568,11 +641,34 @@ class QueryEngine:
             del self.as_of[key]
         return known or fence is not None
 
+    def _redact_quotes(self, ns: str, group: list[Pending], filings: int) -> None:
+        """A query whose text is a version of an erased note (one that ran while the note was
+        erased, or one sent after) published that text (audit entry, result, embedding): the
+        keyed digests the erasures filed (``keys.erased_texts``, ``filings`` of them as of
+        the wave's write, read again when that count moves) find it, and the redaction runs
+        again for those notes, so the first erasure suffices."""
+        if not filings:
+            return
+        known = self.erased_filed.get(ns)
+        if known is None or known[0] != filings:
+            known = self.erased_filed[ns] = (filings, erasure.filed_texts(self.r, ns))
+        if self.secret is None:
+            self.secret = eventdigest.store_key(self.r)
+        quoted = erasure.quoted_in(known[1], self.secret, [
+            q.req.text for q in group if q.req is not None and q.req.text])
+        if quoted:
+            erased, _ = erasure.erased_notes(self.r, ns, quoted)
+            if erased:
+                log.info("quotes_redacted", ns=ns, notes=erased)
+                erasure.redact(self.r, ns, erased)
+
     def _after_erasure(self, ns: str, group: list[Pending], replies: list[Any]) -> None:
         """A wave's MULTI went through; its last reply is the erasure fence as of that
         write. If an erasure ran while the wave was ranked, an answer may show content it
         erased after sweeping the result keys: those answers become ``erased`` errors."""
         fence = replies[-1] if replies else None
+        filings = int(replies[-2]) if len(replies) > 1 else 0
+        self._redact_quotes(ns, group, filings)
         if not self._fence_seen(ns, None if fence is None else bytes(fence)):
             return
         shown = sorted({n.note_id for q in group if q.result is not None
@@ -667,7 +763,7 @@ def served(res: QueryResult, position: str, config_digest: str, *, req: QueryReq
            body: bytes, seen: str, base_digest: str, embedding: str,
            served_at: datetime, why: Why | None = None, embedder: str = "") -> QueryServed:
     """The audit event of a served query: what it was shown and all it takes to re-run it
-    (``worker.reproduce``), and why (``why``: the left-out notes; the shown notes' signals
+    (``worker.audit.reproduce``), and why (``why``: the left-out notes; the shown notes' signals
     are added here)."""
     return QueryServed(query_id=res.query_id, agent=res.agent, text=res.text, as_of=res.as_of,
                        budget=res.budget, position=position, config_digest=config_digest,

@@ -9,7 +9,7 @@ append or a query submission; between kicks it looks at the queue lengths every
 request thread" so a request never does the worker's work, and over a blocking
 ``SimpleWorker.work()`` because that one cannot be stopped promptly from another thread.
 
-It keeps a heartbeat (``worker.heartbeat``) like a ``hivemind worker`` process, so readiness,
+It keeps a heartbeat (``worker.ops.heartbeat``) like a ``hivemind worker`` process, so readiness,
 ``status`` and ``/metrics`` count it the same way, bursts or not; the heartbeat stops when the
 thread does.
 
@@ -24,13 +24,14 @@ import threading
 import structlog
 from rq.timeouts import TimerDeathPenalty
 
+from hivemind_memory.api_stub.protocol.jobs import worker_records
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.packing import use_packer
 from hivemind_memory.projections.store.types import Store
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.loop import worker_name
 from hivemind_memory.worker.memory import reported
+from hivemind_memory.worker.ops.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -125,7 +126,7 @@ class InProcessWorker:
 
     def _count(self, w: _ThreadWorker) -> None:
         """Add a finished burst's job counters (RQ keeps a dead worker's hash for 60 s)."""
-        ok, failed = self.rt.rq.hmget(w.key, "successful_job_count", "failed_job_count")
+        [(_, ok, failed)] = worker_records(self.rt.rq, [w.name])
         self.successful_jobs += int(ok or 0)
         self.failed_jobs += int(failed or 0)
 

@@ -25,14 +25,24 @@ def project_namespace(ns: str) -> dict[str, Any]:
     return run_projection(rt.store, rt.project_queue, ns, rt.settings)
 
 
-def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
-    """Answer a chunk of queries (one job carries many: RQ costs ~6 ms a job)."""
-    rt = runtime.current()
-    engine = rt.cache.get("query_engine")
+def _engine(rt: runtime.Runtime) -> QueryEngine:
+    engine: QueryEngine | None = rt.cache.get("query_engine")
     if engine is None:
         engine = rt.cache["query_engine"] = QueryEngine(rt.store, rt.cfg, rt.settings,
-                                                            project_queue=rt.project_queue)
-    return engine.serve([msgspec.convert(e, Envelope) for e in envelopes])
+                                                        project_queue=rt.project_queue)
+    return engine
+
+
+def answer_queries(envelopes: list[dict[str, Any]]) -> dict[str, int]:
+    """Answer a chunk of queries (one job carries many: RQ costs ~6 ms a job)."""
+    return _engine(runtime.current()).serve([msgspec.convert(e, Envelope) for e in envelopes])
+
+
+def refresh_snapshot(ns: str) -> dict[str, Any]:
+    """Bring the namespace's index snapshot up to date (``QueryEngine.refresh_snapshot``)."""
+    if not isinstance(ns, str) or not re.fullmatch(NS_PATTERN, ns):
+        raise ValueError(f"refresh_snapshot: {ns!r} is not a namespace")  # a forged job
+    return _engine(runtime.current()).refresh_snapshot(ns)
 
 
 

@@ -2,7 +2,7 @@
 
 One RQ worker, one name, for the life of the process: an idle worker re-sweeps from inside
 its dequeue loop instead of quitting and registering again, so RQ's registry and the
-worker's job counters stay continuous. Its heartbeat (``worker.heartbeat``) lives as long as
+worker's job counters stay continuous. Its heartbeat (``worker.ops.heartbeat``) lives as long as
 the process works, so readiness and ``status`` count it. It logs one line when it starts
 (name, queues, store, config digest, what is behind) and one when it stops (reason, jobs
 done).
@@ -23,10 +23,10 @@ from rq.queue import Queue
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import redact_url
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.memory import default_budget_mib, reported
+from hivemind_memory.worker.ops.heartbeat import Doing, Heartbeat, held
 from hivemind_memory.worker.projector import behind, enqueue_behind
 from hivemind_memory.worker.rqworker import HivemindWorker
 
@@ -92,7 +92,7 @@ def run_worker(rt: runtime.Runtime, burst: bool, idle_s: int = SWEEP_INTERVAL_S,
     late = enqueue_behind(rt.store, rt.project_queue)
     log.info("worker_started", name=name, queues=[q.name for q in queues],
              shards=list(served), shard_count=rt.settings.shards,
-             store=redact(rt.settings.redis_url), config_digest=rt.cfg.digest(),
+             store=redact_url(rt.settings.redis_url), config_digest=rt.cfg.digest(),
              namespaces=len(namespaces(rt.store)), behind=late, burst=burst,
              idle_sweep_s=None if burst else idle_s, pid=os.getpid(),
              memory_budget_mib=rt.settings.memory_budget_mib or default_budget_mib())

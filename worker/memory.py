@@ -23,7 +23,7 @@ from typing import Any
 
 from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex
-from hivemind_memory.worker.heartbeat import IndexMemory, LoadFailure
+from hivemind_memory.worker.ops.heartbeat import IndexMemory, LoadFailure
 
 MIB = 1 << 20
 DEFAULT_BUDGET_FRACTION = 0.25

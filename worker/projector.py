@@ -24,6 +24,7 @@ from rq import Queue
 from hivemind_memory.api_stub.protocol.jobs import (
     enqueue_projection,
     enqueue_redaction,
+    enqueue_snapshot_refresh,
     schedule_projection,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
@@ -31,7 +32,7 @@ from hivemind_memory.events.errors import CatchUpTimeout
 from hivemind_memory.events.positions import Position, format_pos, parse_pos
 from hivemind_memory.projections.ranking.config import load_config
 from hivemind_memory.projections.ranking.dupsketch import DupSpec, spec_of
-from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store import snapshot_refresh
 from hivemind_memory.projections.store.lease import (
     WAIT_SLICE_S,
     Lease,
@@ -48,9 +49,9 @@ from hivemind_memory.projections.store.readmodel import (
     lagging,
     no_cycle_collection,
 )
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.schedule import finish_job
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker import metrics
+from hivemind_memory.worker.ops import metrics
 
 log = structlog.get_logger("hivemind.schedule")
 
@@ -87,17 +88,39 @@ OnErased = Callable[[list[str]], None]
 """Told the notes a fold made erasable (``BatchInfo.erased``): it enqueues their redaction."""
 
 
+OnCommitted = Callable[[int], None]
+"""Told how many batches a fold committed (``snapshot_nudger``)."""
+
+
 def fold_with_lease(r: Store, held: Lease, s: Settings, until: Position | None = None,
-                    on_erased: OnErased | None = None) -> int:
+                    on_erased: OnErased | None = None,
+                    on_committed: OnCommitted | None = None) -> int:
     """Fold batches while holding ``held`` (up to the batch cap, or until ``until``); the
-    notes the committed batches erased go to ``on_erased`` (once, at the end)."""
+    notes the committed batches erased go to ``on_erased``, and the number of batches
+    committed to ``on_committed`` (once each, at the end)."""
     erased: list[str] = []
+    committed: list[int] = []
     try:
         with no_cycle_collection():
-            return _fold_batches(r, held, s, until, erased)
+            return _fold_batches(r, held, s, until, erased, committed)
     finally:
         if erased and on_erased is not None:
             on_erased(list(dict.fromkeys(erased)))
+        if committed and on_committed is not None:
+            on_committed(len(committed))
+
+
+def snapshot_nudger(r: Store, q: Queue, ns: str) -> OnCommitted:
+    """``on_committed`` that counts the batches committed since ``ns``'s index snapshot was
+    last refreshed (``keys.index_lag``) and, past ``keys.SNAPSHOT_REFRESH_CHANGES``, queues
+    one ``refresh_snapshot`` job on ``q`` (the projection queue), so the snapshot is kept
+    current incrementally before the changes stream is trimmed past it."""
+    def nudge(batches: int) -> None:
+        lag = snapshot_refresh.count_committed(r, ns, batches)
+        if snapshot_refresh.due(lag) and snapshot_refresh.mark_queued(r, ns):
+            log.info("snapshot_refresh_enqueued", ns=ns, batches=lag)
+            enqueue_snapshot_refresh(q, ns)
+    return nudge
 
 
 def redaction_enqueuer(q: Queue, ns: str) -> OnErased:
@@ -109,7 +132,7 @@ def redaction_enqueuer(q: Queue, ns: str) -> OnErased:
 
 
 def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None,
-                  erased: list[str]) -> int:
+                  erased: list[str], committed: list[int]) -> int:
     # One commit in flight at a time, each renewing the lease; only a batch that did not
     # commit asks whether the lease is still ours. ``close`` waits for the commit still in
     # flight, so every commit has run before the lease is given back.
@@ -128,6 +151,7 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None,
             _log_batch(info)
             events += info.count
             erased += info.erased
+            committed += [1] if info.committed else []
             reached = parse_pos(info.last) if info.committed else None
             if not info.committed and not held.renew():
                 log.warning("projection_lease_lost", ns=held.ns)
@@ -138,6 +162,7 @@ def _fold_batches(r: Store, held: Lease, s: Settings, until: Position | None,
             _log_batch(last)
             events += last.count
             erased += last.erased
+            committed += [1] if last.committed else []
     return events
 
 
@@ -153,12 +178,11 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
         log.info("projection_busy", ns=ns)
     else:
         try:
-            events = fold_with_lease(r, held, s, on_erased=redaction_enqueuer(q, ns))
+            events = fold_with_lease(r, held, s, on_erased=redaction_enqueuer(q, ns),
+                                     on_committed=snapshot_nudger(r, q, ns))
         finally:
             held.release()
-    more = script(r, "finish_job")(
-        keys=[keys.stream(ns), keys.checkpoint(ns), keys.scheduled(ns)],
-        args=[keys.SCHEDULE_TTL_SECONDS])
+    more = finish_job(r, ns)
     if more:
         enqueue_projection(q, ns)
     status = "busy" if held is None else "more" if more else "caught_up"
@@ -168,12 +192,14 @@ def run_projection(r: Store, q: Queue, ns: str, s: Settings) -> dict[str, Any]:
 
 def ensure_projected(r: Store, ns: str, target: Position, s: Settings,
                      timeout_s: float | None = None,
-                     on_erased: OnErased | None = None) -> Position:
+                     on_erased: OnErased | None = None,
+                     on_committed: OnCommitted | None = None) -> Position:
     """Return once the namespace is projected up to ``target``; raise ``CatchUpTimeout``.
 
     Projects inline when the lease is free (the caller is a worker), else waits for the
     projector holding it. Returns the checkpoint reached. ``on_erased`` as in
-    ``fold_with_lease`` (a worker passes ``redaction_enqueuer``).
+    ``fold_with_lease`` (a worker passes ``redaction_enqueuer``), and ``on_committed`` (a
+    worker passes ``snapshot_nudger``).
     """
     deadline = time.monotonic() + (s.catch_up_timeout_s if timeout_s is None else timeout_s)
     after = changes_tail(r, ns)
@@ -184,7 +210,8 @@ def ensure_projected(r: Store, ns: str, target: Position, s: Settings,
         held = try_lease(r, ns, s.lock_lease_ms)
         if held is not None:
             try:
-                folded = fold_with_lease(r, held, s, until=target, on_erased=on_erased)
+                folded = fold_with_lease(r, held, s, until=target, on_erased=on_erased,
+                                         on_committed=on_committed)
             finally:
                 held.release()
             if folded == 0 and checkpoint(r, ns) < target:

@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any
 
-import redis
 import structlog
+from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.executions import Execution
 from rq.job import Job
@@ -177,5 +177,5 @@ class HivemindWorker(SimpleWorker):
                 job, execution = self._beating, self.execution
                 if job is None or execution is None:
                     continue
-                with contextlib.suppress(redis.RedisError):
+                with contextlib.suppress(RedisError):
                     self.maintain_heartbeats(job, execution)

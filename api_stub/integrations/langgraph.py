@@ -18,7 +18,9 @@ How items map to notes (lossless and reversible): every item of a store is one l
 (``.`` ``:`` and ``@`` included, so the separators never occur inside a part), each label ends
 with ``.``, and ``version`` is a time-ordered stamp of the item's creation (stores written by
 releases that could not revise notes also hold ``-2``, ``-3`` ... versions, read as before).
-``decode_note_id`` inverts it. A note
+A writer whose token may not see every note (``serve --tokens`` without ``admin``) chooses
+only ids of its own space, so each id then ends with ``@@`` and its agent
+(``Memory.id_suffix``; ``events.noteids``). ``decode_note_id`` inverts it. A note
 id holds at most 128 characters: an item whose encoded namespace and key do not fit is refused
 (``ValueError``). The note's text is the item's value as JSON, which is what hivemind ranks.
 
@@ -79,6 +81,8 @@ from hivemind_memory.api_stub.tool_spec import METADATA_LIMITS
 
 MAX_ID = 128
 """Longest note id."""
+OWNER_MARK = "@@"
+"""What separates a note id from the agent whose id space it is in (``Memory.id_suffix``)."""
 PAGE = 1000
 """Notes one read returns at most."""
 WRITE_ATTEMPTS = 5
@@ -135,9 +139,11 @@ class ItemId:
 
 
 def decode_note_id(root: str, note_id: str) -> ItemId | None:
-    """The item a note id names, or None if it is not one of ``root``'s."""
+    """The item a note id names, or None if it is not one of ``root``'s (an ``@@AGENT``
+    ending, the id space of a restricted writer, is not part of the item)."""
     if not note_id.startswith(root + "."):
         return None
+    note_id = note_id.partition(OWNER_MARK)[0]  # parts write "@" as "@40": never "@@"
     try:
         labels, key, version = note_id[len(root) + 1:].split(":")
         if not labels.endswith(".") and labels:
@@ -150,9 +156,11 @@ def decode_note_id(root: str, note_id: str) -> ItemId | None:
 
 
 def note_id_of(root: str, namespace: tuple[str, ...], key: str, stamp: str,
-               version: int = 1) -> str:
-    """The note id of one version of an item (``ValueError`` if it cannot fit)."""
-    nid = item_prefix(root, namespace, key) + stamp + (f"-{version}" if version > 1 else "")
+               version: int = 1, suffix: str = "") -> str:
+    """The note id of one version of an item (``ValueError`` if it cannot fit); ``suffix``:
+    the writer's id space (``Memory.id_suffix``: ``@@AGENT`` for a restricted token)."""
+    nid = (item_prefix(root, namespace, key) + stamp + (f"-{version}" if version > 1 else "")
+           + suffix)
     if len(nid) > MAX_ID:
         raise ValueError(f"namespace {namespace!r} and key {key!r} need a {len(nid)}-character "
                          f"note id; hivemind's ids hold at most {MAX_ID}")
@@ -368,7 +376,8 @@ class HivemindStore(BaseStore):
                 meta = metadata_of(op.value)
                 if not live:
                     self.memory.remember(text, scope=self.scope, note_id=note_id_of(
-                        self.root, op.namespace, op.key, new_stamp()), duplicates="ignore",
+                        self.root, op.namespace, op.key, new_stamp(),
+                        suffix=self.memory.id_suffix()), duplicates="ignore",
                         metadata=meta or None)
                     return
                 for stale in live[:-1]:  # a race of two creators left two versions
@@ -394,7 +403,8 @@ class HivemindStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results.append(self._namespaces(op))
             elif isinstance(op, PutOp):
-                note_id_of(self.root, op.namespace, op.key, new_stamp())  # fits, or ValueError
+                note_id_of(self.root, op.namespace, op.key, new_stamp(),  # fits, or ValueError
+                           suffix=self.memory.id_suffix())
                 puts[(op.namespace, op.key)] = op
                 results.append(None)
             else:

@@ -20,7 +20,6 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import redis
 from rq import Queue, Retry, Worker
 from rq.exceptions import DeserializationError
 from rq.job import Job
@@ -28,8 +27,8 @@ from rq.job import Job
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, JobRefused
-from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.projections.store.schedule import mark_many, mark_scheduled
+from hivemind_memory.projections.store.types import QueueConn, Store, plain_redis
 
 PROJECT_QUEUE = "hivemind-project"
 """RQ queue of projection jobs."""
@@ -43,7 +42,9 @@ QUERY_JOB = "hivemind_memory.worker.jobs.answer_queries"
 REDACT_JOB = "hivemind_memory.worker.jobs.redact_notes"
 """Job function that redacts erased notes' content (enqueued by a projector that folded a
 ``note.erased``, or dead-lettered content for an erased note)."""
-JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB, REDACT_JOB})
+SNAPSHOT_JOB = "hivemind_memory.worker.jobs.refresh_snapshot"
+"""Brings a namespace's index snapshot up to date, off every query's path (project queue)."""
+JOB_FUNCTIONS = frozenset({PROJECT_JOB, QUERY_JOB, REDACT_JOB, SNAPSHOT_JOB})
 """Every function a hivemind job may name."""
 PROJECT_RETRIES = 3
 """Retries of a failed projection job."""
@@ -110,8 +111,9 @@ def queue_connection(store: Store, rq: QueueConn | None) -> QueueConn:
     cannot run on a cluster)."""
     if rq is not None:
         return rq
-    if isinstance(store, redis.Redis):
-        return store
+    plain = plain_redis(store)
+    if plain is not None:
+        return plain
     raise ConfigError("the store is a Redis Cluster: RQ needs a plain Redis of its own "
                       "(--rq-url / HIVEMIND_RQ_URL)")
 
@@ -186,6 +188,13 @@ def enqueue_redaction(q: Queue, ns: str, note_ids: Sequence[str]) -> None:
               failure_ttl=JOB_FAILURE_TTL, description=f"redact {len(ids)} note(s) of {ns}")
 
 
+def enqueue_snapshot_refresh(q: Queue, ns: str) -> None:
+    """Put one ``refresh_snapshot`` job for ``ns`` on the queue (the caller dedupes it with
+    ``keys.snapshot_queued``)."""
+    q.enqueue(SNAPSHOT_JOB, ns, result_ttl=JOB_RESULT_TTL, failure_ttl=JOB_FAILURE_TTL,
+              description=f"refresh the index snapshot of {ns}")
+
+
 def query_chunks(n: int, limit: int, workers: int) -> list[int]:
     """The sizes of the jobs a batch of ``n`` queries is split into, in order: ``limit``
     each for one worker; for several, each job at most the remaining queries over
@@ -212,11 +221,25 @@ def query_workers(q: Queue) -> int:
     return int(Worker.count(connection=q.connection, queue=q))
 
 
+def worker_records(rq: QueueConn, names: Sequence[str]) -> list[list[Any]]:
+    """RQ's record of each named worker: its state and its successful and failed job counts
+    as RQ keeps them (raw replies, None where RQ has no such worker), in one round trip."""
+    if not names:
+        return []
+    p = rq.pipeline(transaction=False)
+    for name in names:
+        p.hmget(Worker.redis_worker_namespace_prefix + name, "state", "successful_job_count",
+                "failed_job_count")
+    return [list(row) for row in p.execute()]
+
+
 def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int,
-                    workers: int = 1) -> int:
+                    workers: int = 1, ttl: int | None = None) -> int:
     """Queue ``envelopes`` as query jobs (``query_chunks``: at most ``chunk`` queries each,
     smaller ones when ``workers`` share the batch), all jobs in one MULTI (one round trip
-    instead of RQ's two per job). Returns how many jobs."""
+    instead of RQ's two per job). ``ttl``: seconds a job may wait in its queue (RQ drops it
+    after that: a shard without a worker does not hold its queries for good). Returns how
+    many jobs."""
     if not envelopes:
         return 0
     p = q.connection.pipeline()
@@ -227,16 +250,14 @@ def enqueue_queries(q: Queue, envelopes: Sequence[dict[str, Any]], chunk: int,
         i += size
         q.enqueue(QUERY_JOB, part, retry=Retry(max=QUERY_RETRIES), result_ttl=JOB_RESULT_TTL,
                   failure_ttl=JOB_FAILURE_TTL, description=f"answer {len(part)} queries",
-                  pipeline=p)
+                  ttl=ttl, pipeline=p)
     p.execute()
     return len(sizes)
 
 
 def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> bool:
     """Enqueue a projection job unless one is already queued or running (``force``: anyway)."""
-    if force:
-        r.set(keys.scheduled(ns), b"1", ex=keys.SCHEDULE_TTL_SECONDS)
-    elif not r.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS):
+    if not mark_scheduled(r, ns, force):
         return False
     enqueue_projection(q, ns)
     return True
@@ -251,9 +272,6 @@ def schedule_namespaces(r: Store, q: Queue, nss: Iterable[str]) -> None:
         for ns in names:
             schedule_projection(r, q, ns)
         return
-    p = r.pipeline(transaction=False)
-    for ns in names:
-        p.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS)
-    for ns, was_set in zip(names, p.execute(), strict=True):
+    for ns, was_set in zip(names, mark_many(r, names), strict=True):
         if was_set:
             enqueue_projection(q, ns)

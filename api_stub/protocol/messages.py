@@ -24,7 +24,7 @@ from hivemind_memory.projections.ranking.config import (
     with_overrides,
 )
 from hivemind_memory.projections.ranking.filters import Condition, parse_filter
-from hivemind_memory.projections.ranking.signals import NoteSignals, Why
+from hivemind_memory.projections.ranking.rank_result import NoteSignals, Why
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""

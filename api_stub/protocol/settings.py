@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.ranking import PACKERS
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.urls import is_cluster_url, redact
+from hivemind_memory.projections.store.urls import is_cluster_url, redact_url
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 """The store when neither ``--redis-url`` nor ``HIVEMIND_REDIS_URL`` names one; every command
@@ -20,6 +20,10 @@ MAX_AUDIT_LEFT_OUT = 1000
 """Largest ``audit_left_out``: it bounds the size of every audit entry."""
 MAX_AUDIT_RETENTION_DAYS = 36_600
 """Largest ``audit_retention_days`` (a century; 0 keeps entries for good)."""
+
+
+NOTE_ID_RULES = ("any", "owned")
+"""Values of ``Settings.note_ids``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,11 @@ class Settings:
     max_future_skew_s: float = 300.0
     """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
     refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
+    note_ids: str = "any"
+    """``serve --tokens``: ``owned``: a token without ``admin`` creates notes only with ids of
+    its own space (ids hivemind makes, or ``KEY@@AGENT``; ``events.noteids``), so no create
+    confirms that another agent's private id exists; ``any``: any id (a taken one answers 409
+    ``note_exists``, which confirms it to a caller who guesses it)."""
     http_read_timeout_s: float = 10.0
     """``serve``: seconds a request may take to arrive, head and body, from its first byte (a
     connection that sends nothing is closed after it too); then the connection is closed."""
@@ -126,6 +135,7 @@ class Settings:
             "HIVEMIND_AUDIT_LEFT_OUT": ("audit_left_out", int),
             "HIVEMIND_SHARDS": ("shards", int),
             "HIVEMIND_MAX_FUTURE_SKEW": ("max_future_skew_s", float),
+            "HIVEMIND_NOTE_IDS": ("note_ids", str),
             "HIVEMIND_HTTP_READ_TIMEOUT": ("http_read_timeout_s", float),
             "HIVEMIND_HTTP_MAX_CONNECTIONS": ("http_max_connections", int),
             "HIVEMIND_BATCH_MAX_WORK": ("batch_max_work", int),
@@ -171,6 +181,9 @@ class Settings:
         if not 0 <= s.max_future_skew_s <= 366 * 86400:
             raise ConfigError(f"HIVEMIND_MAX_FUTURE_SKEW / max_future_skew_s must be within "
                               f"0..31622400 seconds, got {s.max_future_skew_s}")
+        if s.note_ids not in NOTE_ID_RULES:
+            raise ConfigError(f"HIVEMIND_NOTE_IDS / note_ids must be one of "
+                              f"{', '.join(NOTE_ID_RULES)}, got {s.note_ids!r}")
         if s.wait_replicas < 0 or s.wait_timeout_ms < 1:
             raise ConfigError(f"wait_replicas must be >= 0 and wait_timeout_ms >= 1, got "
                               f"{s.wait_replicas} and {s.wait_timeout_ms}")
@@ -195,8 +208,8 @@ class Settings:
         """The queues need a plain Redis: ``rq_url`` is required when the store is a cluster,
         and may never name a cluster itself."""
         if self.rq_url is not None and is_cluster_url(self.rq_url):
-            raise ConfigError(f"rq_url {redact(self.rq_url)!r} names a Redis Cluster: RQ needs a "
-                              "plain Redis (its keys cross slots)")
+            raise ConfigError(f"rq_url {redact_url(self.rq_url)!r} names a Redis Cluster: RQ "
+                              "needs a plain Redis (its keys cross slots)")
         if self.rq_url is None and is_cluster_url(self.redis_url):
             raise ConfigError("the store is a Redis Cluster: set HIVEMIND_RQ_URL / --rq-url "
                               "to a plain Redis for the queues")

@@ -23,6 +23,7 @@ from hivemind_memory.events.errors import (
     AccessDenied,
     AlreadySuperseded,
     EventError,
+    ForeignNoteId,
     HivemindError,
     IndexWarming,
     NotAllowed,
@@ -83,7 +84,7 @@ def _below_the_loggers_level(logger: Any, method_name: str, event_dict: Any) -> 
 
 def _quiet_logs() -> None:
     """A library keeps quiet: unless the program configured structlog itself (the CLI does,
-    ``worker.logs.configure``), hivemind's structlog events go to the standard ``logging``
+    ``worker.ops.logs.configure``), hivemind's structlog events go to the standard ``logging``
     module, so they follow the program's logging setup, and with none Python's default
     applies: warnings and errors on stderr, nothing below, never stdout (structlog's own
     default prints every level to stdout)."""
@@ -122,6 +123,7 @@ if not TYPE_CHECKING:  # type checkers see the SDK's names imported above, and n
 
 
 __all__ = ["AccessDenied", "AlreadySuperseded", "AsyncMemory", "Duplicate", "EventError",
-           "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note", "NoteExists",
+           "ForeignNoteId", "HivemindError", "IndexWarming", "Memory", "NotAllowed", "Note",
+           "NoteExists",
            "QueryError", "QueryTimeout", "Recall", "RecalledNote", "Remembered", "StoreError",
            "TooLarge", "UnknownNote", "VersionConflict", "WriteRefused"]

@@ -24,23 +24,17 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.server.common import ApiError, audited, grant_of
 from hivemind_memory.api_stub.server.tokens import Grant, Right, TokenTable
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.events.schema import ID_PATTERN
-from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.worker.explain import Explanation, explain
-from hivemind_memory.worker.explorer import (
+from hivemind_memory.worker.service import (
     Curves,
+    Explanation,
     NoteRecency,
-    config_in_force,
-    curves,
-    note_recency,
+    Status,
+    WorkerService,
 )
-from hivemind_memory.worker.reproduce import note_history
-from hivemind_memory.worker.status import Status, read_status
 
 UI_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
             "app.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
@@ -69,8 +63,7 @@ _json = msgspec.json.Encoder()
 class Host(Protocol):
     """What the explorer's endpoints need of the API (``http.Api``)."""
 
-    client: Client
-    cfg: RankingConfig
+    worker: WorkerService
 
     @property
     def tokens(self) -> TokenTable | None: ...
@@ -100,9 +93,7 @@ def routes(api: Host, wrap: Callable[[Handler], Handler]) -> list[BaseRoute]:
         g = grant_of(api.tokens, request.headers.get("authorization"))
 
         def read() -> Status:
-            mine = [ns for ns in namespaces(api.client.store) if g.may(ns, "admin")]
-            return read_status(api.client.store, api.client.rq, datetime.now(UTC), only=mine,
-                               shards=api.client.settings.shards)
+            return api.worker.status_of(datetime.now(UTC), lambda ns: g.may(ns, "admin"))
 
         if "admin" not in g.rights:
             raise ApiError(403, "forbidden", "this token has the admin right in no namespace")
@@ -122,8 +113,7 @@ def routes(api: Host, wrap: Callable[[Handler], Handler]) -> list[BaseRoute]:
 
         def go() -> Explanation:
             try:
-                return explain(api.client.store, ns, api.cfg, qid, note_id=note,
-                               derive_it=derive == "true")
+                return api.worker.explain(ns, qid, note, derive == "true")
             except QueryError as exc:
                 if exc.code == "not_found":
                     raise ApiError(404, "not_found", exc.message) from exc
@@ -133,8 +123,7 @@ def routes(api: Host, wrap: Callable[[Handler], Handler]) -> list[BaseRoute]:
 
     async def curves_of(request: Request) -> Response:
         ns, _ = api.authorize(request, "admin")
-        return _respond(await api.run(lambda: audited(
-            lambda: curves(api.client.store, ns, api.cfg))))
+        return _respond(await api.run(lambda: audited(lambda: api.worker.curves(ns))))
 
     async def recency_of(request: Request) -> Response:
         ns, _ = api.authorize(request, "admin")
@@ -142,12 +131,8 @@ def routes(api: Host, wrap: Callable[[Handler], Handler]) -> list[BaseRoute]:
         if not re.fullmatch(ID_PATTERN, nid):
             raise ApiError(404, "unknown_note", f"note id {nid!r} must match {ID_PATTERN}")
 
-        def go() -> NoteRecency | None:
-            cfg, _ = config_in_force(api.client.store, ns, api.cfg)
-            return note_recency(note_history(api.client.store, ns, nid), cfg,
-                                datetime.now(UTC))
-
-        got = await api.run(lambda: audited(go))
+        got = await api.run(lambda: audited(lambda: api.worker.recency(ns, nid,
+                                                                      datetime.now(UTC))))
         if got is None:
             raise ApiError(404, "unknown_note", f"note {nid!r} is not in namespace {ns!r}")
         return _respond(got)

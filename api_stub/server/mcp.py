@@ -196,9 +196,11 @@ def fixed_resolver(memory: Memory) -> Resolver:
 
 
 def token_resolver(tokens: TokenTable | None,
-                   make: Callable[[str, str, bool], Memory]) -> Resolver:
+                   make: Callable[[str, str, bool], Memory], owned_ids: bool = False) -> Resolver:
     """HTTP: the memory of the request's bearer token (``make(ns, agent, admin)`` builds it;
-    ``admin``: the token has the admin right in the namespace)."""
+    ``admin``: the token has the admin right in the namespace). ``owned_ids``
+    (``HIVEMIND_NOTE_IDS=owned``): a token without ``admin`` creates notes only with ids of
+    its own space (``events.noteids``)."""
     from hivemind_memory.api_stub.server.common import ApiError, grant_of
     from hivemind_memory.events.errors import AccessDenied
 
@@ -221,6 +223,10 @@ def token_resolver(tokens: TokenTable | None,
         agent = g.agent or headers.get(AGENT_HEADER, "")
         if not agent:
             raise AccessDenied(f"no agent: send the {AGENT_HEADER} header")
-        return make(ns, agent, g.may(ns, "admin"))
+        m = make(ns, agent, g.may(ns, "admin"))
+        # a token's agent without admin sees only what it may: it chooses ids of its own
+        # (events.noteids), so a create never confirms another agent's private id
+        m.own_ids = owned_ids and bool(g.agent) and not g.may(ns, "admin")
+        return m
 
     return resolve

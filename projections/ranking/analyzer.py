@@ -1,4 +1,4 @@
-"""Analyzers: how a token of ``projections.ranking.relevance.tokenize`` becomes an index term.
+"""Analyzers: how a token of ``projections.ranking.bm25_rules.tokenize`` becomes an index term.
 
 * ``plain``: the token itself (the default; what the index stores).
 * ``english``: English stop words dropped, every other token reduced to its Snowball English

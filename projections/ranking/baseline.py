@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hivemind_memory.projections.ranking.curves import DAILY_DECAY
-from hivemind_memory.projections.ranking.signals import ScoredNote
+from hivemind_memory.projections.ranking.rank_result import ScoredNote
 
 
 @dataclass(frozen=True, slots=True)

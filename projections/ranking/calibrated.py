@@ -45,9 +45,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import BoolArray, Columns, FloatArray, IntArray
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 
 class NativeKernel(Protocol):
@@ -401,9 +401,11 @@ def _distinct(a: IntArray) -> IntArray:
 def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArray,
                  lex: FloatArray, dense_slots: IntArray,
                  cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
-                 cal: Calibration, limit: int, allowed: BoolArray | None = None
-                 ) -> tuple[IntArray, FloatArray]:
-    """``likely`` over given candidates only: the BM25 hits and ``dense_slots`` (the dense
+                 cal: Calibration, limit: int, allowed: BoolArray | None = None,
+                 lexical: int | None = None) -> tuple[IntArray, FloatArray]:
+    """``likely`` over given candidates only: the BM25 hits (``lexical``: only those of the
+    ``max(lexical, limit)`` highest BM25 among the ``allowed``, ties included; every hit still
+    lends its BM25 to its neighbours) and ``dense_slots`` (the dense
     stage's proposals), each valued with its near neighbours in creation order (``cosine_of``:
     the exact cosines of some slots; None: no semantic part). A candidate's probability has
     the same bits as ``likely`` gives it (its features read only itself and its neighbours,
@@ -412,7 +414,15 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     visible slots in creation order, ``pos`` their position per slot (-1: not visible); no
     per-note array of the whole sequence is built."""
     n = len(seq)
-    at = np.concatenate((pos[lex_slots], pos[dense_slots])).astype(np.int64)
+    seeds = lex_slots
+    if lexical is not None and len(seeds) > max(lexical, limit):
+        if allowed is not None:  # the cut is among the notes that may be candidates
+            ok = allowed[seeds]
+            seeds, top_lex = seeds[ok], lex[ok]
+        else:
+            top_lex = lex
+        seeds = seeds[candidates(top_lex, max(lexical, limit))]
+    at = np.concatenate((pos[seeds], pos[dense_slots])).astype(np.int64)
     at = _distinct(at[at >= 0])
     if not len(at):
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
@@ -432,8 +442,11 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     if cosine_of is not None:
         cosine = np.zeros(len(cols))
         cosine[sub] = cosine_of(sub)
-    got, p = likely(cols, sub, lex_slots, lex, cosine, named,
-                    sub_layout(cols, seq, win, cal), cal, len(sub))
+    lay = sub_layout(cols, seq, win, cal)
+    if len(seeds) < len(lex_slots):  # the hits outside the windows lend nothing
+        inside = lay.pos[lex_slots] >= 0
+        lex_slots, lex = lex_slots[inside], lex[inside]
+    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub))
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
     keep = is_at[win[got]]  # the neighbours only lent their values

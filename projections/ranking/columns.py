@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.analyzer import analyze, english_term
+from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import idf, tokenize
 from hivemind_memory.projections.ranking.terms import StemIndex, TermTable
 from hivemind_memory.projections.ranking.texts import SlotMemo, TextColumn
 from hivemind_memory.projections.state import NoteState

@@ -200,12 +200,18 @@ class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with the query (the postings) and the ``dense`` nearest by cosine (an approximate
     nearest-neighbour index, HNSW from ``usearch``), each with its neighbours in creation
     order for the context features, so a query's cost follows its candidates, not the
-    namespace."""
+    namespace (at most ``lexical`` of the postings' notes, by BM25)."""
 
     scan_max_notes: int = 20_000
     """Namespaces with fewer visible notes than this are scanned in full (exact)."""
     dense: int = 256
     """Nearest notes by cosine the dense stage adds to the lexical ones."""
+    lexical: int = 1_024
+    """Of the notes sharing a word with the query, only those of the ``lexical`` highest BM25
+    (every one tied with the last included; at least the query's candidate count) are
+    candidates; the others still lend their BM25 to their neighbours' context features, so
+    a candidate's probability is the scan's to the bit. Bounds the work of a query whose
+    words are common."""
     connectivity: int = 12
     """HNSW links per node (``usearch``'s ``connectivity``)."""
     expansion_add: int = 32
@@ -214,7 +220,7 @@ class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """HNSW search width of a query (at least ``dense``)."""
 
     def __post_init__(self) -> None:
-        for name in ("scan_max_notes", "dense", "connectivity", "expansion_add",
+        for name in ("scan_max_notes", "dense", "lexical", "connectivity", "expansion_add",
                      "expansion_search"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 from hivemind_memory.projections.ranking.similarity import terms
 
 DIGEST_BYTES = 8
@@ -128,18 +128,20 @@ def term_hash(term: str) -> int:
 
 def signature(term_set: Iterable[str], spec: DupSpec) -> U64 | None:
     """The MinHash signature (``bands * rows`` uint64) of a term set; None when empty."""
-    hs = [term_hash(t) for t in term_set]
-    if not hs:
+    return _signature(np.fromiter((term_hash(t) for t in term_set), dtype=np.uint64), spec)
+
+
+def _signature(hs: U64, spec: DupSpec) -> U64 | None:
+    """The MinHash signature of the term digests ``hs`` (any order); None when empty."""
+    if not len(hs):
         return None
     k = spec.bands * spec.rows
-    mixed = _mix(np.array(hs, dtype=np.uint64)[:, None] ^ _SEEDS[None, :k])
+    mixed = _mix(hs[:, None] ^ _SEEDS[None, :k])
     out: U64 = mixed.min(axis=0)
     return out
 
 
-def band_keys(term_set: Iterable[str], spec: DupSpec) -> list[bytes]:
-    """The band digests of a term set (none for an empty one), band by band."""
-    sig = signature(term_set, spec)
+def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:
     if sig is None:
         return []
     raw = sig.astype("<u8").tobytes()
@@ -149,23 +151,72 @@ def band_keys(term_set: Iterable[str], spec: DupSpec) -> list[bytes]:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """What a write looks up: its twin key, its band keys, and its terms (for the exact
-    overlap with each candidate)."""
+    """What a write looks up: its twin key, its band keys, its terms and their sorted
+    digests (``term_hashes``: for the exact overlap with each candidate)."""
 
     twin: bytes
     bands: list[bytes]
     terms: frozenset[str]
+    hashes: U64
 
 
 def probe(text: str, spec: DupSpec, cfg: RankingConfig) -> Probe:
     """The keys of ``text`` under ``spec`` (terms by ``cfg``'s analyzer, as ``similarity``)."""
     mine = terms(text, cfg)
-    return Probe(twin_key(text), band_keys(mine, spec), mine)
+    hs = term_hashes(mine)
+    return Probe(twin_key(text), _band_keys(_signature(hs, spec), spec), mine, hs)
+
+
+TERMS_MARK = b"\x00terms\x00\x00"
+"""The first ``DIGEST_BYTES`` of a note's terms member (``terms_member``): no digest a key
+makes is expected to equal it (a chance of 2**-64 a key)."""
+
+
+def term_hashes(term_set: Iterable[str]) -> U64:
+    """The sorted 64-bit digests (``term_hash``) of a term set: what the exact overlap is
+    computed on without the text (two distinct terms share a digest with a chance of 2**-64,
+    which would add one shared term)."""
+    return np.sort(np.fromiter((term_hash(t) for t in term_set), dtype=np.uint64))
+
+
+def terms_member(note_id: str, term_set: Iterable[str]) -> bytes:
+    """A note's terms member: ``TERMS_MARK``, the note id, a NUL, then its ``term_hashes``
+    (little-endian uint64), so a lookup reads a candidate's terms by the lex range of
+    ``TERMS_MARK + note_id + NUL`` and computes the exact overlap without its text."""
+    return _terms_member(note_id.encode(), term_hashes(term_set))
+
+
+def _terms_member(nid: bytes, hs: U64) -> bytes:
+    return TERMS_MARK + nid + b"\x00" + hs.astype("<u8").tobytes()
+
+
+def overlaps(mine: U64, theirs: list[bytes]) -> list[float]:
+    """The Jaccard overlap of the sorted term digests ``mine`` with each of ``theirs`` (packed
+    as ``terms_member`` packs them), in one vectorised pass: shared / (|mine| + |theirs| -
+    shared), each as ``similarity.word_overlap`` computes it (0 when either is empty)."""
+    n = len(mine)
+    out = [0.0] * len(theirs)
+    full = [i for i, b in enumerate(theirs) if len(b) >= 8]
+    if not n or not full:
+        return out
+    arrs = [np.frombuffer(theirs[i], dtype="<u8", count=len(theirs[i]) // 8) for i in full]
+    sizes = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
+    flat = np.concatenate(arrs)
+    at = np.minimum(np.searchsorted(mine, flat), n - 1)
+    hit = (mine[at] == flat).astype(np.int64)
+    shared = np.add.reduceat(hit, np.concatenate(([0], np.cumsum(sizes)[:-1])))
+    for i, s, k in zip(full, shared.tolist(), sizes.tolist(), strict=True):
+        out[i] = s / (n + k - s)
+    return out
 
 
 def entries(note_id: str, text: str, spec: DupSpec) -> list[bytes]:
     """The index members of an active note: each key's digest followed by the note id (the
-    twin key first, then the bands)."""
+    twin key first, then the bands), then its terms member (``terms_member``; none for a note
+    without terms, whose overlap with anything is 0)."""
     nid = note_id.encode()
-    mine = frozenset(analyze(tokenize(text), spec.analyzer))
-    return [twin_key(text) + nid] + [k + nid for k in band_keys(mine, spec)]
+    hs = term_hashes(frozenset(analyze(tokenize(text), spec.analyzer)))
+    out = [twin_key(text) + nid] + [k + nid for k in _band_keys(_signature(hs, spec), spec)]
+    if len(hs):
+        out.append(_terms_member(nid, hs))
+    return out

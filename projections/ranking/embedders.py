@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.analyzer import ENGLISH_STOP_WORDS
-from hivemind_memory.projections.ranking.relevance import tokenize
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 
 WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIM = 256

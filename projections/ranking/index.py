@@ -319,7 +319,8 @@ class NamespaceIndex:
             assert derived is not None
             at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,
                                  lambda s: derived.rows_cosines(query, s),
-                                 named_owners(cols, text), cfg.calibration, top, allowed)
+                                 named_owners(cols, text), cfg.calibration, top, allowed,
+                                 cfg.candidates.lexical)
             return seq[at], p
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
@@ -340,7 +341,7 @@ class NamespaceIndex:
         Cosine (clamped to [0, 1]; 0 when either vector is zero) where the note and the query
         carry embeddings of the same dimension, computed with numpy over one matrix per
         dimension (its last bit may differ across CPUs and BLAS builds: see
-        ``projections.ranking.relevance``); BM25 (``Columns.bm25``, equal to the tests'
+        ``projections.ranking.bm25_rules``); BM25 (``Columns.bm25``, equal to the tests'
         ``scores_over``) otherwise. BM25 statistics come from the notes ``agent`` may see
         (shared + its own private ones) and other agents' private notes get no lexical score
         at all (the ranking drops them anyway). ``cache``: see ``Columns.bm25``.

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections import ranking
-from hivemind_memory.projections.ranking.signals import Method
+from hivemind_memory.projections.ranking.rank_result import Method
 
 VALUE_SCALE = 1e9
 """Values are compared as ``round(value * VALUE_SCALE)`` integers (1e-9 resolution)."""

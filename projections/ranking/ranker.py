@@ -35,15 +35,15 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
 from hivemind_memory.projections.ranking.passages import Passage, shares, split
-from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
-from hivemind_memory.projections.ranking.render import header_tokens, place_label
-from hivemind_memory.projections.ranking.signals import (
+from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
     NoteSignals,
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
+from hivemind_memory.projections.ranking.render import header_tokens, place_label
 from hivemind_memory.projections.ranking.updates import adjust
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Why, left_out, rounded

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 
 def terms(text: str, cfg: RankingConfig) -> frozenset[str]:

@@ -137,6 +137,15 @@ def snapshot_fields(idx: NamespaceIndex) -> Iterator[tuple[bytes, bytes]]:
                                       {k: v for k, v in cols.expires.items() if k < n}))
 
 
+def decode_meta(raw: bytes, ns: str) -> Meta | None:
+    """The ``meta`` field of a snapshot of ``ns`` of this version (None: anything else)."""
+    try:
+        meta = _decode_meta(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return meta if meta.version == SNAPSHOT_VERSION and meta.ns == ns else None
+
+
 def decode_index(fields: Mapping[bytes, bytes], ns: str) -> NamespaceIndex | None:
     """The index in ``fields``, or None when it is of another version or namespace (or not a
     snapshot at all, or damaged): the caller then loads in full."""

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -103,21 +103,22 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     if vec is not None and norm is not None:
         close = _cosines(vec[at], norm[at]) >= PREFILTER_COSINE
         ii, jj = np.triu(close, 1).nonzero()
-        pairs = list(zip(at[ii].tolist(), at[jj].tolist(), strict=True))
     else:
-        pos = at.tolist()
-        pairs = [(a, b) for k, a in enumerate(pos) for b in pos[k + 1:]]
-    if not pairs:
+        ii, jj = np.triu_indices(len(at), 1)
+    if not len(ii):
         return
-    words: dict[int, frozenset[str]] = {}
-
-    def of(p: int) -> frozenset[str]:
-        w = words.get(p)
-        if w is None:
-            w = words[p] = frozenset(tokenize(text_of(p)))
-        return w
-
-    parent = {p: p for pair in pairs for p in pair}
+    # each text read and split once; a pair whose sizes differ too much cannot reach the
+    # threshold (|a & b| / |a | b| <= min / max), so only the others are intersected
+    words: list[frozenset[str]] = [frozenset()] * len(at)
+    for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
+        words[k] = frozenset(tokenize(text_of(int(at[k]))))
+    size = np.fromiter(map(len, words), np.int64, len(words))
+    lo, hi = np.minimum(size[ii], size[jj]), np.maximum(size[ii], size[jj])
+    fit = (lo > 0) & (lo / np.maximum(hi, 1) >= threshold)
+    ii, jj = ii[fit], jj[fit]
+    if not len(ii):
+        return
+    parent = list(range(len(at)))
 
     def root(p: int) -> int:
         while parent[p] != p:
@@ -125,15 +126,17 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
             p = parent[p]
         return p
 
-    for a, b in pairs:
-        wa, wb = of(a), of(b)
-        if wa and wb and len(wa & wb) / len(wa | wb) >= threshold:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
+    for a, b in zip(ii.tolist(), jj.tolist(), strict=True):
+        ra, rb = root(a), root(b)
+        if ra == rb:  # already one group: this pair cannot change it
+            continue
+        wa, wb = words[a], words[b]
+        both = len(wa & wb) if len(wa) <= len(wb) else len(wb & wa)
+        if both / (len(wa) + len(wb) - both) >= threshold:
+            parent[max(ra, rb)] = min(ra, rb)
     groups: dict[int, list[int]] = {}
-    for p in parent:
-        groups.setdefault(root(p), []).append(p)
+    for k in range(len(at)):
+        groups.setdefault(root(k), []).append(int(at[k]))
     for members in groups.values():
         if len(members) < 2:
             continue

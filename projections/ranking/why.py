@@ -8,7 +8,7 @@ with it) and notes whose relevance is above 0 but below ``min_relevance``
 (``below_min_relevance``; only the ``limit`` most relevant of them get a recency, so the cost
 stays bounded when ``min_relevance`` prunes many). ``counts`` has every left-out note per
 reason, not only the recorded ones. Notes the agent may not see (another agent's private
-notes, forgotten notes) are not scored by the ranking at all: ``worker.explain`` re-derives
+notes, forgotten notes) are not scored by the ranking at all: ``worker.audit.explain`` re-derives
 them from the log when asked.
 """
 
@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from hivemind_memory.projections.ranking.columns import FloatArray, IntArray
-from hivemind_memory.projections.ranking.signals import LeftOut, Shown, Why
+from hivemind_memory.projections.ranking.rank_result import LeftOut, Shown, Why
 
 Reason = Literal["packed_out", "over_budget", "below_min_relevance", "private", "forgotten",
                  "superseded", "erased"]

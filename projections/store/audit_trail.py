@@ -1,6 +1,6 @@
 """The audit trail of a namespace in Redis: the stream of served queries, the config history
 and the embeddings queries carried. Bytes in, bytes out: the ``query.served`` struct lives in
-the wire protocol (above this layer), the decoding in ``worker.reproduce``."""
+the wire protocol (above this layer), the decoding in ``worker.audit.reproduce``."""
 
 from __future__ import annotations
 

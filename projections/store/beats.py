@@ -1,8 +1,9 @@
 """The worker heartbeats as stored: one short-lived key per worker process, their names in the
-set ``keys.WORKERS`` (on RQ's connection). Read here by whoever needs to know which workers
-live: the worker's own status and readiness (``worker.heartbeat``) and the client
-(``Client.workers_alive``), which answers a query whose shard no live worker serves at once
-(``Client.shard_problem``)."""
+set ``keys.WORKERS`` (on RQ's connection). Written here for the worker (``write_beat``,
+``drop_beat``, ``prune_beats``; ``worker.ops.heartbeat`` keeps them alive) and read by whoever
+needs to know which workers live: the worker's own status and readiness
+(``worker.ops.heartbeat``) and the client (``Client.workers_alive``), which answers a query
+whose shard no live worker serves at once (``Client.shard_problem``)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,32 @@ def served_queues(rq: QueueConn) -> set[str]:
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
     return out
+
+
+def write_beat(rq: QueueConn, name: str, record: bytes, ttl_s: int) -> None:
+    """Write worker ``name``'s heartbeat ``record`` with a fresh TTL and its name into the set
+    (one round trip)."""
+    p = rq.pipeline(transaction=False)
+    p.set(keys.worker_beat(name), record, ex=ttl_s)
+    p.sadd(keys.WORKERS, name)
+    p.execute()
+
+
+def drop_beat(rq: QueueConn, name: str) -> None:
+    """Delete worker ``name``'s heartbeat and its name (the worker is gone at once)."""
+    p = rq.pipeline(transaction=False)
+    p.delete(keys.worker_beat(name))
+    p.srem(keys.WORKERS, name)
+    p.execute()
+
+
+def prune_beats(rq: QueueConn) -> list[str]:
+    """Take the names whose heartbeat has expired out of the set; the names taken out."""
+    names = [as_bytes(n).decode() for n in rq.smembers(keys.WORKERS)]
+    if not names:
+        return []
+    gone = [n for n, raw in zip(names, rq.mget([keys.worker_beat(n) for n in names]),
+                                strict=True) if raw is None]
+    if gone:
+        rq.srem(keys.WORKERS, *gone)
+    return gone

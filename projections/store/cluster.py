@@ -28,20 +28,16 @@ from hivemind_memory.events.codec import encode_event
 from hivemind_memory.events.errors import AppendFailed, ConfigError, StoreError
 from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.log import FIELD, append_encoded, register_namespaces
-from hivemind_memory.projections.store.scripts import script
+from hivemind_memory.projections.store.log import FIELD, append_encoded
 from hivemind_memory.projections.store.types import Store, as_bytes
-from hivemind_memory.projections.store.urls import CLUSTER_SCHEMES, is_cluster_url, redact
-
-SCHEMES = CLUSTER_SCHEMES
-"""URL schemes that name a Redis Cluster (the second one with TLS)."""
+from hivemind_memory.projections.store.urls import is_cluster_url, redact_url
 
 
 def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     """The startup nodes and the connection options of a cluster URL; ``ConfigError`` naming
     what is wrong with it."""
     if not is_cluster_url(url):
-        raise ConfigError(f"{redact(url)!r} is not a cluster URL (expected "
+        raise ConfigError(f"{redact_url(url)!r} is not a cluster URL (expected "
                           "redis+cluster://...)")
     tls = url.startswith("rediss+")
     rest = url.split("://", 1)[1]
@@ -59,7 +55,7 @@ def parse_cluster_url(url: str) -> tuple[list[ClusterNode], dict[str, object]]:
     for part in rest.split(","):
         host, sep, port = part.strip().rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"cluster URL {redact(url)!r}: node {part!r} must be "
+            raise ConfigError(f"cluster URL {redact_url(url)!r}: node {part!r} must be "
                               "host:port")
         nodes.append(node(host.strip("[]"), int(port)))
     return nodes, opts
@@ -75,7 +71,7 @@ def connect_cluster(url: str, options: dict[str, Any] | None = None) -> RedisClu
         rc = RedisCluster(startup_nodes=nodes, **{**(options or {}), **opts})
         rc.ping()
     except (redis.RedisError, ValueError) as exc:
-        raise StoreError(f"cannot connect to the cluster {redact(url)}: "
+        raise StoreError(f"cannot connect to the cluster {redact_url(url)}: "
                          f"{type(exc).__name__}") from None
     return rc
 
@@ -122,7 +118,7 @@ def append_encoded_replicated(r: Store, events: Sequence[tuple[str, bytes]], rep
         try:
             res = p.execute(raise_on_error=False)
         except redis.RedisError as exc:  # the connection died: this master's share unknown
-            _relearn(r)
+            relearn(r)
             raise AppendFailed(f"append failed after {landed} of {len(events)} event(s); more "
                                f"may have landed: {type(exc).__name__}: {exc}", landed,
                                [x for x in ids if x]) from exc
@@ -133,12 +129,12 @@ def append_encoded_replicated(r: Store, events: Sequence[tuple[str, bytes]], rep
                 landed += 1
         errors = [x for x in res if isinstance(x, Exception)]
         if errors:
-            _relearn(r)
+            relearn(r)
             raise AppendFailed(f"{landed} of {len(events)} event(s) appended, then "
                                f"{type(errors[0]).__name__}: {errors[0]}", landed,
                                [x for x in ids if x])
         acks.append(int(res[-1]))
-    _check_acks(min(acks), replicas, nss, timeout_ms)
+    check_acks(min(acks), replicas, nss, timeout_ms)
     return ids
 
 
@@ -157,7 +153,7 @@ def _by_master(r: Store, nss: Sequence[str]) -> list[tuple[redis.Redis, list[int
     return list(groups.values())
 
 
-def _relearn(r: Store) -> None:
+def relearn(r: Store) -> None:
     """After a failed write to a cluster (a failover, a moved slot): learn the slot map again
     for the caller's next attempt (if the cluster is still electing, a later attempt does)."""
     if isinstance(r, RedisCluster):
@@ -166,39 +162,8 @@ def _relearn(r: Store) -> None:
             rc.nodes_manager.initialize()
 
 
-def _check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:
+def check_acks(got: int, replicas: int, nss: Sequence[str], timeout_ms: int) -> None:
     if got < replicas:
         raise StoreError(f"only {got} of {replicas} replica(s) acknowledged the append to "
                          f"{', '.join(nss)} within {timeout_ms} ms; a failover could lose it "
                          "(re-run it: repeated event_ids are applied once)")
-
-
-def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replicas: int,
-                   timeout_ms: int, register: bool = True) -> list[str] | None:
-    """Append encoded events of ``ns`` only if its stream still ends at entry ``tail``
-    (``lua/append_if_tail.lua``); None when it moved on (nothing written). Registers the
-    namespace first (``register=False``: the caller did, once for all its attempts); with
-    ``replicas`` > 0 waits for them (``WAIT`` on the same connection, the stream's master)
-    and raises ``StoreError`` if too few acknowledged."""
-    if register:
-        register_namespaces(r, [ns])
-    rc: Any = r
-    client = r if isinstance(r, redis.Redis) else \
-        rc.get_node_from_key(keys.stream(ns)).redis_connection
-    p = client.pipeline(transaction=False)
-    script(client, "append_if_tail")(keys=[keys.stream(ns)], args=[tail, FIELD, *blobs],
-                                     client=p)
-    if replicas > 0:
-        p.wait(replicas, timeout_ms)
-    try:
-        res = p.execute()
-    except redis.RedisError as exc:
-        _relearn(r)
-        raise AppendFailed(f"checked append to {ns!r} failed, its outcome unknown (a retry "
-                           f"with the same event_ids is safe): {type(exc).__name__}: {exc}",
-                           0, []) from exc
-    if res[0] is None:
-        return None
-    if replicas > 0:
-        _check_acks(int(res[1]), replicas, [ns], timeout_ms)
-    return [as_bytes(x).decode() for x in res[0]]

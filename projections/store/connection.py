@@ -22,7 +22,7 @@ and retries that silently stretch a timed-out wait to a minute).
   redis-py 5-7 read it once, at import.
 
 ``redis://``, ``rediss://`` (TLS) and ACL URLs (``redis://user:password@host:port/db``) are
-passed to redis-py as they are; a URL is never printed with its password (``urls.redact``).
+passed to redis-py as they are; a URL is never printed with its password (``urls.redact_url``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from redis.retry import Retry
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.projections.store.types import QueueConn, Store
-from hivemind_memory.projections.store.urls import is_cluster_url, redact, scrub
+from hivemind_memory.projections.store.urls import is_cluster_url, redact_url, scrub
 
 if TYPE_CHECKING:
     from hivemind_memory.projections.store.embedded import Embedded
@@ -109,7 +109,7 @@ def connect(url: str) -> Store:
         r.ping()
     except (redis.RedisError, ValueError) as exc:
         # the exception text may quote the URL (a password with it): say only what failed
-        raise StoreError(f"cannot connect to {redact(url)}: {type(exc).__name__}: "
+        raise StoreError(f"cannot connect to {redact_url(url)}: {type(exc).__name__}: "
                          f"{scrub(str(exc), url)}") from None
     return r
 
@@ -118,7 +118,7 @@ def connect_queue(url: str) -> QueueConn:
     """A client for RQ's queues: ``connect(url)``, which must be one plain Redis."""
     r = connect(url)
     if not isinstance(r, redis.Redis):
-        raise StoreError(f"{redact(url)} is a Redis Cluster: RQ needs a plain Redis")
+        raise StoreError(f"{redact_url(url)} is a Redis Cluster: RQ needs a plain Redis")
     return r
 
 

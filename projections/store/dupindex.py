@@ -8,16 +8,25 @@ adds members in the same atomic write as the notes and the checkpoint (``commit_
 so the lookup is exactly the read model's: a note that is revised is filed under its new
 keys, one forgotten, superseded or erased leaves it (only digests were ever kept).
 ``replay`` rebuilds it with the notes. ``keys.dupspec`` holds the spec tag it was made with.
+Each note with terms also has a terms member (``dupsketch.terms_member``: a fixed 8-byte mark,
+the note id, a NUL, then the sorted 64-bit digests of its terms), so a write computes the exact
+overlap of the notes the bands name without reading or analysing their texts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hivemind_memory.events.positions import Position, parse_pos
-from hivemind_memory.projections.ranking.dupsketch import DIGEST_BYTES, DupSpec, Probe, entries
+from hivemind_memory.projections.ranking.dupsketch import (
+    DIGEST_BYTES,
+    TERMS_MARK,
+    DupSpec,
+    Probe,
+    entries,
+)
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.scripts import script
@@ -81,25 +90,33 @@ def rebuild_commands(ns: str, notes: Mapping[str, NoteState], spec: DupSpec,
 @dataclass(frozen=True, slots=True)
 class Found:
     """A lookup's answer: the spec tag the index holds (None: none recorded yet, i.e. nothing
-    projected), the checkpoint it stands at, the notes filed under the probe's twin key, and
-    those filed under at least ``min_hits`` of its band keys."""
+    projected), the checkpoint it stands at, the notes filed under the probe's twin key,
+    those filed under at least ``min_hits`` of its band keys with their term digests
+    (``near_terms``, packed as ``dupsketch.terms_member`` packs them; b"" when the note has
+    no terms member: filed before they were kept), and the log's entries after the
+    checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at one
+    instant."""
 
     tag: str | None
     checkpoint: str
     twins: list[str]
     near: list[str]
+    tail: list[Any]
+    near_terms: list[bytes] = field(default_factory=list)
 
 
 def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
-    """The notes filed under ``pr``'s keys, with the checkpoint they stand at: one script
-    (``lua/dup_lookup.lua``, atomic, read only) of ``1 + len(pr.bands)`` lex ranges that
-    counts the band hits in Redis, so only the notes that pass come back."""
-    tag, cp, twins, near = script(r, "dup_lookup")(
-        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns)],
-        args=[min_hits, pr.twin, *pr.bands])
+    """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
+    tail after it: one script (``lua/dup_lookup.lua``, atomic, read only) of
+    ``1 + len(pr.bands)`` lex ranges that counts the band hits in Redis, so only the notes
+    that pass come back (each with its terms member's digests), then one XRANGE."""
+    tag, cp, twins, near, tail, near_terms = script(r, "dup_lookup")(
+        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns), keys.stream(ns)],
+        args=[min_hits, pr.twin, TERMS_MARK, *pr.bands])
     return Found(tag=as_bytes(tag).decode() or None, checkpoint=as_bytes(cp).decode(),
                  twins=[as_bytes(x).decode() for x in twins],
-                 near=[as_bytes(x).decode() for x in near])
+                 near=[as_bytes(x).decode() for x in near], tail=list(tail or []),
+                 near_terms=[as_bytes(x) for x in near_terms])
 
 
 def members(r: Store, ns: str) -> list[bytes]:
@@ -139,5 +156,5 @@ def lookup_diffs(r: Store, ns: str, cp: Position, notes: Mapping[str, NoteState]
 
 
 def note_ids_in(ms: Sequence[bytes]) -> set[str]:
-    """The note ids some members file."""
-    return {m[DIGEST_BYTES:].decode() for m in ms}
+    """The note ids some members file (a terms member: the id up to its NUL)."""
+    return {m[DIGEST_BYTES:].split(b"\x00", 1)[0].decode() for m in ms}

@@ -2,8 +2,10 @@
 
 Each committed projection batch appends one entry to ``changes`` listing the notes it
 touched; a refresh reads the entries after the last one it saw and re-reads only those notes.
-A ``reset`` entry (written by ``replay``) or a gap (the changes stream was trimmed past our
-position) triggers a full reload.
+A gap (the changes stream was trimmed past our position) is bridged by a stored snapshot taken
+since, when there is one (the projector keeps snapshots current: ``refresh_snapshot`` jobs);
+otherwise a gap, or a ``reset`` entry (written by ``replay``), needs a full reload, which a
+caller may refuse (``FullLoadNeeded``: a query job hands a large build to a thread).
 
 The first refresh of a worker reads the namespace's index snapshot (``keys.index_snapshot``)
 when there is one of this version, then goes on incrementally from the changes entry the
@@ -29,7 +31,7 @@ import redis
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.index import NamespaceIndex
-from hivemind_memory.projections.ranking.snapshot import decode_index, snapshot_fields
+from hivemind_memory.projections.ranking.snapshot import decode_index, decode_meta, snapshot_fields
 from hivemind_memory.projections.state import unpack_note
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.scripts import script
@@ -139,20 +141,54 @@ REWRITE_SNAPSHOT_AT = 0.5
 (it was taken with another embedder)."""
 
 
-def refresh_index(r: Store, idx: NamespaceIndex, embedder: Embedder | None = None) -> None:
+NO_SNAPSHOT = "no usable snapshot"
+"""``FullLoadNeeded.why`` of an index never loaded whose namespace has no usable snapshot."""
+
+
+class FullLoadNeeded(Exception):
+    """A refresh that can only go on by loading the namespace in full (no usable snapshot, a
+    ``reset`` entry, or the changes stream trimmed past both the index and the snapshot),
+    refused by its caller (``allow_full=False``): a query job hands the build to a thread."""
+
+    def __init__(self, ns: str, why: str) -> None:
+        super().__init__(f"namespace {ns!r} needs a full index load: {why}")
+        self.ns, self.why = ns, why
+
+
+FullLoadGate = bool | Callable[[str], bool]
+"""Whether a refresh may load in full: a bool, or asked with the reason (it may raise)."""
+
+
+def refresh_index(r: Store, idx: NamespaceIndex, embedder: Embedder | None = None, *,
+                  allow_full: FullLoadGate = True) -> None:
     """Bring ``idx`` up to the read model's current state (new notes embedded with
-    ``embedder``)."""
+    ``embedder``). A gap in the changes stream past ``idx`` is bridged by a newer stored
+    snapshot when there is one; a full load happens only when nothing else can, and only
+    if ``allow_full`` (or ``allow_full(why)``) says so: else ``FullLoadNeeded``."""
     if idx.changes_seen is None and read_snapshot(r, idx) and \
             idx.embed_missing(embedder) > REWRITE_SNAPSHOT_AT * max(1, idx.indexed()):
         write_snapshot(r, idx)
-    _refresh(r, idx, embedder)
+    _refresh(r, idx, embedder, allow_full)
     idx.embed_missing(embedder)
 
 
-def _refresh(r: Store, idx: NamespaceIndex, embedder: Embedder | None) -> None:
+def _full(r: Store, idx: NamespaceIndex, embedder: Embedder | None,
+          allow_full: FullLoadGate, why: str) -> None:
+    if not (allow_full if isinstance(allow_full, bool) else allow_full(why)):
+        raise FullLoadNeeded(idx.ns, why)
+    load_index(r, idx, embedder=embedder)
+
+
+def _has_change(r: Store, ns: str, pos: Position) -> bool:
+    me = format_pos(pos)
+    return bool(r.xrange(keys.changes(ns), min=me, max=me))
+
+
+def _refresh(r: Store, idx: NamespaceIndex, embedder: Embedder | None,
+             allow_full: FullLoadGate = True) -> None:
     ns = idx.ns
     if idx.changes_seen is None:
-        load_index(r, idx, embedder=embedder)
+        _full(r, idx, embedder, allow_full, NO_SNAPSHOT)
         return
     seen = idx.changes_seen
     assert seen is not None
@@ -160,16 +196,22 @@ def _refresh(r: Store, idx: NamespaceIndex, embedder: Embedder | None) -> None:
         r.xrange(keys.changes(ns), min="(" + format_pos(seen) if seen != ZERO else "-"))
     if not entries:
         return
-    if seen != ZERO:
-        me = format_pos(seen)
-        if not r.xrange(keys.changes(ns), min=me, max=me):
-            # the entry we last saw was trimmed away: later ones may be gone too
-            load_index(r, idx, embedder=embedder)
+    if seen != ZERO and not _has_change(r, ns, seen):
+        # the entry we last saw was trimmed away: later ones may be gone too. A snapshot
+        # taken since (kept current by ``refresh_snapshot`` jobs) bridges the gap
+        snap = snapshot_changes_seen(r, ns)
+        if snap is not None and snap > seen and _has_change(r, ns, snap) and \
+                read_snapshot(r, idx):
+            idx.embed_missing(embedder)
+            _refresh(r, idx, embedder, allow_full)
             return
+        _full(r, idx, embedder, allow_full, "its changes stream was trimmed past the index "
+              "and its snapshot")
+        return
     touched: set[str] = set()
     for entry in entries:
         if entry.fields.get(b"reset") == b"1":
-            load_index(r, idx, embedder=embedder)
+            _full(r, idx, embedder, allow_full, "its read model was replayed")
             return
         touched.update(x for x in entry.fields.get(b"notes", b"").decode().split(" ") if x)
     ids = sorted(touched)
@@ -177,6 +219,16 @@ def _refresh(r: Store, idx: NamespaceIndex, embedder: Embedder | None) -> None:
     last = entries[-1]
     idx.update((unpack_note(as_bytes(b)) for b in blobs if b is not None),
                parse_pos(last.fields.get(b"pos")), parse_pos(last.id))
+
+
+def snapshot_changes_seen(r: Store, ns: str) -> Position | None:
+    """The changes entry the stored snapshot of ``ns`` was taken at (None: no usable one)."""
+    try:
+        raw = r.hget(keys.index_snapshot(ns), "meta")
+    except redis.ResponseError:
+        return None
+    meta = None if raw is None else decode_meta(as_bytes(raw), ns)
+    return None if meta is None else parse_pos(meta.changes_seen)
 
 
 def changes_last(r: Store, ns: str) -> Position:

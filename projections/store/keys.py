@@ -137,7 +137,25 @@ def index_build_lease(ns: str) -> str:
 
 
 INDEX_BUILD_LEASE_S = 600
-"""A build lease's lifetime: a worker that died building frees the namespace after this."""
+"""A build lease's lifetime: a worker that died building frees the namespace after this (one
+that lives renews it while it builds, ``lease.Renewing``)."""
+SNAPSHOT_REFRESH_CHANGES = CHANGES_MAXLEN // 5
+"""Projection batches committed (changes entries) since a namespace's snapshot was last
+brought up to date after which a ``refresh_snapshot`` job is queued: the snapshot is then
+refreshed incrementally long before the changes stream (``CHANGES_MAXLEN``) is trimmed past
+it, so no worker has to rebuild the namespace from scratch."""
+
+
+def index_lag(ns: str) -> str:
+    """Counter: projection batches committed since the namespace's snapshot was last
+    refreshed (``SNAPSHOT_REFRESH_CHANGES``)."""
+    return f"{_ns(ns)}:index:lag"
+
+
+def snapshot_queued(ns: str) -> str:
+    """Set (NX, ``SCHEDULE_TTL_SECONDS``) while a ``refresh_snapshot`` job of the namespace
+    is queued: at most one at a time."""
+    return f"{_ns(ns)}:index:refresh_queued"
 
 
 def index_snapshot_draft(ns: str, token: str) -> str:
@@ -194,6 +212,7 @@ def namespace_keys(ns: str) -> list[str]:
             scheduled(ns), audit(ns),
             configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),
+            index_lag(ns), snapshot_queued(ns),
             erasing(ns), erasure_fence(ns), erased_texts(ns)]
 
 

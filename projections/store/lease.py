@@ -1,8 +1,10 @@
-"""The projection lease (at most one projector folds a namespace at a time), and waiting for
-the projector's next commit on the namespace's changes stream."""
+"""The projection lease (at most one projector folds a namespace at a time), waiting for the
+projector's next commit on the namespace's changes stream, and the index build lease (at most
+one worker builds a namespace's index snapshot in the background at a time)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -69,3 +71,45 @@ def wait_for_change(r: Store, ns: str, after: bytes, timeout_s: float) -> bytes:
     ms = max(1, int(min(timeout_s, WAIT_SLICE_S) * 1000))
     seen = xread_entries(r.xread({keys.changes(ns): after}, count=1, block=ms))
     return seen[-1].id if seen else after
+
+
+class Renewing:
+    """Keeps a build lease (``keys.index_build_lease``, a token with a TTL) alive while its
+    holder works longer than the TTL: a thread renews it every third of ``ttl_s`` until
+    ``stop``, which also gives the lease back. A holder that dies stops renewing, so the lease
+    still frees the namespace ``ttl_s`` after."""
+
+    def __init__(self, r: Store, key: str, token: str, ttl_s: float) -> None:
+        self.r, self.key, self.token, self.ttl_s = r, key, token, ttl_s
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"renew-{key}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not script(self.r, "renew_lease")(
+                        keys=[self.key], args=[self.token, int(self.ttl_s * 1000)]):
+                    return  # lost (expired and taken): nothing left to renew
+                self.renewals += 1
+            except Exception:  # a blip: the next tick tries again, the TTL covers two
+                continue
+
+    def stop(self) -> None:
+        """Stop renewing and give the lease back (if still ours)."""
+        self._stop.set()
+        self._thread.join()
+        script(self.r, "renew_lease")(keys=[self.key], args=[self.token, 0])
+
+
+def try_build_lease(r: Store, ns: str, token: str) -> bool:
+    """Take ``ns``'s index build lease for ``token`` (``keys.INDEX_BUILD_LEASE_S``); False
+    when another build holds it."""
+    return bool(r.set(keys.index_build_lease(ns), token, nx=True, ex=keys.INDEX_BUILD_LEASE_S))
+
+
+def renewing_build_lease(r: Store, ns: str, token: str) -> Renewing:
+    """``ns``'s index build lease, taken for ``token`` (``try_build_lease``), kept alive while
+    the build runs; ``stop`` gives it back."""
+    return Renewing(r, keys.index_build_lease(ns), token, keys.INDEX_BUILD_LEASE_S)

@@ -1,4 +1,5 @@
-"""The event log: append (pipelined), read, tail and the namespace registry."""
+"""The event log: append (pipelined), read, tail, heads (tail and length together) and the
+namespace registry."""
 
 from __future__ import annotations
 
@@ -163,6 +164,24 @@ def _server_words(exc: Exception) -> str:
 def tail(r: Store, ns: str) -> Position:
     """Position of the newest entry of the namespace's stream ((0, 0) if none)."""
     return newest_pos(r.xrevrange(keys.stream(ns), count=1))
+
+
+def length(r: Store, ns: str) -> int:
+    """How many entries the namespace's stream holds (XLEN)."""
+    return int(r.xlen(keys.stream(ns)))
+
+
+def heads(r: Store, nss: Sequence[str]) -> dict[str, tuple[Position, int]]:
+    """Each namespace's newest position and stream length, the two read together (one MULTI
+    per namespace, so the length counts exactly the entries up to that position)."""
+    out: dict[str, tuple[Position, int]] = {}
+    for ns in nss:
+        p = r.pipeline(transaction=True)
+        p.xrevrange(keys.stream(ns), count=1)
+        p.xlen(keys.stream(ns))
+        last, n = p.execute()
+        out[ns] = (newest_pos(last), int(n))
+    return out
 
 
 def read_after(r: Store, ns: str, after: Position, count: int,

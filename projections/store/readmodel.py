@@ -744,6 +744,11 @@ class DeadLetterRow(msgspec.Struct, frozen=True):
     at_ms: str
 
 
+def note_count(r: Store, ns: str) -> int:
+    """How many notes the read model of ``ns`` holds (HLEN)."""
+    return int(r.hlen(keys.notes(ns)))
+
+
 def read_dead(r: Store, ns: str, count: int = 1000) -> list[DeadLetterRow]:
     """The namespace's first ``count`` dead letters, oldest first (``dead_total`` says how many
     there are)."""
@@ -798,17 +803,23 @@ class WriteView:
     logged: set[str]
 
 
-def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[str]
+def write_view(r: Store, ns: str, note_ids: Sequence[str], event_ids: Sequence[str],
+               read: tuple[str, list[tuple[str, Event | Undecodable, bytes]]] | None = None
                ) -> WriteView:
     """The read model at its checkpoint plus the log tail the projector has not folded yet
     (only the entries about ``note_ids`` and about every note those entries touch, again
     and again: a note created to supersede another in the tail folds onto that one's tail
     too; folded with the projector's own fold): the notes as the projector will see them
-    once it reaches the stream's end."""
-    cp_raw = r.get(keys.checkpoint(ns))
-    cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
-    decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str else "-",
-                                      max="+") or [], ns)
+    once it reaches the stream's end. ``read``: the checkpoint and the decoded entries after
+    it, when the caller already read them (one read of the tail per write, e.g. with the
+    near-duplicate lookup); else they are read here."""
+    if read is None:
+        cp_raw = r.get(keys.checkpoint(ns))
+        cp_str = as_bytes(cp_raw).decode() if cp_raw else ""
+        decoded = decode_entries(r.xrange(keys.stream(ns), min="(" + cp_str if cp_str
+                                          else "-", max="+") or [], ns)
+    else:
+        cp_str, decoded = read
     wanted = set(note_ids)
     events = [(d, touched_by(d[1])) for d in decoded if not isinstance(d[1], Undecodable)]
     while True:  # and the entries those notes' states hang on (B supersedes A: A's too)

@@ -17,7 +17,7 @@ from hivemind_memory.events.schema import Event
 from hivemind_memory.projections.ranking.dupsketch import DupSpec
 from hivemind_memory.projections.reduce import Projection, Undecodable
 from hivemind_memory.projections.state import NoteState, pack_note, unpack_note
-from hivemind_memory.projections.store import dupindex, keys
+from hivemind_memory.projections.store import dupindex, eventdigest, keys
 from hivemind_memory.projections.store.readmodel import (
     DEFAULT_SPEC,
     decode_entries,
@@ -38,10 +38,13 @@ class Rebuilt:
 
 def fold_log(r: Store, ns: str, *, until: Position | None = None,
              as_of: datetime | None = None, chunk: int = 5000,
-             on_chunk: Callable[[], None] | None = None) -> Rebuilt:
+             on_chunk: Callable[[], None] | None = None,
+             file_digests: bool = False) -> Rebuilt:
     """Fold the namespace's log up to ``until`` (inclusive), keeping only events whose ``at``
     is <= ``as_of`` when given. Pure fold, memory bounded by the state, not the log.
-    ``on_chunk`` runs after each chunk (``replay`` renews its lease there)."""
+    ``on_chunk`` runs after each chunk (``replay`` renews its lease there).
+    ``file_digests`` (not with ``as_of``): also file the keyed digest of each event id's
+    first event that has none in ``event_digests`` (``file_missing_digests``)."""
     with no_cycle_collection():
         chunks = (decode_entries(reply, ns) for reply in _xrange_chunks(r, ns, until, chunk))
         if as_of is not None:
@@ -50,7 +53,10 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
         proj = Projection()  # every entry applies: whole chunks, no filter
         events = dups = 0
         last = ""
+        key = eventdigest.store_key(r) if file_digests else b""
         for decoded in chunks:
+            if file_digests:
+                file_missing_digests(r, ns, key, decoded, proj.seen)
             dups += proj.absorb(decoded)
             events += len(decoded)
             last = decoded[-1][0]
@@ -58,6 +64,31 @@ def fold_log(r: Store, ns: str, *, until: Position | None = None,
                 on_chunk()
         return Rebuilt(projection=proj, position=parse_pos(last) if last else ZERO,
                        events=events, duplicates=dups)
+
+
+def file_missing_digests(r: Store, ns: str, key: bytes,
+                         decoded: list[tuple[str, Event | Undecodable, bytes]],
+                         seen: set[str]) -> int:
+    """File the keyed digest (``eventdigest``) of each event of ``decoded`` that is the first
+    of its id in the log (not in ``seen``, the ids folded before it) and has none yet: events
+    projected before the digests were kept, so that an old event resent with other content
+    is a conflict, not a retry. HSETNX: a digest already filed (by the projector, or the
+    ``erased`` mark of an erasure) is kept. Returns how many were filed."""
+    first: dict[str, Event] = {}
+    for _eid, ev, _raw in decoded:
+        if not isinstance(ev, Undecodable) and ev.event_id not in seen:
+            first.setdefault(ev.event_id, ev)
+    if not first:
+        return 0
+    ids = list(first)
+    have = r.hmget(keys.event_digests(ns), ids)
+    missing = [i for i, d in zip(ids, have, strict=True) if d is None]
+    if not missing:
+        return 0
+    p = r.pipeline(transaction=False)
+    for i in missing:
+        p.hsetnx(keys.event_digests(ns), i, eventdigest.digest(key, first[i]))
+    return sum(1 for x in p.execute() if x)
 
 
 def _xrange_chunks(r: Store, ns: str, until: Position | None, chunk: int) -> Iterator[Any]:

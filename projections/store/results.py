@@ -3,7 +3,7 @@ audit stream. All keys of one namespace (one hash slot), so one MULTI can carry 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.cluster
@@ -27,6 +27,14 @@ def stage_result(p: Pipe, ns: str, query_id: str, body: bytes, ttl: int) -> None
     p.delete(keys.done(ns, query_id))
     p.rpush(keys.done(ns, query_id), b"1")
     p.expire(keys.done(ns, query_id), ttl)
+
+
+def write_results(r: Store, ns: str, bodies: Mapping[str, bytes], ttl: int) -> None:
+    """Publish results of ``ns`` by query id (``stage_result`` each, in one MULTI)."""
+    p = r.pipeline(transaction=True)
+    for query_id, body in bodies.items():
+        stage_result(p, ns, query_id, body, ttl)
+    p.execute()
 
 
 def stage_audit(p: Pipe, ns: str, event: bytes, min_id: str | None = None) -> None:

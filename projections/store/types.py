@@ -26,6 +26,11 @@ QueueConn: TypeAlias = redis.Redis
 """A connection to RQ's Redis: always a plain Redis (RQ's keys cross slots)."""
 
 
+def plain_redis(r: Store) -> QueueConn | None:
+    """``r`` itself when it is one plain Redis (RQ can run on it), None for a cluster."""
+    return r if isinstance(r, redis.Redis) else None
+
+
 def as_bytes(value: object) -> bytes:
     """A reply that must be bytes: hivemind's clients never decode responses."""
     if isinstance(value, bytes):

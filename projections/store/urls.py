@@ -1,5 +1,5 @@
 """Store URLs as messages and logs may show them: never with a password. Every message that
-names a store URL goes through ``redact`` (and an error text that may quote one, ``scrub``)."""
+names a store URL goes through ``redact_url`` (and an error text that may quote one, ``scrub``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def is_cluster_url(url: str) -> bool:
     return url.startswith(CLUSTER_SCHEMES)
 
 
-def redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """``url`` without its password (``redis://user:***@host``), for logs and errors."""
     m = _USERINFO.match(url)
     if m is None:
@@ -35,7 +35,7 @@ def scrub(text: str, url: str) -> str:
         return text
     user, sep, password = m.group("userinfo")[:-1].partition(":")
     secrets = {password, unquote(password)} if sep else {user, unquote(user)}
-    text = text.replace(url, redact(url))
+    text = text.replace(url, redact_url(url))
     for secret in sorted(secrets - {""}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

@@ -207,6 +207,8 @@ def test_namespaces_and_keys_map_losslessly_and_reversibly(
     assert re.match(ID_PATTERN, nid)
     item = decode_note_id("lg", nid)
     assert item is not None and (item.namespace, item.key, item.version) == (ns, key, 3)
+    # in a restricted writer's id space (HIVEMIND_NOTE_IDS=owned) the item reads the same
+    assert decode_note_id("lg", nid + "@@alice") == item
     # a namespace's prefix covers exactly its own items and those below it
     below = other[:len(ns)] == ns
     try:
@@ -244,3 +246,24 @@ def _run(fn: Callable[[], Awaitable[None]]) -> None:
     import anyio
 
     anyio.run(fn)
+
+
+def test_over_owned_note_ids_a_restricted_token_puts_in_its_own_id_space(
+        tmp_path: Path) -> None:
+    """``HIVEMIND_NOTE_IDS=owned``: the store's ids end with ``@@`` and the token's agent
+    (asked of the server once), so puts are accepted and read back like any other."""
+    live = start_live(f"memory://{tmp_path / 'owned'}", env={"HIVEMIND_NOTE_IDS": "owned"})
+    try:
+        with Memory(live.base, ns="team-a", token=ALICE) as mem:
+            store = fresh(mem)
+            store.put(("memories", "alice"), "food", {"text": "likes pizza"})
+            store.put(("memories", "alice"), "food", {"text": "likes pasta"})  # a revision
+            got = store.get(("memories", "alice"), "food")
+            assert got is not None and got.value == {"text": "likes pasta"}
+            [note] = mem.notes(store.root + ".")
+            assert note.note_id.endswith("@@alice"), note.note_id
+            assert [i.key for i in store.search(("memories",), query="pasta")] == ["food"]
+            store.delete(("memories", "alice"), "food")
+            assert store.get(("memories", "alice"), "food") is None
+    finally:
+        live.stop()

@@ -11,7 +11,7 @@ from typing import Any
 
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.projections.store.beats import served_queues
-from hivemind_memory.worker.heartbeat import Heartbeat
+from hivemind_memory.worker.ops.heartbeat import Heartbeat
 
 
 def ns_in(shard: int, shards: int, skip: int = 0) -> str:

@@ -26,17 +26,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import Item, pack
-from hivemind_memory.projections.ranking.recency import age_days, recency
-from hivemind_memory.projections.ranking.relevance import idf, tokenize
-from hivemind_memory.projections.ranking.signals import (
+from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
     RankResult,
     ScoredNote,
 )
+from hivemind_memory.projections.ranking.recency import age_days, recency
 from hivemind_memory.projections.state import NoteState, Tier, tier_of
 
 

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from hivemind_memory.projections.store.log import append
-from hivemind_memory.worker.reproduce import note_history, show_of
-from hivemind_memory.worker.status import dead_letters
+from hivemind_memory.worker.audit.reproduce import note_history, show_of
+from hivemind_memory.worker.ops.status import dead_letters
 from tests.support import HIVEMIND
 from tests.support.factories import ev, used
 from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, created

@@ -25,9 +25,9 @@ from hivemind_memory.events.positions import parse_pos
 from hivemind_memory.projections.ranking.config import DEFAULT
 from hivemind_memory.projections.store import keys
 from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit.reproduce import Auditor, all_served
 from hivemind_memory.worker.engine import run_rank
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.reproduce import Auditor, all_served
 from tests.support import HIVEMIND, RedisProc
 from tests.support.factories import iso
 

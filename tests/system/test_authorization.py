@@ -248,7 +248,7 @@ WRITER = """
 import sys
 from hivemind_memory import Memory
 from hivemind_memory.events.errors import StoreError
-from hivemind_memory.worker import logs
+from hivemind_memory.worker.ops import logs
 logs.configure(level="error")
 url, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 mem = Memory(url, ns="hot", agent=f"w{k}")

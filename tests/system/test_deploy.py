@@ -26,9 +26,9 @@ import yaml
 from hivemind_memory.api_stub.protocol.jobs import parse_shards
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store.log import append
-from hivemind_memory.worker import metrics
 from hivemind_memory.worker.cli.main import build_parser
 from hivemind_memory.worker.loop import SWEEP_INTERVAL_S
+from hivemind_memory.worker.ops import metrics
 from tests.support import HIVEMIND, IN_CI, RedisProc, free_port, need_binary
 from tests.support.factories import created, ev, jsonl
 

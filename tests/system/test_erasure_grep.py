@@ -27,7 +27,8 @@ from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import close_embedded, connect
 from hivemind_memory.projections.store.logfile import BACKUP_PREFIX, LOG_NAME
 from hivemind_memory.projections.store.rebuild import diff_notes, fold_log, live_snapshot
-from hivemind_memory.worker import archive, runtime
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit import archive
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.projector import ensure_projected
 from tests.support import HIVEMIND, RedisProc

@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,6 +212,108 @@ def test_a_taken_note_id_answers_the_same_whoever_holds_it(live: Live) -> None:
         answers.add(body["error"]["message"].replace(repr(nid), "ID"))
     assert len(answers) == 1, answers
     assert "private" not in next(iter(answers)) and "bob" not in next(iter(answers))
+
+
+def _raw(base: str, path: str, body: Any, token: str) -> tuple[int, bytes]:
+    """Status and the exact bytes of the answer."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _mcp_remember(live: Live, token: str, args: dict[str, Any]) -> tuple[bool, str]:
+    import anyio
+    from mcp import Client as McpClient
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def main() -> tuple[bool, str]:
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}",
+                                               "X-Hivemind-Ns": "team-a"})
+        async with http, McpClient(streamable_http_client(live.base + "/mcp", http_client=http),
+                                   read_timeout_seconds=60) as client:
+            got = await client.call_tool("remember", args)
+            return bool(got.is_error), str(got.content[0].text)  # type: ignore[union-attr]
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def owned(tmp_path: Path) -> Iterator[Live]:
+    """``serve`` with the test tokens and ``HIVEMIND_NOTE_IDS=owned``."""
+    from tests.support.frontdoor import start_live
+
+    srv = start_live(f"memory://{tmp_path / 'owned'}", env={"HIVEMIND_NOTE_IDS": "owned"})
+    yield srv
+    srv.stop()
+
+
+def test_a_create_never_confirms_another_agents_private_id(owned: Live) -> None:
+    """With ``HIVEMIND_NOTE_IDS=owned``, a token that may not see every note creates notes only
+    with ids of its own space (ids
+    hivemind makes, or ``KEY@@AGENT`` of its own agent): any other id is refused with the
+    same bytes whether it is taken by another agent's private note or free, through HTTP
+    (both write routes), the SDK and MCP. Before (and with the default ``any``), a taken id
+    answered 409 and a free one 200."""
+    from hivemind_memory import ForeignNoteId, Memory
+    from tests.support.frontdoor import BOB, OPS
+
+    st, _ = call(owned.base, "POST", "/v1/ns/team-a/remember",
+                 {"text": "bob's door code is 4711", "note_id": "door@@bob",
+                  "scope": "private"}, token=BOB)
+    assert st == 200
+    # a private note whose id has no owner (written before ids had owners, or by a door
+    # that sees everything)
+    owned.served.client.append_checked([created_line(
+        "legacy-door", ns="team-a", agent="bob", scope="private", text="bob's old code")])
+    taken_and_free = [("door@@bob", "free@@bob"), ("legacy-door", "never-used")]
+    for path, body in (("/v1/ns/team-a/remember", lambda nid: {"text": "guess", "note_id": nid}),
+                       ("/v1/ns/team-a/events", lambda nid: [created("e-guess", nid, "guess")])):
+        answers = {_raw(owned.base, path, body(nid), ALICE)
+                   for pair in taken_and_free for nid in pair}
+        assert len(answers) == 1, answers
+        [(status, raw)] = answers
+        assert status == 403 and b'"foreign_note_id"' in raw and b"@@alice" in raw, raw
+    with Memory(owned.base, ns="team-a", token=ALICE) as alice:
+        said = set()
+        for nid in (n for pair in taken_and_free for n in pair):
+            with pytest.raises(ForeignNoteId) as exc:
+                alice.remember("guess", note_id=nid)
+            said.add(str(exc.value))
+        assert len(said) == 1, said
+        assert alice.id_suffix() == "@@alice"
+        assert alice.remember("mine", note_id="mine@@alice") == "mine@@alice"  # its own space
+        assert alice.remember("made for me").startswith("n-")  # ids hivemind makes
+    mcp_said = {_mcp_remember(owned, ALICE, {"text": "guess", "note_id": nid})
+                for pair in taken_and_free for nid in pair}
+    assert len(mcp_said) == 1 and next(iter(mcp_said))[0], mcp_said
+    assert "this note id is not one agent 'alice' may choose" in next(iter(mcp_said))[1]
+    # nothing of the probes reached the log; bob's notes are untouched
+    assert _logged(owned) == 4  # bob's two, alice's two of her own
+    # an admin sees every note: it may choose any id, and a taken one is 409 note_exists
+    st, body = call(owned.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": "ops choice", "note_id": "ops-choice"}, token=OPS)
+    assert st == 200, body
+    st, body = call(owned.base, "POST", "/v1/ns/team-a/remember",
+                    {"text": "ops guess", "note_id": "legacy-door"}, token=OPS)
+    assert st == 409 and body["error"]["code"] == "note_exists", body
+
+
+def test_with_any_ids_the_default_whoami_says_so(live: Live) -> None:
+    from hivemind_memory import Memory
+
+    with Memory(live.base, ns="team-a", token=ALICE) as alice:
+        assert alice.id_suffix() == ""
+        assert alice.remember("free form", note_id="free-form") == "free-form"
 
 
 def test_a_batch_answer_is_bounded_in_bytes(tmp_path: Path) -> None:

@@ -132,8 +132,8 @@ def test_shards_on_the_cluster_layout_with_the_queues_on_their_own_redis(
         cluster_store: Any) -> None:
     """Data on a Redis Cluster, RQ (the shard queues and the heartbeats) on a plain Redis."""
     from hivemind_memory.worker import runtime
-    from hivemind_memory.worker.heartbeat import Heartbeat
     from hivemind_memory.worker.loop import run_worker
+    from hivemind_memory.worker.ops.heartbeat import Heartbeat
     from tests.support import rq_for
 
     r, rq = cluster_store, rq_for(cluster_store)

@@ -17,7 +17,7 @@ from hivemind_memory.api_stub.client import SHARD_RETRY_AFTER_S
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.sdk import Memory
 from hivemind_memory.events.errors import QueryError
-from hivemind_memory.worker.heartbeat import Heartbeat
+from hivemind_memory.worker.ops.heartbeat import Heartbeat
 from tests.support import RedisProc
 from tests.support.beats import ns_in
 from tests.support.frontdoor import OPS, Live, call, created, start_live

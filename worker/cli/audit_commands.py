@@ -1,6 +1,6 @@
 """CLI commands of the audit trail: ``audit list|reproduce|explain``, ``export``, ``import``,
-``sweep``, ``show``. Thin: the work is in ``worker.reproduce``, ``worker.explain`` (through
-``explain_cmd``), ``worker.archive`` and ``worker.config_sweep``."""
+``sweep``, ``show``. Thin: the work is in ``worker.audit.reproduce``, ``worker.audit.explain``
+(through ``explain_cmd``), ``worker.audit.archive`` and ``worker.audit.config_sweep``."""
 
 from __future__ import annotations
 
@@ -17,15 +17,14 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import load_config, to_toml
 from hivemind_memory.projections.ranking.embedders import embedder_for
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect, connect_queue
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.worker import archive, runtime
-from hivemind_memory.worker import calibrate as calibration
-from hivemind_memory.worker import config_sweep as sweeping
-from hivemind_memory.worker.cli import explain_cmd
-from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
-from hivemind_memory.worker.reproduce import (
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit import archive
+from hivemind_memory.worker.audit import calibrate as calibration
+from hivemind_memory.worker.audit import config_sweep as sweeping
+from hivemind_memory.worker.audit.reproduce import (
     Auditor,
     Reproduction,
     ServedEntry,
@@ -36,6 +35,8 @@ from hivemind_memory.worker.reproduce import (
     show_of,
     view_of,
 )
+from hivemind_memory.worker.cli import explain_cmd
+from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
 
 _json = msgspec.json.Encoder()
 
@@ -123,7 +124,7 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
     r = connect(s.redis_url)
     warn_unknown_namespaces([args.ns], namespaces(r))
-    bar = progress(int(r.xlen(keys.stream(args.ns))), "export")
+    bar = progress(log_length(r, args.ns), "export")
     try:
         if args.out:
             with open(args.out, "wb") as fh:

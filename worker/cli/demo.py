@@ -30,7 +30,7 @@ from hivemind_memory.projections.ranking.baseline import (
     naive_score,
     value,
 )
-from hivemind_memory.projections.ranking.signals import NoteSignals, ScoredNote
+from hivemind_memory.projections.ranking.rank_result import NoteSignals, ScoredNote
 from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import ingest

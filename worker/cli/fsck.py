@@ -17,7 +17,7 @@ import msgspec
 
 from hivemind_memory.projections.store.embedded import is_persistent
 from hivemind_memory.projections.store.logfile import fsck
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import redact_url
 from hivemind_memory.worker.cli.args import fail
 from hivemind_memory.worker.cli.output import print_fsck
 
@@ -26,7 +26,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     url: str = args.store
     if not is_persistent(url):
         why = ("memory:// keeps nothing on disk" if url == "memory://" else
-               f"{redact(url)} is not an embedded store")
+               f"{redact_url(url)} is not an embedded store")
         return fail(f"fsck checks the log of an embedded store kept on disk: --store "
                     f"memory://PATH ({why})")
     if args.drop_unreadable and not args.repair:

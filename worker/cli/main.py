@@ -10,12 +10,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import redis
+from redis.exceptions import RedisError
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, HivemindError, StoreError, StoreLocked
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.urls import redact
+from hivemind_memory.projections.store.urls import redact_url
 from hivemind_memory.worker.cli.args import (
     TIME_HELP,
     Parser,
@@ -116,7 +116,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="when idle this long, schedule namespaces left behind (default "
                    f"{keys.SWEEP_INTERVAL_S} s)")
     p.add_argument("--metrics-port", type=int,
-                   help="serve Prometheus metrics on this port (/metrics)")
+                   help="serve Prometheus metrics on this port (/metrics; 0: a free port, "
+                   "logged in metrics_serving)")
+    p.add_argument("--metrics-port-file", metavar="PATH",
+                   help="once serving metrics, write their port to PATH (for --metrics-port 0)")
     p.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--shards", default="all", metavar="SPEC",
@@ -209,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                          getattr(args, "note_id", None)), 2)
     except (StoreError, ConfigError) as exc:
         return fail(str(exc), 2)
-    except redis.RedisError as exc:
+    except RedisError as exc:
         # e.g. the server went away or hit maxmemory mid-run. An interrupted ingest is safe
         # to re-run whole: repeated event_ids are applied once.
         return fail(f"Redis error: {redis_message(exc)}", 2)
@@ -231,9 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _configure_logs() -> None:
-    """JSON lines unless stderr is a terminal (``worker.logs``). A client-only command on
+    """JSON lines unless stderr is a terminal (``worker.ops.logs``). A client-only command on
     Redis logs nothing (its messages are stderr lines), so it never loads structlog."""
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     logs.configure()
 
@@ -270,7 +273,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cmd in CLIENT_ONLY and s.redis_url.startswith("memory://"):
         _configure_logs()  # the embedded store logs (recovery, ...)
     if s.redis_url_source == "default":
-        announce_default_store(redact(s.redis_url))
+        announce_default_store(redact_url(s.redis_url))
     if args.cmd not in CLIENT_ONLY:
         from hivemind_memory.projections.ranking.packing import use_packer
 

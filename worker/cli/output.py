@@ -6,14 +6,14 @@ import sys
 from typing import IO, TYPE_CHECKING
 
 import msgspec
-import redis
+from redis.exceptions import RedisError
 
 if TYPE_CHECKING:
     from hivemind_memory.projections.store.logfile import FsckReport
-    from hivemind_memory.worker.status import Status
+    from hivemind_memory.worker.ops.status import Status
 
 
-def redis_message(exc: redis.RedisError) -> str:
+def redis_message(exc: RedisError) -> str:
     """A Redis error for people: the server's words, without the pipelined command bytes."""
     text = str(exc)
     _, sep, tail = text.partition(" caused error: ")

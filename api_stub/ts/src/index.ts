@@ -70,6 +70,9 @@ export class NoteExists extends WriteRefused {}
 export class UnknownNote extends WriteRefused {}
 /** Forgetting another author's note without `admin` (403 `not_allowed`). */
 export class NotAllowed extends WriteRefused {}
+/** A create names a note id outside this token's own id space (403 `foreign_note_id`, under
+ * `HIVEMIND_NOTE_IDS=owned`): the same answer whether the id is taken or free. */
+export class ForeignNoteId extends NotAllowed {}
 /** A revision's `expectedVersion` is not the note's version: it moved on (409
  * `version_conflict`); nothing was written. */
 export class VersionConflict extends WriteRefused {}
@@ -88,6 +91,7 @@ const REFUSED: Record<string, typeof WriteRefused> = {
   note_exists: NoteExists,
   unknown_note: UnknownNote,
   not_allowed: NotAllowed,
+  foreign_note_id: ForeignNoteId,
   version_conflict: VersionConflict,
 };
 

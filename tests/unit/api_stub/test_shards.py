@@ -18,7 +18,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol import jobs
 from hivemind_memory.api_stub.protocol.settings import MAX_SHARDS, Settings
 from hivemind_memory.events.errors import ConfigError
-from hivemind_memory.worker.heartbeat import Heartbeat
+from hivemind_memory.worker.ops.heartbeat import Heartbeat
 from tests.support.beats import ns_in
 from tests.support.factories import created
 

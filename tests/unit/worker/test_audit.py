@@ -20,11 +20,12 @@ from hivemind_memory.events.positions import parse_pos
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import connect
-from hivemind_memory.worker import logs, runtime
+from hivemind_memory.worker import runtime
+from hivemind_memory.worker.audit.reproduce import Auditor, all_served
 from hivemind_memory.worker.cli.main import main
 from hivemind_memory.worker.engine import run_rank
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.reproduce import Auditor, all_served
+from hivemind_memory.worker.ops import logs
 from tests.support.factories import T0, created, forgotten, iso, used
 
 
@@ -352,12 +353,12 @@ def test_a_refresh_raced_by_a_commit_is_refreshed_until_exact(
     real = index_loader.refresh_index
     calls: list[int] = []
 
-    def racy(r: Any, idx: Any, embedder: Any = None) -> None:
+    def racy(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         calls.append(1)
         if len(calls) == 1:  # as if HMGET saw the new commit and XRANGE did not
             idx.put(read_notes(r, "t")["old"])
             return
-        real(r, idx, embedder)
+        real(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "refresh_index", racy)
     serve_direct()

@@ -17,8 +17,8 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import utcnow
 from hivemind_memory.projections.ranking.config import DEFAULT, config_from_toml, load_config
 from hivemind_memory.projections.ranking.embedders import embedder_for
-from hivemind_memory.worker.calibrate import calibrate, read_labels, split
-from hivemind_memory.worker.reproduce import all_served
+from hivemind_memory.worker.audit.calibrate import calibrate, read_labels, split
+from hivemind_memory.worker.audit.reproduce import all_served
 from tests.support.factories import created, iso
 from tests.unit.worker.test_audit import World
 
@@ -177,7 +177,7 @@ def test_calibrating_from_a_labelled_file(tmp_path: Path,
 
 
 def test_the_held_out_split_is_seeded_and_never_empty() -> None:
-    from hivemind_memory.worker.calibrate import Example
+    from hivemind_memory.worker.audit.calibrate import Example
 
     exs = [Example(f"q{i}", None, datetime(2026, 1, 1, tzinfo=UTC), set(), None)  # type: ignore[arg-type]
            for i in range(10)]

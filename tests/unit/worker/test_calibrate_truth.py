@@ -23,8 +23,8 @@ from hivemind_memory.projections.ranking.config import (
     to_toml,
 )
 from hivemind_memory.projections.ranking.fitting import L2, calibration_of, fit_logistic
-from hivemind_memory.worker.calibrate import from_uses
-from hivemind_memory.worker.reproduce import Auditor, all_served
+from hivemind_memory.worker.audit.calibrate import from_uses
+from hivemind_memory.worker.audit.reproduce import Auditor, all_served
 from tests.support.factories import created, iso
 from tests.unit.worker.test_audit import World
 

@@ -42,9 +42,9 @@ def test_one_catch_up_and_one_refresh_per_namespace(store: Any,
         calls["catch_up"].append(ns)
         return real_catch_up(r, ns, *a, **kw)
 
-    def refresh(r: Any, idx: Any, embedder: Any = None) -> None:
+    def refresh(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         calls["refresh"].append(idx.ns)
-        real_refresh(r, idx, embedder)
+        real_refresh(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "ensure_projected", catch_up)
     monkeypatch.setattr(engine_mod, "refresh_index", refresh)
@@ -76,9 +76,9 @@ def test_nothing_new_means_no_catch_up_and_no_refresh(store: Any,
         calls.append("catch_up")
         return real_catch_up(r, ns, *a, **kw)
 
-    def refresh(r: Any, idx: Any, embedder: Any = None) -> None:
+    def refresh(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         calls.append("refresh")
-        real_refresh(r, idx, embedder)
+        real_refresh(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "ensure_projected", catch_up)
     monkeypatch.setattr(engine_mod, "refresh_index", refresh)

@@ -17,7 +17,7 @@ from hivemind_memory.api_stub.protocol.messages import QueryServed, encode
 from hivemind_memory.projections.ranking.config import DEFAULT
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.audit_trail import audit_event, iter_audit
-from hivemind_memory.worker.explain import explain, find_served
+from hivemind_memory.worker.audit.explain import explain, find_served
 from tests.support.factories import T0, created, forgotten, iso
 from tests.unit.worker.test_audit import World, _no_log_config  # noqa: F401 (fixture)
 

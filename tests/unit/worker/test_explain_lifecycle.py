@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from hivemind_memory.projections.ranking.config import DEFAULT
-from hivemind_memory.worker.explain import explain
+from hivemind_memory.worker.audit.explain import explain
+from hivemind_memory.worker.audit.reproduce import reproduce_queries
 from hivemind_memory.worker.projector import ensure_projected
-from hivemind_memory.worker.reproduce import reproduce_queries
 from tests.support.factories import T0, created, iso
 from tests.unit.worker.test_audit import World, _no_log_config  # noqa: F401 (fixture)
 

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hivemind_memory.projections.store import keys
-from hivemind_memory.worker import metrics
-from hivemind_memory.worker.heartbeat import Doing, Heartbeat, live_count, read_beats
-from hivemind_memory.worker.status import live_workers
+from hivemind_memory.worker.ops import metrics
+from hivemind_memory.worker.ops.heartbeat import Doing, Heartbeat, live_count, read_beats
+from hivemind_memory.worker.ops.status import live_workers
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from rq import Worker
 
 from hivemind_memory.api_stub.protocol.jobs import QUERY_JOB, QUERY_QUEUE, queue
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.worker import logs
-from hivemind_memory.worker.loop import redact
-from hivemind_memory.worker.status import namespace_status
-from tests.support import HIVEMIND, RedisProc, free_port
+from hivemind_memory.worker.loop import redact_url
+from hivemind_memory.worker.ops import logs
+from hivemind_memory.worker.ops.status import namespace_status
+from tests.support import HIVEMIND, RedisProc
 from tests.support.factories import created, jsonl
 from tests.support.frontdoor import start_serve
 
@@ -78,9 +78,9 @@ def test_json_is_the_default_when_the_stream_is_not_a_terminal(restore_logging: 
 
 
 def test_redact_hides_the_password_only() -> None:
-    assert redact("redis://:s3cret@db:6379/0") == "redis://:***@db:6379/0"
-    assert redact("redis://user:pw@db/1") == "redis://user:***@db/1"
-    assert redact("redis://db:6379/0") == "redis://db:6379/0"
+    assert redact_url("redis://:s3cret@db:6379/0") == "redis://:***@db:6379/0"
+    assert redact_url("redis://user:pw@db/1") == "redis://user:***@db/1"
+    assert redact_url("redis://db:6379/0") == "redis://db:6379/0"
 
 
 def _wait(cond: Callable[[], bool], seconds: float, what: str) -> None:
@@ -146,7 +146,7 @@ def _now() -> datetime:
 
 
 def test_serve_writes_only_json_lines(tmp_path: Path) -> None:
-    srv = start_serve(["--redis-url", "memory://data"], tmp_path, free_port())
+    srv = start_serve(["--redis-url", "memory://data"], tmp_path)
     try:
         for path in ("/healthz", "/metrics", "/no-such-page"):
             try:
@@ -178,7 +178,7 @@ def test_a_flood_of_one_kind_of_line_is_rate_limited_with_a_count() -> None:
     import io
     import logging
 
-    from hivemind_memory.worker.logs import RateLimit
+    from hivemind_memory.worker.ops.logs import RateLimit
 
     now = [0.0]
     out = io.StringIO()
@@ -213,7 +213,7 @@ def test_the_configured_log_is_rate_limited() -> None:
 
     import structlog
 
-    from hivemind_memory.worker import logs
+    from hivemind_memory.worker.ops import logs
 
     out = io.StringIO()
     logs.configure(json=True, stream=out)

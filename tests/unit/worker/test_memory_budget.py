@@ -145,10 +145,10 @@ def test_a_load_that_runs_out_of_memory_is_answered_with_the_cause(
     _fill(c, "fine", 20, 2)
     real = engine_mod.refresh_index
 
-    def starved(r: Any, idx: NamespaceIndex, embedder: Any = None) -> None:
+    def starved(r: Any, idx: NamespaceIndex, embedder: Any = None, **kw: Any) -> None:
         if idx.ns == "oom":
             raise MemoryError
-        real(r, idx, embedder)
+        real(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "refresh_index", starved)
     eng = QueryEngine(store, DEFAULT, Settings(), embedder=None)
@@ -158,7 +158,7 @@ def test_a_load_that_runs_out_of_memory_is_answered_with_the_cause(
     assert all("error" not in g for g in got[4:])
     assert eng.live.names() == ["fine"]  # nothing half-loaded is kept
 
-    def broken(r: Any, idx: NamespaceIndex, embedder: Any = None) -> None:
+    def broken(r: Any, idx: NamespaceIndex, embedder: Any = None, **kw: Any) -> None:
         raise ValueError("snapshot field ids is damaged")
 
     monkeypatch.setattr(engine_mod, "refresh_index", broken)

@@ -19,9 +19,9 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store import results
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.cli.output import print_status
-from hivemind_memory.worker.heartbeat import Heartbeat, held, read_beats
 from hivemind_memory.worker.loop import run_worker
-from hivemind_memory.worker.status import read_status
+from hivemind_memory.worker.ops.heartbeat import Heartbeat, held, read_beats
+from hivemind_memory.worker.ops.status import read_status
 from tests.support import rq_for
 from tests.support.beats import ns_in, silent_worker
 from tests.support.factories import created
@@ -123,3 +123,13 @@ def test_the_embedded_store_serves_every_shard_with_its_one_worker() -> None:
             assert [n.text for n in got.notes] == ["the deploy key rotates every monday"]
         finally:
             m.close()
+
+
+def test_a_queued_query_job_expires_with_its_result_ttl(store: Any) -> None:
+    # a shard nobody serves must not hold its queries for good: RQ drops a job still queued
+    # after HIVEMIND_RESULT_TTL (no one waits for its answer any more)
+    c = Client(store, settings=Settings(result_ttl_seconds=120))
+    c.append([created("a1", ns="a", text="redis")])
+    c.submit_batch([{"ns": "a", "text": "redis", "budget": 50}])
+    [job] = c._qq.jobs
+    assert job.ttl == 120 and 0 < store.ttl(job.key) <= 120

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, config_from_toml
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
-from hivemind_memory.projections.ranking.relevance import tokenize
 from hivemind_memory.projections.state import NoteState
 from tests.support.factories import T0
 from tests.support.reference import LexicalIndex, scores_over

@@ -220,3 +220,44 @@ def test_a_filter_bounds_the_candidate_path_as_it_bounds_the_scan() -> None:
         b = run_rank(idx, req, scan, NOW, embedder=EMBEDDER)
         assert a.notes and {n.note_id for n in a.notes} <= keep
         assert msgspec.json.encode(a) == msgspec.json.encode(b)
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_the_lexical_cap_keeps_the_highest_bm25_hits_and_the_scans_bits(filtered: bool) -> None:
+    """``candidates.lexical``: of the BM25 hits only the ``lexical`` highest (among the
+    allowed, ties included) seed the candidates; each candidate's probability is still the
+    scan's to the bit, since every hit lends its BM25 to its neighbours' context."""
+    idx = build_index("t", {n.note_id: n for n in corpus(600)}, EMBEDDER)
+    cal = msgspec.structs.replace(DEFAULT.calibration, floor=0.0)
+    text = "redis persistence snapshot replica"
+    cos = idx.query_cosines(EMBEDDER.embed([text]))
+    assert cos is not None
+    c = cos[:, 0]
+    seq, lay = idx._layout("", cal)
+    pos = lay.pos.astype(np.int64)
+    ls, lx = idx.cols.bm25(text, DEFAULT, "")
+    allowed = np.zeros(len(idx.cols), np.bool_)
+    allowed[::2] = True  # every other slot may be a candidate
+    ok = allowed if filtered else None
+    full_at, full_p = likely(idx.cols, seq, ls, lx, c, [], lay, cal, 10_000, ok)
+    want = dict(zip(full_at.tolist(), full_p.tolist(), strict=True))
+    pool = ls[allowed[ls]] if filtered else ls
+    pool_lx = lx[allowed[ls]] if filtered else lx
+    by_bm25 = pos[pool[np.lexsort((pool, -pool_lx))]].tolist()  # the hits, best BM25 first
+    best10 = full_at[calibrated.candidates(full_p, 10)].tolist()
+    # a cap just below the BM25 rank of the worst of the scan's 10 likeliest: it bites
+    cap = max(by_bm25.index(a) for a in best10)
+    assert 10 <= cap < len(pool) // 2
+    cut = np.sort(pool_lx)[::-1][cap - 1]
+    seeds = set(pos[pool[pool_lx >= cut]].tolist())
+    no_dense = np.zeros(0, np.int64)
+    at, p = likely_among(idx.cols, seq, pos, ls, lx, no_dense, lambda s: c[s], [], cal, 10,
+                         ok, lexical=cap)
+    among = sorted(seeds & set(want))  # limit 10 <= cap: the 10 likeliest of the seeds
+    top = calibrated.candidates(np.array([want[a] for a in among]), 10)
+    assert sorted(at.tolist()) == [among[i] for i in top.tolist()]
+    assert sorted(at.tolist()) != sorted(best10)  # a note of the scan's answer was cut
+    assert all(want[a] == q for a, q in zip(at.tolist(), p.tolist(), strict=True))
+    uncapped = likely_among(idx.cols, seq, pos, ls, lx, no_dense, lambda s: c[s], [], cal,
+                            10, ok, lexical=len(pool))
+    assert sorted(uncapped[0].tolist()) == sorted(best10)

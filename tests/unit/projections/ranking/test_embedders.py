@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from hivemind_memory.projections.ranking.analyzer import ENGLISH_STOP_WORDS
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.embedders import (
     Embedder,
     WordLlamaEmbedder,
@@ -20,7 +21,6 @@ from hivemind_memory.projections.ranking.embedders import (
     load_embedder,
     wordllama_folder,
 )
-from hivemind_memory.projections.ranking.relevance import tokenize
 
 TEXTS = ["Deploys go through ArgoCD to production",
          "Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",

@@ -20,7 +20,7 @@ from hivemind_memory.projections.ranking.config import (
     with_overrides,
 )
 from hivemind_memory.projections.ranking.index import build_index
-from hivemind_memory.projections.ranking.signals import NoteSignals, RankResult, ScoredNote
+from hivemind_memory.projections.ranking.rank_result import NoteSignals, RankResult, ScoredNote
 from hivemind_memory.projections.state import NoteState
 from tests.support import rank_notes
 from tests.support.reference import LEXICAL, visible
@@ -354,7 +354,7 @@ def test_packed_notes_carry_their_cost_with_overhead() -> None:
 def test_the_zero_at_print_boundary_is_exact() -> None:
     import math
 
-    from hivemind_memory.projections.ranking.signals import PRINTS_AS_ZERO
+    from hivemind_memory.projections.ranking.rank_result import PRINTS_AS_ZERO
 
     edge, above = PRINTS_AS_ZERO, math.nextafter(PRINTS_AS_ZERO, 1.0)
     assert round(edge, 6) == 0.0 and round(above, 6) == 0.000001
@@ -363,7 +363,7 @@ def test_the_zero_at_print_boundary_is_exact() -> None:
 
 
 def test_signals_drop_only_chosen() -> None:
-    from hivemind_memory.projections.ranking.signals import NoteSignals, ScoredNote
+    from hivemind_memory.projections.ranking.rank_result import NoteSignals, ScoredNote
 
     fields = {f: i for i, f in enumerate(NoteSignals.__struct_fields__)}
     s = ScoredNote(note_id="n", text="t", tokens=3, cost=5, score=0.25, relevance=0.5,

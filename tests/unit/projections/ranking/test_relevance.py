@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.events.schema import Scope
+from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.index import build_index
-from hivemind_memory.projections.ranking.relevance import idf, tokenize
 from hivemind_memory.projections.state import NoteState
 from tests.support import reference
 from tests.support.reference import LEXICAL, LexicalIndex, lexical, scores_over

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from hivemind_memory.events.schema import token_estimate
 from hivemind_memory.projections.ranking.config import DEFAULT, with_overrides
 from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import rank_index
 from hivemind_memory.projections.ranking.render import header, header_tokens, render
-from hivemind_memory.projections.ranking.signals import RankResult
 from hivemind_memory.projections.state import NoteState
 
 RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0}})

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.api_stub.sdk import Memory
@@ -188,3 +190,58 @@ def test_the_nearest_rule_finds_a_paraphrase_that_shares_no_word(nearest: int,
     notes = [note(f"n{i}", text, 1 + i) for i, (text, _) in enumerate(PARAPHRASES[:3])]
     cfg = with_overrides(DEFAULT, {"calibration": {"nearest": nearest}})
     assert ("n2" in {n.note_id for n in ranked(notes, "hobbies", 100, cfg).notes}) == found
+
+
+def _near_identical_plainly(texts: list[str], score: list[float], created: list[int],
+                            threshold: float) -> tuple[list[bool], dict[int, list[int]]]:
+    """The rule as stated (every pair's Jaccard, groups joined transitively), no bounds."""
+    from hivemind_memory.projections.ranking.bm25_rules import tokenize
+
+    words = [frozenset(tokenize(t)) for t in texts]
+    n = len(texts)
+    group = list(range(n))
+    for a in range(n):
+        for b in range(a + 1, n):
+            wa, wb = words[a], words[b]
+            if wa and wb and len(wa & wb) / len(wa | wb) >= threshold:
+                ga, gb = group[a], group[b]
+                group = [min(ga, gb) if g in (ga, gb) else g for g in group]
+    keep = [True] * n
+    stands: dict[int, list[int]] = {}
+    for g in sorted(set(group)):
+        members = [p for p in range(n) if group[p] == g]
+        if len(members) < 2:
+            continue
+        best = min(members, key=lambda p: (-score[p], -created[p], f"n{p:03d}"))
+        rest = [p for p in members if p != best]
+        for p in rest:
+            keep[p] = False
+        stands[best] = rest
+    return keep, stands
+
+
+VOCAB = [f"w{i}" for i in range(14)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(VOCAB), min_size=0, max_size=14), min_size=2,
+                max_size=9),
+       st.sampled_from([0.5, 0.6, 0.75, 0.8, 0.9, 1.0]), st.randoms(use_true_random=False))
+def test_near_identical_groups_equal_the_rule_computed_pair_by_pair(
+        bags: list[list[str]], threshold: float, rnd: Any) -> None:
+    """The bounded computation (sizes first, a pair already grouped skipped) groups exactly
+    as every pair's Jaccard does, on word sets of every size around the threshold (and with
+    texts repeated, so that groups of three and more occur)."""
+    texts = [" ".join(b) for b in bags]
+    texts += [texts[rnd.randrange(len(texts))] for _ in range(rnd.randrange(3))]
+    n = len(texts)
+    score = [rnd.choice([0.1, 0.2, 0.3]) for _ in range(n)]
+    created = [rnd.randrange(3) for _ in range(n)]
+    got = adjust([f"n{p:03d}" for p in range(n)], np.array(score), np.array(score),
+                 np.array(created, np.int64), np.zeros(n, np.bool_), None, None,
+                 lambda p: texts[p],
+                 with_overrides(DEFAULT, {"near_identical": threshold,
+                                          "updates": {"margin": 0.0}}))
+    keep, stands = _near_identical_plainly(texts, score, created, threshold)
+    assert got.keep.tolist() == keep
+    assert got.stands_for == stands

@@ -25,7 +25,7 @@ from hivemind_memory.events.errors import ConfigError, QueryTimeout, StoreError
 from hivemind_memory.projections.store.connection import (
     SOCKET_TIMEOUT_S,
     connect,
-    redact,
+    redact_url,
 )
 from tests.support import HIVEMIND, RedisProc
 from tests.support.beats import silent_worker, wait_for_workers
@@ -35,11 +35,11 @@ SECRET = "s3cr3t-Pw_9f1e"
 
 
 def test_redact_hides_every_password_form() -> None:
-    assert redact(f"redis://hm:{SECRET}@h:1/0") == "redis://hm:***@h:1/0"
-    assert redact(f"rediss://:{SECRET}@h") == "rediss://:***@h"
-    assert redact(f"redis://{SECRET}@h") == "redis://***@h"
-    assert redact("redis://h:6379/0") == "redis://h:6379/0"
-    assert redact("memory://x") == "memory://x"
+    assert redact_url(f"redis://hm:{SECRET}@h:1/0") == "redis://hm:***@h:1/0"
+    assert redact_url(f"rediss://:{SECRET}@h") == "rediss://:***@h"
+    assert redact_url(f"redis://{SECRET}@h") == "redis://***@h"
+    assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert redact_url("memory://x") == "memory://x"
 
 
 @pytest.mark.redis_server

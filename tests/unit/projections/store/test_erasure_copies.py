@@ -193,10 +193,102 @@ def test_a_rerun_after_the_log_was_redacted_finds_a_late_quote(
     filed = r.xrange(keys.erased_texts("t"))
     assert len(filed) == 3  # the two versions and the first's first 16,384 characters
     assert all(b"door" not in v for _, f in filed for v in f.values())
-    late, other = _serve(c, rt, [{"text": SECRET2}, {"text": SECRET2 + " please"}])
+    # served by a worker of a release before workers checked the filings themselves
+    import hivemind_memory.worker.engine as engine
+
+    real = erasure.quoted_in
+    erasure.quoted_in = lambda *a: []  # type: ignore[assignment]
+    try:
+        late, other = _serve(c, rt, [{"text": SECRET2}, {"text": SECRET2 + " please"}])
+    finally:
+        erasure.quoted_in = real  # type: ignore[assignment]
+    assert engine.erasure.quoted_in is real
     assert _audit_texts(r)[late] == (SECRET2, "")
     again = _erase(r, c)
     assert (again.audit, again.results) == (1, 1)
     assert _audit_texts(r)[late] == ("", "s") and _audit_texts(r)[other][1] == ""
     assert msgspec.json.decode(r.get(keys.result("t", late)))["error"]["code"] == "erased"
     assert "error" not in msgspec.json.decode(r.get(keys.result("t", other)))
+
+
+@pytest.mark.parametrize("when", ["while-running", "after"])
+def test_a_query_running_at_the_erasure_does_not_publish_the_text(
+        env: tuple[Any, Client, runtime.Runtime], monkeypatch: pytest.MonkeyPatch,
+        when: str) -> None:
+    """A job holding a query that quotes a version is held after ranking, before it
+    publishes; the note is erased meanwhile (the erasure sweeps an audit stream and results
+    that do not have the answer yet). Once the job publishes, neither its audit entry, its
+    result nor its embedding filing holds the text: the first erasure suffices. A quote sent
+    after the erasure is redacted the same way."""
+    from hivemind_memory.worker.engine import QueryEngine
+
+    r, c, rt = env
+    if when == "after":
+        _erase(r, c)
+    else:
+        real = QueryEngine._publish
+        held: list[int] = []
+
+        def publish_after_the_erasure(self: QueryEngine, todo: Any, pub: Any) -> None:
+            if not held:  # the job is mid-flight: ranked, not yet published
+                held.append(1)
+                _erase(r, c)
+            real(self, todo, pub)
+
+        monkeypatch.setattr(QueryEngine, "_publish", publish_after_the_erasure)
+    quoting, plain = _serve(c, rt, [{"text": SECRET2, "embedding": EMB},
+                                    {"text": "keep the deploy runbook"}])
+    texts = _audit_texts(r)
+    assert texts[quoting] == ("", "s") and texts[plain] == ("keep the deploy runbook", "")
+    assert msgspec.json.decode(r.get(keys.result("t", quoting)))["error"]["code"] == "erased"
+    assert "error" not in msgspec.json.decode(r.get(keys.result("t", plain)))
+    blob = b"".join(v for k in r.scan_iter() if r.type(k) == b"stream"
+                    for _, f in r.xrange(k) for v in f.values())
+    blob += b"".join(r.get(k) or b"" for k in r.scan_iter("hm:*result*")
+                     if r.type(k) == b"string")
+    assert b"door code is now" not in blob and b"4471" not in blob
+    assert msgspec.json.encode(EMB)[1:-1] not in blob
+
+
+def test_a_filter_naming_a_metadata_value_is_redacted(
+        env: tuple[Any, Client, runtime.Runtime]) -> None:
+    """A query's ``filter`` that names one of an erased note's metadata values (as a value,
+    an operand, one of an ``$in`` list) loses the filter in its audit entry (``redacted``
+    names the note) and in a waiting job; ``audit reproduce`` counts it ``erased``, not
+    different. A filter naming other values is kept."""
+    from hivemind_memory.projections.ranking.config import DEFAULT
+    from hivemind_memory.worker.audit.reproduce import reproduce_queries
+
+    r, c, rt = env
+    c.append([created("m", text="the vault room pin", metadata={"room": "vault-7731",
+                                                                "pin": 4711}),
+              created("l", text="the lobby room", metadata={"room": "lobby"})])
+    quoting = [{"room": "vault-7731"}, {"pin": {"$in": [1, 4711]}},
+               {"room": {"$ne": "vault-7731"}}]
+    plain = [{"room": "lobby"}, {"pin": {"$gt": 5000}}]
+    qids = _serve(c, rt, [{"text": "room", "filter": f} for f in quoting + plain])
+    q = jobs.queue(r, jobs.QUERY_QUEUE, Settings())
+    job = q.enqueue(jobs.QUERY_JOB, [{"query_id": "t.qf", "position": "0-0", "request": {
+        "ns": "t", "text": "room", "budget": 5, "filter": {"room": "vault-7731"}}}])
+    r.hset(keys_of(job.id), "status", b"queued")
+
+    def catch_up(ns: str, target: Any, timeout_s: float) -> None:
+        ensure_projected(r, ns, target, Settings(), timeout_s)
+
+    red = c.erase("t", ["m"], catch_up=catch_up).redaction
+    assert red.audit == 3 and red.jobs >= 1
+    entries = {e["query_id"]: e for e in (msgspec.json.decode(f[b"d"])
+                                          for _, f in r.xrange(keys.audit("t")))}
+    for qid in qids[:3]:
+        assert entries[qid]["filter"] is None and entries[qid]["redacted"] == "m"
+        assert entries[qid]["text"] == "room"  # the text quoted nothing: kept
+    for qid, f in zip(qids[3:], plain, strict=True):
+        assert entries[qid]["filter"] == f and entries[qid]["redacted"] == ""
+    assert not r.exists(keys_of(job.id))  # its only query quoted: the job goes
+    blob = b"".join(v for k in r.scan_iter() if r.type(k) == b"stream"
+                    for _, f in r.xrange(k) for v in f.values())
+    assert b"vault-7731" not in blob
+    got = reproduce_queries(r, "t", DEFAULT, qids)
+    assert got.different == 0 and got.ok, got  # the note shaped the others' scores too
+    views = {v.query_id: v for v in got.reproductions}
+    assert all(views[q].erased for q in qids[:3]), got

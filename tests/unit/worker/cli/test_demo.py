@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.schema import NoteCreated
-from hivemind_memory.projections.ranking.signals import ScoredNote
+from hivemind_memory.projections.ranking.rank_result import ScoredNote
 from hivemind_memory.worker.cli.demo import (
     ASKS,
     WIDTH,

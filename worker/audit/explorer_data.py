@@ -20,7 +20,7 @@ from hivemind_memory.projections.ranking.curves import (
 from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker.reproduce import ConfigHistory, NoteHistory, decode_served
+from hivemind_memory.worker.audit.reproduce import ConfigHistory, NoteHistory, decode_served
 
 CURVE_STEP_DAYS = 5
 """Days between two samples of the tier curves."""

@@ -28,11 +28,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import msgspec
-import redis
 import structlog
+from redis.exceptions import RedisError
 
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.beats import live_beats
+from hivemind_memory.projections.store.beats import drop_beat, live_beats, prune_beats, write_beat
 from hivemind_memory.projections.store.types import QueueConn
 
 if TYPE_CHECKING:
@@ -184,8 +184,8 @@ class Heartbeat:
     def start(self) -> Heartbeat:
         """Beat once now (a worker counts from its first moment), prune the dead, go on."""
         self.beat()
-        with contextlib.suppress(redis.RedisError):
-            self._prune()
+        with contextlib.suppress(RedisError):
+            prune_beats(self.rq)
         self._thread.start()
         return self
 
@@ -200,31 +200,15 @@ class Heartbeat:
                          namespaces=list(doing.namespaces[:MAX_BEAT_NAMESPACES]),
                          namespace_count=len(doing.namespaces), rss_bytes=doing.rss_bytes,
                          memory=doing.memory)
-        p = self.rq.pipeline(transaction=False)
-        p.set(keys.worker_beat(self.name), _enc.encode(rec), ex=self.ttl_s)
-        p.sadd(keys.WORKERS, self.name)
-        p.execute()
+        write_beat(self.rq, self.name, _enc.encode(rec), self.ttl_s)
 
     def stop(self) -> None:
         """Stop beating and delete the record (the worker is gone at once, not in 10 s)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self.every_s + 5)
-        with contextlib.suppress(redis.RedisError):
-            p = self.rq.pipeline(transaction=False)
-            p.delete(keys.worker_beat(self.name))
-            p.srem(keys.WORKERS, self.name)
-            p.execute()
-
-    def _prune(self) -> None:
-        names = [n.decode() if isinstance(n, bytes) else str(n)
-                 for n in self.rq.smembers(keys.WORKERS)]
-        if not names:
-            return
-        gone = [n for n, raw in zip(names, self.rq.mget([keys.worker_beat(n) for n in names]),
-                                    strict=True) if raw is None]
-        if gone:
-            self.rq.srem(keys.WORKERS, *gone)
+        with contextlib.suppress(RedisError):
+            drop_beat(self.rq, self.name)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -233,7 +217,7 @@ class Heartbeat:
                 return  # the record expires within the TTL: the worker counts as dead
             try:
                 self.beat()
-            except redis.RedisError as exc:  # retried at the next tick, well inside the TTL
+            except RedisError as exc:  # retried at the next tick, well inside the TTL
                 if not self._failing:  # one line per outage, not one every tick
                     log.warning("heartbeat_failed", name=self.name, error=type(exc).__name__)
                 self._failing = True

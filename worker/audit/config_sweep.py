@@ -1,11 +1,11 @@
 """``hivemind sweep``: replay a namespace's served queries under other ranking constants.
 
 Each served query is re-run on the state it saw, at the time it was served, under its own
-config with the swept keys set on top (a swept key wins over the query's own override), through
-the worker's ranking path (``worker.reproduce.Auditor.rerun``). Per combination: how many answers
-change (the list of notes, in context order, differs from what was served), the notes entering
-and leaving, the packed value (sum of the packed notes' scores) and the tokens used, beside what
-the serving configs gave.
+config with the swept keys set on top (a swept key wins over the query's own override),
+through the worker's ranking path (``worker.audit.reproduce.Auditor.rerun``). Per
+combination: how many answers change (the list of notes, in context order, differs from what
+was served), the notes entering and leaving, the packed value (sum of the packed notes'
+scores) and the tokens used, beside what the serving configs gave.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import msgspec
 
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
-from hivemind_memory.worker.reproduce import Auditor, ServedEntry, log_order
+from hivemind_memory.worker.audit.reproduce import Auditor, ServedEntry, log_order
 
 SERVED_LABEL = "as served"
 """Label of the baseline row: the configs that served the queries."""

@@ -1,8 +1,10 @@
 """The house rules of the layout, checked on the code itself.
 
 Layers point down only; within a layer nothing forms a cycle; the client never imports the
-worker; the pure layers import neither Redis nor the clock; nothing generic is importable
-from the product; benchmarks are not in the product. Imports inside functions count too.
+worker; only the store speaks Redis (imports redis, names keys, sends commands; RQ's own
+records stay in the RQ adapters); the pure layers import neither Redis nor the clock; nothing
+generic is importable from the product; benchmarks are not in the product. Imports inside
+functions count too.
 """
 
 from __future__ import annotations
@@ -204,6 +206,47 @@ def test_the_servers_and_the_root_sit_above_client_and_worker() -> None:
     assert side_of(f"{PKG}.api_stub.server.http") is None
 
 
+SERVER_WORKER_DOOR = f"{PKG}.worker.service"
+"""The one worker module the servers may import: what only the worker knows."""
+
+
+def server_reach(path: Path, module: str) -> list[str]:
+    """Where a server module reaches around its doors: any ``projections.store`` module (the
+    client is the door to the store) or a worker module but ``worker.service``."""
+    out = []
+    for t, line in imports(path, module):
+        door = t == SERVER_WORKER_DOOR or t.startswith(SERVER_WORKER_DOOR + ".")
+        if t.startswith(f"{PKG}.projections.store") or (
+                t.startswith(f"{PKG}.worker.") and not door):
+            out.append(f"{path.name}:{line} imports {t}")
+    return out
+
+
+def test_the_servers_go_through_the_client_and_the_worker_service() -> None:
+    """``api_stub/server/*`` import no ``projections.store`` module and, of the worker, only
+    ``worker.service``: the store is reached through ``Client``."""
+    servers = {m: p for m, p in modules().items() if m.startswith(f"{PKG}.api_stub.server.")}
+    assert f"{PKG}.api_stub.server.http" in servers and len(servers) > 5
+    bad = [b for m, p in servers.items() for b in server_reach(p, m)]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("line", [
+    "from hivemind_memory.projections.store import results",
+    "from hivemind_memory.projections.store.readmodel import read_notes",
+    "from hivemind_memory.worker.ops import metrics",
+    "from hivemind_memory.worker.ops.status import read_status",
+    "import hivemind_memory.worker.audit.reproduce",
+])
+def test_the_server_rule_would_catch_a_reach_around(line: str, tmp_path: Path) -> None:
+    f = tmp_path / "http.py"
+    f.write_text(f"def f():\n    {line}\n")
+    assert server_reach(f, f"{PKG}.api_stub.server.http")
+    f.write_text("from hivemind_memory.worker.service import WorkerService\n"
+                 "from hivemind_memory.projections.state import NoteRow\n")
+    assert not server_reach(f, f"{PKG}.api_stub.server.http")
+
+
 def test_the_side_rule_would_catch_the_sdk_importing_the_worker(tmp_path: Path) -> None:
     f = tmp_path / "sdk.py"
     f.write_text("def f():\n    from hivemind_memory.worker.inprocess import start_embedded\n")
@@ -254,3 +297,144 @@ def test_the_base_install_imports_no_framework() -> None:
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert got.stdout.strip() == "[]"
+
+
+STORE = "projections.store"
+RQ_ADAPTERS = {f"{PKG}.api_stub.protocol.jobs", f"{PKG}.api_stub.protocol.job_erasure",
+               f"{PKG}.worker.rqworker"}
+"""Where RQ's own records (``rq:`` jobs, workers and queues, through RQ's ``Queue``, ``Job``
+and ``Worker`` and their hashes) are read and written: the protocol's job adapters and the
+worker's RQ worker. Every key of hivemind's own is the store's."""
+REDIS_COMMANDS = frozenset({
+    "xadd", "xrange", "xrevrange", "xlen", "xread", "xtrim", "xdel", "hget", "hset", "hsetnx",
+    "hmget", "hgetall", "hlen", "hdel", "hincrby", "sadd", "srem", "smembers", "scard",
+    "sismember", "sscan_iter", "mget", "mset", "setex", "setnx", "scan_iter", "zadd",
+    "zrange", "zrem", "zcard", "evalsha", "execute_command", "expire", "pexpire", "incr",
+    "incrby", "getdel", "lrange", "llen", "rpush", "lpush", "blpop", "dbsize", "flushdb",
+    "flushall"})
+"""Methods that are Redis commands by name alone (``get``/``set``/``delete`` are left out:
+too many other things have them; the key-name rule catches their keys)."""
+
+
+def _outside_store(m: str) -> bool:
+    rel = _rel(m)
+    return not (rel == STORE or rel.startswith(STORE + "."))
+
+
+def redis_imports(path: Path, module: str) -> list[str]:
+    """Imports of ``redis`` in ``path`` other than its exceptions (which anyone may catch)."""
+    return [f"{line} imports {t}" for t, line in imports(path, module)
+            if (t == "redis" or t.startswith("redis."))
+            and not (t == "redis.exceptions" or t.startswith("redis.exceptions."))]
+
+
+def _key_names() -> set[str]:
+    """The names of ``store.keys`` that are or build key names: its functions and its string
+    constants (its numbers, TTLs and intervals, are settings anyone may read)."""
+    from hivemind_memory.projections.store import keys
+
+    return {n for n, v in vars(keys).items()
+            if not n.startswith("__") and (callable(v) or isinstance(v, str | bytes))}
+
+
+def key_building(path: Path) -> list[str]:
+    """Uses in ``path`` of ``store.keys``'s key names, and literal keys (``hm:...``)."""
+    from hivemind_memory.projections.store.keys import PREFIX
+
+    tree = ast.parse(path.read_text(), str(path))
+    names = _key_names()
+    aliases: set[str] = set()
+    bad: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == f"{PKG}.{STORE}":
+            aliases |= {a.asname or a.name for a in node.names if a.name == "keys"}
+        elif isinstance(node, ast.ImportFrom) and node.module == f"{PKG}.{STORE}.keys":
+            bad += [f"{node.lineno} imports keys.{a.name}" for a in node.names
+                    if a.name in names or a.name == "*"]
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names
+                        if a.name == f"{PKG}.{STORE}.keys" and a.asname}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith(f"{PREFIX}:"):
+            bad.append(f"{node.lineno} spells a key ({node.value!r})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr in names:
+            bad.append(f"{node.lineno} uses keys.{node.attr}")
+    return bad
+
+
+def redis_commands(path: Path) -> list[str]:
+    """Calls in ``path`` of methods named for a Redis command."""
+    return [f"{node.lineno} calls .{node.func.attr}()"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in REDIS_COMMANDS]
+
+
+def test_only_the_store_imports_redis() -> None:
+    """Outside ``projections/store/`` a module may import ``redis.exceptions`` (to catch a
+    store's error), nothing else of redis: connections, pipelines and clusters are the
+    store's."""
+    bad = [f"{path.relative_to(ROOT)}:{b}" for m, path in modules().items()
+           if _outside_store(m) for b in redis_imports(path, m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_store_names_keys() -> None:
+    """Key names are built in the store only: no module outside it uses a key name or key
+    function of ``store.keys`` or spells a key."""
+    bad = [f"{path.relative_to(ROOT)}:{b}" for m, path in modules().items()
+           if _outside_store(m) for b in key_building(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_store_and_the_rq_adapters_send_redis_commands() -> None:
+    bad = [f"{path.relative_to(ROOT)}:{b}" for m, path in modules().items()
+           if _outside_store(m) and m not in RQ_ADAPTERS for b in redis_commands(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_store_rules_would_catch_redis_outside_it(tmp_path: Path) -> None:
+    """The checkers themselves, on a module that breaks each rule once (and one that keeps
+    them: catching a store's error)."""
+    f = tmp_path / "bad.py"
+    f.write_text("import redis\nfrom redis.cluster import RedisCluster\n"
+                 "from redis.exceptions import RedisError\n"
+                 "from hivemind_memory.projections.store import keys as k\n"
+                 "from hivemind_memory.projections.store.keys import WORKERS, SWEEP_INTERVAL_S\n"
+                 "def f(r):\n"
+                 "    r.xlen(k.stream('a'))\n"
+                 "    r.set('hm:{a}:x', 1, ex=k.SCHEDULE_TTL_SECONDS)\n")
+    mod = f"{PKG}.worker.bad"
+    assert [b.split()[0] for b in redis_imports(f, mod)] == ["1", "2", "2"]
+    assert sorted(key_building(f)) == ["5 imports keys.WORKERS", "7 uses keys.stream",
+                                       "8 spells a key ('hm:{a}:x')"]
+    assert redis_commands(f) == ["7 calls .xlen()"]
+    assert _outside_store(mod) and not _outside_store(f"{PKG}.{STORE}.log")
+
+
+def unmapped_modules(design: str) -> list[str]:
+    """Product modules that ``design``'s module map does not name: each folder's bullet
+    (``- `folder/`: ...`` and its indented lines) must name each of its modules as
+    ```name.py```."""
+    import re
+
+    bullets: dict[str, str] = {}
+    for m in re.finditer(r"^- `([\w/]+/)`[^\n]*(?:\n  [^\n]*)*", design, re.M):
+        bullets[m.group(1)] = bullets.get(m.group(1), "") + m.group(0)
+    out = []
+    for path in sorted(modules().values()):
+        rel = path.relative_to(ROOT)
+        if f"`{rel.name}`" not in bullets.get(rel.parent.as_posix() + "/", ""):
+            out.append(rel.as_posix())
+    return out
+
+
+def test_the_module_map_names_every_module() -> None:
+    """``docs/design.md``'s module map lists every product module under its folder."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    assert unmapped_modules(design) == []
+    # and the check can fail: a module dropped from its bullet is missed
+    assert unmapped_modules(design.replace("`counters.py`", "`counter.py`")) == \
+        ["projections/store/counters.py"]

@@ -29,11 +29,11 @@ from hivemind_memory.events.schema import EVENT_TYPES, Event
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.reduce import Undecodable
 from hivemind_memory.projections.store import audit_trail as audit_store
-from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.log import append, iter_all
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.readmodel import decode_entry
 from hivemind_memory.projections.store.types import Store
-from hivemind_memory.worker.reproduce import all_served
+from hivemind_memory.worker.audit.reproduce import all_served
 
 CHUNK = 1000
 """Events per pipelined append on import."""
@@ -181,7 +181,7 @@ def import_archive(r: Store, path: str, *, on_chunk: Callable[[set[str]], None] 
                 got.errors.append(f"line {lineno}: query {d['query_id']} is not of the "
                                   f"archive's namespace")
         for ns in sorted(got.nss):
-            n = int(r.xlen(keys.stream(ns)))
+            n = log_length(r, ns)
             if n:
                 got.errors.append(f"namespace {ns} already has {n} event(s): an archive with "
                                   "audit lines must be imported into an empty namespace")

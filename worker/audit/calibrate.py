@@ -12,7 +12,7 @@ Two sources of labels:
   ``as_of`` in entries written before that field), else 0: a use before the answer was
   served, after the window, or by another agent is no evidence of that answer. Notes it was
   not shown carry no label (the agent could not have used them). Each query is ranked on the
-  state it was served on (``worker.reproduce.States``, as ``audit reproduce`` does).
+  state it was served on (``worker.audit.reproduce.States``, as ``audit reproduce`` does).
 
 The queries are split (seeded, by query) into a fitted part and a held-out part; the model is
 ``projections.ranking.fitting.fit_logistic`` over the product's own features
@@ -50,8 +50,8 @@ from hivemind_memory.projections.store.log import iter_all
 from hivemind_memory.projections.store.readmodel import decode_entry
 from hivemind_memory.projections.store.rebuild import fold_log
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker.audit.reproduce import Auditor, all_served, log_order
 from hivemind_memory.worker.engine import run_rank
-from hivemind_memory.worker.reproduce import Auditor, all_served, log_order
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_BUDGET = 1_000
@@ -89,7 +89,7 @@ class Report:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-class States:
+class ExampleIndexes:
     """The index each example is ranked on."""
 
     def __init__(self, r: Store, ns: str, cfg: RankingConfig, embedder: Embedder | None,
@@ -236,7 +236,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
         examples = from_uses(r, ns, auditor, window, skipped)
         source = "uses reported after served queries"
     fit_keys, out_keys = split(examples, holdout, seed)
-    states = States(r, ns, base, embedder, auditor)
+    states = ExampleIndexes(r, ns, base, embedder, auditor)
     xs: list[FloatArray] = []
     ys: list[FloatArray] = []
     offs: list[FloatArray] = []
@@ -268,7 +268,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
                   skipped=skipped)
 
 
-def _walk(examples: Sequence[Example], states: States
+def _walk(examples: Sequence[Example], states: ExampleIndexes
           ) -> Iterator[tuple[Example, NamespaceIndex]]:
     """Each example with the index it is ranked on (served ones in log order)."""
     for ex in examples:

@@ -12,16 +12,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import msgspec
-from rq import Worker
 
-from hivemind_memory.api_stub.protocol.jobs import query_queue_name
+from hivemind_memory.api_stub.protocol.jobs import query_queue_name, worker_records
 from hivemind_memory.events.positions import ZERO, Position, format_pos, parse_pos
-from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.counters import read_counters
 from hivemind_memory.projections.store.log import namespaces, read_after
 from hivemind_memory.projections.store.readmodel import DeadLetterRow, dead_total, read_dead
 from hivemind_memory.projections.store.results import AUDIT_FIELD
-from hivemind_memory.projections.store.types import QueueConn, Store, as_bytes, stream_entries
-from hivemind_memory.worker.heartbeat import IndexMemory, read_beats
+from hivemind_memory.projections.store.types import QueueConn, Store, StreamEntry
+from hivemind_memory.worker.ops.heartbeat import IndexMemory, read_beats
 
 LEGACY_COUNT_PAGE = 10_000
 """Page size when counting the unprojected entries of a read model older than ``projected``."""
@@ -115,11 +114,9 @@ def _count_after(r: Store, ns: str, after: Position) -> int:
         pos = parse_pos(got[-1].id)
 
 
-def _last_query(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> LastQuery | None:
-    entries = stream_entries(raw)
-    if not entries:
+def _last_query(e: StreamEntry | None) -> LastQuery | None:
+    if e is None:
         return None
-    e = entries[-1]
     try:
         ev = msgspec.json.decode(e.fields.get(AUDIT_FIELD, b"{}"))
         as_of = msgspec.convert(ev.get("as_of"), datetime)
@@ -132,18 +129,10 @@ def _last_query(raw: list[tuple[bytes, dict[bytes, bytes]]]) -> LastQuery | None
 def namespace_status(r: Store, ns: str, now: datetime) -> NamespaceStatus:
     """The status of one namespace at ``now`` (one pipelined read, plus one range read when
     it is behind)."""
-    p = r.pipeline(transaction=True)
-    p.xlen(keys.stream(ns))
-    p.get(keys.checkpoint(ns))
-    p.get(keys.projected(ns))
-    p.xlen(keys.dead(ns))
-    p.xlen(keys.audit(ns))
-    p.xrevrange(keys.audit(ns), count=1)
-    length, cp_raw, projected_raw, dead, served, audit = p.execute()
-    cp = parse_pos(None if cp_raw is None else as_bytes(cp_raw))
-    length = int(length)
-    if projected_raw is not None:
-        projected = int(projected_raw)
+    c = read_counters(r, ns)
+    cp, length = c.checkpoint, c.stream_length
+    if c.projected is not None:
+        projected = c.projected
         lag = max(0, length - projected)
     elif cp == ZERO:
         projected, lag = 0, length
@@ -157,8 +146,8 @@ def namespace_status(r: Store, ns: str, now: datetime) -> NamespaceStatus:
             lag_s = max(0.0, (now - _utc_ms(_entry_ms(first[0].id))).total_seconds())
     return NamespaceStatus(ns=ns, stream_length=length, checkpoint=format_pos(cp),
                            projected=projected, lag_entries=lag, lag_seconds=round(lag_s, 3),
-                           dead_letters=int(dead), queries_served=int(served),
-                           last_query=_last_query(audit))
+                           dead_letters=c.dead_letters,
+                           queries_served=c.audit_length, last_query=_last_query(c.last_audit))
 
 
 def _text(v: object) -> str | None:
@@ -166,17 +155,11 @@ def _text(v: object) -> str | None:
 
 
 def live_workers(rq: QueueConn) -> list[WorkerStatus]:
-    """Worker processes whose heartbeat is alive (``worker.heartbeat``: a SIGKILLed worker
+    """Worker processes whose heartbeat is alive (``worker.ops.heartbeat``: a SIGKILLed worker
     drops out within ``keys.WORKER_BEAT_TTL_SECONDS``), with RQ's state and job counters
     where RQ's registry has them (the ``hivemind worker`` process), else their own."""
     beats = read_beats(rq)
-    rows: list[list[object]] = []
-    if beats:
-        p = rq.pipeline(transaction=False)
-        for b in beats:
-            p.hmget(Worker.redis_worker_namespace_prefix + b.name, "state",
-                    "successful_job_count", "failed_job_count")
-        rows = p.execute()
+    rows = worker_records(rq, [b.name for b in beats])
     out = []
     for b, (state, ok, failed) in zip(beats, rows, strict=True):
         out.append(WorkerStatus(

@@ -5,7 +5,7 @@ Two kinds, on one registry:
 * read from Redis at each scrape (``StoreCollector``), so every process reports the same
   figures whoever did the work: events appended and projected per namespace, projection lag
   in entries and seconds, dead letters, queries served (the audit stream's length), live
-  workers (their heartbeats, ``worker.heartbeat``: the count ``/readyz`` uses);
+  workers (their heartbeats, ``worker.ops.heartbeat``: the count ``/readyz`` uses);
 * counted in this process: projection batches and events it folded, queries it answered
   (by outcome), query latency, index loads (full / incremental).
 
@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from hivemind_memory.projections.store.readmodel import BatchInfo
 from hivemind_memory.projections.store.types import QueueConn, Store
-from hivemind_memory.worker.status import WorkerStatus, live_workers, read_status
+from hivemind_memory.worker.ops.status import WorkerStatus, live_workers, read_status
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The content type of ``render()``'s bytes."""
@@ -187,9 +187,11 @@ def render() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def serve_metrics(port: int, host: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` on ``host:port`` from a daemon thread of this process."""
-    start_http_server(port, addr=host, registry=REGISTRY)
+def serve_metrics(port: int, host: str = "0.0.0.0") -> int:
+    """Serve ``/metrics`` on ``host:port`` from a daemon thread of this process; the bound port
+    (the one the system picked for port 0)."""
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    return int(server.server_address[1])
 
 
 __all__ = ["CONTENT_TYPE", "REGISTRY", "StoreCollector", "live_workers", "observe_batch",

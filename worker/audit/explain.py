@@ -31,15 +31,15 @@ from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.filters import matches, parse_filter
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.packing import pack_positions
+from hivemind_memory.projections.ranking.rank_result import RankResult, ScoredNote
 from hivemind_memory.projections.ranking.ranker import allowed_slots, rank_index
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
-from hivemind_memory.projections.ranking.signals import RankResult, ScoredNote
 from hivemind_memory.projections.ranking.why import REASON_TEXT, Why
 from hivemind_memory.projections.state import NoteState, tier_of
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
 from hivemind_memory.projections.store.types import Store
+from hivemind_memory.worker.audit.reproduce import LEGACY, Auditor, ServedEntry, decode_served
 from hivemind_memory.worker.engine import run_rank, to_result, with_shown
-from hivemind_memory.worker.reproduce import LEGACY, Auditor, ServedEntry, decode_served
 
 MAX_ROWS = 1000
 """Most notes an explanation lists (shown first, then the strongest left out); the rest are

@@ -32,8 +32,8 @@ import msgspec
 import numpy as np
 
 from hivemind_memory.projections.ranking.analyzer import analyze
+from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
 from hivemind_memory.projections.ranking.columns import FloatArray
-from hivemind_memory.projections.ranking.relevance import idf, tokenize
 
 _WORD = re.compile(r"\S+\s*")
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import BaseModel, Field, ValidationError
@@ -158,7 +159,8 @@ def build_server(resolve: Resolver) -> MCPServer:
             context=got.context,
             notes=[RecalledNote(note_id=n.note_id, created_at=n.created_at, score=n.score,
                                 tokens=n.tokens, tier=n.tier, metadata=n.metadata or None,
-                                passage=None if n.passage is None else Passage(**n.passage))
+                                passage=None if n.passage is None
+                                else Passage(**msgspec.structs.asdict(n.passage)))
                    for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 

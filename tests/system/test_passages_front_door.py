@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hivemind_memory import Memory
 from tests.support import HIVEMIND
 from tests.support.frontdoor import ALICE, call, start_live
@@ -82,8 +84,8 @@ def test_the_runbook_passage_through_the_sdk_and_mcp(tmp_path: Path) -> None:
         got = mem.recall(QUESTION, 500)
         assert got.note_ids == ["runbook"] and ANSWER in got.context
         p = got.notes[0].passage
-        assert p is not None and got.notes[0].text == text[p["start"]:p["end"]]
-        assert f"| passage {p['index'] + 1}/36]" in got.context
+        assert p is not None and got.notes[0].text == text[p.start:p.end]
+        assert f"| passage {p.index + 1}/36]" in got.context
         assert mem.used(*got.note_ids) == 1
         note = mem.get("runbook")
         assert note is not None and note.uses == 1 and note.text == text
@@ -94,7 +96,7 @@ def test_the_runbook_passage_through_the_sdk_and_mcp(tmp_path: Path) -> None:
                 assert not out.is_error
                 notes = out.structured_content["notes"]  # type: ignore[index]
                 assert [x["note_id"] for x in notes] == ["runbook"]
-                assert notes[0]["passage"] == p
+                assert notes[0]["passage"] == msgspec.structs.asdict(p)
                 assert ANSWER in out.structured_content["context"]  # type: ignore[index]
 
         anyio.run(main)

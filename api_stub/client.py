@@ -451,6 +451,12 @@ class Client:
         return [(e.id.decode(), audit_event(e))
                 for e in reversed(audit_page(self.store, ns, None, limit))]
 
+    def namespaces(self) -> list[str]:
+        """Every namespace that has had an event appended, sorted."""
+        from hivemind_memory.projections.store.log import namespaces
+
+        return namespaces(self.store)
+
     def ping(self) -> None:
         """Raise the store's error if it does not answer."""
         self.store.ping()

@@ -33,12 +33,12 @@ QUERY_LEVELS = 256
 """A query's largest component becomes +-256."""
 EXACT_F32 = 1 << 24
 """float32 holds every integer below this exactly."""
-COMPACT_MAX_SLOTS = 2_048
+COMPACT_MAX_SLOTS = 1_024
 """Up to this many slots the vectors are held as int8 (what they are) and widened for each
-product (at 2,048 slots x 128 components, ~0.3 M values: tens of microseconds); past it as
-float32 (or float64), which BLAS multiplies in place. Small namespaces, many of them in one
-worker, take a quarter of the memory; large ones, where a query's product dominates, keep
-the speed."""
+product; past it as float32 (or float64), which BLAS multiplies in place. Small namespaces,
+many of them in one worker, take a quarter of the vector memory; the widening costs a
+product (one per batch and namespace) +6 us at 100 notes and +28 us at 1,000 (41 -> 47 and
+68 -> 96 us, 128 components), +125 us at 2,048, hence the bound."""
 
 
 def quantize(v: npt.NDArray[np.floating[Any]], levels: int) -> tuple[FloatArray, FloatArray]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -50,13 +51,18 @@ from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.logfile import (
     BACKUP_PREFIX,
     LOG_NAME,
+    TRIM_FIELD,
+    Position,
     Record,
     RecordChange,
     check,
+    compact_file,
     frame,
     lock_directory,
+    parse_id,
     rewrite_file,
     scan,
+    trims,
 )
 from hivemind_memory.projections.store.types import Store
 
@@ -78,10 +84,10 @@ def fsck_hint(url: str) -> str:
             "losing an acknowledged record (the old file is kept beside it)")
 
 
-TRIM_FIELD = b"\x00minid"
-"""Pseudo-field a logged XADD record carries when the XADD trimmed its stream (``MINID``, the
-audit retention): its value is the MINID. Replay strips it and trims again, exactly, so an
-entry dropped before a restart stays dropped. Never a field of a stream entry."""
+COMPACT_EVERY_S = 3600.0
+"""Longest a ``memory://PATH`` file keeps the records of entries a trim (the audit retention)
+dropped: it is compacted (``logfile.compact_file``) at most this long after, and at every
+start."""
 
 
 def _xadd_parts(args: list[bytes]) -> tuple[bytes | None, list[bytes]]:
@@ -144,6 +150,18 @@ class StreamLog:
         self._durable = 0
         """Records written and fsynced so far."""
         self._broken: str | None = None
+        self._oldest: dict[bytes, Position] = {}
+        """Per stream key, the id of its oldest record in the file."""
+        self._stale = False
+        """The file holds records a later trim dropped (``compact``)."""
+        self._compacted_at = time.monotonic()
+
+    def _note_records(self, records: list[Record]) -> None:
+        """Learn the oldest record of each key and whether any was trimmed since."""
+        self._oldest = {}
+        for rec in records:
+            self._oldest.setdefault(rec.key, rec.position)
+        self._stale = any(m > self._oldest.get(k, m) for k, m in trims(records).items())
 
     def load(self) -> list[Record]:
         """Every record of the file, in order, once it is known to replay: a torn tail is cut
@@ -161,6 +179,10 @@ class StreamLog:
                 os.ftruncate(self._fd, sc.tail.start)
                 os.fsync(self._fd)
                 self._size = sc.tail.start
+        self._note_records(sc.records)
+        if self._stale:  # at every start: the trimmed records go (replay is the same)
+            with self._writing:
+                self._compact()
         return sc.records
 
     def queue(self, key: bytes, entry_id: bytes, fields: list[bytes]) -> int:
@@ -168,6 +190,13 @@ class StreamLog:
         before that XADD. Returns its sequence number (for ``sync``)."""
         self._queued.append(frame(key, entry_id, fields))
         self._seq += 1
+        if len(fields) >= 2 and fields[-2] == TRIM_FIELD:
+            m = parse_id(fields[-1])
+            oldest = self._oldest.get(key)
+            if m is not None and oldest is not None and m > oldest:
+                self._stale = True
+        if key not in self._oldest and (p := parse_id(entry_id)) is not None:
+            self._oldest[key] = p
         return self._seq
 
     def append(self, key: bytes, entry_id: bytes, fields: list[bytes]) -> None:
@@ -194,6 +223,30 @@ class StreamLog:
                 self._undo(chunk, exc)
                 raise StoreError(f"cannot write the embedded store's log {self.path}: "
                                  f"{exc}") from exc
+            if self._stale and time.monotonic() - self._compacted_at >= COMPACT_EVERY_S:
+                self._compact()
+
+    def _compact(self) -> int:
+        """Drop the records of trimmed entries from the file and the backups ``fsck`` kept
+        beside it, crash-safely (``logfile.compact_file``); the caller holds ``_writing`` and
+        everything queued is written. A failure is logged and retried at the next chance
+        (the file stays whole either way). How many records were dropped."""
+        n = 0
+        try:
+            with self.ordering:
+                n = compact_file(self.path)
+                for backup in sorted(self.path.parent.glob(BACKUP_PREFIX + "*")):
+                    n += compact_file(backup)
+                os.close(self._fd)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+                self._size = os.fstat(self._fd).st_size
+                self._note_records(scan(self.path.read_bytes()).records)
+        except OSError as exc:
+            log.warning("embedded_log_compaction_failed", path=str(self.path), error=str(exc))
+        self._compacted_at = time.monotonic()
+        if n:
+            log.info("embedded_log_compacted", path=str(self.path), records_dropped=n)
+        return n
 
     def rewrite(self, change: RecordChange) -> int:
         """Rewrite the records ``change`` changes (an erasure's redaction), in the file and in

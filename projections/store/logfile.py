@@ -353,6 +353,54 @@ def rewritten(data: bytes, change: RecordChange) -> tuple[bytes, int]:
     return b"".join(out), n
 
 
+TRIM_FIELD = b"\x00minid"
+"""Pseudo-field a logged XADD record carries when the XADD trimmed its stream (``MINID``, the
+audit retention): its value is the MINID. Replay strips it and trims again, exactly, so an
+entry dropped before a restart stays dropped. Never a field of a stream entry."""
+
+
+def trims(records: list[Record]) -> dict[bytes, Position]:
+    """Per stream key, the greatest ``MINID`` its records trimmed it to (``TRIM_FIELD``)."""
+    out: dict[bytes, Position] = {}
+    for rec in records:
+        f = rec.fields
+        if (len(f) >= 2 and f[-2] == TRIM_FIELD and (m := parse_id(f[-1])) is not None
+                and m > out.get(rec.key, (0, 0))):
+            out[rec.key] = m
+    return out
+
+
+def compacted(data: bytes) -> tuple[bytes, int]:
+    """``data`` (a log file's bytes) without the records a later record of their stream
+    trimmed (entry id below the greatest ``MINID`` logged for the key): replaying either
+    gives the same streams (the record that trimmed them is newer than its MINID, so it
+    stays, and replays the trim). Every other byte kept; how many records were dropped."""
+    sc = scan(data)
+    cut = trims(sc.records)
+    if not cut:
+        return data, 0
+    out: list[bytes] = []
+    pos = n = 0
+    for rec in sc.records:
+        m = cut.get(rec.key)
+        if m is None or rec.position >= m:
+            continue
+        out.append(data[pos:rec.offset])
+        pos = rec.end
+        n += 1
+    out.append(data[pos:])
+    return b"".join(out), n
+
+
+def compact_file(path: Path) -> int:
+    """Drop the trimmed records of the log file ``path`` (``compacted``), crash-safely as
+    ``rewrite_file``. How many records were dropped (0: the file was left as it is)."""
+    new, n = compacted(path.read_bytes())
+    if n:
+        _replace(path, new)
+    return n
+
+
 def rewrite_file(path: Path, change: RecordChange) -> int:
     """Rewrite the log file ``path`` with ``rewritten``, crash-safely: a new file beside it,
     fsynced, renamed over it, the directory fsynced (a crash leaves the old file or the new
@@ -361,6 +409,13 @@ def rewrite_file(path: Path, change: RecordChange) -> int:
     new, n = rewritten(data, change)
     if n == 0:
         return 0
+    _replace(path, new)
+    return n
+
+
+def _replace(path: Path, new: bytes) -> None:
+    """Put ``new`` in place of the file ``path``: written beside it, fsynced, renamed over
+    it, the directory fsynced."""
     tmp = path.with_name(path.name + ".erase-tmp")
     with open(tmp, "wb") as fh:
         fh.write(new)
@@ -368,7 +423,6 @@ def rewrite_file(path: Path, change: RecordChange) -> int:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
-    return n
 
 
 @dataclass

@@ -138,3 +138,49 @@ def test_a_query_embedding_is_filed_again_past_the_retention_and_dropped_at_twic
         assert after[0] == got[1] and len(after) == 2 and after[1][1] != first[0][1]
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("compact_every", [0.0, 3600.0], ids=["at-once", "at-restart"])
+def test_streams_log_loses_the_bytes_of_trimmed_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compact_every: float) -> None:
+    """After a trim, ``streams.log`` is compacted: the records of the dropped audit entries
+    leave the file (within ``COMPACT_EVERY_S``, and at every start), crash-safely, and a
+    restart replays the same audit stream."""
+    from hivemind_memory.projections.store import embedded
+    from hivemind_memory.projections.store.logfile import LOG_NAME, scan
+
+    def record_bytes(entry_id: bytes) -> list[bytes]:
+        data = log_file.read_bytes()
+        return [data[r.offset:r.end] for r in scan(data).records
+                if r.key == keys.audit(NS).encode() and r.entry_id == entry_id]
+
+    monkeypatch.setattr(embedded, "COMPACT_EVERY_S", compact_every)
+    log_file = tmp_path / "store" / LOG_NAME
+    url = f"memory://{tmp_path / 'store'}"
+    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
+    s = Settings.from_env(redis_url=url)
+    m = Memory(url, ns=NS, agent="alice", settings=s)
+    try:
+        m.remember("deploy the staging cluster on friday")
+        m.recall("the staging question", budget=200)
+        m.recall("friday deploy", budget=200)
+        ids = _ids(url)
+        [old] = record_bytes(ids[0])
+        assert old in log_file.read_bytes()
+        later = datetime.fromtimestamp(_ms(ids[1]) / 1000, UTC) + timedelta(days=1)
+        monkeypatch.setattr(engine, "utcnow", lambda: later)
+        m.recall("staging", budget=200)
+        kept = _ids(url)
+        assert ids[0] not in kept and kept[0] == ids[1]
+    finally:
+        m.close()  # its worker's last write (and the compaction after it) is done
+    if compact_every == 0:  # read before the store is opened again (which compacts too)
+        assert old not in log_file.read_bytes() and record_bytes(ids[0]) == []
+    else:
+        assert old in log_file.read_bytes()  # kept until COMPACT_EVERY_S passed
+    assert len(record_bytes(ids[1])) == 1  # a kept entry stays
+    connection.close_embedded(url)
+    assert _ids(url) == kept  # the compacted file replays the same stream
+    assert old not in log_file.read_bytes() and record_bytes(ids[0]) == []
+    assert len(record_bytes(ids[1])) == 1
+    assert not list(log_file.parent.glob("*.erase-tmp"))

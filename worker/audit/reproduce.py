@@ -384,7 +384,9 @@ class Auditor:
         audit entry and the embedding entry record): erased note -> what went."""
         out: dict[str, str] = {}
         if s.redacted:
-            out[s.redacted] = f"query text was a version of note {s.redacted}, erased since"
+            out[s.redacted] = (f"query text was a version of note {s.redacted}, erased since"
+                               if not s.text else f"query filter named a metadata value of "
+                               f"note {s.redacted}, erased since")
         nid = self.erased_embeddings.get(s.embedding_digest) if s.embedding_digest else None
         if nid is not None:
             out.setdefault(nid, f"query embedding was note {nid}'s, erased since")

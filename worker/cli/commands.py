@@ -15,15 +15,15 @@ import structlog
 from redis.exceptions import RedisError
 
 from hivemind_memory.api_stub.client import Client
-from hivemind_memory.api_stub.protocol.jobs import parse_shards, queue_connection
+from hivemind_memory.api_stub.protocol.jobs import parse_shards
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.events.positions import Position
 from hivemind_memory.events.schema import ID_PATTERN
 from hivemind_memory.projections.ranking import curves
-from hivemind_memory.projections.ranking.config import load_config
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, load_config
 from hivemind_memory.projections.ranking.dupsketch import spec_of
-from hivemind_memory.projections.state import note_row, tier_of
+from hivemind_memory.projections.state import note_row
 from hivemind_memory.projections.store.connection import connect, connect_queue
 from hivemind_memory.projections.store.dupindex import lookup_diffs
 from hivemind_memory.projections.store.erasure import erasure_counts
@@ -31,7 +31,6 @@ from hivemind_memory.projections.store.ingest import IngestReport, ingest
 from hivemind_memory.projections.store.lease import acquire_lease
 from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.projections.store.readmodel import read_notes
 from hivemind_memory.projections.store.rebuild import (
     LeaseLost,
     diff_notes,
@@ -41,14 +40,19 @@ from hivemind_memory.projections.store.rebuild import (
 )
 from hivemind_memory.projections.store.types import QueueConn
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
+from hivemind_memory.worker.cli.args import (
+    fail,
+    progress,
+    warn_unknown_namespaces,
+    write_port_file,
+)
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_status, redis_message
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.ops import logs, metrics
-from hivemind_memory.worker.ops.status import dead_letters, read_status
 from hivemind_memory.worker.projector import ensure_projected
+from hivemind_memory.worker.service import WorkerService
 
 log = structlog.get_logger("hivemind.cli")
 _json = msgspec.json.Encoder()
@@ -108,17 +112,29 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
     if args.metrics_port is not None:
         metrics.watch_store(rt.store, rt.rq)
         try:
-            metrics.serve_metrics(args.metrics_port, args.metrics_host)
+            port = metrics.serve_metrics(args.metrics_port, args.metrics_host)
         except OSError as exc:
             return fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                         f"{exc.strerror or exc}")
-        log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
+        log.info("metrics_serving", host=args.metrics_host, port=port)
+        if args.metrics_port_file:
+            write_port_file(args.metrics_port_file, port)
     return run_worker(rt, args.burst, idle_s=args.sweep_every, shards=shards)
 
 
+def client_of(s: Settings) -> Client:
+    """A client of the store the settings name (the read commands' door to it)."""
+    return Client(connect(s.redis_url), _queue_conn(s), settings=s)
+
+
+def service_of(c: Client, cfg: RankingConfig = DEFAULT) -> WorkerService:
+    """The worker's views over ``c``'s store under ``cfg`` (``status`` and ``dead`` read no
+    ranking config, so they leave it at the default instead of loading one)."""
+    return WorkerService(c.store, c.rq, cfg, c.settings.shards)
+
+
 def cmd_status(args: argparse.Namespace, s: Settings) -> int:
-    r = connect(s.redis_url)
-    st = read_status(r, queue_connection(r, _queue_conn(s)), datetime.now(UTC), shards=s.shards)
+    st = service_of(client_of(s)).status(datetime.now(UTC))
     if args.json:
         sys.stdout.write(_json.encode(st).decode() + "\n")
         return 0
@@ -127,19 +143,17 @@ def cmd_status(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_notes(args: argparse.Namespace, s: Settings) -> int:
-    r = connect(s.redis_url)
-    cfg = load_config(s.config_path)
-    warn_unknown_namespaces([args.ns], namespaces(r))
-    notes = read_notes(r, args.ns)
+    client = client_of(s)
+    client.config()  # a bad config file is named before anything is read
+    warn_unknown_namespaces([args.ns], client.namespaces())
+    notes = client.notes(args.ns)
     out = sys.stdout
-    for nid in sorted(notes):
-        n = notes[nid]
+    for n in notes:
         if args.json:
-            out.write(_json.encode(note_row(n, cfg)).decode() + "\n")
+            out.write(_json.encode(n).decode() + "\n")
         else:
             flag = " (forgotten)" if n.forgotten else ""
-            tier = tier_of(n.uses, n.kind, cfg)
-            out.write(f"{n.note_id:<24} {tier:<9} uses={n.uses:<4} tokens={n.tokens:<7} "
+            out.write(f"{n.note_id:<24} {n.tier:<9} uses={n.uses:<4} tokens={n.tokens:<7} "
                       f"{n.scope:<7} {n.kind:<7} {n.agent:<16} "
                       f"{n.created_at.isoformat()}{flag}\n")
     if not args.json:
@@ -245,9 +259,9 @@ def cmd_erase(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_dead(args: argparse.Namespace, s: Settings) -> int:
-    r = connect(s.redis_url)
-    warn_unknown_namespaces([args.ns], namespaces(r))
-    got = dead_letters(r, args.ns, args.limit)
+    client = client_of(s)
+    warn_unknown_namespaces([args.ns], client.namespaces())
+    got = service_of(client).dead(args.ns, args.limit)
     for d in got.dead:
         if args.json:
             sys.stdout.write(_json.encode(d).decode() + "\n")

@@ -12,10 +12,9 @@ import msgspec
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import QueryError
 from hivemind_memory.projections.ranking.config import load_config
-from hivemind_memory.projections.store.connection import connect
-from hivemind_memory.projections.store.log import namespaces
-from hivemind_memory.worker.audit.explain import Considered, Explanation, explain
+from hivemind_memory.worker.audit.explain import Considered, Explanation
 from hivemind_memory.worker.cli.args import warn_unknown_namespaces
+from hivemind_memory.worker.cli.commands import client_of, service_of
 
 _json = msgspec.json.Encoder()
 
@@ -24,11 +23,11 @@ def cmd_audit_explain(args: argparse.Namespace, s: Settings) -> int:
     if args.limit < 0:
         print("hivemind: --limit must be >= 0", file=sys.stderr)
         return 2
-    r = connect(s.redis_url)
-    warn_unknown_namespaces([args.ns], namespaces(r))
+    client = client_of(s)
+    warn_unknown_namespaces([args.ns], client.namespaces())
     try:
-        got = explain(r, args.ns, load_config(s.config_path), args.query_id,
-                      note_id=args.note, derive_it=not args.recorded)
+        got = service_of(client, load_config(s.config_path)).explain(
+            args.ns, args.query_id, note_id=args.note, derive_it=not args.recorded)
     except QueryError as exc:
         print(f"hivemind: {exc.message}", file=sys.stderr)
         return 1

@@ -91,3 +91,40 @@ def test_memory_path_keeps_the_trim_across_a_restart(tmp_path: Any) -> None:
                                           .read_bytes())).openable  # fsck: a sound file
     finally:
         connection.close_embedded(url)
+
+
+@pytest.mark.redis_cluster
+@pytest.mark.redis_server
+def test_on_a_cluster_a_served_query_trims_the_audit_exactly(cluster_store: Any) -> None:
+    """On Redis Cluster, the worker's own publish (one MULTI in the namespace's slot: result,
+    audit XADD with ``MINID =``, filings, fence read) drops the audit entries past the
+    retention, exactly (one 1 ms inside it stays; 150 older go, more than a macro-node), and
+    ``audit list``'s reader sees the rest."""
+    from datetime import UTC, datetime
+
+    from hivemind_memory.api_stub.client import Client
+    from hivemind_memory.worker import engine, runtime
+    from hivemind_memory.worker.loop import run_worker
+    from tests.support import rq_for
+    from tests.support.factories import created
+
+    r, rq = cluster_store, rq_for(cluster_store)
+    now = datetime.fromtimestamp(NOW_MS / 1000, UTC)
+    s = Settings.from_env({"HIVEMIND_AUDIT_RETENTION_DAYS": "90"})
+    rt = runtime.build(s, r, rq)
+    runtime.install(rt)
+    c = Client(r, rq, settings=s)
+    c.append([created("n1", ns=NS, text="redis cluster retention note")])
+    assert run_worker(rt, burst=True) == 0
+    old = _seed(r, [91 * DAY_MS + i for i in range(150)] + [90 * DAY_MS + 1, 90 * DAY_MS - 1])
+    real = engine.utcnow
+    engine.utcnow = lambda: now  # type: ignore[assignment]
+    try:
+        [qid] = c.submit_batch([{"ns": NS, "text": "redis retention", "budget": 50}])
+        assert run_worker(rt, burst=True) == 0
+    finally:
+        engine.utcnow = real  # type: ignore[assignment]
+    assert "error" not in c.result(qid, timeout=10)
+    kept = _kept(r)
+    assert kept[0] == old[-1] and len(kept) == 2, kept[:3]  # 1 ms inside, and the new one
+    assert all(i not in kept for i in old[:-1])

@@ -10,6 +10,8 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.schema import NoteCreated
 from hivemind_memory.projections.ranking.rank_result import ScoredNote
@@ -73,6 +75,7 @@ def test_sample_log_is_valid_deterministic_and_varies_every_signal() -> None:
     assert len(ids) == len(set(ids)) + 1  # one redelivery
 
 
+@pytest.mark.slow
 def test_demo_text_fits_80_columns_and_shows_both_sides() -> None:
     out = io.StringIO()
     assert run_demo(None, out=out) == 0

@@ -19,6 +19,7 @@ import msgspec
 from rq import Queue
 
 from hivemind_memory.api_stub.protocol import jobs
+from hivemind_memory.api_stub.protocol.answers import Duplicate, Remembered
 from hivemind_memory.api_stub.protocol.messages import (
     Envelope,
     QueryRequest,
@@ -132,6 +133,17 @@ class RememberOutcome:
     superseded: list[str]
     duplicate_of: str | None = None
     unchecked: str | None = None
+
+    def answer(self, ev: NoteCreated, *, show_duplicates: bool = True) -> Remembered:
+        """What ``remember`` answers for the note ``ev`` wrote (or the twin it was merged
+        into), on every door; ``show_duplicates`` False leaves the near-duplicates out
+        (``duplicates_checked`` still says whether they were looked for)."""
+        dups = None if self.duplicates is None or not show_duplicates else [
+            Duplicate(n, o) for n, o in self.duplicates]
+        return Remembered(self.duplicate_of or ev.note_id, ev.event_id,
+                          duplicates_checked=self.duplicates is not None, duplicates=dups,
+                          duplicate_of=self.duplicate_of, duplicates_unchecked=self.unchecked,
+                          superseded=self.superseded)
 
 
 class _TailMoved(Exception):

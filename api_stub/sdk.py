@@ -31,6 +31,13 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from hivemind_memory.api_stub import wiring
+from hivemind_memory.api_stub.protocol import answers
+from hivemind_memory.api_stub.protocol.answers import (  # the SDK's, re-exported
+    Duplicate as Duplicate,
+)
+from hivemind_memory.api_stub.protocol.answers import (
+    RecalledNote as RecalledNote,
+)
 from hivemind_memory.api_stub.protocol.stamps import filled, new_id
 from hivemind_memory.events.errors import (
     AccessDenied,
@@ -50,23 +57,7 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     query_error,
 )
-
-
-@dataclass(frozen=True)
-class RecalledNote:
-    """One note of a recall, in context order."""
-
-    note_id: str
-    text: str
-    score: float
-    tokens: int
-    created_at: str = ""
-    """When it was written (RFC 3339, UTC)."""
-    tier: str = ""
-    """``longterm``, ``short`` or ``scratch``."""
-    uses: int = 0
-    metadata: dict[str, Any] = field(default_factory=dict)
-    """The note's metadata (empty: none)."""
+from hivemind_memory.projections.ranking.passages import Passage
 
 
 @dataclass(frozen=True)
@@ -106,15 +97,6 @@ class Note:
                    expires_at=_parse_time(row["expires_at"]) if row.get("expires_at") else None)
 
 
-@dataclass(frozen=True)
-class Duplicate:
-    """A note that says nearly what a remembered note says: its id and the word overlap
-    of the two texts (0..1; ``duplicate_threshold`` of the config is the bar)."""
-
-    note_id: str
-    overlap: float
-
-
 class Remembered(str):
     """What ``remember`` returns: the note's id (a ``str``: the new note's, or the existing
     twin's when ``duplicate_of`` is set and nothing was written), with ``duplicates`` (the
@@ -146,14 +128,15 @@ class Remembered(str):
         return self.duplicates is not None
 
     @classmethod
+    def of(cls, answer: answers.Remembered) -> Remembered:
+        """From ``remember``'s answer (``protocol.answers.Remembered``, every door's)."""
+        return cls(answer.note_id, answer.event_id, answer.duplicates, answer.superseded,
+                   answer.duplicate_of, answer.duplicates_unchecked)
+
+    @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Remembered:
         """From the answer of ``POST .../remember``."""
-        dups = body.get("duplicates")
-        return cls(body["note_id"], body.get("event_id", ""),
-                   None if dups is None else [Duplicate(d["note_id"], d["overlap"])
-                                              for d in dups],
-                   body.get("superseded", []), body.get("duplicate_of"),
-                   body.get("duplicates_unchecked"))
+        return cls.of(msgspec.convert(body, answers.Remembered))
 
 
 def _plain(obj: Any) -> Any:
@@ -186,7 +169,9 @@ class Recall:
 
     @property
     def note_ids(self) -> list[str]:
-        return [n.note_id for n in self.notes]
+        """The ids of the notes shown, once each (two passages of a note name it once), in
+        context order: what ``used`` takes."""
+        return list(dict.fromkeys(n.note_id for n in self.notes))
 
     def __str__(self) -> str:
         return self.context
@@ -197,7 +182,9 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     if "error" in res:
         raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
-                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {})
+                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {},
+                          None if n.get("passage") is None
+                          else msgspec.convert(n["passage"], Passage))
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,
@@ -306,10 +293,7 @@ class _StoreTransport(_Transport):
         got = self.client.remember(parsed, duplicates)
         if self.on_write is not None and got.duplicate_of is None:
             self.on_write()
-        return Remembered(got.duplicate_of or parsed.note_id, parsed.event_id,
-                          None if got.duplicates is None else
-                          [Duplicate(n, o) for n, o in got.duplicates], got.superseded,
-                          got.duplicate_of, got.unchecked)
+        return Remembered.of(got.answer(parsed))
 
     def queries(self, reqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = self.client.submit_batch(reqs)

@@ -74,7 +74,6 @@ from tests.support import (  # noqa: E402  (after the mutants hook)
     RQ_OF,
     ClusterProc,
     RedisProc,
-    free_port,
     need_binary,
     need_cluster_tools,
 )
@@ -103,7 +102,7 @@ def _restore_runtime() -> Iterator[None]:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc]:
     """One private redis-server for the session (tests flush it)."""
     need_binary()
-    rp = RedisProc(free_port(), tmp_path_factory.mktemp("redis"), appendonly=False)
+    rp = RedisProc(0, tmp_path_factory.mktemp("redis"), appendonly=False)
     rp.start()
     yield rp
     rp.stop()
@@ -118,7 +117,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisProc]]:
     def make(appendonly: bool = True) -> RedisProc:
         d = tmp_path / f"redis{len(started)}"
         d.mkdir()
-        rp = RedisProc(free_port(), d, appendonly=appendonly)
+        rp = RedisProc(0, d, appendonly=appendonly)
         rp.start()
         started.append(rp)
         return rp
@@ -157,7 +156,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterP
 def rq_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc]:
     """The plain redis-server that carries RQ beside the cluster (RQ cannot run on one)."""
     need_binary()
-    rp = RedisProc(free_port(), tmp_path_factory.mktemp("rq"), appendonly=False)
+    rp = RedisProc(0, tmp_path_factory.mktemp("rq"), appendonly=False)
     rp.start()
     yield rp
     rp.stop()
@@ -189,3 +188,77 @@ def server(redis_server: RedisProc) -> Iterator[str]:
     yield redis_server.url
     c.flushall()
     c.close()
+
+
+# -- the fast lane: `pytest -m "not slow"` ------------------------------------------------------
+SLOW_FIXTURES = frozenset({"redis_server", "redis_factory", "redis_cluster", "rq_redis",
+                           "cluster_store", "server"})
+"""Fixtures that start a real redis-server or a Redis Cluster."""
+SLOW_MARKS = ("redis_server", "redis_cluster")
+"""Marks of tests that need a real redis-server or cluster (the ``store`` fixture's param)."""
+SLOW_NAMES = frozenset({"subprocess", "multiprocessing", "Popen", "HIVEMIND", "RedisProc",
+                        "ClusterProc", "sync_playwright", "ts_package"})
+"""Names whose use starts another process: a child process (the CLI, ``hivemind serve``, a
+worker), a redis-server, the browser, node."""
+
+
+def _process_name(fn: object, seen: set[int]) -> str | None:
+    """The first of ``SLOW_NAMES`` that ``fn`` uses, itself or through the functions of the
+    test tree (``tests.*``) it calls by name, however deep; None if it uses none."""
+    if id(fn) in seen:
+        return None
+    seen.add(id(fn))
+    fn = getattr(fn, "__wrapped__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    names: set[str] = set()
+    todo = [code]
+    while todo:  # the function's own names and those of the functions nested in it
+        c = todo.pop()
+        names.update(c.co_names)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    if hit := sorted(names & SLOW_NAMES):
+        return hit[0]
+    spaces = getattr(fn, "__globals__", {})
+    for name in sorted(names):
+        used = spaces.get(name)
+        if callable(used) and str(getattr(used, "__module__", "")).startswith("tests.") \
+                and (hit2 := _process_name(used, seen)):
+            return hit2
+    return None
+
+
+def slow_reason(item: pytest.Item) -> str | None:
+    """Why ``item`` belongs to the slow lane, or None: it needs a real Redis (a fixture or a
+    mark), or it or a fixture it uses starts a process (``SLOW_NAMES``)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if used := sorted(fixtures & SLOW_FIXTURES):
+        return f"fixture {used[0]}"
+    for mark in SLOW_MARKS:
+        if item.get_closest_marker(mark) is not None:
+            return f"mark {mark}"
+    seen: set[int] = set()
+    if hit := _process_name(getattr(item, "function", None), seen):
+        return f"uses {hit}"
+    info = getattr(item, "_fixtureinfo", None)
+    for name in sorted(fixtures):
+        for fixdef in (info.name2fixturedefs.get(name, ()) if info else ()):
+            if hit := _process_name(fixdef.func, seen):
+                return f"fixture {name} uses {hit}"
+    return None
+
+
+LANES: dict[str, str | None] = {}
+"""Each collected test's ``slow_reason`` by node id (before ``-m`` deselects any)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test that starts a process or a real Redis (``slow_reason``), so a
+    new test lands in the right lane by itself; long in-process tests carry the mark by hand.
+    ``pytest -m "not slow"`` is the fast lane; plain ``pytest`` (CI) runs everything."""
+    for item in items:
+        LANES[item.nodeid] = reason = slow_reason(item)
+        if item.get_closest_marker("slow") is None and reason is not None:
+            item.add_marker(pytest.mark.slow)

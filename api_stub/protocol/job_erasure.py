@@ -44,7 +44,8 @@ def _quotes(env: Any, ns: str, contents: Contents) -> bool:
     req = env.get("request") if isinstance(env, dict) else None
     if not isinstance(req, dict) or req.get("ns") != ns:
         return False
-    if contents.quotes(req.get("text")) is not None:
+    if contents.quotes(req.get("text")) is not None \
+            or contents.filter_quotes(req.get("filter")) is not None:
         return True
     emb = req.get("embedding")
     if isinstance(emb, list) and contents.embeddings:
@@ -69,7 +70,8 @@ def redact_jobs(conn: QueueConn, store: Store, ns: str, contents: Contents,
     prefix = Job.redis_job_namespace_prefix.encode()
     marks = [b'"text":'] if contents.only_hashed else \
         [JSONSerializer.dumps(t) for t in contents.texts] + \
-        [JSONSerializer.dumps(list(v)) for v in contents.embeddings]
+        [JSONSerializer.dumps(list(v)) for v in contents.embeddings] + \
+        ([b'"filter":'] if contents.values else [])
     changed = 0
     for k in conn.scan_iter(match=prefix + b"*", count=SCAN_COUNT):
         key = as_bytes(k)

@@ -59,7 +59,6 @@ from hivemind_memory.api_stub.server.schemas import (
     MAX_WAIT_S,
     Appended,
     AuditEntry,
-    Duplicate,
     Erased,
     ForgetBody,
     Forgot,
@@ -68,7 +67,6 @@ from hivemind_memory.api_stub.server.schemas import (
     Recalled,
     RecalledNote,
     RememberBody,
-    Remembered,
     ReproduceBody,
     ReviseBody,
     Revised,
@@ -335,13 +333,8 @@ class Api:
         except WriteRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from exc
         self.opts.on_write()
-        dups = None if got.duplicates is None or not g.may(ns, "query") else [
-            Duplicate(n, o) for n, o in got.duplicates]  # overlaps are reads: query right
-        return respond(Remembered(got.duplicate_of or ev.note_id, ev.event_id,
-                                   duplicates_checked=got.duplicates is not None,
-                                   duplicates=dups, duplicate_of=got.duplicate_of,
-                                   duplicates_unchecked=got.unchecked,
-                                   superseded=got.superseded))
+        # overlaps are reads: only to a token with the query right
+        return respond(got.answer(ev, show_duplicates=g.may(ns, "query")))
 
     async def revise(self, request: Request) -> Response:
         """A new text for a note -> its id and the event id (``note.revised``)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from hivemind_memory.api_stub.protocol.answers import Remembered
 from hivemind_memory.api_stub.protocol.messages import QueryResult, ReadRequest
 from hivemind_memory.api_stub.server import explorer
 from hivemind_memory.api_stub.server.schemas import (
@@ -27,7 +28,6 @@ from hivemind_memory.api_stub.server.schemas import (
     RecallBody,
     Recalled,
     RememberBody,
-    Remembered,
     ReproduceBody,
     ReviseBody,
     Revised,

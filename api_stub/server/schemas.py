@@ -1,14 +1,20 @@
-"""The bodies and answers of ``hivemind serve``'s JSON API, as msgspec structs: the handlers
+"""The bodies and answers of ``hivemind serve``'s JSON API, as msgspec structs (those every
+door shares, recalled notes, remembered, duplicates, are ``protocol.answers``'s): the handlers
 (``http.Api``) validate requests with them and encode answers with them, and the OpenAPI
 document (``openapi.py``) is generated from them; with the limits those bodies are checked
 against."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
+from hivemind_memory.api_stub.protocol import answers
+from hivemind_memory.api_stub.protocol.answers import (
+    RECALLED_HTTP,
+    projection,
+)
 from hivemind_memory.api_stub.protocol.messages import MAX_BUDGET, IdPrefix
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Embedding, UtcDatetime
 
@@ -130,13 +136,14 @@ class RecallBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     embedding: list[float] | None = None
 
 
-class RecalledNote(msgspec.Struct):
-    note_id: str
-    created_at: str
-    score: float
-    tokens: int
-    cost: int
-    """``tokens`` plus the note's header in the context."""
+if TYPE_CHECKING:
+    class RecalledNote(msgspec.Struct):
+        """(for the type checker: the struct below)"""
+else:
+    RecalledNote = projection("RecalledNote", answers.RecalledNote, RECALLED_HTTP,
+                              [("cost", int)])
+    """A note of ``/recall``'s answer: ``protocol.answers.RecalledNote``'s id, date, score
+    and tokens, and ``cost``: ``tokens`` plus the note's header in the context."""
 
 
 class Recalled(msgspec.Struct):
@@ -147,29 +154,6 @@ class Recalled(msgspec.Struct):
     notes: list[RecalledNote]
     used_tokens: int
     budget: int
-
-
-class Duplicate(msgspec.Struct):
-    note_id: str
-    overlap: float
-    """Word overlap of the two texts, 0..1 (``projections.ranking.similarity``)."""
-
-
-class Remembered(msgspec.Struct, omit_defaults=True):
-    note_id: str
-    """The new note's id; the twin's when ``duplicate_of`` is set."""
-    event_id: str
-    duplicates_checked: bool
-    """Whether near-duplicates were looked for (false: ``duplicates: "ignore"``, or the check
-    could not run and ``duplicates_unchecked`` says why)."""
-    duplicates: list[Duplicate] | None
-    """Near-duplicates found before writing, most similar first; null: not checked."""
-    duplicate_of: str | None = None
-    """The writer's own active note with the same normalised text: nothing was written."""
-    duplicates_unchecked: str | None = None
-    """Why the check could not run (the note was written unchecked)."""
-    superseded: list[str] = []
-    """The notes the new note superseded."""
 
 
 class Revised(msgspec.Struct):

@@ -152,12 +152,38 @@ class Contents:
     """Keyed digests of the quotable texts (``keys.erased_texts``), this erasure's and those
     filed by an earlier run for the same notes (whose log may be redacted already)."""
 
-    def add(self, note_id: str, text: str, embedding: Sequence[float] | None) -> None:
+    values: dict[bytes, str] = field(default_factory=dict)
+    """Each version's metadata values (JSON) -> the note: a query's ``filter`` quoting one is
+    redacted too."""
+
+    def add(self, note_id: str, text: str, embedding: Sequence[float] | None,
+            metadata: dict[str, Any] | None = None) -> None:
         if text:
             self.texts.setdefault(text, note_id)
             self.texts.setdefault(text[:QUERY_TEXT_MAX], note_id)
         if embedding:
             self.embeddings.setdefault(tuple(embedding), note_id)
+        for v in (metadata or {}).values():
+            self.values.setdefault(_json_str(v), note_id)
+
+    def filter_quotes(self, flt: object) -> str | None:
+        """The erased note one of whose metadata values a query's ``filter`` names (as a
+        value, an operator's operand or one of an ``$in`` list), if any."""
+        if not self.values or not isinstance(flt, dict):
+            return None
+        leaves: list[object] = []
+        for cond in flt.values():
+            ops = cond.values() if isinstance(cond, dict) else [cond]
+            for operand in ops:
+                leaves += operand if isinstance(operand, list) else [operand]
+        for leaf in leaves:
+            try:
+                nid = self.values.get(_json_str(leaf))
+            except (TypeError, msgspec.EncodeError):
+                continue
+            if nid is not None:
+                return nid
+        return None
 
     def text_digest(self, text: str) -> str:
         return hmac.new(self.secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
@@ -201,7 +227,7 @@ def note_contents(r: Store, ns: str, note_ids: Sequence[str]) -> Contents:
             if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted \
                     and ev.redacted is None:
                 assert isinstance(ev, NoteCreated | NoteRevised)
-                out.add(ev.note_id, ev.text, ev.embedding)
+                out.add(ev.note_id, ev.text, ev.embedding, ev.metadata)
     out.secret = digest_key(r)
     filed = {as_bytes(e.fields.get(DIGEST_FIELD, b"")).decode(): e.fields.get(b"note", b"")
              .decode() for e in _entries(r, keys.erased_texts(ns))}
@@ -249,7 +275,8 @@ def text_marks(contents: Contents) -> list[bytes]:
     when some versions are known by their digest only)."""
     if contents.only_hashed:
         return [b'"text":']
-    return [b'"text":' + _json_str(t) for t in contents.texts]
+    marks = [b'"text":' + _json_str(t) for t in contents.texts]
+    return [*marks, b'"filter":{'] if contents.values else marks
 
 
 def audit_change(contents: Contents) -> Callable[[bytes], bytes | None]:
@@ -265,13 +292,17 @@ def audit_change(contents: Contents) -> Callable[[bytes], bytes | None]:
         if obj is None or obj.get(REDACTED_KEY):
             return None
         nid = contents.quotes(obj.get("text"))
-        if nid is None:
+        by_filter = contents.filter_quotes(obj.get("filter"))
+        if nid is None and by_filter is None:
             return None
-        digest = obj.get("embedding_digest")
-        if isinstance(digest, str) and digest:
-            contents.digests.setdefault(digest, nid)
-        obj["text"] = ""
-        obj[REDACTED_KEY] = nid
+        if nid is not None:
+            digest = obj.get("embedding_digest")
+            if isinstance(digest, str) and digest:
+                contents.digests.setdefault(digest, nid)
+            obj["text"] = ""
+        if by_filter is not None:  # the filter named a metadata value of the note
+            obj["filter"] = None
+        obj[REDACTED_KEY] = nid or by_filter
         return _json_str(obj)
 
     return change
@@ -512,7 +543,8 @@ def _shows(body: bytes, note_ids: frozenset[str], contents: Contents | None) -> 
         return True  # unreadable, yet it names the note: treat as showing it
     if not isinstance(obj, dict):
         return True
-    if contents is not None and contents.quotes(obj.get("text")) is not None:
+    if contents is not None and (contents.quotes(obj.get("text")) is not None
+                                 or contents.filter_quotes(obj.get("filter")) is not None):
         return True
     rows = [*(obj.get("notes") or []), *(obj.get("candidates") or [])]
     return any(isinstance(x, dict) and x.get("note_id") in note_ids for x in rows)

@@ -52,9 +52,10 @@ def memory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def framework(module: str) -> None:
-    """Skip the calling test module when ``module`` (an adapter's framework, from an extra) is
-    not installed, except under ``CI=true``, where ``.ci/run`` installs every extra and a
-    missing one fails."""
+    """Skip the calling test module (or test) when ``module`` (an adapter's framework, or a
+    test kit, from an extra) is not installed, naming it, except under ``CI=true``, where
+    ``.ci/run`` installs every extra and a missing one fails. Call it before importing
+    anything of an extra, so any combination of extras collects."""
     import importlib
 
     from tests.support import IN_CI
@@ -62,7 +63,8 @@ def framework(module: str) -> None:
     if IN_CI:
         importlib.import_module(module)
     else:
-        pytest.importorskip(module)
+        pytest.importorskip(module, reason=f"{module} is not installed (an optional extra; "
+                            "CI installs every extra)")
 
 
 @pytest.hookimpl(tryfirst=True)

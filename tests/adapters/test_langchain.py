@@ -9,6 +9,7 @@ import pytest
 from tests.adapters.conftest import framework
 
 framework("langchain_core")  # the [langchain] extra
+framework("langchain_tests")  # the [adapters-test] extra: LangChain's standard tests
 
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.messages import ToolCall, ToolMessage  # noqa: E402

@@ -31,9 +31,29 @@ from hivemind_memory.projections.ranking.ranker import rank_index
 from hivemind_memory.projections.state import NoteState
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+START_ATTEMPTS = 5
+"""How many ports a private redis-server (or cluster) tries before its start fails."""
+
+
+def bound_port(port_file: Path, proc: subprocess.Popen[bytes], what: str,
+               timeout_s: float = 30) -> int:
+    """The port ``proc`` (started with ``--port 0 --port-file PORT_FILE``, or the worker's
+    ``--metrics-port 0 --metrics-port-file``) bound, once it has written it; fail naming
+    ``what`` if it exits or takes longer than ``timeout_s``. Servers under test bind port 0:
+    a port drawn here, closed and handed over could be taken by anyone in between."""
+    deadline = time.monotonic() + timeout_s
+    while not port_file.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before binding a port")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not bind a port within {timeout_s} s")
+        time.sleep(0.02)  # waiting for an external process to bind its port
+    return int(port_file.read_text())
 
 
 def free_port() -> int:
+    """A port free right now, for what cannot bind port 0 itself (redis-server) or a port
+    nothing listens on; a server of ours binds port 0 instead (``bound_port``)."""
     return free_ports(1)[0]
 
 
@@ -52,7 +72,10 @@ def free_ports(n: int) -> list[int]:
 
 @dataclass
 class RedisProc:
-    """A private redis-server on a free port (stop/start keep its data dir and port)."""
+    """A private redis-server (stop/start keep its data dir and port). redis-server cannot
+    report a port it picked, so with ``port`` 0 the first start draws a free port and, should
+    another process take it before redis-server binds it, draws again (up to
+    ``START_ATTEMPTS`` times); the port is then kept for restarts."""
 
     port: int
     dir: Path
@@ -66,23 +89,24 @@ class RedisProc:
     def start(self) -> None:
         binary = shutil.which("redis-server")
         assert binary is not None
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
-             "--dir", str(self.dir), "--protected-mode", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        client = redis.Redis(port=self.port)
-        while True:
+        draw = self.port == 0
+        for attempt in range(START_ATTEMPTS if draw else 1):
+            if draw:
+                self.port = free_port()
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "always",
+                 "--dir", str(self.dir), "--protected-mode", "no", "--daemonize", "no"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                client.ping()
+                _wait_ping(self.port, self.proc)
                 return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.02)  # waiting for an external process to open its port
-            finally:
-                client.close()
+            except RuntimeError:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+                self.proc = None
+                if attempt == (START_ATTEMPTS if draw else 1) - 1:
+                    raise
 
     def stop(self, sig_kill: bool = False) -> None:
         if self.proc is None:
@@ -169,7 +193,7 @@ class ClusterProc:
 
     def start(self) -> None:
         n = self.masters * (1 + self.replicas)
-        for attempt in range(3):  # a port may be taken between drawing it and binding it
+        for attempt in range(START_ATTEMPTS):  # a port may be taken between drawing and binding
             ports = free_ports(2 * n)
             self.nodes, self.procs, self.bus = [], {}, {}
             for i in range(n):
@@ -186,7 +210,7 @@ class ClusterProc:
                 break
             except RuntimeError:
                 self.stop()
-                if attempt == 2:
+                if attempt == START_ATTEMPTS - 1:
                     raise
         cli = shutil.which("redis-cli")
         assert cli is not None, "redis-cli not found"
@@ -291,12 +315,17 @@ class ClusterProc:
 
 
 def _wait_ping(port: int, proc: subprocess.Popen[bytes]) -> None:
+    """Until the redis-server ``proc`` answers on ``port``; a RuntimeError if it exits first
+    (the port was taken) or if another process's server answers there instead."""
     deadline = time.monotonic() + 10
     client = redis.Redis(port=port)
     try:
         while True:
             try:
-                client.ping()
+                pid = int(client.info("server")["process_id"])
+                if pid != proc.pid:
+                    raise RuntimeError(f"port {port} is served by another redis-server "
+                                       f"(process {pid})")
                 return
             except redis.ConnectionError:
                 if time.monotonic() > deadline or proc.poll() is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -20,7 +21,10 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.api_stub.server.tokens import TokenTable
 from hivemind_memory.projections.store.connection import close_embedded
 from hivemind_memory.worker.cli.serve import ServerApp, build
-from tests.support import HIVEMIND, free_port
+from tests.support import HIVEMIND, bound_port
+
+_SERVES = itertools.count()
+"""Numbers the ``serve`` processes of this test process (their log and port files)."""
 
 ALICE = "alice-secret-000000000"
 BOB = "bob-secret-00000000000"
@@ -86,16 +90,18 @@ def start_live(store_url: str, tokens: TokenTable | None = TOKENS,
                                      memory_budget_mib=memory_budget_mib,
                                      warm_inline_max_notes=warm_inline_max_notes), tokens,
                    max_body=max_body, query_timeout_s=query_timeout_s)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(served.app, host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
+    config = uvicorn.Config(served.app, host="127.0.0.1", port=0, log_level="warning",
+                            access_log=False)
+    sock = config.bind_socket()  # port 0: the system picks a free port, no race to rebind it
+    port = int(sock.getsockname()[1])
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)  # waiting for the server thread to bind its socket
+        time.sleep(0.01)  # waiting for the server thread to start serving its socket
     return Live(f"http://127.0.0.1:{port}", served, server, thread, store_url)
 
 
@@ -106,6 +112,7 @@ class ServeProc:
     proc: subprocess.Popen[bytes]
     base: str
     stderr: Path
+    port: int
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -116,25 +123,39 @@ class ServeProc:
             self.proc.wait(timeout=10)
 
 
-def start_serve(args: list[str], cwd: Path, port: int,
+def start_serve(args: list[str], cwd: Path, port: int = 0,
                 env: dict[str, str] | None = None) -> ServeProc:
     """Run ``hivemind serve ARGS --port PORT`` in ``cwd`` (no ``HIVEMIND_*`` variable but
-    ``env``'s); return once /healthz answers."""
-    err = cwd / f"serve-{port}.err"
+    ``env``'s); return once /healthz answers. With port 0 (the default) the server binds a
+    port the system picks and reports it with ``--port-file``: no port is drawn, closed and
+    rebound, so no other process can take it in between."""
+    tag = next(_SERVES)
+    err = cwd / f"serve-{tag}.err"
+    port_file = cwd / f"serve-{tag}.port"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")},
            **(env or {})}
     with err.open("wb") as fh:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen([*HIVEMIND, "serve", *args, "--port", str(port)], cwd=cwd,
+        proc = subprocess.Popen([*HIVEMIND, "serve", *args, "--port", str(port),
+                                 "--port-file", str(port_file)], cwd=cwd,
                                 stdout=subprocess.DEVNULL, stderr=fh, env=env)
-    base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
+
+    def failed() -> RuntimeError:
+        proc.kill()
+        proc.wait(timeout=10)
+        return RuntimeError("hivemind serve did not start: "
+                            + err.read_text(errors="replace")[-2000:])
+
+    try:
+        port = bound_port(port_file, proc, "hivemind serve")
+    except RuntimeError:
+        raise failed() from None
+    base = f"http://127.0.0.1:{port}"
     while True:
         try:
             with urllib.request.urlopen(base + "/healthz", timeout=2):
-                return ServeProc(proc, base, err)
+                return ServeProc(proc, base, err, port)
         except (urllib.error.URLError, ConnectionError):
             if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("hivemind serve did not start: "
-                                   + err.read_text(errors="replace")[-2000:]) from None
-            time.sleep(0.05)  # waiting for an external process to open its port
+                raise failed() from None
+            time.sleep(0.05)  # waiting for an external process to start serving

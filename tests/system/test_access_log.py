@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 from structlog.testing import capture_logs
 
-from tests.support import free_port
 from tests.support.frontdoor import ALICE, OPS, call, start_live, start_serve
 
 FORGED = "forged-secret-0000000000"
@@ -68,8 +67,7 @@ def test_serve_writes_the_line_to_its_stderr_log_without_the_secret(tmp_path: Pa
     (tmp_path / "tokens.toml").write_text(
         f'[[token]]\nsecret = "{ALICE}"\nns = ["team-a"]\nagent = "alice"\n'
         'rights = ["write", "query"]\n')
-    srv = start_serve(["--redis-url", "memory://data", "--tokens", "tokens.toml"], tmp_path,
-                      free_port())
+    srv = start_serve(["--redis-url", "memory://data", "--tokens", "tokens.toml"], tmp_path)
     try:
         assert call(srv.base, "GET", "/v1/ns/team-a/notes", token=FORGED)[0] == 401
         assert call(srv.base, "POST", "/v1/ns/team-a/query", {"text": "x", "budget": 5},

@@ -362,7 +362,6 @@ def test_append_replicated_on_a_cluster_without_replicas_fails_clearly(
 @pytest.mark.redis_server
 def test_serve_on_the_cluster_with_rq_apart(cluster_store: Any, redis_cluster: ClusterProc,
                                             rq_redis: RedisProc, tmp_path: Path) -> None:
-    from tests.support import free_port
     from tests.support.frontdoor import OPS, call, start_serve
 
     (tmp_path / "tokens.toml").write_text(
@@ -372,7 +371,7 @@ def test_serve_on_the_cluster_with_rq_apart(cluster_store: Any, redis_cluster: C
     worker = subprocess.Popen([*HIVEMIND, "worker"], env={**os.environ, **env},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     srv = start_serve(["--redis-url", redis_cluster.url, "--rq-url", rq_redis.url,
-                       "--tokens", "tokens.toml"], tmp_path, free_port())
+                       "--tokens", "tokens.toml"], tmp_path)
     try:
         wait_for_workers(rq_redis.client())
         events = [{"type": "note.created", "event_id": f"e{i}", "note_id": f"n{i}",

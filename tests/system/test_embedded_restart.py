@@ -28,7 +28,7 @@ from hivemind_memory.projections.store.connection import close_embedded, connect
 from hivemind_memory.projections.store.log import FIELD
 from hivemind_memory.projections.store.logfile import LOG_NAME, check, scan
 from hivemind_memory.projections.store.readmodel import read_notes
-from tests.support import HIVEMIND, free_port
+from tests.support import HIVEMIND
 from tests.support.crashlog import SEED, events_by_id, exactly_once, notes_by_event, rounds
 from tests.support.factories import created, ev
 from tests.support.frontdoor import call, start_serve
@@ -173,7 +173,7 @@ def _http_round(tmp_path: Path, rnd: int) -> None:
     _tokens(tmp_path / "tokens.toml", agents)
     d = tmp_path / f"http{rnd}"
     args = ["--redis-url", f"memory://{d.name}", "--tokens", "tokens.toml"]
-    srv = start_serve(args, tmp_path, free_port())
+    srv = start_serve(args, tmp_path)
     w = HttpWrites()
     per = rng.randint(5, 15)
     threads = [threading.Thread(target=w.writer,
@@ -191,7 +191,7 @@ def _http_round(tmp_path: Path, rnd: int) -> None:
     assert not w.refused, (where, w.refused[:3])
 
     _opens_with_at_most_a_torn_tail(d, where, len(w.acked), len(w.sent))
-    srv = start_serve(args, tmp_path, free_port())  # the restart opens (healthz answers)
+    srv = start_serve(args, tmp_path)  # the restart opens (healthz answers)
     try:
         for ns in ("h0", "h1"):
             status, rows = call(srv.base, "GET", f"/v1/ns/{ns}/notes", token=OPS)
@@ -221,8 +221,7 @@ def test_serve_on_a_log_the_old_writer_broke_names_fsck_which_repairs_it(
               (stream, [FIELD, encode_event(ev(created(f"b{n}", ns="t")))])) for n in range(6)]
     race(d, pairs)
     _tokens(tmp_path / "tokens.toml", [])
-    args = ["--redis-url", "memory://data", "--tokens", "tokens.toml", "--port",
-            str(free_port())]
+    args = ["--redis-url", "memory://data", "--tokens", "tokens.toml", "--port", "0"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HIVEMIND_")}
     got = subprocess.run([*HIVEMIND, "serve", *args], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=False, env=env)
@@ -235,7 +234,7 @@ def test_serve_on_a_log_the_old_writer_broke_names_fsck_which_repairs_it(
                           cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False, env=env)
     assert fsck.returncode == 0 and "repaired: wrote 12 record(s)" in fsck.stdout, fsck
-    srv = start_serve(args[:-2], tmp_path, free_port())
+    srv = start_serve(args[:-2], tmp_path)
     try:
         status, rows = call(srv.base, "GET", "/v1/ns/t/notes", token=OPS)
         assert status == 200

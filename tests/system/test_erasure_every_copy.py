@@ -16,6 +16,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from hivemind_memory import Memory
 from hivemind_memory.worker.audit import archive
 from hivemind_memory.worker.cli.main import main as hivemind_main
-from tests.support import HIVEMIND, RedisProc, free_port, wait_until
+from tests.support import HIVEMIND, RedisProc, wait_until
 from tests.support.frontdoor import ALICE, BOB, OPS, Live, call, start_live
 from tests.support.keyscan import file_bytes, key_bytes
 
@@ -200,10 +201,9 @@ def _compact_and_save(r: redis.Redis, rp: RedisProc) -> None:
 
 def _rdb_keys(rp: RedisProc, tmp_path: Path) -> list[tuple[str, bytes]]:
     """Every key of ``rp``'s RDB, as a fresh redis-server loads it."""
-    d = tmp_path / f"loaded-{free_port()}"
-    d.mkdir()
+    d = Path(tempfile.mkdtemp(prefix="loaded-", dir=tmp_path))
     shutil.copy(rp.dir / "dump.rdb", d / "dump.rdb")
-    fresh = RedisProc(free_port(), d, appendonly=False)
+    fresh = RedisProc(0, d, appendonly=False)
     fresh.start()
     try:
         c = fresh.client()

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from hivemind_memory.api_stub.protocol.messages import error_json
 from hivemind_memory.api_stub.server.schemas import MAX_EVENTS, MAX_QUERIES
-from tests.support import IN_CI, RedisProc, free_port
+from tests.support import IN_CI, RedisProc
 from tests.support.docs import GUIDE, README, fenced, section, session
 from tests.support.frontdoor import (
     ALICE,
@@ -69,8 +69,8 @@ def _run_session(text: str, tmp_path: Path, after: Callable[[str], None] | None 
     (tmp_path / "tokens.toml").write_text(tokens)
     serve_cmd, _ = steps[0]
     assert serve_cmd.startswith("hivemind serve ") and serve_cmd.endswith(" &")
-    port = free_port()
-    srv = start_serve(shlex.split(serve_cmd[len("hivemind serve "):-2]), tmp_path, port)
+    srv = start_serve(shlex.split(serve_cmd[len("hivemind serve "):-2]), tmp_path)
+    port = srv.port
     try:
         script = ""
         for cmd, expected in steps[1:]:
@@ -321,8 +321,7 @@ def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Pa
         f'[[token]]\nsecret = "{OPS}"\nns = ["*"]\nagent = "ops"\n'
         'rights = ["write", "query", "admin"]\n')
     args = ["--redis-url", "memory://data", "--tokens", "tokens.toml"]
-    port = free_port()
-    srv = start_serve(args, tmp_path, port)
+    srv = start_serve(args, tmp_path)
     try:
         events = [created(f"e{i}", f"n{i}", f"note {i} about redis and aof and deploys " * (i + 1),
                           **({"scope": "private"} if i % 3 == 0 else {})) for i in range(12)]
@@ -346,7 +345,7 @@ def test_serve_on_memory_path_keeps_events_and_audit_across_restart(tmp_path: Pa
         srv.stop()
     assert (tmp_path / "data" / "streams.log").stat().st_size > 0
 
-    srv = start_serve(args, tmp_path, free_port())
+    srv = start_serve(args, tmp_path)
     try:
         # the same as-of query gives the same bytes (it waits for t1 to be rebuilt)
         assert _raw(srv.base, "/v1/ns/t1/query", q) == raw_first

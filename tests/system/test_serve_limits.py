@@ -9,7 +9,6 @@ import socket
 import time
 from pathlib import Path
 
-from tests.support import free_port
 from tests.support.frontdoor import call, start_serve
 
 
@@ -28,9 +27,9 @@ def _closed_within(s: socket.socket, seconds: float) -> bool:
 
 
 def test_half_sent_requests_are_closed_after_the_read_timeout(tmp_path: Path) -> None:
-    port = free_port()
-    srv = start_serve(["--redis-url", f"memory://{tmp_path / 'store'}"], tmp_path, port,
+    srv = start_serve(["--redis-url", f"memory://{tmp_path / 'store'}"], tmp_path,
                       env={"HIVEMIND_HTTP_READ_TIMEOUT": "1.5"})
+    port = srv.port
     try:
         socks = []
         for what in (b"", b"GET /healthz HT", b"POST /v1/ns/n/events HTTP/1.1\r\nHost: x\r\n",

@@ -5,6 +5,7 @@ and progress bars that appear only on a terminal."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from datetime import UTC, date, datetime
@@ -133,3 +134,12 @@ class _NoBar:
 
     def close(self) -> None:
         pass
+
+
+def write_port_file(path: str, port: int) -> None:
+    """``PORT`` and a newline in ``path``, whole or not at all (written beside it, then renamed
+    over it), so a reader polling for the file never sees half a number."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"{port}\n")
+    os.replace(tmp, path)

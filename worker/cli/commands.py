@@ -40,7 +40,12 @@ from hivemind_memory.projections.store.rebuild import (
 )
 from hivemind_memory.projections.store.types import QueueConn
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
+from hivemind_memory.worker.cli.args import (
+    fail,
+    progress,
+    warn_unknown_namespaces,
+    write_port_file,
+)
 from hivemind_memory.worker.cli.demo import run_demo
 from hivemind_memory.worker.cli.demo_data import sample_events
 from hivemind_memory.worker.cli.output import print_status, redis_message
@@ -107,11 +112,13 @@ def cmd_worker(args: argparse.Namespace, s: Settings) -> int:
     if args.metrics_port is not None:
         metrics.watch_store(rt.store, rt.rq)
         try:
-            metrics.serve_metrics(args.metrics_port, args.metrics_host)
+            port = metrics.serve_metrics(args.metrics_port, args.metrics_host)
         except OSError as exc:
             return fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: "
                         f"{exc.strerror or exc}")
-        log.info("metrics_serving", host=args.metrics_host, port=args.metrics_port)
+        log.info("metrics_serving", host=args.metrics_host, port=port)
+        if args.metrics_port_file:
+            write_port_file(args.metrics_port_file, port)
     return run_worker(rt, args.burst, idle_s=args.sweep_every, shards=shards)
 
 

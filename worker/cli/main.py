@@ -116,7 +116,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="when idle this long, schedule namespaces left behind (default "
                    f"{keys.SWEEP_INTERVAL_S} s)")
     p.add_argument("--metrics-port", type=int,
-                   help="serve Prometheus metrics on this port (/metrics)")
+                   help="serve Prometheus metrics on this port (/metrics; 0: a free port, "
+                   "logged in metrics_serving)")
+    p.add_argument("--metrics-port-file", metavar="PATH",
+                   help="once serving metrics, write their port to PATH (for --metrics-port 0)")
     p.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--shards", default="all", metavar="SPEC",

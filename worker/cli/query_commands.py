@@ -14,7 +14,6 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, is_error_json, parse_request
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import QueryError
-from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker.cli.args import fail, progress, warn_unknown_namespaces
 from hivemind_memory.worker.cli.output import print_result
 
@@ -25,7 +24,7 @@ def _client(s: Settings) -> Client:
 
 def cmd_query(args: argparse.Namespace, s: Settings) -> int:
     c = _client(s)
-    warn_unknown_namespaces([args.ns], namespaces(c.store))
+    warn_unknown_namespaces([args.ns], c.namespaces())
     req: dict[str, Any] = {"ns": args.ns, "text": args.text, "budget": args.budget,
                            "agent": args.agent, "explain": args.explain}
     if args.as_of is not None:
@@ -56,7 +55,7 @@ def cmd_batch(args: argparse.Namespace, s: Settings) -> int:
                 reqs.append(QueryError(exc.code, f"line {lineno}: {exc.message}"))
     asked = [q.ns for q in reqs if isinstance(q, QueryRequest)]
     if asked:  # nothing to warn about: no round trip for the known namespaces
-        warn_unknown_namespaces(asked, namespaces(c.store))
+        warn_unknown_namespaces(asked, c.namespaces())
     ids = c.submit_batch(reqs)
     failed = 0
     bar = progress(len(ids), "batch", unit="q", minimum=100)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.store.urls import redact_url
-from hivemind_memory.worker.cli.args import fail
+from hivemind_memory.worker.cli.args import fail, write_port_file
 
 if TYPE_CHECKING:  # the parser of every command imports this module: the bodies import it
     from hivemind_memory.api_stub.server.tokens import TokenTable
@@ -101,15 +101,22 @@ def cmd_serve(args: argparse.Namespace, s: Settings) -> int:
                     note="loopback only, no authentication; the agent is whatever a request "
                     "names")
     served = build(s, tokens, args.host, args.max_body)
-    where = "in-process worker" if served.worker is not None else "run `hivemind worker` too"
-    # stderr is the log: JSON lines in production, uvicorn's lines through the same handler
-    log.info("serve_started", url=f"http://{args.host}:{args.port}", store=redact_url(s.redis_url),
-             workers=where, mcp="/mcp", docs="/docs", metrics="/metrics")
     try:
-        uvicorn.run(served.app, host=args.host, port=args.port, log_level="warning",
-                    access_log=False, log_config=None,
-                    http=protocol_with(s.http_read_timeout_s),  # a request arrives in time
-                    limit_concurrency=s.http_max_connections)
+        config = uvicorn.Config(served.app, host=args.host, port=args.port, log_level="warning",
+                                access_log=False, log_config=None,
+                                http=protocol_with(s.http_read_timeout_s),  # arrives in time
+                                limit_concurrency=s.http_max_connections)
+        sock = config.bind_socket()  # --port 0: the system picks a free port, reported below
+        sock.listen(config.backlog)  # connections wait in the backlog from now on, not refused
+        port = int(sock.getsockname()[1])
+        where = "in-process worker" if served.worker is not None else "run `hivemind worker` too"
+        # stderr is the log: JSON lines in production, uvicorn's lines through the same handler
+        log.info("serve_started", url=f"http://{args.host}:{port}", port=port,
+                 store=redact_url(s.redis_url), workers=where, mcp="/mcp", docs="/docs",
+                 metrics="/metrics")
+        if args.port_file:
+            write_port_file(args.port_file, port)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         served.close()
     return 0
@@ -141,7 +148,10 @@ def add_parsers(sub: Any, common: Any, ns_arg: Any) -> None:
     """The ``serve`` and ``mcp`` subcommands."""
     p = sub.add_parser("serve", help="HTTP JSON API with per-agent tokens (and MCP at /mcp)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--port", type=int, default=8080,
+                   help="port (default 8080; 0: a free port, logged in serve_started)")
+    p.add_argument("--port-file", metavar="PATH",
+                   help="once listening, write the bound port to PATH (for --port 0)")
     p.add_argument("--tokens", help="TOML tokens file; without it only loopback is served")
     p.add_argument("--max-body", type=int, help="largest request body in bytes (default 1 MiB)")
     common(p)

@@ -187,9 +187,11 @@ def render() -> bytes:
     return generate_latest(REGISTRY)
 
 
-def serve_metrics(port: int, host: str = "0.0.0.0") -> None:
-    """Serve ``/metrics`` on ``host:port`` from a daemon thread of this process."""
-    start_http_server(port, addr=host, registry=REGISTRY)
+def serve_metrics(port: int, host: str = "0.0.0.0") -> int:
+    """Serve ``/metrics`` on ``host:port`` from a daemon thread of this process; the bound port
+    (the one the system picked for port 0)."""
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    return int(server.server_address[1])
 
 
 __all__ = ["CONTENT_TYPE", "REGISTRY", "StoreCollector", "live_workers", "observe_batch",

@@ -26,7 +26,7 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.worker.loop import redact_url
 from hivemind_memory.worker.ops import logs
 from hivemind_memory.worker.ops.status import namespace_status
-from tests.support import HIVEMIND, RedisProc, free_port
+from tests.support import HIVEMIND, RedisProc
 from tests.support.factories import created, jsonl
 from tests.support.frontdoor import start_serve
 
@@ -146,7 +146,7 @@ def _now() -> datetime:
 
 
 def test_serve_writes_only_json_lines(tmp_path: Path) -> None:
-    srv = start_serve(["--redis-url", "memory://data"], tmp_path, free_port())
+    srv = start_serve(["--redis-url", "memory://data"], tmp_path)
     try:
         for path in ("/healthz", "/metrics", "/no-such-page"):
             try:

@@ -30,7 +30,7 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from hivemind_memory.worker.ops import metrics
 from hivemind_memory.worker.ops.status import namespace_status, read_status
-from tests.support import HIVEMIND, RedisProc, free_port
+from tests.support import HIVEMIND, RedisProc, bound_port
 from tests.support.factories import created, ev, jsonl, used
 from tests.support.frontdoor import ALICE, OPS, call, start_live
 
@@ -142,9 +142,10 @@ def test_status_and_metrics_show_lag_falling_to_zero_while_a_worker_catches_up(
     [ns] = json.loads(r.stdout)["namespaces"]
     assert (ns["ns"], ns["stream_length"], ns["lag_entries"]) == ("big", n, n)
     assert ns["lag_seconds"] >= 0 and json.loads(r.stdout)["workers"] == []
-    port = free_port()
-    w = subprocess.Popen([*HIVEMIND, "worker", "--metrics-port", str(port)], env=env,
+    w = subprocess.Popen([*HIVEMIND, "worker", "--metrics-port", "0", "--metrics-port-file",
+                          str(tmp_path / "metrics.port")], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = bound_port(tmp_path / "metrics.port", w, "the worker's metrics")
     client = big_server.client()
     lags: list[float] = []
     status_lags: list[int] = []

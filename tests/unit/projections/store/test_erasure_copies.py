@@ -248,3 +248,47 @@ def test_a_query_running_at_the_erasure_does_not_publish_the_text(
                      if r.type(k) == b"string")
     assert b"door code is now" not in blob and b"4471" not in blob
     assert msgspec.json.encode(EMB)[1:-1] not in blob
+
+
+def test_a_filter_naming_a_metadata_value_is_redacted(
+        env: tuple[Any, Client, runtime.Runtime]) -> None:
+    """A query's ``filter`` that names one of an erased note's metadata values (as a value,
+    an operand, one of an ``$in`` list) loses the filter in its audit entry (``redacted``
+    names the note) and in a waiting job; ``audit reproduce`` counts it ``erased``, not
+    different. A filter naming other values is kept."""
+    from hivemind_memory.projections.ranking.config import DEFAULT
+    from hivemind_memory.worker.audit.reproduce import reproduce_queries
+
+    r, c, rt = env
+    c.append([created("m", text="the vault room pin", metadata={"room": "vault-7731",
+                                                                "pin": 4711}),
+              created("l", text="the lobby room", metadata={"room": "lobby"})])
+    quoting = [{"room": "vault-7731"}, {"pin": {"$in": [1, 4711]}},
+               {"room": {"$ne": "vault-7731"}}]
+    plain = [{"room": "lobby"}, {"pin": {"$gt": 5000}}]
+    qids = _serve(c, rt, [{"text": "room", "filter": f} for f in quoting + plain])
+    q = jobs.queue(r, jobs.QUERY_QUEUE, Settings())
+    job = q.enqueue(jobs.QUERY_JOB, [{"query_id": "t.qf", "position": "0-0", "request": {
+        "ns": "t", "text": "room", "budget": 5, "filter": {"room": "vault-7731"}}}])
+    r.hset(keys_of(job.id), "status", b"queued")
+
+    def catch_up(ns: str, target: Any, timeout_s: float) -> None:
+        ensure_projected(r, ns, target, Settings(), timeout_s)
+
+    red = c.erase("t", ["m"], catch_up=catch_up).redaction
+    assert red.audit == 3 and red.jobs >= 1
+    entries = {e["query_id"]: e for e in (msgspec.json.decode(f[b"d"])
+                                          for _, f in r.xrange(keys.audit("t")))}
+    for qid in qids[:3]:
+        assert entries[qid]["filter"] is None and entries[qid]["redacted"] == "m"
+        assert entries[qid]["text"] == "room"  # the text quoted nothing: kept
+    for qid, f in zip(qids[3:], plain, strict=True):
+        assert entries[qid]["filter"] == f and entries[qid]["redacted"] == ""
+    assert not r.exists(keys_of(job.id))  # its only query quoted: the job goes
+    blob = b"".join(v for k in r.scan_iter() if r.type(k) == b"stream"
+                    for _, f in r.xrange(k) for v in f.values())
+    assert b"vault-7731" not in blob
+    got = reproduce_queries(r, "t", DEFAULT, qids)
+    assert got.different == 0 and got.ok, got  # the note shaped the others' scores too
+    views = {v.query_id: v for v in got.reproductions}
+    assert all(views[q].erased for q in qids[:3]), got

@@ -172,6 +172,20 @@ def test_a_busy_metrics_port_is_a_clear_usage_error() -> None:
     assert line["message"].startswith(f"cannot serve metrics on 127.0.0.1:{port}: ")
 
 
+def test_metrics_on_port_0_report_the_port_they_got(tmp_path: Path) -> None:
+    """``--metrics-port 0``: the system picks the port; the worker writes it to
+    ``--metrics-port-file`` and logs it in ``metrics_serving`` (what tests read instead of
+    drawing a port that another process could take before the worker binds it)."""
+    port_file = tmp_path / "metrics.port"
+    r = run("worker", "--burst", "--metrics-port", "0", "--metrics-port-file", str(port_file),
+            "--redis-url", "memory://")
+    assert r.returncode == 0, r.stderr
+    port = int(port_file.read_text())
+    [serving] = [x for x in map(json.loads, r.stderr.splitlines())
+                 if x["event"] == "metrics_serving"]
+    assert serving["port"] == port and 0 < port < 65536
+
+
 def test_a_worker_that_cannot_reach_redis_says_so_in_one_json_line() -> None:
     r = run("worker", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
     assert r.returncode == 2

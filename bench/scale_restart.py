@@ -1,5 +1,5 @@
 """``python -m bench scale restart``: the first query to a large namespace after a worker
-restart (issue 33: answered within 2 s from the snapshot, or ``index_warming`` within 1 s;
+restart (the target: answered within 2 s from the snapshot, or ``index_warming`` within 1 s;
 never a timeout).
 
 1. A private ``redis-server``; one namespace of ``--notes`` notes (the Zipf corpus of

@@ -271,6 +271,11 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
     then the note id) is packed, and it names the others (``stands_for``); calibrated
     relevance. 0 turns it off."""
+    passage_tokens: int = 128
+    """Long notes as passages (``projections.ranking.passages``): a candidate note of more
+    tokens than this is a candidate as its passages of at most about this many tokens,
+    each packed on its own and shown with its note's id, date and place (``passage``);
+    calibrated relevance. 0 turns it off (configs filed before it: off)."""
     candidates: Candidates = Candidates()
     """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5
@@ -313,6 +318,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
         if not (math.isfinite(self.near_identical) and 0.0 <= self.near_identical <= 1.0):
             raise ValueError(f"near_identical must be within [0, 1], got {self.near_identical}")
+        if self.passage_tokens != 0 and not 16 <= self.passage_tokens <= 1_000_000:
+            raise ValueError(f"passage_tokens must be 0 (off) or within [16, 1000000], got "
+                             f"{self.passage_tokens}")
         if not (math.isfinite(self.default_ttl_days) and
                 0 <= self.default_ttl_days <= MAX_TTL_DAYS):
             raise ValueError(f"default_ttl_days must be within [0, {MAX_TTL_DAYS}], got "
@@ -346,10 +354,10 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
                           "duplicate_lsh_recall": 0.98,
                           "candidates": msgspec.to_builtins(Candidates()),
-                          "default_ttl_days": 0.0}
+                          "default_ttl_days": 0.0, "passage_tokens": 0}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
-                   "near_identical")
+                   "near_identical", "passage_tokens")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

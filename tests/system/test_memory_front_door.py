@@ -22,6 +22,7 @@ def _big_text(i: int) -> str:
     return " ".join(f"{WORDS[(i + k) % len(WORDS)]}{(i * 31 + k) % 997}" for k in range(400))
 
 
+@pytest.mark.slow
 def test_a_namespace_over_the_budget_is_507_at_once_and_shown(tmp_path: Path) -> None:
     # a 1 MiB budget; team-a gets ~1.7 MiB of text (its index cannot fit), team-b one note
     srv = start_live(f"memory://{tmp_path / 'm'}", memory_budget_mib=1, query_timeout_s=60)

@@ -31,6 +31,8 @@ from hivemind_memory.worker.engine import run_rank, to_result
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 EMBEDDER = embedder_for("wordllama")
+ON = with_overrides(DEFAULT, {"passage_tokens": 128})
+"""Passages on (off by default: ``RankingConfig.passage_tokens``)."""
 FILLER = ["cluster", "node", "restart", "service", "check", "logs", "verify", "config",
           "replica", "backup", "deploy", "rollback", "metrics", "alert", "disk", "memory",
           "cpu", "network", "latency", "queue", "worker", "shard", "index", "cache"]
@@ -57,7 +59,7 @@ def note(nid: str, text: str, days: float, tokens: int | None = None) -> NoteSta
                      created_at=NOW - timedelta(days=days))
 
 
-def ranked(notes: list[NoteState], text: str, budget: int, cfg: RankingConfig = DEFAULT,
+def ranked(notes: list[NoteState], text: str, budget: int, cfg: RankingConfig = ON,
            **kw: Any) -> Any:
     idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
     req = QueryRequest(ns="t", text=text, budget=budget, explain=True, **kw)
@@ -151,7 +153,7 @@ def test_a_config_filed_before_the_key_reads_passages_as_off() -> None:
     old = msgspec.json.encode({k: v for k, v in msgspec.to_builtins(DEFAULT).items()
                                if k != "passage_tokens"})
     assert config_from_json(old).passage_tokens == 0
-    assert DEFAULT.passage_tokens == 128
+    assert DEFAULT.passage_tokens == 0 and ON.passage_tokens == 128
     bm25 = with_overrides(DEFAULT, {"relevance": "bm25"})
     assert bm25.digest() == with_overrides(bm25, {"passage_tokens": 0}).digest()
 

@@ -59,10 +59,10 @@ def test_a_load_out_of_memory_is_503_worker_out_of_memory_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = engine_mod.refresh_index
 
-    def starved(r: Any, idx: Any, embedder: Any = None) -> None:
+    def starved(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         if idx.ns == "team-a":
             raise MemoryError  # what a worker under an address-space limit meets
-        real(r, idx, embedder)
+        real(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "refresh_index", starved)
     srv = start_live(f"memory://{tmp_path / 'o'}", query_timeout_s=60)

@@ -57,7 +57,7 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     query_error,
 )
-from hivemind_memory.projections.ranking.passages import Passage
+from hivemind_memory.projections.ranking.rank_result import Passage
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from hivemind_memory.projections.ranking.passages import Passage
+from hivemind_memory.projections.ranking.rank_result import Passage
 
 
 # One note of a recall, in context order (``created_at``: RFC 3339, UTC; ``tier``:

@@ -28,7 +28,6 @@ import itertools
 import math
 import re
 
-import msgspec
 import numpy as np
 
 from hivemind_memory.projections.ranking.analyzer import analyze
@@ -36,16 +35,6 @@ from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
 from hivemind_memory.projections.ranking.columns import FloatArray
 
 _WORD = re.compile(r"\S+\s*")
-
-
-class Passage(msgspec.Struct, frozen=True):
-    """Where a packed passage sits in its note: ``index`` (from 0) of ``count`` passages,
-    ``start`` and ``end`` the character offsets of its text in the note's text."""
-
-    index: int
-    count: int
-    start: int
-    end: int
 
 
 def split(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:

@@ -16,8 +16,18 @@ from typing import Literal
 
 import msgspec
 
-from hivemind_memory.projections.ranking.passages import Passage
 from hivemind_memory.projections.state import Tier
+
+
+class Passage(msgspec.Struct, frozen=True):
+    """Where a packed passage sits in its note: ``index`` (from 0) of ``count`` passages,
+    ``start`` and ``end`` the character offsets of its text in the note's text."""
+
+    index: int
+    count: int
+    start: int
+    end: int
+
 
 Method = Literal["exact", "greedy+swap"]
 """How a packing was found (``projections.ranking.packing``)."""

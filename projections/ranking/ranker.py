@@ -34,11 +34,12 @@ from hivemind_memory.projections.ranking.filters import Condition, matches
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
-from hivemind_memory.projections.ranking.passages import Passage, shares, split
+from hivemind_memory.projections.ranking.passages import shares, split
 from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
     NoteSignals,
+    Passage,
     RankResult,
     ScoredNote,
 )

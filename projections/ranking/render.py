@@ -21,7 +21,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
-from hivemind_memory.projections.ranking.passages import Passage
+from hivemind_memory.projections.ranking.rank_result import Passage
 
 HEADER_FIXED_BYTES = len("[ | YYYY-MM-DD]\n") + len("\n\n")
 """Bytes of a header beyond its note id, with its newline and the blank line before the next

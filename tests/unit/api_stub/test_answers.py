@@ -12,7 +12,7 @@ from hivemind_memory.api_stub.protocol import answers
 from hivemind_memory.api_stub.protocol.answers import RECALLED_HTTP, RECALLED_MCP, projection
 from hivemind_memory.api_stub.server import mcp, schemas
 from hivemind_memory.events.schema import NoteCreated
-from hivemind_memory.projections.ranking.passages import Passage
+from hivemind_memory.projections.ranking.rank_result import Passage
 
 
 def _types(struct: type[msgspec.Struct]) -> dict[str, object]:

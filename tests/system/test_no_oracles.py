@@ -265,7 +265,8 @@ def owned(tmp_path: Path) -> Iterator[Live]:
 
 def test_a_create_never_confirms_another_agents_private_id(owned: Live) -> None:
     """By default (``HIVEMIND_NOTE_IDS=owned``), a token that may not see every note creates
-    notes only with ids of its own space (ids hivemind makes, or ``KEY@@AGENT`` of its own agent): any other id is refused with the
+    notes only with ids of its own space (ids hivemind makes, or ``KEY@@AGENT`` of its own
+    agent): any other id is refused with the
     same bytes whether it is taken by another agent's private note or free, through HTTP
     (both write routes), the SDK and MCP. Before (and with the opt-out ``any``), a taken id
     answered 409 and a free one 200."""

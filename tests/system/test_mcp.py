@@ -123,8 +123,8 @@ async def _exercise(client: Client) -> None:
     # writes that would never apply are errors, told before the tool returns
     twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea@@alice"})
     assert twin.is_error and _text(twin) == (
-        "note 'canary-idea@@alice' already exists in namespace 'team-a' (ids are never reused, even "
-        "after forgetting); nothing was recorded")
+        "note 'canary-idea@@alice' already exists in namespace 'team-a' (ids are never reused, "
+        "even after forgetting); nothing was recorded")
     ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
     assert ghost.is_error and "no-such-note" in _text(ghost)
     gone = await client.call_tool("forget", {"note_id": "canary-idea@@alice"})  # forgotten already

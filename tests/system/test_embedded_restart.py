@@ -148,7 +148,7 @@ class HttpWrites:
         token = f"{agent}-secret-0000000000000"
         for i in range(n):
             ns = rng.choice(["h0", "h1"])
-            batch = [created(f"{name}-{i}-{j}", ns=ns, agent=agent, eid=f"{name}-{i}-{j}",
+            batch = [created(f"{name}-{i}-{j}@@{agent}", ns=ns, agent=agent, eid=f"{name}-{i}-{j}",
                              text=f"note {name} {i} {j} about deploys")
                      for j in range(rng.randint(1, 4))]
             with self.cond:

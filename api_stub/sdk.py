@@ -57,6 +57,7 @@ from hivemind_memory.events.errors import (
     VersionConflict,
     query_error,
 )
+from hivemind_memory.projections.ranking.passages import Passage
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,9 @@ class Recall:
 
     @property
     def note_ids(self) -> list[str]:
-        return [n.note_id for n in self.notes]
+        """The ids of the notes shown, once each (two passages of a note name it once), in
+        context order: what ``used`` takes."""
+        return list(dict.fromkeys(n.note_id for n in self.notes))
 
     def __str__(self) -> str:
         return self.context
@@ -179,7 +182,9 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     if "error" in res:
         raise query_error(res["error"]["code"], res["error"]["message"])
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
-                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {})
+                          n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {},
+                          None if n.get("passage") is None
+                          else msgspec.convert(n["passage"], Passage))
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -53,6 +55,24 @@ def parse_json_event(line: str | bytes, lineno: int | None = None,
         raise EventError(f"{where}malformed JSON: {exc}") from exc
     except RecursionError:  # msgspec's own depth limit: nesting no event has
         raise EventError(f"{where}malformed JSON: nested too deeply") from None
+    return _checked(ev, where, not_after)
+
+
+def parse_event(obj: Mapping[str, Any], not_after: datetime | None = None) -> Event:
+    """``parse_json_event`` of an object already decoded from JSON (a request body's), with
+    the same checks and words, without encoding it back to JSON first."""
+    try:
+        ev = msgspec.convert(obj, Event)
+        check_ids(ev)
+    except msgspec.ValidationError as exc:
+        raise EventError(f"invalid event: {exc}") from exc
+    except RecursionError:  # as deep as the JSON decoder takes, deeper than any event
+        raise EventError("invalid event: nested too deeply") from None
+    return _checked(ev, "", not_after)
+
+
+def _checked(ev: Event, where: str, not_after: datetime | None) -> Event:
+    """A decoded event's checks beyond the schema (text, ``at`` in UTC and not too late)."""
     if isinstance(ev, NoteCreated | NoteRevised) and ev.redacted is None and \
             not ev.text.strip():
         raise EventError(f"{where}invalid event: text is only whitespace - at `$.text`")

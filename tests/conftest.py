@@ -249,10 +249,16 @@ def slow_reason(item: pytest.Item) -> str | None:
     return None
 
 
+LANES: dict[str, str | None] = {}
+"""Each collected test's ``slow_reason`` by node id (before ``-m`` deselects any)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m "not slow"`` deselects by the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` every test that starts a process or a real Redis (``slow_reason``), so a
     new test lands in the right lane by itself; long in-process tests carry the mark by hand.
     ``pytest -m "not slow"`` is the fast lane; plain ``pytest`` (CI) runs everything."""
     for item in items:
-        if item.get_closest_marker("slow") is None and slow_reason(item) is not None:
+        LANES[item.nodeid] = reason = slow_reason(item)
+        if item.get_closest_marker("slow") is None and reason is not None:
             item.add_marker(pytest.mark.slow)

@@ -731,7 +731,8 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
                                      allowed)
     return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
                       explain=req.explain, memo=memo, why_limit=why_limit,
-                      rendered=req.context, id_prefix=req.id_prefix, allowed=allowed)
+                      rendered=req.context, id_prefix=req.id_prefix, allowed=allowed,
+                      query=req.text)
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
@@ -742,7 +743,8 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
                        as_of=now, budget=req.budget, used=res.used, method=res.method,
                        notes=res.notes, upper_bound=res.upper_bound,
                        candidates=list(res.candidates) if req.explain else None,
-                       context=render((n.note_id, n.created_at, n.text) for n in res.notes)
+                       context=render(((n.note_id, n.created_at, n.text) for n in res.notes),
+                                      [n.passage for n in res.notes])
                        if req.context else None,
                        hint=no_notes_hint(req) if empty else None,
                        nothing_relevant=res.nothing_relevant)

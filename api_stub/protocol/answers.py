@@ -18,9 +18,13 @@ from typing import Any
 
 import msgspec
 
+from hivemind_memory.projections.ranking.passages import Passage
+
 
 # One note of a recall, in context order (``created_at``: RFC 3339, UTC; ``tier``:
-# ``longterm``, ``short`` or ``scratch``; ``metadata``: empty when the note has none).
+# ``longterm``, ``short`` or ``scratch``; ``metadata``: empty when the note has none;
+# ``passage``: set when only a passage of a long note was packed, its place in the note, and
+# ``text`` and ``tokens`` are the passage's: ``projections.ranking.passages``).
 class RecalledNote(msgspec.Struct, frozen=True):
     note_id: str
     text: str
@@ -30,6 +34,7 @@ class RecalledNote(msgspec.Struct, frozen=True):
     tier: str = ""
     uses: int = 0
     metadata: dict[str, Any] = {}
+    passage: Passage | None = None
 
 
 # A note that says nearly what a remembered note says: its id and the word overlap of the two
@@ -73,5 +78,5 @@ def projection(name: str, base: type[msgspec.Struct], fields: Sequence[str],
 
 RECALLED_HTTP = ("note_id", "created_at", "score", "tokens")
 """What ``POST .../recall`` shows of a ``RecalledNote`` (and its ``cost``)."""
-RECALLED_MCP = ("note_id", "created_at", "score", "tokens", "tier", "metadata")
+RECALLED_MCP = ("note_id", "created_at", "score", "tokens", "tier", "metadata", "passage")
 """What the MCP ``recall`` tool shows of a ``RecalledNote`` (``metadata`` null when empty)."""

@@ -75,7 +75,7 @@ from hivemind_memory.api_stub.server.schemas import (
 )
 from hivemind_memory.api_stub.server.tokens import Grant, Right, TokenTable
 from hivemind_memory.events import noteids
-from hivemind_memory.events.codec import parse_json_event
+from hivemind_memory.events.codec import parse_event
 from hivemind_memory.events.errors import (
     CatchUpTimeout,
     EventError,
@@ -91,7 +91,6 @@ from hivemind_memory.worker.service import METRICS_CONTENT_TYPE, WorkerService
 
 log = structlog.get_logger("hivemind.http")
 _T = TypeVar("_T")
-_json = msgspec.json.Encoder()
 
 
 class _ErrorHead(msgspec.Struct):
@@ -276,7 +275,7 @@ class Api:
                 and not noteids.may_choose(nid, g.agent)):
             raise ApiError(403, ForeignNoteId.code, noteids.foreign_message(where, g.agent))
         try:
-            return parse_json_event(_json.encode(ev), not_after=self.client.not_after())
+            return parse_event(ev, not_after=self.client.not_after())
         except EventError as exc:
             raise ApiError(422, "invalid_event", f"{where}: {exc}") from exc
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import BaseModel, Field, ValidationError
@@ -56,6 +57,13 @@ NS_HEADER = "x-hivemind-ns"
 AGENT_HEADER = "x-hivemind-agent"
 """Header naming the agent when ``serve`` runs without tokens (loopback, one trusted user)."""
 
+class Passage(BaseModel):
+    index: int = Field(description="Which passage of the note, counted from 0.")
+    count: int = Field(description="How many passages the note has.")
+    start: int = Field(description="Where the passage starts in the note's text (characters).")
+    end: int = Field(description="Where it ends (characters, exclusive).")
+
+
 class RecalledNote(BaseModel):
     note_id: str = Field(description="Pass it to `used` if the note helped.")
     created_at: str = Field(description="When the note was written (RFC 3339, UTC).")
@@ -64,6 +72,9 @@ class RecalledNote(BaseModel):
     tier: str = Field(description="longterm (used 5+ times, never fades), short or scratch.")
     metadata: dict[str, str | int | float | bool] | None = Field(
         default=None, description="The note's metadata, if it has some.")
+    passage: Passage | None = Field(
+        default=None, description="Set when only a passage of a long note was packed: "
+        "its place in the note (the text shown is that passage).")
 
 
 class RecallResult(BaseModel):
@@ -147,7 +158,9 @@ def build_server(resolve: Resolver) -> MCPServer:
         return RecallResult(
             context=got.context,
             notes=[RecalledNote(note_id=n.note_id, created_at=n.created_at, score=n.score,
-                                tokens=n.tokens, tier=n.tier, metadata=n.metadata or None)
+                                tokens=n.tokens, tier=n.tier, metadata=n.metadata or None,
+                                passage=None if n.passage is None
+                                else Passage(**msgspec.structs.asdict(n.passage)))
                    for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 

@@ -264,13 +264,26 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED
     """Calibrated relevance's coefficients."""
-    updates: Updates = Updates()
-    """Updated facts: the newer version of a fact wins (``Updates``; calibrated relevance)."""
+    updates: Updates = UPDATES_OFF
+    """Updated facts: the newer version of a fact wins (``Updates``; calibrated relevance).
+    Off by default (``margin = 0``; ``[updates] margin = 2.0`` turns it on): on LongMemEval's
+    dev set it cost turn recall (0.570 / 0.752 / 0.829 with it, 0.581 / 0.778 / 0.850
+    without, at 200 / 500 / 1000 tokens) and did not raise knowledge-update newest-fact
+    recall at 500 tokens (0.80 both): cosine "same subject" does not find these updates."""
     near_identical: float = 0.9
     """Two candidates whose texts' word sets overlap at least this much (Jaccard of their
     words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
     then the note id) is packed, and it names the others (``stands_for``); calibrated
     relevance. 0 turns it off."""
+    passage_tokens: int = 0
+    """Long notes as passages (``projections.ranking.passages``): a candidate note of more
+    tokens than this is a candidate as its passages of at most about this many tokens,
+    each packed on its own and shown with its note's id, date and place (``passage``);
+    calibrated relevance. 0 (the default) turns it off: on LongMemEval's dev set 128 served
+    answers inside long assistant turns at 200 tokens (0.80 of those questions, was 0.20)
+    but cost turn recall overall (0.498 / 0.671 / 0.775 against 0.581 / 0.778 / 0.850 at
+    200 / 500 / 1000 tokens): a passage keeps its whole note's probability, so a long
+    note's passages crowd out short notes. Turn it on where notes are long documents."""
     candidates: Candidates = Candidates()
     """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5
@@ -313,6 +326,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
         if not (math.isfinite(self.near_identical) and 0.0 <= self.near_identical <= 1.0):
             raise ValueError(f"near_identical must be within [0, 1], got {self.near_identical}")
+        if self.passage_tokens != 0 and not 16 <= self.passage_tokens <= 1_000_000:
+            raise ValueError(f"passage_tokens must be 0 (off) or within [16, 1000000], got "
+                             f"{self.passage_tokens}")
         if not (math.isfinite(self.default_ttl_days) and
                 0 <= self.default_ttl_days <= MAX_TTL_DAYS):
             raise ValueError(f"default_ttl_days must be within [0, {MAX_TTL_DAYS}], got "
@@ -346,10 +362,10 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
                           "duplicate_lsh_recall": 0.98,
                           "candidates": msgspec.to_builtins(Candidates()),
-                          "default_ttl_days": 0.0}
+                          "default_ttl_days": 0.0, "passage_tokens": 0}
 """Keys added after the first release and the value a config written before them meant."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
-                   "near_identical")
+                   "near_identical", "passage_tokens")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

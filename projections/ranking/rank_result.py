@@ -16,6 +16,7 @@ from typing import Literal
 
 import msgspec
 
+from hivemind_memory.projections.ranking.passages import Passage
 from hivemind_memory.projections.state import Tier
 
 Method = Literal["exact", "greedy+swap"]
@@ -58,8 +59,8 @@ class Why(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     """A packed note as a result lists it: every signal that ranked it (the contract's
-    ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for`` and
-    ``updates`` when set."""
+    ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for``,
+    ``updates`` and ``passage`` when set."""
 
     note_id: str
     text: str
@@ -80,12 +81,17 @@ class NoteSignals(msgspec.Struct, frozen=True, omit_defaults=True):
     updates: list[str] = []
     """Older versions of the same fact this newer note won over (``RankingConfig.updates``):
     its score is at least theirs."""
+    passage: Passage | None = None
+    """A passage of a long note (``RankingConfig.passage_tokens``): its place in the note;
+    ``text`` and ``tokens`` are the passage's, the rest the note's (``used`` of ``note_id``
+    counts for the note). Omitted for a whole note."""
 
     def signals(self) -> NoteSignals:
         """Just the contract's ``notes`` fields (drops ``chosen`` from a candidate)."""
         return NoteSignals(self.note_id, self.text, self.tokens, self.cost, self.score,
                            self.relevance, self.recency, self.tier, self.uses, self.age_days,
-                           self.created_at, self.metadata, self.stands_for, self.updates)
+                           self.created_at, self.metadata, self.stands_for, self.updates,
+                           self.passage)
 
 
 class ScoredNote(NoteSignals, frozen=True, kw_only=True):

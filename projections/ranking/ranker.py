@@ -34,6 +34,7 @@ from hivemind_memory.projections.ranking.filters import Condition, matches
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
+from hivemind_memory.projections.ranking.passages import Passage, shares, split
 from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
@@ -42,7 +43,7 @@ from hivemind_memory.projections.ranking.rank_result import (
     ScoredNote,
 )
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
-from hivemind_memory.projections.ranking.render import header_tokens
+from hivemind_memory.projections.ranking.render import header_tokens, place_label
 from hivemind_memory.projections.ranking.updates import adjust
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Why, left_out, rounded
@@ -185,7 +186,8 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
                now: datetime, budget: int, cfg: RankingConfig,
                explain: bool = True, memo: BatchMemo | None = None,
                why_limit: int = 0, rendered: bool = False,
-               id_prefix: str = "", allowed: BoolArray | None = None) -> RankResult:
+               id_prefix: str = "", allowed: BoolArray | None = None,
+               query: str = "") -> RankResult:
     """``rank`` of the notes at ``slots`` of ``idx`` with ``relevance`` (parallel arrays, e.g.
     from ``NamespaceIndex.relevance_slots``). ``memo`` (optional) shares recency between
     the queries of a batch over unchanged indexes. ``why_limit`` > 0: the result's ``why``
@@ -193,7 +195,10 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     ``rendered``: the notes will be rendered as a context (``render``), so each note's header
     counts in its cost. ``id_prefix``: only notes whose id starts with it are candidates (the
     others are not left out: they are outside the question). ``allowed`` (a flag per slot;
-    None: all): the query's filter and the expiry (``allowed_slots``), likewise."""
+    None: all): the query's filter and the expiry (``allowed_slots``), likewise. ``query``:
+    the query's text, which a long note's passages are matched with
+    (``projections.ranking.passages``; without it a long note's passages keep its
+    relevance)."""
     cols = idx.cols
     visible = cols.visible(agent)[slots]
     if allowed is not None:
@@ -223,11 +228,18 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     if cfg.relevance == "calibrated" and len(s) >= 2 and (cfg.near_identical > 0
                                                           or cfg.updates.margin > 0):
         s, rel, rec, score, stands, newer, merged = _adjusted(idx, s, rel, rec, score, cfg)
-    costs = cols.tokens[s] + cfg.per_note_overhead_tokens
+    tokens = cols.tokens[s]
+    cut: _Cut | None = None
+    if (cfg.relevance == "calibrated" and cfg.passage_tokens > 0
+            and bool((tokens > cfg.passage_tokens).any())):
+        cut = _passages(cols, s, rel, rec, score, query, cfg)
+        s, rel, rec, score, tokens = cut.slots, cut.rel, cut.rec, cut.score, cut.tokens
+    costs = tokens + cfg.per_note_overhead_tokens
     if rendered:
-        costs = costs + header_tokens([ids[i] for i in s.tolist()])
-    packed = pack_positions(lambda j: [ids[i] for i in s[j].tolist()], costs, score, budget,
-                            cfg.exact_max_cells)
+        costs = costs + header_tokens([ids[i] for i in s.tolist()], None if cut is None
+                                      else cut.labels())
+    keys = (lambda j: [ids[i] for i in s[j].tolist()]) if cut is None else cut.keys(ids)
+    packed = pack_positions(keys, costs, score, budget, cfg.exact_max_cells)
     why: Why | None = None
     if why_limit > 0:
         below = (relevance > PRINTS_AS_ZERO) & (relevance < cfg.min_relevance) & visible
@@ -251,17 +263,21 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
     texts, created = cols.texts.many(shown, sa), cols.created(sa, shown)
+    if cut is not None:
+        texts = cut.texts(texts, at)
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)
     four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split
     fields: tuple[list[Any], ...] = (
-        [ids[i] for i in shown], texts, cols.tokens[sa].tolist(), costs[at].tolist(),
+        [ids[i] for i in shown], texts, tokens[at].tolist(), costs[at].tolist(),
               four[:m], four[m:2 * m], four[2 * m:3 * m],
               [_TIERS[t] for t in tier.tolist()], cols.uses[sa].tolist(), four[3 * m:],
               created, list(map(cols.meta.get, shown)))
-    if stands or newer:
-        pos = at.tolist()
+    if stands or newer or cut is not None:
+        pos = at.tolist() if cut is None else cut.origin[at].tolist()
         fields = (*fields, [stands.get(p, []) for p in pos], [newer.get(p, []) for p in pos])
+    if cut is not None:
+        fields = (*fields, [cut.place[j] for j in at.tolist()])
     if explain:
         every = [ScoredNote(*f, chosen=c) for *f, c in zip(*fields, chosen, strict=True)]
         picked = [c.signals() for c in every if c.chosen]
@@ -278,6 +294,85 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         why=why,
         nothing_relevant=cfg.relevance == "calibrated" and not len(s),
     )
+
+
+class _Cut:
+    """The candidates with each long note replaced by its passages
+    (``projections.ranking.passages``), parallel arrays: a passage's note slot, relevance,
+    recency, score and tokens, its place (None: a whole note), its position among the candidates
+    before the cut (``origin``) and where its text lies in its note's."""
+
+    def __init__(self, slots: IntArray, rel: FloatArray, rec: FloatArray, score: FloatArray,
+                 tokens: IntArray, place: list[Passage | None], origin: IntArray) -> None:
+        self.slots, self.rel, self.rec, self.score, self.tokens = slots, rel, rec, score, tokens
+        self.place, self.origin = place, origin
+
+    def labels(self) -> list[str]:
+        """What each item's rendered header adds beyond its note id (``render.place``)."""
+        return ["" if p is None else place_label(p) for p in self.place]
+
+    def keys(self, ids: list[str]) -> Any:
+        """The packer's tie-break keys: a passage's is its note id and its index."""
+        slots, place = self.slots, self.place
+
+        def of(j: IntArray) -> list[str]:
+            return [ids[i] if p is None else f"{ids[i]}#{p.index:06d}"
+                    for i, p in zip(slots[j].tolist(), (place[k] for k in j.tolist()),
+                                    strict=True)]
+        return of
+
+    def texts(self, whole: list[str], at: IntArray) -> list[str]:
+        """The shown items' texts: a passage's part of its note's ``whole`` text."""
+        out = []
+        for t, j in zip(whole, at.tolist(), strict=True):
+            p = self.place[j]
+            out.append(t if p is None else t[p.start:p.end])
+        return out
+
+
+def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
+              score: FloatArray, query: str, cfg: RankingConfig) -> _Cut:
+    """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
+    its passages that match (``passages.split``, ``passages.shares``), in candidate order."""
+    size = cfg.passage_tokens
+    tok = cols.tokens[s]
+    slots: list[int] = []
+    rels: list[float] = []
+    recs: list[float] = []
+    scores: list[float] = []
+    toks: list[int] = []
+    place: list[Passage | None] = []
+    origin: list[int] = []
+    for p, (slot, r, c, sc, t) in enumerate(zip(s.tolist(), rel.tolist(), rec.tolist(),
+                                                score.tolist(), tok.tolist(), strict=True)):
+        parts = split(cols.texts.get(slot), t, size) if t > size else []
+        if len(parts) <= 1:
+            slots.append(slot)
+            rels.append(r)
+            recs.append(c)
+            scores.append(sc)
+            toks.append(t)
+            place.append(None)
+            origin.append(p)
+            continue
+        text = cols.texts.get(slot)
+        share = shares([text[a:z] for a, z, _ in parts], query, cfg.analyzer, cfg.bm25_k1,
+                       cfg.bm25_b)
+        for k, ((a, z, pt), sh) in enumerate(zip(parts, share.tolist(), strict=True)):
+            pr = r * sh
+            if pr <= PRINTS_AS_ZERO:
+                continue
+            slots.append(slot)
+            rels.append(pr)
+            recs.append(c)
+            scores.append(sc * sh)
+            toks.append(pt)
+            place.append(Passage(k, len(parts), a, z))
+            origin.append(p)
+    return _Cut(np.array(slots, np.int64), np.array(rels, np.float64),
+                np.array(recs, np.float64), np.array(scores, np.float64),
+                np.array(toks, np.int64), place,
+                np.array(origin, np.int64))
 
 
 def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray,

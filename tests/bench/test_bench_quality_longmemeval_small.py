@@ -14,6 +14,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(),
                                 reason=f"the LongMemEval file is not at {DATA}")
 
 
+@pytest.mark.slow
 def test_the_task_is_built_as_the_readme_describes() -> None:
     qs = longmemeval.load_task(longmemeval.DEFAULT_DATA)
     assert len(qs) == 105 and sum(q.abstention for q in qs) == 10
@@ -31,6 +32,7 @@ def test_the_task_is_built_as_the_readme_describes() -> None:
     assert max(len(n.text.encode()) for x in qs for n in x.notes) <= longmemeval.MAX_TEXT_BYTES
 
 
+@pytest.mark.slow
 def test_quality_prints_hivemind_beside_the_baselines(
         capsys: pytest.CaptureFixture[str]) -> None:
     try:

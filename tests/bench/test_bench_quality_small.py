@@ -35,6 +35,7 @@ def test_the_task_is_built_as_the_readme_describes() -> None:
     assert recall({"a", "b"}, ("a", "c")) == 0.5
 
 
+@pytest.mark.slow
 def test_quality_prints_hivemind_beside_the_baselines(
         one: Path, capsys: pytest.CaptureFixture[str]) -> None:
     try:
@@ -54,6 +55,7 @@ def test_quality_prints_hivemind_beside_the_baselines(
     assert "hivemind / best baseline: B=200" in out
 
 
+@pytest.mark.slow
 def test_fit_prints_held_out_recall_and_the_coefficients(
         one: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (one / "conv-26.json").symlink_to(DEFAULT_DATA / "conv-26.json")

@@ -12,6 +12,7 @@ import pytest
 from bench import scale_cpu
 
 
+@pytest.mark.slow
 def test_scale_cpu_bench_prints_each_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert scale_cpu.main(["--sizes", "400", "--queries", "8"]) == 0
     out = capsys.readouterr().out

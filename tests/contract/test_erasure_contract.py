@@ -169,6 +169,7 @@ def test_results_showing_the_note_become_erased_errors_and_snapshots_go(store: A
     assert b"zebra-quartz" not in blob and b"keep this zebra note" in blob
 
 
+@pytest.mark.slow
 def test_appenders_and_the_projector_lose_nothing_while_the_log_is_rewritten(
         store: Any) -> None:
     """Writers keep appending (uses of the erased note too, whose entries name it) and a

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,6 +65,7 @@ EVENT = st.one_of(CREATED, CREATED, SUPERSEDING, USED, USED, USED, FORGOTTEN, RE
                   REVISED, ERASED)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.tuples(PRELUDE, st.lists(EVENT, min_size=5, max_size=40)).map(lambda x: x[0] + x[1]),

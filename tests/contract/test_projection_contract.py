@@ -240,6 +240,7 @@ def _make(kind: str, nid: str, k: int) -> Any:
     return ev(forgotten(nid, f"f{k % 3}"))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(STEP, max_size=25))

@@ -257,6 +257,7 @@ def _with_stands_for(notes: list[dict[str, Any]]) -> set[str]:
 AGENTS = ["alice", "bob", "carol"]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(AGENTS), st.booleans(), st.booleans(),

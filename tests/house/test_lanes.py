@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import tests.support
-from tests.conftest import _process_name
+from tests.conftest import LANES, _process_name
 from tests.support import RedisProc, need_binary
 
 
@@ -58,15 +58,13 @@ def test_the_support_helpers_that_start_processes_are_found() -> None:
     assert _process_name(start_live, set()) is None  # a server in this process: fast
 
 
-def test_this_session_marked_the_tests_that_start_processes(request: pytest.FixtureRequest
-                                                            ) -> None:
-    """The hook ran over this session's items: this module's tests that start a real Redis are
-    slow, the others are not."""
-    items = {i.name: i for i in request.session.items if i.module is request.module}
-    assert items["test_a_redis_server_never_talks_through_another_on_its_port"
-                 ].get_closest_marker("slow") is not None
-    assert items["test_a_process_is_found_through_helpers_and_nested_functions"
-                 ].get_closest_marker("slow") is None
+def test_this_session_classified_this_modules_tests(request: pytest.FixtureRequest) -> None:
+    """The hook ran over this session's items (before any ``-m`` deselection): this module's
+    test that starts a redis-server is slow, this one is not."""
+    mine = request.node.nodeid.split("::")[0]
+    assert LANES[f"{mine}::test_a_redis_server_never_talks_through_another_on_its_port"
+                 ] == "uses RedisProc"
+    assert LANES[request.node.nodeid] is None
 
 
 def test_a_redis_server_never_talks_through_another_on_its_port(

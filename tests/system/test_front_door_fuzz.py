@@ -41,6 +41,7 @@ def _operations(live: Live) -> list[Any]:
     return [r.ok() for r in _schema(live).get_all_operations()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_operation_answers_500(live: Live, mode: GenerationMode, tmp_path: Path) -> None:
     ops = _operations(live)

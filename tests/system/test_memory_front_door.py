@@ -22,6 +22,7 @@ def _big_text(i: int) -> str:
     return " ".join(f"{WORDS[(i + k) % len(WORDS)]}{(i * 31 + k) % 997}" for k in range(400))
 
 
+@pytest.mark.slow
 def test_a_namespace_over_the_budget_is_507_at_once_and_shown(tmp_path: Path) -> None:
     # a 1 MiB budget; team-a gets ~1.7 MiB of text (its index cannot fit), team-b one note
     srv = start_live(f"memory://{tmp_path / 'm'}", memory_budget_mib=1, query_timeout_s=60)
@@ -58,10 +59,10 @@ def test_a_load_out_of_memory_is_503_worker_out_of_memory_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = engine_mod.refresh_index
 
-    def starved(r: Any, idx: Any, embedder: Any = None) -> None:
+    def starved(r: Any, idx: Any, embedder: Any = None, **kw: Any) -> None:
         if idx.ns == "team-a":
             raise MemoryError  # what a worker under an address-space limit meets
-        real(r, idx, embedder)
+        real(r, idx, embedder, **kw)
 
     monkeypatch.setattr(engine_mod, "refresh_index", starved)
     srv = start_live(f"memory://{tmp_path / 'o'}", query_timeout_s=60)

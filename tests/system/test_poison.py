@@ -304,6 +304,7 @@ _entry = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(entries=st.lists(_entry, max_size=12), batch=st.integers(1, 5))
 def test_fuzz_raw_stream_entries_never_stall_a_namespace(entries: list[dict[bytes, bytes]],

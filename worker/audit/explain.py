@@ -218,7 +218,7 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
     alone = msgspec.structs.replace(cfg, near_identical=0.0)
     res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=alone,
                      explain=True, rendered=req.context, id_prefix=req.id_prefix,
-                     allowed=allowed)
+                     allowed=allowed, query=req.text)
     return [c for c in res.candidates if c.note_id in hidden], hidden
 
 

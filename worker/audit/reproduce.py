@@ -507,10 +507,20 @@ def compare(s: QueryServed, res: QueryResult) -> list[str]:
         out.append("notes in: " + ", ".join(new))
     if not gone and not new and was != now:
         out.append(f"order changed: was {' '.join(was)}, now {' '.join(now)}")
-    scores = {n.note_id: n.score for n in res.notes}
-    for nid, score in s.chosen:
-        if nid in scores and scores[nid] != score:
-            out.append(f"score of {nid}: was {score:.6f}, now {scores[nid]:.6f}")
+    if was == now:  # position by position: a long note's passages share its id
+        for (nid, score), n in zip(s.chosen, res.notes, strict=True):
+            if n.score != score:
+                out.append(f"score of {nid}: was {score:.6f}, now {n.score:.6f}")
+    else:
+        scores: dict[str, float] = {}
+        for n in res.notes:
+            scores.setdefault(n.note_id, n.score)
+        first: dict[str, float] = {}
+        for nid, score in s.chosen:
+            first.setdefault(nid, score)
+        for nid, score in first.items():
+            if nid in scores and scores[nid] != score:
+                out.append(f"score of {nid}: was {score:.6f}, now {scores[nid]:.6f}")
     if s.used != res.used:
         out.append(f"used: was {s.used}, now {res.used}")
     if s.method != res.method:

@@ -30,7 +30,7 @@ from hivemind_memory.projections.ranking.baseline import (
     naive_score,
     value,
 )
-from hivemind_memory.projections.ranking.rank_result import ScoredNote
+from hivemind_memory.projections.ranking.rank_result import NoteSignals, ScoredNote
 from hivemind_memory.projections.state import tier_of
 from hivemind_memory.projections.store.connection import connect
 from hivemind_memory.projections.store.ingest import ingest
@@ -92,12 +92,20 @@ def _clip(rows: list[str], head: int, tail: int) -> list[str]:
     return [*rows[:head], f"   ... {hidden} more", *rows[len(rows) - tail:]]
 
 
+def _key(n: NoteSignals) -> tuple[str, int]:
+    """A packed item: a note, or one passage of it."""
+    return n.note_id, -1 if n.passage is None else n.passage.index
+
+
 def compare(res: QueryResult) -> tuple[Baseline, list[str]]:
     """The baseline for a result (needs ``candidates``) and the side-by-side text lines."""
     cands = [msgspec.convert(c, ScoredNote) for c in res.candidates or []]
-    by_id = {c.note_id: c for c in cands}
+    by_id: dict[str, ScoredNote] = {}
+    for c in cands:  # by score: a long note's best passage names it
+        by_id.setdefault(c.note_id, c)
+    by_key = {_key(c): c for c in cands}
     base = five_percent_fill(cands, res.budget)
-    ours = [by_id[n.note_id] for n in res.notes]
+    ours = [by_key[_key(n)] for n in res.notes]
     left = [f"hivemind ({res.method}, context order)",
             "ctx note                 age  tok score"]
     left += _clip([_row(i, n, n.score) for i, n in enumerate(ours, start=1)], 6, 5)
@@ -172,12 +180,13 @@ def run_demo(config_path: str | None, as_json: bool = False, out: IO[str] | None
             "tiers": dict(sorted(tiers.items())), "queries": []}
         for (agent, text, budget), res in zip(ASKS, results, strict=True):
             base, _ = compare(res)
-            cands = {c["note_id"]: msgspec.convert(c, ScoredNote) for c in res.candidates or []}
+            every = [msgspec.convert(c, ScoredNote) for c in res.candidates or []]
+            cands = {_key(c): c for c in every}
             doc["queries"].append({
                 "query_id": res.query_id, "agent": agent, "text": text, "budget": budget,
-                "candidates": len(cands),
+                "candidates": len(every),
                 "hivemind": {"method": res.method,
-                             **_side_json([cands[n.note_id] for n in res.notes], res.used)},
+                             **_side_json([cands[_key(n)] for n in res.notes], res.used)},
                 "baseline": {"stopped_at": base.stopped_at.note_id if base.stopped_at else None,
                              **_side_json(base.notes, base.used)}})
         out.write(json.dumps(doc, indent=2) + "\n")

@@ -151,6 +151,18 @@ export interface RecalledNote {
   uses: number;
   /** The note's metadata (empty: none). */
   metadata: Record<string, string | number | boolean>;
+  /** A passage of a long note: its place (index from 0 of count; start/end: character
+   * offsets in the note's text); `text` and `tokens` are the passage's. Absent: the whole
+   * note. */
+  passage?: Passage;
+}
+
+/** Where a packed passage sits in its note. */
+export interface Passage {
+  index: number;
+  count: number;
+  start: number;
+  end: number;
 }
 
 /** What `recall` found: `context` is ready to paste into a prompt (each note under a
@@ -171,10 +183,11 @@ export function recallOf(res: QueryResult): Recall {
   const notes = res.notes.map((n): RecalledNote => ({
     noteId: n.note_id, text: n.text, score: n.score, tokens: n.tokens, createdAt: n.created_at,
     tier: n.tier, uses: n.uses, metadata: n.metadata ?? {},
+    ...(n.passage ? { passage: n.passage } : {}),
   }));
   return {
     context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,
-    noteIds: notes.map((n) => n.noteId),
+    noteIds: [...new Set(notes.map((n) => n.noteId))],
     usedTokens: res.used, budget: res.budget, queryId: res.query_id, result: res,
   };
 }

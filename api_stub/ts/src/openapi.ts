@@ -2959,8 +2959,8 @@ export interface components {
         /**
          * NoteSignals
          * @description A packed note as a result lists it: every signal that ranked it (the contract's
-         *     ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for`` and
-         *     ``updates`` when set.
+         *     ``notes`` fields, in order), then its ``metadata`` when it has some, ``stands_for``,
+         *     ``updates`` and ``passage`` when set.
          */
         NoteSignals: {
             note_id: string;
@@ -2983,6 +2983,19 @@ export interface components {
             stands_for?: string[];
             /** @default [] */
             updates?: string[];
+            /** @default null */
+            passage?: components["schemas"]["Passage"] | null;
+        };
+        /**
+         * Passage
+         * @description Where a packed passage sits in its note: ``index`` (from 0) of ``count`` passages,
+         *     ``start`` and ``end`` the character offsets of its text in the note's text.
+         */
+        Passage: {
+            index: number;
+            count: number;
+            start: number;
+            end: number;
         };
         /** Appended */
         Appended: {

@@ -12,6 +12,7 @@ from hivemind_memory.api_stub.protocol import answers
 from hivemind_memory.api_stub.protocol.answers import RECALLED_HTTP, RECALLED_MCP, projection
 from hivemind_memory.api_stub.server import mcp, schemas
 from hivemind_memory.events.schema import NoteCreated
+from hivemind_memory.projections.ranking.passages import Passage
 
 
 def _types(struct: type[msgspec.Struct]) -> dict[str, object]:
@@ -36,9 +37,12 @@ def test_the_mcp_recalled_note_is_a_part_of_the_one_struct() -> None:
     fields = mcp.RecalledNote.model_fields
     assert tuple(fields) == RECALLED_MCP
     for name in RECALLED_MCP:
-        if name != "metadata":  # MCP's: null when empty, scalar values
+        if name not in ("metadata", "passage"):  # MCP's: null when empty, scalar values
             assert fields[name].annotation is one[name], name
     assert fields["metadata"].default is None
+    # MCP's passage is a pydantic model of the same fields
+    assert tuple(mcp.Passage.model_fields) == Passage.__struct_fields__
+    assert fields["passage"].default is None
 
 
 def test_a_projection_names_what_the_shape_lacks() -> None:

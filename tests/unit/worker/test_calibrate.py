@@ -124,6 +124,7 @@ def test_calibrating_from_the_uses_learns_the_hidden_rule(tmp_path: Path) -> Non
     assert rep.config.calibration != off.calibration
 
 
+@pytest.mark.slow
 def test_the_command_prints_recall_and_writes_a_config_that_config_takes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     w, short = served_world(tmp_path)

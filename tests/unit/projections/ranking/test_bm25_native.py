@@ -55,6 +55,7 @@ def _index(notes: list[Any]) -> NamespaceIndex:
     return build_index("t", {n.note_id: n for n in states}, None)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(notes=st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
                                 st.sampled_from(AGENTS), st.booleans()),

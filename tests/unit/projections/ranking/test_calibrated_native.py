@@ -68,6 +68,7 @@ notes_strategy = st.lists(
     min_size=1, max_size=40)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(notes=notes_strategy,
        query=st.lists(st.sampled_from(WORDS), min_size=0, max_size=4),

@@ -53,6 +53,7 @@ def visible_corpus(notes: dict[str, NoteState], agent: str) -> list[LexicalIndex
     return [shared, own]
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.lists(NOTE, max_size=12), min_size=1, max_size=4),
        st.lists(st.sampled_from([*WORDS, "zzz"]), min_size=1, max_size=4),
@@ -139,6 +140,7 @@ CONFIGS = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(NOTE, max_size=25), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
        st.sampled_from(AGENTS), st.integers(0, 200), CONFIGS, st.booleans())
@@ -157,6 +159,7 @@ def test_rank_index_equals_rank(notes: list[NoteState], q: list[str], agent: str
         assert got == want
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.lists(NOTE, max_size=25),
        st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
@@ -222,6 +225,7 @@ def _around_halves() -> st.SearchStrategy[float]:
     return st.builds(near, st.integers(0, 10**6), st.integers(-4, 4), st.sampled_from([1.0]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.floats(0.0, 1.0), st.floats(0.0, 2000.0), _around_halves(),
                           st.integers(1, 60).map(lambda p: 2.0**-p)), max_size=50))
@@ -308,6 +312,7 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
     assert calls[6:] == ["stream", "stream"]  # past the bound no word is added, mid-batch too
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(NOTE, NOTE), min_size=1, max_size=15),
        st.lists(st.tuples(st.booleans(), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
@@ -333,6 +338,7 @@ def test_one_batch_memo_over_two_tables_of_the_same_size(
         assert got == want
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(NOTE, min_size=1, max_size=20), st.lists(NOTE, max_size=10),
        st.lists(st.lists(st.integers(0, 29), max_size=8), max_size=6))

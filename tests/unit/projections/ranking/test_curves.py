@@ -36,6 +36,7 @@ def test_table_custom_ages_and_config() -> None:
     assert len({len(line) for line in lines}) == 1  # fixed width
 
 
+@pytest.mark.slow
 def test_plot_writes_an_image(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     from hivemind_memory.projections.ranking.curves import plot

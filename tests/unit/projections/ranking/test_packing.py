@@ -393,6 +393,7 @@ def test_best_single_item_step_wins_where_the_swaps_cannot_reach() -> None:
     assert pack(items, 100, EXACT).chosen == ("big",)  # and it is the optimum
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(items=items_strategy(10, 80), budget=st.integers(0, 200), cap=st.integers(1, 400))
 def test_reduced_exact_equals_brute_force(items: list[Item], budget: int, cap: int) -> None:
@@ -423,6 +424,7 @@ def test_reduced_exact_equals_full_table_on_medium_instances(seed: int, n: int,
     assert reduced.total_value <= full.total_value + 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(items=items_strategy(30, 120), budget=st.integers(0, 600),
        cap=st.sampled_from([0, 1, 30, 300, 10**9]))
@@ -439,6 +441,7 @@ def test_pack_arrays_equals_pack(items: list[Item], budget: int, cap: int) -> No
         assert got == pack(items, budget, cap)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(costs_values=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30)), max_size=14),
        budget=st.integers(0, 160))
@@ -459,6 +462,7 @@ def test_dp_fills_only_the_cells_that_matter_and_chooses_as_the_full_table(
     assert _dp_value(ca, va, budget) == sum(values[i] for i in want if costs[i]) + free
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(items=items_strategy(40, 120), budget=st.integers(0, 700),
        cap=st.sampled_from([40, 400, 4_000, 10**9]))
@@ -510,6 +514,7 @@ def _arrays(items: list[Item]) -> tuple[object, object, object]:
     return costs, _scaled(floats), density
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(items=items_strategy(11, 60), budget=st.integers(1, 150),
        seed=st.randoms(use_true_random=False))
@@ -593,6 +598,7 @@ def _lp_exact(items: list[tuple[int, int]], room: int) -> Fraction:
        budget=st.integers(1, 200), slack=st.integers(0, 3_000_000_000))
 @example(pairs=[(4, 1261819729), (7, 1817195120)], budget=10, slack=0)  # the break item is
 # in every optimum (a reduction that only tried the prefix items missed it)
+@pytest.mark.slow
 def test_reduction_fixes_what_the_lp_bounds_prove_and_only_that(
         pairs: list[tuple[int, int]], budget: int, slack: int) -> None:
     """The variable fixing of the exact path against the rule it implements, recomputed in

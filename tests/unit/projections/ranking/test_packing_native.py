@@ -55,6 +55,7 @@ def test_the_module_is_what_the_query_path_uses(native: ModuleType) -> None:
     assert native.WINDOW == packing.WINDOW
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(items=items_strategy(40, 120), budget=st.integers(0, 700),
        cap=st.sampled_from([0, 1, 40, 400, 4_000, 10**9]))
@@ -99,6 +100,7 @@ def _solve(native: ModuleType, items: list[Item], budget: int,
     return room, state, scaled
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(items=items_strategy(30, 80), budget=st.integers(1, 300))
 def test_reduction_fixes_in_only_what_the_optimum_takes_and_out_only_what_it_leaves(

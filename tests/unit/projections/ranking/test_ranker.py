@@ -53,9 +53,10 @@ def mk(
     )
 
 
-RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0}})
-"""The defaults without the near-identical and updated-facts rules (``test_updates``): the
-rules these tests restate."""
+RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0},
+                                     "passage_tokens": 0})
+"""The defaults without the near-identical and updated-facts rules (``test_updates``) and
+without passages (``test_passages``): the whole-note rules these tests restate."""
 
 
 def run(
@@ -76,7 +77,7 @@ def by_id(res: RankResult) -> dict[str, ScoredNote]:
 def test_scored_note_has_exactly_the_contract_fields_in_order() -> None:
     assert ScoredNote.__struct_fields__ == (
         "note_id", "text", "tokens", "cost", "score", "relevance", "recency", "tier", "uses",
-        "age_days", "created_at", "metadata", "stands_for", "updates", "chosen",
+        "age_days", "created_at", "metadata", "stands_for", "updates", "passage", "chosen",
     )
     assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates",
                                             "why", "nothing_relevant")

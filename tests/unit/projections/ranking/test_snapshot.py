@@ -154,6 +154,7 @@ def _note(i: int, at: timedelta, text: str) -> NoteState:
 @given(st.lists(note_states(), max_size=25), st.lists(note_states(), max_size=15))
 # found on a fresh machine: the same note put again 1 µs earlier kept the slot, and the answers
 # showed the creation time converted before the put
+@pytest.mark.slow
 @example(first=[_note(0, timedelta(0), "redis redis redis redis redis")],
          later=[_note(0, timedelta(microseconds=-1), "redis redis redis redis redis")])
 def test_notes_survive_puts_bulk_snapshot_and_changes_after_it(

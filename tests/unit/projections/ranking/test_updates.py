@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.api_stub.sdk import Memory
-from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
+from hivemind_memory.projections.ranking.config import DEFAULT as BASE
+from hivemind_memory.projections.ranking.config import RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.updates import US_PER_DAY, adjust
@@ -22,6 +23,8 @@ from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
+DEFAULT = with_overrides(BASE, {"updates": {"margin": 2.0}})
+"""The defaults with the updated-facts rule on (off by default: ``RankingConfig.updates``)."""
 EMBEDDER = embedder_for("wordllama")
 
 

@@ -39,7 +39,7 @@ def test_each_reason_from_the_signal_that_decides_it() -> None:
     notes = [mk("chosen", tokens=50), mk("huge", tokens=500), mk("squeezed", tokens=60),
              mk("faint", tokens=5), mk("nothing", tokens=5)]
     rel = {"chosen": 0.9, "huge": 0.95, "squeezed": 0.5, "faint": 0.05, "nothing": 0.0}
-    cfg = RankingConfig(min_relevance=0.1)
+    cfg = RankingConfig(min_relevance=0.1, passage_tokens=0)  # whole notes (test_passages)
     w = why_of(notes, rel, budget=100, cfg=cfg)
     got = {r.note_id: r.reason for r in w.left_out}
     assert got == {"huge": "over_budget", "squeezed": "packed_out",

@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from hivemind_memory import Memory
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.connection import close_embedded, connect
@@ -168,6 +170,7 @@ def _round(tmp_path: Path, rnd: int) -> tuple[int, int]:
     return len(data), torn
 
 
+@pytest.mark.slow
 def test_concurrent_writers_then_a_crash_or_a_restart_keep_every_acknowledged_record_once(
         tmp_path: Path) -> None:
     started = time.perf_counter()
@@ -200,6 +203,7 @@ class _SdkWrites:
                 mem.recall("deploys", budget=50)  # audit + config history + RQ's result
 
 
+@pytest.mark.slow
 def test_sdk_writers_in_threads_restart_with_every_acknowledged_event_once(
         tmp_path: Path) -> None:
     """N threads x M writers through ``Memory("memory://DIR")`` (its in-process worker

@@ -76,6 +76,7 @@ def _exactly_once(infos: list[BatchInfo], total: int) -> None:
     assert all(a[1] < b[0] for a, b in pairwise(spans))
 
 
+@pytest.mark.slow
 def test_folder_alone_folds_exactly(store: Any, tmp_path: Path) -> None:
     exp = _ingest(store, tmp_path, 3_000, "a", seed=21)
     f = Folder(store, NS, 97)

@@ -10,6 +10,8 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from hivemind_memory.events.codec import parse_json_event
 from hivemind_memory.events.schema import NoteCreated
 from hivemind_memory.projections.ranking.rank_result import ScoredNote
@@ -73,6 +75,7 @@ def test_sample_log_is_valid_deterministic_and_varies_every_signal() -> None:
     assert len(ids) == len(set(ids)) + 1  # one redelivery
 
 
+@pytest.mark.slow
 def test_demo_text_fits_80_columns_and_shows_both_sides() -> None:
     out = io.StringIO()
     assert run_demo(None, out=out) == 0
@@ -104,7 +107,7 @@ def test_demo_json_hivemind_never_worse_and_the_seed_bugs_show(tmp_path: Path) -
     # packer fills the room it leaves (calibrated relevance rates the runbook, which holds
     # every query word, far likelier to be needed than any 20-token tip: it is packed too)
     q2 = by_text[ASKS[1][1]]
-    assert [n["note_id"] for n in q2["baseline"]["notes"]] == ["deploy-runbook"]
+    assert {n["note_id"] for n in q2["baseline"]["notes"]} == {"deploy-runbook"}  # or its passages
     assert len(q2["hivemind"]["notes"]) > 3
     assert q2["hivemind"]["value"] > q2["baseline"]["value"]
     toml = tmp_path / "lexical.toml"

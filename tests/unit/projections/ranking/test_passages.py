@@ -1,0 +1,164 @@
+"""Long notes as passages (issue 35, ``projections.ranking.passages``): the split, the
+passages' relevance, and a 4,581-token runbook whose answer sits in the middle served at
+budget 500, through the query path, with exact packing, determinism, the note's id and date,
+and configs filed before the key (off)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from hivemind_memory.api_stub.protocol.messages import QueryRequest
+from hivemind_memory.events.schema import token_estimate
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    RankingConfig,
+    config_from_json,
+    with_overrides,
+)
+from hivemind_memory.projections.ranking.embedders import embedder_for
+from hivemind_memory.projections.ranking.index import build_index
+from hivemind_memory.projections.ranking.packing import Item, pack
+from hivemind_memory.projections.ranking.passages import shares, split
+from hivemind_memory.projections.state import NoteState
+from hivemind_memory.worker.engine import run_rank, to_result
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+EMBEDDER = embedder_for("wordllama")
+ON = with_overrides(DEFAULT, {"passage_tokens": 128})
+"""Passages on (off by default: ``RankingConfig.passage_tokens``)."""
+FILLER = ["cluster", "node", "restart", "service", "check", "logs", "verify", "config",
+          "replica", "backup", "deploy", "rollback", "metrics", "alert", "disk", "memory",
+          "cpu", "network", "latency", "queue", "worker", "shard", "index", "cache"]
+ANSWER = ("To rotate the TLS certificate of the payments gateway, run certbot renew "
+          "--cert-name payments and reload haproxy.")
+QUESTION = "how do I rotate the payments TLS certificate?"
+
+
+def runbook(tokens: int = 4581, seed: int = 7) -> str:
+    """A runbook of exactly ``tokens`` estimated tokens with ``ANSWER`` in its middle."""
+    rnd = random.Random(seed)
+    paras = [f"Step {i}: " + " ".join(rnd.choice(FILLER) for _ in range(55)) + "."
+             for i in range(80)]
+    head = "\n\n".join(paras[:40]) + "\n\n" + ANSWER + "\n\n"
+    tail = "\n\n".join(paras[40:])
+    text = (head + tail)[:tokens * 4 - 1] + "."  # trimmed to the exact size
+    assert token_estimate(text) == tokens
+    return text
+
+
+def note(nid: str, text: str, days: float, tokens: int | None = None) -> NoteState:
+    return NoteState(note_id=nid, agent="ann", scope="shared", kind="note", text=text,
+                     tokens=token_estimate(text) if tokens is None else tokens,
+                     created_at=NOW - timedelta(days=days))
+
+
+def ranked(notes: list[NoteState], text: str, budget: int, cfg: RankingConfig = ON,
+           **kw: Any) -> Any:
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    req = QueryRequest(ns="t", text=text, budget=budget, explain=True, **kw)
+    return run_rank(idx, req, cfg, NOW, embedder=EMBEDDER), req
+
+
+def test_split_covers_the_text_in_equal_parts_at_whitespace() -> None:
+    text = runbook()
+    parts = split(text, 4581, 128)
+    assert len(parts) == math.ceil(4581 / 128) == 36
+    assert next(a for a, _, _ in parts) == 0 and parts[-1][1] == len(text)
+    assert all(z == a2 for (_, z, _), (a2, _, _) in itertools.pairwise(parts))
+    for a, z, t in parts:
+        assert a == 0 or text[a - 1].isspace()  # no word is cut
+        assert t >= token_estimate(text[a:z])  # a rendered context still fits
+        assert 100 <= t <= 140  # about equal parts of about the size
+    assert split("short note", 3, 128) == [(0, 10, 3)]
+
+
+def test_a_passage_keeps_the_notes_own_token_count_in_proportion() -> None:
+    """A note whose caller gave 1,000 tokens for 400 bytes: the passages share the 1,000."""
+    text = " ".join(["word"] * 80)  # 399 bytes
+    parts = split(text, 1000, 250)
+    assert len(parts) == 4
+    assert sum(t for _, _, t in parts) >= 1000
+    assert all(240 <= t <= 260 for _, _, t in parts)
+
+
+def test_shares_the_best_passage_keeps_the_whole_match() -> None:
+    got = shares(["disk alerts and logs", "rotate the payments certificate", "queue worker"],
+                 QUESTION, "english", 1.2, 0.75).tolist()
+    assert got[1] == 1.0 and got[0] == 0.0 and got[2] == 0.0
+    # a word every passage has weighs less than one only a single passage has
+    two = shares(["certificate renewal", "certificate payments", "certificate"],
+                 "payments certificate", "english", 1.2, 0.75).tolist()
+    assert two[1] == 1.0 and 0.0 < two[0] < 0.5 and 0.0 < two[2] < 0.5
+    # nothing matches by word (a note found by meaning): every passage keeps it
+    assert shares(["a b", "c d"], "zzz", "english", 1.2, 0.75).tolist() == [1.0, 1.0]
+
+
+def test_the_runbook_is_served_at_budget_500_by_the_passage_with_the_answer() -> None:
+    text = runbook()
+    notes = [note("runbook", text, 3), note("coffee", "The coffee machine is descaled on "
+                                                       "Mondays.", 1)]
+    res, _req = ranked(notes, QUESTION, 500)
+    assert [n.note_id for n in res.notes] == ["runbook"]
+    got = res.notes[0]
+    assert got.passage is not None and ANSWER in got.text
+    assert got.text == text[got.passage.start:got.passage.end]
+    assert got.passage.count == 36 and 0 < got.passage.index < 35  # the middle
+    assert got.created_at == NOW - timedelta(days=3)  # the note's date
+    assert got.tokens <= 140 and res.used <= 500 and res.method == "exact"
+    # rendered: the header names the note, its date and the place, and counts in the cost
+    res2, req2 = ranked(notes, QUESTION, 500, context=True)
+    out = to_result("q", req2, NOW, res2)
+    assert out.context is not None
+    assert out.context.startswith(
+        f"[runbook | 2026-05-29 | passage {got.passage.index + 1}/36]\n")
+    assert math.ceil(len(out.context.encode()) / 4) <= res2.used <= 500
+    # without passages the runbook does not fit, and nothing is served
+    off, _ = ranked(notes, QUESTION, 500, with_overrides(DEFAULT, {"passage_tokens": 0}))
+    assert off.notes == [] and off.used == 0
+
+
+def test_passages_pack_exactly_and_the_answer_is_the_same_bytes() -> None:
+    """Several passages of one note and short notes compete in one exact knapsack: the
+    packed set is the one a brute-force packer over the same items chooses, and two runs
+    give the same bytes."""
+    text = (runbook(1200, seed=3).replace("Step 2:", "Step 2: rotate payments keys")
+            .replace("Step 9:", "Step 9: certificate expiry"))
+    notes = [note("runbook", text, 3), note("p1", "payments certificate expiry dates", 2),
+             note("p2", "rotate keys every month for payments", 5)]
+    res, req = ranked(notes, QUESTION + " expiry keys", 200)
+    again, _ = ranked(notes, QUESTION + " expiry keys", 200)
+    assert msgspec.json.encode(to_result("q", req, NOW, res)) == msgspec.json.encode(
+        to_result("q", req, NOW, again))
+    cands = res.candidates
+    assert sum(c.passage is not None for c in cands) == 2  # the passages without a word: none
+    items = [Item(f"{c.note_id}#{c.passage.index if c.passage else -1}", c.cost, c.score)
+             for c in cands]
+    best = pack(items, 200, 10**9)
+    chosen = {f"{c.note_id}#{c.passage.index if c.passage else -1}" for c in cands
+              if c.chosen}
+    assert abs(sum(c.score for c in cands if c.chosen) - best.total_value) < 1e-4
+    assert sum(c.cost for c in cands if c.chosen) == res.used <= 200
+    assert len(chosen) == len(res.notes) == 3  # one passage did not fit beside the others
+    assert sum(c.passage is not None for c in cands if c.chosen) == 1
+
+
+def test_a_config_filed_before_the_key_reads_passages_as_off() -> None:
+    old = msgspec.json.encode({k: v for k, v in msgspec.to_builtins(DEFAULT).items()
+                               if k != "passage_tokens"})
+    assert config_from_json(old).passage_tokens == 0
+    assert DEFAULT.passage_tokens == 0 and ON.passage_tokens == 128
+    bm25 = with_overrides(DEFAULT, {"relevance": "bm25"})
+    assert bm25.digest() == with_overrides(bm25, {"passage_tokens": 0}).digest()
+
+
+@pytest.mark.parametrize("bad", [-1, 1, 15])
+def test_a_bad_passage_size_is_refused_by_name(bad: int) -> None:
+    with pytest.raises(msgspec.ValidationError, match="passage_tokens"):
+        with_overrides(DEFAULT, {"passage_tokens": bad})

@@ -86,11 +86,12 @@ class Settings:
     max_future_skew_s: float = 300.0
     """How far in the future (seconds past the clock) an event's ``at`` may be; a later one is
     refused where events enter (HTTP, SDK, MCP, ``ingest``). Past times are never bounded."""
-    note_ids: str = "any"
+    note_ids: str = "owned"
     """``serve --tokens``: ``owned``: a token without ``admin`` creates notes only with ids of
     its own space (ids hivemind makes, or ``KEY@@AGENT``; ``events.noteids``), so no create
-    confirms that another agent's private id exists; ``any``: any id (a taken one answers 409
-    ``note_exists``, which confirms it to a caller who guesses it)."""
+    confirms that another agent's private id exists (the default); ``any``: any id, the opt-out
+    that re-opens that oracle (a taken one answers 409 ``note_exists``, which confirms it to a
+    caller who guesses it)."""
     http_read_timeout_s: float = 10.0
     """``serve``: seconds a request may take to arrive, head and body, from its first byte (a
     connection that sends nothing is closed after it too); then the connection is closed."""

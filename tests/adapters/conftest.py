@@ -14,14 +14,17 @@ from hivemind_memory import Memory
 from tests.support.frontdoor import ALICE, start_live
 
 NOTES = [
-    ("deploys", "Deploys happen on Tuesdays after 14:00 UTC."),
-    ("deploy-freeze", "No deploys during the end-of-year freeze, December 20 to January 5."),
-    ("deploy-tool", "Deploys go through ArgoCD; the deploy pipeline lives in the infra repo."),
-    ("deploy-rollback", "To roll back a deploy, revert the release commit and redeploy."),
-    ("staging-db", "The staging database is read-only on Fridays."),
-    ("oncall", "The on-call rotation changes every Monday at 09:00."),
+    ("deploys@@alice", "Deploys happen on Tuesdays after 14:00 UTC."),
+    ("deploy-freeze@@alice",
+     "No deploys during the end-of-year freeze, December 20 to January 5."),
+    ("deploy-tool@@alice",
+     "Deploys go through ArgoCD; the deploy pipeline lives in the infra repo."),
+    ("deploy-rollback@@alice", "To roll back a deploy, revert the release commit and redeploy."),
+    ("staging-db@@alice", "The staging database is read-only on Fridays."),
+    ("oncall@@alice", "The on-call rotation changes every Monday at 09:00."),
 ]
-"""Notes about deploys (the example query) and others."""
+"""Notes about deploys (the example query) and others, with ids of alice's own space
+(``KEY@@alice``: what a token without ``admin`` may choose under the default owned ids)."""
 
 
 def seed(mem: Memory) -> Memory:

@@ -105,10 +105,10 @@ def test_documents_carry_id_score_date_and_tier(memory: Memory) -> None:
     docs = HivemindRetriever(memory=memory, budget=500).invoke("when do deploys happen")
     assert docs and all(isinstance(d, Document) for d in docs)
     by_id = {d.id: d for d in docs}
-    assert "deploys" in by_id and "staging-db" not in by_id  # no word in common
-    d = by_id["deploys"]
+    assert "deploys@@alice" in by_id and "staging-db@@alice" not in by_id  # no word in common
+    d = by_id["deploys@@alice"]
     assert d.page_content == "Deploys happen on Tuesdays after 14:00 UTC."
-    assert d.metadata["note_id"] == "deploys" and 0 < d.metadata["score"] <= 1
+    assert d.metadata["note_id"] == "deploys@@alice" and 0 < d.metadata["score"] <= 1
     assert d.metadata["created_at"].endswith("Z") and d.metadata["tier"] == "short"
     assert d.metadata["tokens"] == 11 and d.metadata["uses"] == 0
 

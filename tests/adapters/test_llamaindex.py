@@ -24,8 +24,8 @@ def test_the_retriever_answers_scored_nodes_within_the_budget(memory: Memory) ->
     r = HivemindRetriever(memory, budget=500)
     got = r.retrieve("when do deploys happen")
     by_id = {n.node.node_id: n for n in got}
-    assert "deploys" in by_id and "staging-db" not in by_id
-    n = by_id["deploys"]
+    assert "deploys@@alice" in by_id and "staging-db@@alice" not in by_id
+    n = by_id["deploys@@alice"]
     assert n.node.get_content() == "Deploys happen on Tuesdays after 14:00 UTC."
     assert n.score is not None and 0 < n.score <= 1
     assert n.node.metadata["created_at"].endswith("Z") and n.node.metadata["tier"] == "short"
@@ -59,7 +59,7 @@ async def _converse(chat: ChatMemory, memory: Memory) -> None:
     got = await chat.aget()
     system = got[0]
     assert system.role.value == "system" and "<team_memory>" in str(system.content)
-    assert "[deploy-rollback | " in str(system.content)
+    assert "[deploy-rollback@@alice | " in str(system.content)
     # messages pushed out of the short-term memory are kept as notes, then recalled
     for i in range(6):
         await chat.aput(ChatMessage(role="assistant" if i % 2 else "user",

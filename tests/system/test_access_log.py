@@ -23,7 +23,7 @@ def _requests(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_one_line_per_request_answered_refused_or_forged(tmp_path: Path) -> None:
     srv = start_live(f"memory://{tmp_path / 'store'}")
     b = srv.base
-    ev = {"type": "note.created", "event_id": "e1", "note_id": "n1",
+    ev = {"type": "note.created", "event_id": "e1", "note_id": "n1@@alice",
           "at": "2026-05-01T09:00:00Z", "text": "deploys on tuesday"}
     try:
         with capture_logs() as logs:

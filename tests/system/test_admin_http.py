@@ -28,8 +28,8 @@ def _seed(live: Live) -> str:
     log past the front door), one served query; returns its id once all is projected."""
     b = live.base
     assert call(b, "POST", "/v1/ns/team-a/events", [
-        created("e1", "deploys", "deploys happen on tuesday"),
-        created("e2", "secret", "alice private deploy key", scope="private")],
+        created("e1", "deploys@@alice", "deploys happen on tuesday"),
+        created("e2", "secret@@alice", "alice private deploy key", scope="private")],
         token=ALICE)[0] == 200
     append(live.served.client.store, [ev(used("ghost", "u-ghost", ns="team-a"))])
     live.served.client.schedule(["team-a"])
@@ -37,7 +37,7 @@ def _seed(live: Live) -> str:
     live.served.worker.kick()
     st, res = call(b, "POST", "/v1/ns/team-a/query", {"text": "deploys", "budget": 100,
                                                       "as_of": AS_OF}, token=BOB)
-    assert st == 200 and [n["note_id"] for n in res["notes"]] == ["deploys"]
+    assert st == 200 and [n["note_id"] for n in res["notes"]] == ["deploys@@alice"]
     assert call(b, "GET", "/v1/ns/team-a/notes", token=OPS)[0] == 200  # waits: all projected
     return str(res["query_id"])
 
@@ -46,7 +46,7 @@ def test_dead_status_show_and_reproduce_need_admin(live: Live) -> None:
     b = live.base
     for method, path, body in (("GET", "/v1/ns/team-a/dead", None),
                                ("GET", "/v1/ns/team-a/status", None),
-                               ("GET", "/v1/ns/team-a/notes/deploys", None),
+                               ("GET", "/v1/ns/team-a/notes/deploys@@alice", None),
                                ("POST", "/v1/ns/team-a/audit/reproduce", {"all": True})):
         assert call(b, method, path, body)[0] == 401
         st, err = call(b, method, path, body, token=ALICE)
@@ -91,14 +91,14 @@ def test_status_of_one_namespace_and_the_live_workers(live: Live) -> None:
 
 def test_show_a_note_its_events_and_where_it_was_served(live: Live) -> None:
     qid = _seed(live)
-    st, got = call(live.base, "GET", "/v1/ns/team-a/notes/deploys", token=OPS)
+    st, got = call(live.base, "GET", "/v1/ns/team-a/notes/deploys@@alice", token=OPS)
     assert st == 200
-    assert got["note"]["note_id"] == "deploys" and got["note"]["agent"] == "alice"
+    assert got["note"]["note_id"] == "deploys@@alice" and got["note"]["agent"] == "alice"
     assert [(e["type"], e["event_id"]) for e in got["events"]] == [("note.created", "e1")]
     assert [(s["query_id"], s["agent"], s["rank"]) for s in got["served"]] == [(qid, "bob", 1)]
     # the same functions as `hivemind show --json`
     assert got == json.loads(msgspec.json.encode(
-        show_of(note_history(live.served.client.store, "team-a", "deploys"))))
+        show_of(note_history(live.served.client.store, "team-a", "deploys@@alice"))))
     # the ghost has an event in the log but was never projected: shown, note null
     st, ghost = call(live.base, "GET", "/v1/ns/team-a/notes/ghost", token=OPS)
     assert st == 200 and ghost["note"] is None and len(ghost["events"]) == 1

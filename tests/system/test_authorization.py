@@ -34,28 +34,28 @@ def _log_len(live: Live) -> int:
 def test_another_agents_private_note_is_not_found_to_it(live: Live) -> None:
     b = live.base
     st, got = call(b, "POST", f"{NS}/remember", {"text": "alice's key hint", "scope": "private",
-                                                 "note_id": "alice-key"}, token=ALICE)
-    assert (st, got["note_id"]) == (200, "alice-key")
+                                                 "note_id": "key@@alice"}, token=ALICE)
+    assert (st, got["note_id"]) == (200, "key@@alice")
     n = _log_len(live)
-    for path, body in ((f"{NS}/used", {"note_ids": ["alice-key"]}),
-                       (f"{NS}/forget", {"note_id": "alice-key"})):
+    for path, body in ((f"{NS}/used", {"note_ids": ["key@@alice"]}),
+                       (f"{NS}/forget", {"note_id": "key@@alice"})):
         hidden = call(b, "POST", path, body, token=BOB)
         absent = call(b, "POST", path, {k: (["nope"] if isinstance(v, list) else "nope")
                                         for k, v in body.items()}, token=BOB)
         assert hidden[0] == absent[0] == 404
         assert hidden[1]["error"]["code"] == absent[1]["error"]["code"] == "unknown_note"
         # the error reveals nothing but what the caller sent: the same words as for no note
-        assert hidden[1]["error"]["message"].replace("alice-key", "nope") == \
+        assert hidden[1]["error"]["message"].replace("key@@alice", "nope") == \
             absent[1]["error"]["message"]
     assert _log_len(live) == n  # nothing appended
     # a raw event naming the note is refused the same way
-    st, body = call(b, "POST", f"{NS}/events", [{"type": "note.used", "note_id": "alice-key"}],
+    st, body = call(b, "POST", f"{NS}/events", [{"type": "note.used", "note_id": "key@@alice"}],
                     token=BOB)
     assert (st, body["error"]["code"]) == (404, "unknown_note")
     # its owner uses it; an admin may forget it
-    assert call(b, "POST", f"{NS}/used", {"note_ids": ["alice-key"]}, token=ALICE)[0] == 200
-    assert call(b, "POST", f"{NS}/forget", {"note_id": "alice-key"}, token=OPS)[0] == 200
-    assert call(b, "POST", f"{NS}/used", {"note_ids": ["alice-key"]},
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["key@@alice"]}, token=ALICE)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "key@@alice"}, token=OPS)[0] == 200
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["key@@alice"]},
                 token=ALICE)[1]["error"]["code"] == "unknown_note"  # forgotten now
 
 
@@ -63,14 +63,15 @@ def test_a_refusal_names_the_note_as_the_request_sent_it(live: Live) -> None:
     """``/used`` names the refused note by its place in ``note_ids``, ``/revise`` and
     ``/forget`` by ``note_id``, ``/events`` by its place in the list it sent."""
     b = live.base
-    assert call(b, "POST", f"{NS}/remember", {"text": "kept", "note_id": "kept"},
+    assert call(b, "POST", f"{NS}/remember", {"text": "kept", "note_id": "kept@@alice"},
                 token=ALICE)[0] == 200
     for path, body, named in (
-            (f"{NS}/used", {"note_ids": ["kept", "ghost"]}, "note_ids[1] (note.used 'ghost')"),
+            (f"{NS}/used", {"note_ids": ["kept@@alice", "ghost"]},
+             "note_ids[1] (note.used 'ghost')"),
             (f"{NS}/revise", {"note_id": "ghost", "text": "x"},
              "note_id (note.revised 'ghost')"),
             (f"{NS}/forget", {"note_id": "ghost"}, "note_id (note.forgotten 'ghost')"),
-            (f"{NS}/events", [{"type": "note.used", "note_id": "kept"},
+            (f"{NS}/events", [{"type": "note.used", "note_id": "kept@@alice"},
                               {"type": "note.used", "note_id": "ghost"}],
              "events[1] (note.used 'ghost')")):
         st, got = call(b, "POST", path, body, token=ALICE)
@@ -80,14 +81,14 @@ def test_a_refusal_names_the_note_as_the_request_sent_it(live: Live) -> None:
 
 def test_a_shared_note_is_forgotten_by_its_author_or_an_admin(live: Live) -> None:
     b = live.base
-    for nid, token in (("by-alice", ALICE), ("by-alice-2", ALICE)):
+    for nid, token in (("by@@alice", ALICE), ("by-2@@alice", ALICE)):
         assert call(b, "POST", f"{NS}/remember", {"text": f"shared {nid}", "note_id": nid},
                     token=token)[0] == 200
-    st, body = call(b, "POST", f"{NS}/forget", {"note_id": "by-alice"}, token=BOB)
+    st, body = call(b, "POST", f"{NS}/forget", {"note_id": "by@@alice"}, token=BOB)
     assert (st, body["error"]["code"]) == (403, "not_allowed")
-    assert call(b, "POST", f"{NS}/used", {"note_ids": ["by-alice"]}, token=BOB)[0] == 200
-    assert call(b, "POST", f"{NS}/forget", {"note_id": "by-alice"}, token=ALICE)[0] == 200
-    assert call(b, "POST", f"{NS}/forget", {"note_id": "by-alice-2"}, token=OPS)[0] == 200
+    assert call(b, "POST", f"{NS}/used", {"note_ids": ["by@@alice"]}, token=BOB)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "by@@alice"}, token=ALICE)[0] == 200
+    assert call(b, "POST", f"{NS}/forget", {"note_id": "by-2@@alice"}, token=OPS)[0] == 200
     # the server sets as_admin from the token: a body may not claim it
     st, body = call(b, "POST", f"{NS}/events", [{"type": "note.forgotten", "note_id": "x",
                                                  "as_admin": True}], token=BOB)
@@ -96,38 +97,39 @@ def test_a_shared_note_is_forgotten_by_its_author_or_an_admin(live: Live) -> Non
 
 def test_writes_that_never_apply_are_refused_whole(live: Live) -> None:
     b = live.base
-    assert call(b, "POST", f"{NS}/remember", {"text": "one", "note_id": "n1"},
+    assert call(b, "POST", f"{NS}/remember", {"text": "one", "note_id": "n1@@alice"},
                 token=ALICE)[0] == 200
     n = _log_len(live)
-    st, body = call(b, "POST", f"{NS}/remember", {"text": "twin", "note_id": "n1"}, token=BOB)
+    st, body = call(b, "POST", f"{NS}/remember", {"text": "twin", "note_id": "n1@@alice"},
+                    token=ALICE)
     assert (st, body["error"]["code"]) == (409, "note_exists")
     # a body of events is all or nothing: the good first event is not appended either
     st, body = call(b, "POST", f"{NS}/events", [
-        {"type": "note.created", "note_id": "n2", "text": "good"},
+        {"type": "note.created", "note_id": "n2@@alice", "text": "good"},
         {"type": "note.used", "note_id": "ghost"}], token=ALICE)
     assert (st, body["error"]["code"]) == (404, "unknown_note")
     assert "events[1]" in body["error"]["message"]
     assert _log_len(live) == n
     # within one body, later events see earlier ones
     st, body = call(b, "POST", f"{NS}/events", [
-        {"type": "note.created", "note_id": "n2", "text": "good"},
-        {"type": "note.used", "note_id": "n2"}], token=ALICE)
+        {"type": "note.created", "note_id": "n2@@alice", "text": "good"},
+        {"type": "note.used", "note_id": "n2@@alice"}], token=ALICE)
     assert st == 200 and body["appended"] == 2 and len(body["event_ids"]) == 2
 
 
 def test_server_fills_ids_and_times_and_a_retry_applies_once(live: Live) -> None:
     b = live.base
-    st, one = call(b, "POST", f"{NS}/events", [{"type": "note.created", "note_id": "r1",
+    st, one = call(b, "POST", f"{NS}/events", [{"type": "note.created", "note_id": "r1@@alice",
                                                "text": "retried"}], token=ALICE)
     assert st == 200 and one["event_ids"][0].startswith("ev-")
-    ev = {"type": "note.used", "note_id": "r1", "event_id": "use-once"}
+    ev = {"type": "note.used", "note_id": "r1@@alice", "event_id": "use-once"}
     first = call(b, "POST", f"{NS}/events", [ev], token=BOB)
     again = call(b, "POST", f"{NS}/events", [ev], token=BOB)
     assert first == (200, {"appended": 1, "event_ids": ["use-once"], "already": 0})
     assert again == (200, {"appended": 1, "event_ids": ["use-once"], "already": 1})
     live.served.client.wait_projected("team-a", 30)
     notes = read_notes(live.served.client.store, "team-a")
-    assert notes["r1"].uses == 1 and notes["r1"].created_at.tzinfo is not None
+    assert notes["r1@@alice"].uses == 1 and notes["r1@@alice"].created_at.tzinfo is not None
 
 
 @pytest.mark.parametrize("over", ["http", "store"])
@@ -312,7 +314,7 @@ def test_a_write_that_gives_up_is_a_503_naming_why(live: Live,
     from hivemind_memory.events.errors import StoreError
 
     b = live.base
-    assert call(b, "POST", f"{NS}/remember", {"text": "hot", "note_id": "hot"},
+    assert call(b, "POST", f"{NS}/remember", {"text": "hot", "note_id": "hot@@alice"},
                 token=ALICE)[0] == 200
 
     def gives_up(events: Any) -> Any:
@@ -320,6 +322,6 @@ def test_a_write_that_gives_up_is_a_503_naming_why(live: Live,
                          "other writers; try again")
 
     monkeypatch.setattr(live.served.client, "append_checked", gives_up)
-    st, body = call(b, "POST", f"{NS}/used", {"note_ids": ["hot"]}, token=ALICE)
+    st, body = call(b, "POST", f"{NS}/used", {"note_ids": ["hot@@alice"]}, token=ALICE)
     assert (st, body["error"]["code"]) == (503, "store_unavailable"), body
     assert "lost the race" in body["error"]["message"]

@@ -27,7 +27,7 @@ def _wait_projected(live: Live) -> None:
 @pytest.mark.parametrize("projected", [False, True], ids=["in-tail", "projected"])
 def test_http_resend_same_is_idempotent_other_is_409(live: Live, projected: bool) -> None:
     b, r = live.base, live.served.client.store
-    first = created("e1", "n1", "deploys happen on tuesday")
+    first = created("e1", "n1@@alice", "deploys happen on tuesday")
     assert call(b, "POST", EVENTS, [first], token=ALICE) == \
         (200, {"appended": 1, "event_ids": ["e1"], "already": 0})
     if projected:
@@ -38,7 +38,8 @@ def test_http_resend_same_is_idempotent_other_is_409(live: Live, projected: bool
     assert call(b, "POST", EVENTS, [no_at], token=ALICE)[0] == 200
     n = r.xlen(keys.stream("team-a"))
     for token, ev in ((ALICE, {**first, "text": "deploys happen on friday"}),
-                      (BOB, first)):  # bob resending alice's id: other agent, other content
+                      (BOB, {**first, "note_id": "n1@@bob"})):  # bob resending alice's
+        # event id: other agent, other content (a note id of bob's own space)
         st, body = call(b, "POST", EVENTS, [ev], token=token)
         assert st == 409, body
         assert body["error"]["code"] == "event_id_conflict"
@@ -48,7 +49,7 @@ def test_http_resend_same_is_idempotent_other_is_409(live: Live, projected: bool
 
 def test_sdk_raises_event_id_conflict_naming_the_id(live: Live) -> None:
     with Memory(live.base, ns="team-a", token=ALICE) as m:
-        ev = {"type": "note.created", "event_id": "e1", "note_id": "n1",
+        ev = {"type": "note.created", "event_id": "e1", "note_id": "n1@@alice",
               "text": "deploys happen on tuesday"}
         assert m.append([ev]) == 1  # at filled anew by the SDK: still the same event
         _wait_projected(live)

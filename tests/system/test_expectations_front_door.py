@@ -31,11 +31,13 @@ def _ids(body: dict[str, object]) -> list[str]:
 def test_metadata_filter_expiry_and_version_over_http(tmp_path: Path) -> None:
     url = f"memory://{tmp_path / 'store'}"
     live = start_live(url)
+    # an admin token (it may choose any note id): the test is about metadata, expiry and
+    # versions, written with chosen ids
     try:
         def remember(nid: str, text: str, **kw: object) -> dict[str, object]:
             st, body = call(live.base, "POST", f"{NS}/remember",
                             {"note_id": nid, "text": text, "duplicates": "ignore", **kw},
-                            token=ALICE)
+                            token=OPS)
             assert st == 200, body
             return body  # type: ignore[no-any-return]
 
@@ -49,7 +51,7 @@ def test_metadata_filter_expiry_and_version_over_http(tmp_path: Path) -> None:
 
         def ask(**kw: object) -> dict[str, object]:
             st, body = call(live.base, "POST", f"{NS}/query",
-                            {"text": "launch window", "budget": 500, **kw}, token=ALICE)
+                            {"text": "launch window", "budget": 500, **kw}, token=OPS)
             assert st == 200, body
             return body  # type: ignore[no-any-return]
 
@@ -65,16 +67,16 @@ def test_metadata_filter_expiry_and_version_over_http(tmp_path: Path) -> None:
         assert "brief" not in _ids(ask(as_of="2026-05-02T09:00:00Z"))
         # bad metadata and bad filters: 422 naming the field
         st, body = call(live.base, "POST", f"{NS}/remember",
-                        {"text": "x", "metadata": {"$bad": 1}}, token=ALICE)
+                        {"text": "x", "metadata": {"$bad": 1}}, token=OPS)
         assert st == 422 and "metadata" in body["error"]["message"]
         st, body = call(live.base, "POST", f"{NS}/query",
                         {"text": "x", "budget": 5, "filter": {"k": {"$regex": "a"}}},
-                        token=ALICE)
+                        token=OPS)
         assert st == 422 and body["error"]["code"] == "invalid_request"
         assert "$regex" in body["error"]["message"]
         # listed with the notes
         st, rows = call(live.base, "POST", f"{NS}/read", {"note_ids": ["apollo", "brief"]},
-                        token=ALICE)
+                        token=OPS)
         assert st == 200
         assert rows[0]["metadata"] == {"project": "apollo", "prio": 2}
         assert rows[1]["expires_at"] == "2026-05-02T09:00:00Z"
@@ -83,18 +85,18 @@ def test_metadata_filter_expiry_and_version_over_http(tmp_path: Path) -> None:
         st, body = call(live.base, "POST", f"{NS}/revise",
                         {"note_id": "apollo", "text": "the launch window opens at six",
                          "expected_version": 1, "metadata": {"project": "apollo", "prio": 3}},
-                        token=ALICE)
+                        token=OPS)
         assert st == 200, body
         st, body = call(live.base, "POST", f"{NS}/revise",
                         {"note_id": "apollo", "text": "a stale edit", "expected_version": 1},
-                        token=ALICE)
+                        token=OPS)
         assert st == 409 and body["error"]["code"] == "version_conflict", body
         assert "version 2" in body["error"]["message"]
         st, body = call(live.base, "POST", f"{NS}/events",
                         [{"type": "note.revised", "note_id": "apollo", "text": "stale too",
-                          "expected_version": 3}], token=ALICE)
+                          "expected_version": 3}], token=OPS)
         assert st == 409 and body["error"]["code"] == "version_conflict"
-        st, rows = call(live.base, "POST", f"{NS}/read", {"note_ids": ["apollo"]}, token=ALICE)
+        st, rows = call(live.base, "POST", f"{NS}/read", {"note_ids": ["apollo"]}, token=OPS)
         assert (rows[0]["version"], rows[0]["text"]) == (2, "the launch window opens at six")
         assert rows[0]["metadata"] == {"project": "apollo", "prio": 3}
 

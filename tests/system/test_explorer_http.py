@@ -30,15 +30,15 @@ def _seed(live: Live) -> str:
     b = live.base
     for ns, token in (("team-a", ALICE), ("team-b", OPS)):
         assert call(b, "POST", f"/v1/ns/{ns}/events", [
-            {"type": "note.created", "event_id": f"{ns}-1", "note_id": "deploys",
+            {"type": "note.created", "event_id": f"{ns}-1", "note_id": "deploys@@alice",
              "at": "2026-05-01T09:00:00Z", "text": "deploys happen on tuesday", "tokens": 10},
-            {"type": "note.created", "event_id": f"{ns}-2", "note_id": "runbook",
+            {"type": "note.created", "event_id": f"{ns}-2", "note_id": "runbook@@alice",
              "at": "2026-05-02T09:00:00Z", "text": "deploys runbook " * 40, "tokens": 300},
-            {"type": "note.created", "event_id": f"{ns}-3", "note_id": "key",
+            {"type": "note.created", "event_id": f"{ns}-3", "note_id": "key@@alice",
              "at": "2026-05-02T09:00:00Z", "text": "alice deploys key", "scope": "private"}],
             token=token)[0] == 200
     for _ in range(5):
-        assert call(b, "POST", "/v1/ns/team-a/used", {"note_ids": ["deploys"]},
+        assert call(b, "POST", "/v1/ns/team-a/used", {"note_ids": ["deploys@@alice"]},
                     token=BOB)[0] == 200
     st, res = call(b, "POST", "/v1/ns/team-a/query",
                    {"text": "deploys", "budget": 100, "as_of": AS_OF}, token=BOB)
@@ -51,7 +51,7 @@ def test_only_admins_read_it_and_only_their_namespaces(live: Live) -> None:
     qid = _seed(live)
     b = live.base
     for path in ("/v1/namespaces", f"/v1/ns/team-a/audit/{qid}/explain",
-                 "/v1/ns/team-a/curves", "/v1/ns/team-a/notes/deploys/recency"):
+                 "/v1/ns/team-a/curves", "/v1/ns/team-a/notes/deploys@@alice/recency"):
         assert call(b, "GET", path)[0] == 401
         assert call(b, "GET", path, token=BOB)[0] == 403
     st, got = call(b, "GET", "/v1/namespaces", token=TEAM_ADMIN)
@@ -64,19 +64,21 @@ def test_only_admins_read_it_and_only_their_namespaces(live: Live) -> None:
 
 def test_an_explanation_over_the_wire(live: Live) -> None:
     qid = _seed(live)
-    st, e = call(live.base, "GET", f"/v1/ns/team-a/audit/{qid}/explain?note=key",
+    st, e = call(live.base, "GET", f"/v1/ns/team-a/audit/{qid}/explain?note=key@@alice",
                  token=TEAM_ADMIN)
     assert st == 200, e
-    assert e["agent"] == "bob" and e["chosen"][0][0] == "deploys"
+    assert e["agent"] == "bob" and e["chosen"][0][0] == "deploys@@alice"
     d = e["derived"]
     assert d["identical"] and d["recorded_why"] == "matches"
     assert {n["note_id"]: n["outcome"] for n in d["notes"]} == {
-        "deploys": "shown", "runbook": "over_budget", "key": "private"}
+        "deploys@@alice": "shown", "runbook@@alice": "over_budget",
+        "key@@alice": "private"}
     assert d["note"]["outcome"] == "private" and "private to alice" in d["note"]["detail"]
     assert e["recorded"]["counts"] == {"over_budget": 1}
     st, e = call(live.base, "GET", f"/v1/ns/team-a/audit/{qid}/explain?derive=false",
                  token=OPS)
-    assert st == 200 and e["derived"] is None and e["recorded"]["left_out"][0][0] == "runbook"
+    assert st == 200 and e["derived"] is None
+    assert e["recorded"]["left_out"][0][0] == "runbook@@alice"
 
 
 def test_curves_and_a_notes_recency(live: Live) -> None:
@@ -89,7 +91,7 @@ def test_curves_and_a_notes_recency(live: Live) -> None:
     assert c["tiers"]["short"][i] == pytest.approx(0.675)
     assert c["tiers"]["longterm"][i] == 1.0
     assert c["tiers"]["five_percent"][i] < 1e-4
-    st, r = call(live.base, "GET", "/v1/ns/team-a/notes/deploys/recency", token=OPS)
+    st, r = call(live.base, "GET", "/v1/ns/team-a/notes/deploys@@alice/recency", token=OPS)
     assert st == 200 and r["tier"] == "longterm" and len(r["uses"]) == 5
     # before the fifth use it decays as a short note; from then on it is 1
     tiers = [p[3] for p in r["points"]]

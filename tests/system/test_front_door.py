@@ -117,8 +117,8 @@ def test_guide_curl_session(tmp_path: Path) -> None:
 def test_tokens_isolate_namespaces_agents_and_private_notes(live: Live) -> None:
     b = live.base
     ok = call(b, "POST", "/v1/ns/team-a/events", [
-        created("e1", "shared-deploy", "deploys happen on tuesday"),
-        created("e2", "alice-secret", "alice private deploy password hint", scope="private"),
+        created("e1", "shared-deploy@@alice", "deploys happen on tuesday"),
+        created("e2", "secret@@alice", "alice private deploy password hint", scope="private"),
     ], token=ALICE)
     assert ok == (200, {"appended": 2, "event_ids": ["e1", "e2"], "already": 0})
 
@@ -153,22 +153,22 @@ def test_tokens_isolate_namespaces_agents_and_private_notes(live: Live) -> None:
         assert st == 200, res
         seen = {n["note_id"] for n in res["notes"]} | {
             c["note_id"] for c in res.get("candidates") or []}
-        assert "alice-secret" not in seen
+        assert "secret@@alice" not in seen
         assert res["agent"] == "bob"
     st, res = call(b, "POST", "/v1/ns/team-a/query", {"text": "password", "budget": 1000},
                    token=ALICE)
-    assert st == 200 and [n["note_id"] for n in res["notes"]] == ["alice-secret"]
+    assert st == 200 and [n["note_id"] for n in res["notes"]] == ["secret@@alice"]
     # ... nor alice's answer by its id
     qid = res["query_id"]
     assert call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=ALICE)[1] == res
     st, body = call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=BOB)
-    assert st == 404 and "alice-secret" not in json.dumps(body)
+    assert st == 404 and "secret@@alice" not in json.dumps(body)
     assert call(b, "GET", f"/v1/ns/team-a/results/{qid}", token=OPS)[0] == 200  # admin
 
     # the events carry the token's agent
     st, rows = call(b, "GET", "/v1/ns/team-a/notes", token=OPS)
     assert st == 200 and {r["note_id"]: r["agent"] for r in rows} == {
-        "shared-deploy": "alice", "alice-secret": "alice"}
+        "shared-deploy@@alice": "alice", "secret@@alice": "alice"}
 
 
 def test_bodies_over_the_cap_get_413(live: Live) -> None:
@@ -203,14 +203,14 @@ def test_bodies_over_the_cap_get_413(live: Live) -> None:
 def test_invalid_events_name_index_and_field_and_append_nothing(live: Live) -> None:
     b = live.base
     st, body = call(b, "POST", "/v1/ns/team-a/events", [
-        created("e1", "n1", "fine"),
-        created("e2", "n2", "bad tokens", tokens=0),
+        created("e1", "n1@@alice", "fine"),
+        created("e2", "n2@@alice", "bad tokens", tokens=0),
     ], token=ALICE)
     assert st == 422
     assert body["error"]["message"].startswith("events[1]: ")
     assert "$.tokens" in body["error"]["message"]
     st, body = call(b, "POST", "/v1/ns/team-a/events",
-                    [created("e1", "n1", "other ns", ns="team-b")], token=ALICE)
+                    [created("e1", "n1@@alice", "other ns", ns="team-b")], token=ALICE)
     assert st == 422 and "events[0].ns" in body["error"]["message"]
     st, body = call(b, "POST", "/v1/ns/team-a/events", raw=b"[{", token=ALICE)
     assert st == 400 and body["error"]["code"] == "malformed_json"
@@ -229,14 +229,15 @@ def test_invalid_events_name_index_and_field_and_append_nothing(live: Live) -> N
 def test_batch_queries_in_order_and_read_your_writes(live: Live) -> None:
     b = live.base
     assert call(b, "POST", "/v1/ns/team-a/events", [
-        created("e1", "redis", "redis persistence with aof"),
-        created("e2", "deploy", "deploy on tuesdays"),
+        created("e1", "redis@@bob", "redis persistence with aof"),
+        created("e2", "deploy@@bob", "deploy on tuesdays"),
     ], token=BOB)[0] == 200
     st, res = call(b, "POST", "/v1/ns/team-a/queries", [
         {"text": "redis aof", "budget": 100}, {"text": "tuesdays", "budget": 100},
         {"text": "nothing matches this", "budget": 100, "as_of": AS_OF}], token=BOB)
     assert st == 200
-    assert [[n["note_id"] for n in r["notes"]] for r in res] == [["redis"], ["deploy"], []]
+    assert [[n["note_id"] for n in r["notes"]] for r in res] == [
+        ["redis@@bob"], ["deploy@@bob"], []]
     st, audit = call(b, "GET", "/v1/ns/team-a/audit?limit=2", token=OPS)
     assert st == 200 and len(audit) == 2
     assert {a["event"]["query_id"] for a in audit} <= {r["query_id"] for r in res}
@@ -254,7 +255,7 @@ def test_a_store_failure_mid_stream_keeps_the_array_whole(
 
     b = live.base
     assert call(b, "POST", "/v1/ns/team-a/events", [
-        created(f"e{i}", f"n{i}", f"redis stream number {i}") for i in range(5)
+        created(f"e{i}", f"n{i}@@bob", f"redis stream number {i}") for i in range(5)
     ], token=BOB)[0] == 200
     client = live.served.client
     real = client.batch_result_runs
@@ -282,7 +283,7 @@ def test_batch_answers_are_the_workers_bytes_streamed_in_input_order(live: Live)
     # an invalid item's error object in its place, sent as a chunked (streamed) response
     b = live.base
     assert call(b, "POST", "/v1/ns/team-a/events", [
-        created(f"e{i}", f"n{i}", f"redis stream number {i}") for i in range(30)
+        created(f"e{i}", f"n{i}@@bob", f"redis stream number {i}") for i in range(30)
     ], token=BOB)[0] == 200
     reqs: list[dict[str, Any]] = [{"text": f"redis {i}", "budget": 7 + i} for i in range(25)]
     reqs[3] = {"text": "", "budget": 10}
@@ -384,7 +385,7 @@ def test_on_redis_without_worker_or_store_503(
     try:
         st, h = call(srv.base, "GET", "/readyz")
         assert st == 503 and "no worker" in h["detail"]
-        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "text")],
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1@@alice", "text")],
                     token=ALICE) == (200, {"appended": 1, "event_ids": ["e1"], "already": 0})
         st, body = call(srv.base, "POST", "/v1/ns/team-a/query", {"text": "text", "budget": 9},
                         token=ALICE)
@@ -392,7 +393,7 @@ def test_on_redis_without_worker_or_store_503(
         rp.stop(sig_kill=True)
         with capture_logs() as logs:
             st, body = call(srv.base, "POST", "/v1/ns/team-a/events",
-                            [created("e2", "n2", "text")], token=ALICE)
+                            [created("e2", "n2@@alice", "text")], token=ALICE)
         assert st == 503 and body["error"]["code"] == "store_unavailable"
         assert [e for e in logs if e["event"] == "store_error"]
         st, h = call(srv.base, "GET", "/readyz")
@@ -428,7 +429,7 @@ def test_recall_renders_a_context_within_the_budget_that_reproduces(live: Live) 
     for i, words in enumerate(["deploys happen on tuesdays after lunch",
                                "deploys are frozen during the incident review week",
                                "the staging deploy key rotates every monday " * 3]):
-        assert call(b, "POST", "/v1/ns/team-a/remember", {"text": words, "note_id": f"d{i}"},
+        assert call(b, "POST", "/v1/ns/team-a/remember", {"text": words, "note_id": f"d{i}@@alice"},
                     token=ALICE)[0] == 200
     st, got = call(b, "POST", "/v1/ns/team-a/recall", {"query": "when are deploys",
                                                         "budget": 40}, token=ALICE)
@@ -452,13 +453,14 @@ def test_a_query_within_an_id_prefix_ranks_only_those_notes_and_reproduces(live:
     """``id_prefix`` makes only the notes under it candidates; the audit records it, so the
     served query reproduces exactly; a prefix outside the id charset is refused."""
     b = live.base
-    for nid in ("a.x:1", "a.x:2", "a.xy:1", "b:1"):
+    for nid in ("a.x:1@@alice", "a.x:2@@alice", "a.xy:1@@alice", "b:1@@alice"):
         assert call(b, "POST", "/v1/ns/team-a/remember",
                     {"text": f"release notes {nid}", "note_id": nid, "duplicates": "ignore"},
                     token=ALICE)[0] == 200
     st, got = call(b, "POST", "/v1/ns/team-a/query",
                    {"text": "release notes", "budget": 500, "id_prefix": "a.x:"}, token=ALICE)
-    assert st == 200 and sorted(n["note_id"] for n in got["notes"]) == ["a.x:1", "a.x:2"]
+    assert st == 200 and sorted(n["note_id"] for n in got["notes"]) == [
+        "a.x:1@@alice", "a.x:2@@alice"]
     st, every = call(b, "POST", "/v1/ns/team-a/query", {"text": "release notes", "budget": 500},
                      token=ALICE)
     assert st == 200 and len(every["notes"]) == 4

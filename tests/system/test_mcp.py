@@ -59,15 +59,15 @@ async def _exercise(client: Client) -> None:
     nid = r1.structured_content["result"] if isinstance(r1.structured_content, dict) \
         else _text(r1)
     r2 = await client.call_tool("remember", {"text": "Scratch: try deploys with canary",
-                                             "kind": "scratch", "note_id": "canary-idea"})
-    assert not r2.is_error and "canary-idea" in _text(r2)
+                                             "kind": "scratch", "note_id": "canary-idea@@alice"})
+    assert not r2.is_error and "canary-idea@@alice" in _text(r2)
 
     got = await client.call_tool("recall", {"query": "when do deploys happen", "budget": 200})
     assert not got.is_error, _text(got)
     out = got.structured_content
     assert isinstance(out, dict)
     ids = [n["note_id"] for n in out["notes"]]
-    assert nid in ids and "canary-idea" in ids
+    assert nid in ids and "canary-idea@@alice" in ids
     assert "Deploys happen on Tuesdays after lunch" in out["context"]
     # each note of the context under its header: the id `used` takes, and the day
     [mine] = [n for n in out["notes"] if n["note_id"] == nid]
@@ -81,9 +81,9 @@ async def _exercise(client: Client) -> None:
 
     # a near-duplicate is told, with the id to revise instead; a revision keeps the id
     twin_text = await client.call_tool("remember", {
-        "text": "Deploys happen on Tuesdays after lunch, UTC", "note_id": "deploy-twin"})
+        "text": "Deploys happen on Tuesdays after lunch, UTC", "note_id": "deploy-twin@@alice"})
     assert not twin_text.is_error
-    assert _text(twin_text).startswith("deploy-twin; existing notes say nearly the same: "
+    assert _text(twin_text).startswith("deploy-twin@@alice; existing notes say nearly the same: "
                                        f"{nid} (overlap 0.80)"), _text(twin_text)
     # the very same words (case and spacing aside) are not stored again: the answer names it
     same = await client.call_tool("remember", {"text": " deploys happen on  TUESDAYS after lunch"})
@@ -95,11 +95,11 @@ async def _exercise(client: Client) -> None:
     after = await client.call_tool("recall", {"query": "when do deploys happen", "budget": 200})
     assert "Deploys happen on Wednesdays after lunch" in after.structured_content["context"]
     assert "Deploys happen on Tuesdays after lunch\n" not in after.structured_content["context"]
-    f0 = await client.call_tool("forget", {"note_id": "deploy-twin"})
+    f0 = await client.call_tool("forget", {"note_id": "deploy-twin@@alice"})
     assert not f0.is_error
     nobody = await client.call_tool("revise", {"note_id": "no-such-note", "text": "x"})
     assert nobody.is_error and "no note 'no-such-note'" in _text(nobody)
-    f = await client.call_tool("forget", {"note_id": "canary-idea"})
+    f = await client.call_tool("forget", {"note_id": "canary-idea@@alice"})
     assert not f.is_error
     again = await client.call_tool("recall", {"query": "deploys canary", "budget": 200})
     assert [n["note_id"] for n in again.structured_content["notes"]] == [nid]
@@ -121,14 +121,14 @@ async def _exercise(client: Client) -> None:
         "text is 80000 bytes of UTF-8, at most 65536 allowed"
 
     # writes that would never apply are errors, told before the tool returns
-    twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea"})
+    twin = await client.call_tool("remember", {"text": "again", "note_id": "canary-idea@@alice"})
     assert twin.is_error and _text(twin) == (
-        "note 'canary-idea' already exists in namespace 'team-a' (ids are never reused, even "
-        "after forgetting); nothing was recorded")
+        "note 'canary-idea@@alice' already exists in namespace 'team-a' (ids are never reused, "
+        "even after forgetting); nothing was recorded")
     ghost = await client.call_tool("used", {"note_ids": [nid, "no-such-note"]})
     assert ghost.is_error and "no-such-note" in _text(ghost)
-    gone = await client.call_tool("forget", {"note_id": "canary-idea"})  # forgotten already
-    assert gone.is_error and "no note 'canary-idea'" in _text(gone)
+    gone = await client.call_tool("forget", {"note_id": "canary-idea@@alice"})  # forgotten already
+    assert gone.is_error and "no note 'canary-idea@@alice'" in _text(gone)
 
 
 def _check_tools_read_well(tools: list[Any]) -> None:

@@ -28,7 +28,7 @@ def test_a_namespace_over_the_budget_is_507_at_once_and_shown(tmp_path: Path) ->
     srv = start_live(f"memory://{tmp_path / 'm'}", memory_budget_mib=1, query_timeout_s=60)
     try:
         for part in range(6):  # bodies under the server's limit
-            evs = [created(f"e{i}", f"n{i}", _big_text(i)) for i in range(part * 100,
+            evs = [created(f"e{i}", f"n{i}@@alice", _big_text(i)) for i in range(part * 100,
                                                                         part * 100 + 100)]
             st, _ = call(srv.base, "POST", "/v1/ns/team-a/events", evs, token=ALICE)
             assert st == 200
@@ -68,7 +68,7 @@ def test_a_load_out_of_memory_is_503_worker_out_of_memory_at_once(
     srv = start_live(f"memory://{tmp_path / 'o'}", query_timeout_s=60)
     try:
         assert call(srv.base, "POST", "/v1/ns/team-a/events",
-                    [created("e1", "n1", "lease batch")], token=ALICE)[0] == 200
+                    [created("e1", "n1@@alice", "lease batch")], token=ALICE)[0] == 200
         st, body = call(srv.base, "POST", "/v1/ns/team-a/query",
                         {"text": "lease", "budget": 50}, token=ALICE)
         assert st == 503 and body["error"]["code"] == "worker_out_of_memory"
@@ -82,7 +82,7 @@ def test_a_load_out_of_memory_is_503_worker_out_of_memory_at_once(
         monkeypatch.setattr(engine_mod, "refresh_index", real)  # memory again: answered
         st, body = call(srv.base, "POST", "/v1/ns/team-a/query",
                         {"text": "lease", "budget": 50}, token=ALICE)
-        assert st == 200 and [n["note_id"] for n in body["notes"]] == ["n1"]
+        assert st == 200 and [n["note_id"] for n in body["notes"]] == ["n1@@alice"]
     finally:
         srv.stop()
 

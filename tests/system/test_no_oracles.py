@@ -43,7 +43,7 @@ def test_json_nested_too_deep_is_malformed_json(live: Live) -> None:
 
 @pytest.mark.parametrize("text", [" ", "\n\t  \r\n", "\u00a0\u2003", "\u3000"])
 def test_a_whitespace_only_note_is_refused(live: Live, text: str) -> None:
-    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", text)],
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1@@alice", text)],
                     token=ALICE)
     assert st == 422 and "whitespace" in body["error"]["message"], body
     st, body = call(live.base, "POST", "/v1/ns/team-a/remember", {"text": text}, token=ALICE)
@@ -52,11 +52,11 @@ def test_a_whitespace_only_note_is_refused(live: Live, text: str) -> None:
     st, _ = call(live.base, "POST", "/v1/ns/team-a/remember", {"text": f" x{text}"},
                  token=ALICE)
     assert st == 200  # one visible character is a note
-    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e2", "n2", "real")],
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e2", "n2@@alice", "real")],
                     token=ALICE)
     assert st == 200
     st, body = call(live.base, "POST", "/v1/ns/team-a/revise",
-                    {"note_id": "n2", "text": text}, token=ALICE)
+                    {"note_id": "n2@@alice", "text": text}, token=ALICE)
     assert st == 422 and "whitespace" in body["error"]["message"], body
     assert _logged(live) == 2
 
@@ -65,7 +65,7 @@ def test_an_at_in_the_future_is_refused_past_the_skew(live: Live) -> None:
     now = datetime.now(UTC)
     for at in (now + timedelta(seconds=400), datetime(9999, 12, 31, tzinfo=UTC)):
         st, body = call(live.base, "POST", "/v1/ns/team-a/events",
-                        [created("e1", "n1", "from the future", at=_iso(at))], token=ALICE)
+                        [created("e1", "n1@@alice", "from the future", at=_iso(at))], token=ALICE)
         assert st == 422 and "in the future" in body["error"]["message"], body
         st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
                         {"text": "from the future", "at": _iso(at)}, token=ALICE)
@@ -73,7 +73,7 @@ def test_an_at_in_the_future_is_refused_past_the_skew(live: Live) -> None:
     assert _logged(live) == 0
     for i, at in enumerate((now + timedelta(seconds=200), datetime(2001, 1, 1, tzinfo=UTC))):
         st, body = call(live.base, "POST", "/v1/ns/team-a/events",
-                        [created(f"ok{i}", f"ok{i}", "within the skew", at=_iso(at))],
+                        [created(f"ok{i}", f"ok{i}@@alice", "within the skew", at=_iso(at))],
                         token=ALICE)
         assert st == 200, body
     assert _logged(live) == 2
@@ -144,7 +144,7 @@ def test_metrics_need_a_metrics_or_global_admin_token(guarded: Live) -> None:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
-    assert call(guarded.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "x")],
+    assert call(guarded.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1@@alice", "x")],
                 token=ALICE)[0] == 200
     for token, status in ((None, 401), ("not-a-token-000000000", 401), (ALICE, 403),
                           (WRITER, 403)):
@@ -160,11 +160,11 @@ def test_duplicates_are_reported_only_to_a_token_that_may_query(guarded: Live) -
 
     text = "the staging deploy key rotates every monday at nine"
     st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
-                    {"text": text, "note_id": "bobs"}, token=BOB)
+                    {"text": text, "note_id": "bobs@@bob"}, token=BOB)
     assert st == 200
     st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
                     {"text": text + " sharp"}, token=ALICE)
-    assert st == 200 and [d["note_id"] for d in body["duplicates"]] == ["bobs"], body
+    assert st == 200 and [d["note_id"] for d in body["duplicates"]] == ["bobs@@bob"], body
     for mode in ("report", "supersede"):
         st, body = call(guarded.base, "POST", "/v1/ns/team-a/remember",
                         {"text": text + f" ({mode})", "duplicates": mode}, token=WRITER)
@@ -177,7 +177,7 @@ def test_a_batch_is_bounded_by_its_total_work(live: Live) -> None:
     ``HIVEMIND_BATCH_MAX_WORK`` (10,000,000 by default); one over is refused whole (413 naming
     the work and the bound), the bound itself is answered."""
     assert call(live.base, "POST", "/v1/ns/team-a/events",
-                [created("e1", "n1", "deploys happen on tuesdays")], token=ALICE)[0] == 200
+                [created("e1", "n1@@alice", "deploys happen on tuesdays")], token=ALICE)[0] == 200
     q = {"text": "deploys", "budget": 1_000_000}
     st, got = call(live.base, "POST", "/v1/ns/team-a/queries", [q] * 10, token=ALICE)
     assert st == 200 and len(got) == 10 and all("error" not in r for r in got), got
@@ -199,13 +199,19 @@ def test_a_taken_note_id_answers_the_same_whoever_holds_it(live: Live) -> None:
     never by whom, in which scope or whether the note lives (ids are never reused)."""
     from tests.support.frontdoor import BOB, OPS
 
-    for nid, extra in (("bp", {"scope": "private"}), ("bs", {}), ("bf", {}), ("be", {})):
-        assert call(live.base, "POST", "/v1/ns/team-a/events",
-                    [created(f"e-{nid}", nid, f"bob's note {nid}", **extra)], token=BOB)[0] == 200
-    assert call(live.base, "POST", "/v1/ns/team-a/forget", {"note_id": "bf"}, token=BOB)[0] == 200
-    assert call(live.base, "DELETE", "/v1/ns/team-a/notes/be", token=OPS)[0] == 200
+    # ids hivemind made for bob's notes (the ids any token may send: under the default owned
+    # ids, a chosen id of bob's space is refused to alice before it is looked up)
+    ids: dict[str, str] = {}
+    for key, extra in (("bp", {"scope": "private"}), ("bs", {}), ("bf", {}), ("be", {})):
+        st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": f"bob's note {key}", **extra}, token=BOB)
+        assert st == 200, body
+        ids[key] = body["note_id"]
+    assert call(live.base, "POST", "/v1/ns/team-a/forget", {"note_id": ids["bf"]},
+                token=BOB)[0] == 200
+    assert call(live.base, "DELETE", f"/v1/ns/team-a/notes/{ids['be']}", token=OPS)[0] == 200
     answers = set()
-    for nid in ("bp", "bs", "bf", "be"):
+    for nid in ids.values():
         st, body = call(live.base, "POST", "/v1/ns/team-a/remember",
                         {"text": "alice's guess", "note_id": nid}, token=ALICE)
         assert st == 409 and body["error"]["code"] == "note_exists", body
@@ -249,20 +255,20 @@ def _mcp_remember(live: Live, token: str, args: dict[str, Any]) -> tuple[bool, s
 
 @pytest.fixture
 def owned(tmp_path: Path) -> Iterator[Live]:
-    """``serve`` with the test tokens and ``HIVEMIND_NOTE_IDS=owned``."""
+    """``serve`` with the test tokens and the default note ids (``owned``: nothing set)."""
     from tests.support.frontdoor import start_live
 
-    srv = start_live(f"memory://{tmp_path / 'owned'}", env={"HIVEMIND_NOTE_IDS": "owned"})
+    srv = start_live(f"memory://{tmp_path / 'owned'}")
     yield srv
     srv.stop()
 
 
 def test_a_create_never_confirms_another_agents_private_id(owned: Live) -> None:
-    """With ``HIVEMIND_NOTE_IDS=owned``, a token that may not see every note creates notes only
-    with ids of its own space (ids
-    hivemind makes, or ``KEY@@AGENT`` of its own agent): any other id is refused with the
+    """By default (``HIVEMIND_NOTE_IDS=owned``), a token that may not see every note creates
+    notes only with ids of its own space (ids hivemind makes, or ``KEY@@AGENT`` of its own
+    agent): any other id is refused with the
     same bytes whether it is taken by another agent's private note or free, through HTTP
-    (both write routes), the SDK and MCP. Before (and with the default ``any``), a taken id
+    (both write routes), the SDK and MCP. Before (and with the opt-out ``any``), a taken id
     answered 409 and a free one 200."""
     from hivemind_memory import ForeignNoteId, Memory
     from tests.support.frontdoor import BOB, OPS
@@ -308,12 +314,27 @@ def test_a_create_never_confirms_another_agents_private_id(owned: Live) -> None:
     assert st == 409 and body["error"]["code"] == "note_exists", body
 
 
-def test_with_any_ids_the_default_whoami_says_so(live: Live) -> None:
+def test_any_ids_stay_an_opt_out_that_reopens_the_oracle(tmp_path: Path) -> None:
+    """``HIVEMIND_NOTE_IDS=any`` (not the default): a token chooses any id, ``whoami`` says
+    so, and a guessed id that another agent's private note holds answers 409 ``note_exists``
+    while a free one is taken: the oracle the default closes, documented as re-opened."""
     from hivemind_memory import Memory
+    from tests.support.frontdoor import BOB, start_live
 
-    with Memory(live.base, ns="team-a", token=ALICE) as alice:
-        assert alice.id_suffix() == ""
-        assert alice.remember("free form", note_id="free-form") == "free-form"
+    srv = start_live(f"memory://{tmp_path / 'any'}", env={"HIVEMIND_NOTE_IDS": "any"})
+    try:
+        st, _ = call(srv.base, "POST", "/v1/ns/team-a/remember",
+                     {"text": "bob's door code is 4711", "note_id": "door-code",
+                      "scope": "private"}, token=BOB)
+        assert st == 200
+        with Memory(srv.base, ns="team-a", token=ALICE) as alice:
+            assert alice.id_suffix() == ""
+            assert alice.remember("free form", note_id="free-form") == "free-form"
+        st, body = call(srv.base, "POST", "/v1/ns/team-a/remember",
+                        {"text": "guess", "note_id": "door-code"}, token=ALICE)
+        assert st == 409 and body["error"]["code"] == "note_exists", body
+    finally:
+        srv.stop()
 
 
 def test_a_batch_answer_is_bounded_in_bytes(tmp_path: Path) -> None:
@@ -327,7 +348,7 @@ def test_a_batch_answer_is_bounded_in_bytes(tmp_path: Path) -> None:
                      env={"HIVEMIND_BATCH_MAX_ANSWER_BYTES": "4000"})
     try:
         text = "deploys " + "happen on tuesdays after lunch " * 40
-        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", text)],
+        assert call(srv.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1@@alice", text)],
                     token=ALICE)[0] == 200
         q = {"text": "deploys tuesdays", "budget": 5000}
         st, got = call(srv.base, "POST", "/v1/ns/team-a/queries", [q] * 6, token=ALICE)

@@ -95,7 +95,7 @@ def test_a_write_must_be_json(open_srv: Live) -> None:
 def test_with_tokens_the_token_is_the_door(live: Live) -> None:
     """With tokens, Host, Origin and Content-Type are not looked at (a foreign page cannot
     send the bearer token)."""
-    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1", "x")],
+    st, body = call(live.base, "POST", "/v1/ns/team-a/events", [created("e1", "n1@@alice", "x")],
                     token=ALICE, headers={"Host": "elsewhere.example", "Origin": "null",
                                           "Content-Type": "text/plain"})
     assert st == 200, body

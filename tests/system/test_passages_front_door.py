@@ -25,7 +25,7 @@ AT = "2026-05-01T09:00:00Z"
 
 def _remember(mem_or_base: Any, text: str) -> None:
     st, body = call(mem_or_base, "POST", f"{NS}/remember",
-                    {"note_id": "runbook", "text": text, "at": AT, "duplicates": "ignore"},
+                    {"note_id": "runbook@@alice", "text": text, "at": AT, "duplicates": "ignore"},
                     token=ALICE)
     assert st == 200, body
 
@@ -38,14 +38,14 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
     try:
         _remember(live.base, text)
         st, body = call(live.base, "POST", f"{NS}/remember",
-                        {"note_id": "coffee", "text": "The coffee machine is descaled on "
+                        {"note_id": "coffee@@alice", "text": "The coffee machine is descaled on "
                          "Mondays.", "at": AT, "duplicates": "ignore"}, token=ALICE)
         assert st == 200, body
         st, got = call(live.base, "POST", f"{NS}/query",
                        {"text": QUESTION, "budget": 500, "context": True,
                         "config": {"passage_tokens": 128}}, token=ALICE)
         assert st == 200, got
-        assert [n["note_id"] for n in got["notes"]] == ["runbook"]
+        assert [n["note_id"] for n in got["notes"]] == ["runbook@@alice"]
         n = got["notes"][0]
         place = n["passage"]
         assert set(place) == {"index", "count", "start", "end"} and place["count"] == 36
@@ -53,7 +53,7 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
         assert n["created_at"].startswith("2026-05-01T09:00:00")
         assert got["used"] <= 500
         assert got["context"].startswith(
-            f"[runbook | 2026-05-01 | passage {place['index'] + 1}/36]\n")
+            f"[runbook@@alice | 2026-05-01 | passage {place['index'] + 1}/36]\n")
         # the default config has no passages: the runbook does not fit
         st, off = call(live.base, "POST", f"{NS}/query", {"text": QUESTION, "budget": 500},
                        token=ALICE)
@@ -61,7 +61,7 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
         assert off["notes"] == [] and off["used"] == 0
         # used of the shown id counts for the note
         st, body = call(live.base, "POST", f"{NS}/events",
-                        [{"type": "note.used", "note_id": "runbook"}], token=ALICE)
+                        [{"type": "note.used", "note_id": "runbook@@alice"}], token=ALICE)
         assert st in (200, 202), body
     finally:
         live.stop()

@@ -33,7 +33,7 @@ def test_the_same_sentence_three_times_over_http_is_one_note(live: Live) -> None
     assert first["duplicates_checked"] is True and "duplicate_of" not in first
     second = _remember(live, {"text": "the on-call ENGINEER is paged after two failed "
                                       "health checks.  "})
-    third = _remember(live, {"text": SENTENCE, "note_id": "my-own-id"})
+    third = _remember(live, {"text": SENTENCE, "note_id": "mine@@alice"})
     for again in (second, third):
         assert again["duplicate_of"] == again["note_id"] == first["note_id"]
         assert again["duplicates"] == [{"note_id": first["note_id"], "overlap": 1.0}]

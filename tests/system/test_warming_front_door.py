@@ -50,7 +50,7 @@ def test_a_large_first_load_is_503_index_warming_at_once_then_answered(
     monkeypatch.setattr(engine_mod, "load_index", slow_build)
     srv = start_live(f"memory://{tmp_path / 'w'}", warm_inline_max_notes=3, query_timeout_s=60)
     try:
-        evs = [created(f"e{i}", f"n{i}", f"lease batch {i}") for i in range(3)]
+        evs = [created(f"e{i}", f"n{i}@@alice", f"lease batch {i}") for i in range(3)]
         assert call(srv.base, "POST", "/v1/ns/team-a/events", evs, token=ALICE)[0] == 200
         t = time.monotonic()
         st, headers, body = _query(srv.base, "lease")
@@ -71,7 +71,8 @@ def test_a_large_first_load_is_503_index_warming_at_once_then_answered(
             if st != 503 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)  # as a client honouring Retry-After would, only shorter
-        assert st == 200 and sorted(n["note_id"] for n in body["notes"]) == ["n0", "n1", "n2"]
+        assert st == 200 and sorted(n["note_id"] for n in body["notes"]) == [
+            "n0@@alice", "n1@@alice", "n2@@alice"]
     finally:
         release.set()
         srv.stop()

@@ -66,7 +66,7 @@ describe("an agent's calls", () => {
     assert.match(id, /^n-/);
     const secret = await alice.remember("alice's deploy key hint: tuesdays", { scope: "private" });
     await bob.remember("scratch: maybe deploy on wednesdays", { kind: "scratch",
-                                                                noteId: "bob-scratch" });
+                                                                noteId: "scratch@@bob" });
 
     const got = await bob.recall("when do deploys happen on tuesdays", { budget: 500 });
     assert.ok(got.noteIds.includes(id) && !got.noteIds.includes(secret));
@@ -79,39 +79,39 @@ describe("an agent's calls", () => {
     assert.deepEqual((await alice.recall("key hint", { budget: 500 })).noteIds, [secret]);
 
     assert.equal(await bob.used(id), 1);
-    await bob.forget("bob-scratch");
-    assert.ok(!(await bob.recall("deploy wednesdays")).noteIds.includes("bob-scratch"));
+    await bob.forget("scratch@@bob");
+    assert.ok(!(await bob.recall("deploy wednesdays")).noteIds.includes("scratch@@bob"));
 
     // reads: what the agent may see, its own writes included
     const note = await bob.get(id);
     assert.ok(note && note.agent === "alice" && note.uses === 1 && note.text.startsWith("Deploys"));
     assert.equal(await bob.get(secret), null);
     assert.equal((await alice.get(secret))?.scope, "private");
-    assert.equal(await bob.get("bob-scratch"), null);
+    assert.equal(await bob.get("scratch@@bob"), null);
   });
 
   it("reads by id prefix, paged, and recalls within one prefix", async () => {
-    for (const [nid, text] of [["grp.a:1", "grouped one"], ["grp.a:2", "grouped two"],
-                               ["grp.ab:1", "grouped other"]] as const) {
+    for (const [nid, text] of [["grp.a:1@@bob", "grouped one"], ["grp.a:2@@bob", "grouped two"],
+                               ["grp.ab:1@@bob", "grouped other"]] as const) {
       await bob.remember(text, { noteId: nid });
     }
-    assert.deepEqual((await bob.notes("grp.a:")).map((n) => n.note_id), ["grp.a:1", "grp.a:2"]);
+    assert.deepEqual((await bob.notes("grp.a:")).map((n) => n.note_id), ["grp.a:1@@bob", "grp.a:2@@bob"]);
     assert.deepEqual((await bob.notes("grp.", { limit: 2 })).map((n) => n.note_id),
-                     ["grp.a:1", "grp.a:2"]);
-    assert.deepEqual((await bob.notes("grp.", { after: "grp.a:2" })).map((n) => n.note_id),
-                     ["grp.ab:1"]);
+                     ["grp.a:1@@bob", "grp.a:2@@bob"]);
+    assert.deepEqual((await bob.notes("grp.", { after: "grp.a:2@@bob" })).map((n) => n.note_id),
+                     ["grp.ab:1@@bob"]);
     const got = await bob.recall("grouped", { idPrefix: "grp.a:" });
-    assert.deepEqual([...got.noteIds].sort(), ["grp.a:1", "grp.a:2"]);
+    assert.deepEqual([...got.noteIds].sort(), ["grp.a:1@@bob", "grp.a:2@@bob"]);
   });
 
   it("fills event ids, so a retried append applies once", async () => {
-    const ev = { type: "note.created" as const, note_id: "retried", text: "retried once",
+    const ev = { type: "note.created" as const, note_id: "retried@@alice", text: "retried once",
                  event_id: newId("ev") };
     const first = await alice.append([ev]);
     assert.deepEqual([first.appended, first.already], [1, 0]);
     const again = await alice.append([ev]);
     assert.deepEqual([again.appended, again.already, again.event_ids], [1, 1, [ev.event_id]]);
-    const filled = await alice.append([{ type: "note.used", note_id: "retried" }]);
+    const filled = await alice.append([{ type: "note.used", note_id: "retried@@alice" }]);
     assert.match(filled.event_ids[0] ?? "", /^ev-/);
   });
 });
@@ -185,12 +185,12 @@ describe("twins", () => {
 
 describe("raw query and batch", () => {
   it("answers the contract's result object; as-of answers are reproducible", async () => {
-    await alice.append([{ type: "note.created", note_id: "old-fact", at: "2026-05-01T09:00:00Z",
+    await alice.append([{ type: "note.created", note_id: "old-fact@@alice", at: "2026-05-01T09:00:00Z",
                           text: "The old fact about releases." }]);
     const q = { asOf: "2026-06-01T00:00:00Z", explain: true };
     const res: QueryResult = await alice.query("releases", 200, q);
     assert.equal(res.as_of, "2026-06-01T00:00:00Z");
-    assert.deepEqual(res.notes.map((n) => n.note_id), ["old-fact"]);
+    assert.deepEqual(res.notes.map((n) => n.note_id), ["old-fact@@alice"]);
     assert.ok(Array.isArray(res.candidates));
     assert.deepEqual(await alice.query("releases", 200, q), res);
   });

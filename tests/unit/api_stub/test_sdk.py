@@ -44,8 +44,8 @@ def _agent_flow(alice: Memory, bob: Memory) -> None:
     nid = alice.remember("Deploys happen on Tuesdays after 14:00 UTC")
     secret = alice.remember("alice's staging password hint: tuesdays", scope="private")
     scratch = bob.remember("scratch: maybe deploy on wednesdays", kind="scratch",
-                           note_id="bob-scratch")
-    assert scratch == "bob-scratch"
+                           note_id="scratch@@bob")
+    assert scratch == "scratch@@bob"
 
     got = bob.recall("when do deploys happen on tuesdays", budget=500)
     assert nid in got.note_ids and secret not in got.note_ids
@@ -54,8 +54,8 @@ def _agent_flow(alice: Memory, bob: Memory) -> None:
     assert alice.recall("staging password", budget=500).note_ids == [secret]
 
     assert bob.used(nid) == 1
-    bob.forget("bob-scratch")
-    assert "bob-scratch" not in bob.recall("deploy wednesdays", budget=500).note_ids
+    bob.forget("scratch@@bob")
+    assert "scratch@@bob" not in bob.recall("deploy wednesdays", budget=500).note_ids
 
     # the context labels each note with its id and day; the notes carry date and tier
     [first] = [n for n in got.notes if n.note_id == nid]
@@ -63,23 +63,23 @@ def _agent_flow(alice: Memory, bob: Memory) -> None:
     assert f"[{nid} | {first.created_at[:10]}]\nDeploys happen on Tuesdays" in got.context
 
     # reads by id and by id prefix: what this agent may see, its own writes included
-    for i, text in (("grp.a:1", "grouped one"), ("grp.a:2", "grouped two"),
-                    ("grp.ab:1", "grouped other")):
+    for i, text in (("grp.a:1@@bob", "grouped one"), ("grp.a:2@@bob", "grouped two"),
+                    ("grp.ab:1@@bob", "grouped other")):
         bob.remember(text, note_id=i)
-    assert [n.note_id for n in bob.notes("grp.a:")] == ["grp.a:1", "grp.a:2"]
-    assert [n.note_id for n in bob.notes("grp.", limit=2)] == ["grp.a:1", "grp.a:2"]
-    assert [n.note_id for n in bob.notes("grp.", after="grp.a:2")] == ["grp.ab:1"]
+    assert [n.note_id for n in bob.notes("grp.a:")] == ["grp.a:1@@bob", "grp.a:2@@bob"]
+    assert [n.note_id for n in bob.notes("grp.", limit=2)] == ["grp.a:1@@bob", "grp.a:2@@bob"]
+    assert [n.note_id for n in bob.notes("grp.", after="grp.a:2@@bob")] == ["grp.ab:1@@bob"]
     note = bob.get(nid)
     assert note is not None and note.text.startswith("Deploys happen on Tuesdays")
     assert (note.agent, note.uses, note.scope, note.tier) == ("alice", 1, "shared", "short")
-    assert bob.get(secret) is None and bob.get("bob-scratch") is None  # private; forgotten
+    assert bob.get(secret) is None and bob.get("scratch@@bob") is None  # private; forgotten
     mine = alice.get(secret)
     assert mine is not None and mine.scope == "private"
-    assert [n.note_id for n in bob.read_notes(["grp.a:2", "nope", "grp.a:1"])] == [
-        "grp.a:2", "grp.a:1"]
+    assert [n.note_id for n in bob.read_notes(["grp.a:2@@bob", "nope", "grp.a:1@@bob"])] == [
+        "grp.a:2@@bob", "grp.a:1@@bob"]
     # a recall among the notes of one id prefix only
     assert sorted(bob.recall("grouped", budget=500, id_prefix="grp.a:").note_ids) == [
-        "grp.a:1", "grp.a:2"]
+        "grp.a:1@@bob", "grp.a:2@@bob"]
 
     # the raw calls
     res = bob.query("tuesdays", 500, as_of=AS_OF, explain=True)
@@ -87,7 +87,7 @@ def _agent_flow(alice: Memory, bob: Memory) -> None:
     assert res == bob.query("tuesdays", 500, as_of=AS_OF, explain=True)  # same as-of, same
     out = bob.batch([{"text": "tuesdays", "budget": 100}, {"text": "", "budget": 1}])
     assert "notes" in out[0] and out[1]["error"]["code"] == "invalid_request"
-    n = bob.append([{"type": "note.created", "note_id": "raw-1", "text": "raw appended",
+    n = bob.append([{"type": "note.created", "note_id": "raw-1@@bob", "text": "raw appended",
                      "at": "2026-05-01T00:00:00Z"}])
     assert n == 1
 
@@ -111,7 +111,7 @@ def test_memory_over_http(live: Live) -> None:
     with pytest.raises(AccessDenied, match="401"):
         Memory(live.base, ns="team-a", token="wrong-wrong-wrong-wrong").recall("x")
     with pytest.raises(TooLarge):
-        alice.append([{"type": "note.created", "note_id": f"n{i}", "text": "x" * 60_000}
+        alice.append([{"type": "note.created", "note_id": f"n{i}@@alice", "text": "x" * 60_000}
                       for i in range(5)])
 
 

@@ -183,7 +183,7 @@ def test_status_and_metrics_show_lag_falling_to_zero_while_a_worker_catches_up(
 def test_serve_exposes_the_metrics_at_slash_metrics(tmp_path: Path) -> None:
     srv = start_live(f"memory://{tmp_path / 'store'}")
     try:
-        ev1 = {"type": "note.created", "event_id": "c1", "note_id": "n1",
+        ev1 = {"type": "note.created", "event_id": "c1", "note_id": "n1@@alice",
                "at": "2026-05-01T09:00:00Z", "text": "redis aof"}
         status, _ = call(srv.base, "POST", "/v1/ns/team-a/events", [ev1], token=ALICE)
         assert status in (200, 201, 202)

@@ -18,6 +18,13 @@ from typing import Any
 
 import fakeredis
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The machines these tests run on are shared and often loaded: Hypothesis's generation-speed
+# health check (too_slow) measures the machine, not the code, so it is off for every test.
+# Deadlines stay whatever each test sets.
+settings.register_profile("hivemind", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("hivemind")
 
 
 class _MutantsFirst(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,7 +1,7 @@
 """The answers of ``remember`` and ``recall``, one definition each for every door: the HTTP
 API encodes them (and its OpenAPI document, hence the TypeScript types, is generated from
 them), the SDK returns them (``Memory.recall``'s notes; its ``Remembered`` id wraps the wire
-one), and the MCP tools' models are checked against them (``tests/unit/api_stub``).
+one), and the MCP tools' pydantic models are built from them (``server.mcp``).
 
 A door that shows part of a shape derives its struct with ``projection``: the HTTP
 ``/recall`` answer names a note's id, date, score and tokens (plus ``cost``, the note with its

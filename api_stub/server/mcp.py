@@ -16,14 +16,15 @@ Two transports, one set of tools:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
+from hivemind_memory.api_stub.protocol import answers
 from hivemind_memory.api_stub.sdk import Memory
 from hivemind_memory.api_stub.server.tokens import Right, TokenTable
 from hivemind_memory.api_stub.tool_spec import (
@@ -51,30 +52,59 @@ from hivemind_memory.api_stub.tool_spec import (
 )
 from hivemind_memory.events.errors import HivemindError
 from hivemind_memory.events.schema import NS_PATTERN
+from hivemind_memory.projections.ranking.rank_result import Passage as PassageStruct
 
 NS_HEADER = "x-hivemind-ns"
 """Header naming the namespace of an MCP-over-HTTP call."""
 AGENT_HEADER = "x-hivemind-agent"
 """Header naming the agent when ``serve`` runs without tokens (loopback, one trusted user)."""
 
-class Passage(BaseModel):
-    index: int = Field(description="Which passage of the note, counted from 0.")
-    count: int = Field(description="How many passages the note has.")
-    start: int = Field(description="Where the passage starts in the note's text (characters).")
-    end: int = Field(description="Where it ends (characters, exclusive).")
+def _model(name: str, struct: type[msgspec.Struct], fields: Sequence[str],
+           descriptions: dict[str, str], types: dict[str, Any] | None = None,
+           optional: Sequence[str] = ()) -> type[BaseModel]:
+    """A pydantic model named ``name`` with ``struct``'s ``fields`` (their types, in this
+    order, unless ``types`` narrows one), each described by ``descriptions``; ``optional``
+    ones default to null. The MCP SDK needs pydantic models for a tool's output schema; the
+    shape itself is the one struct's (``protocol.answers``)."""
+    own = {f.name: f.type for f in msgspec.structs.fields(struct)}
+    types = types or {}
+    missing = [f for f in fields if f not in own]
+    if missing:
+        raise TypeError(f"{struct.__name__} has no field {', '.join(missing)}")
+    spec: dict[str, Any] = {}
+    for f in fields:
+        kind = types.get(f, own[f])
+        spec[f] = ((kind | None, Field(default=None, description=descriptions[f]))
+                   if f in optional else (kind, Field(description=descriptions[f])))
+    return create_model(name, __module__=__name__, **spec)
 
 
-class RecalledNote(BaseModel):
-    note_id: str = Field(description="Pass it to `used` if the note helped.")
-    created_at: str = Field(description="When the note was written (RFC 3339, UTC).")
-    score: float = Field(description="Relevance times recency, 0 to 1.")
-    tokens: int = Field(description="The note's length in tokens.")
-    tier: str = Field(description="longterm (used 5+ times, never fades), short or scratch.")
-    metadata: dict[str, str | int | float | bool] | None = Field(
-        default=None, description="The note's metadata, if it has some.")
-    passage: Passage | None = Field(
-        default=None, description="Set when only a passage of a long note was packed: "
-        "its place in the note (the text shown is that passage).")
+if TYPE_CHECKING:  # the models are built below; to mypy, pydantic models
+    class Passage(BaseModel): ...
+
+    class RecalledNote(BaseModel): ...
+else:
+    Passage = _model("Passage", PassageStruct, PassageStruct.__struct_fields__, {
+        "index": "Which passage of the note, counted from 0.",
+        "count": "How many passages the note has.",
+        "start": "Where the passage starts in the note's text (characters).",
+        "end": "Where it ends (characters, exclusive).",
+    })
+    """The one ``Passage`` struct as a pydantic model (the MCP tool's output schema)."""
+
+    RecalledNote = _model("RecalledNote", answers.RecalledNote, answers.RECALLED_MCP, {
+        "note_id": "Pass it to `used` if the note helped.",
+        "created_at": "When the note was written (RFC 3339, UTC).",
+        "score": "Relevance times recency, 0 to 1.",
+        "tokens": "The note's length in tokens.",
+        "tier": "longterm (used 5+ times, never fades), short or scratch.",
+        "metadata": "The note's metadata, if it has some.",
+        "passage": "Set when only a passage of a long note was packed: "
+                   "its place in the note (the text shown is that passage).",
+    }, types={"metadata": dict[str, str | int | float | bool], "passage": Passage},
+        optional=("metadata", "passage"))
+    """What the MCP ``recall`` tool shows of the one ``RecalledNote`` (``RECALLED_MCP``):
+    ``metadata`` null when empty, with scalar values; ``passage`` the pydantic ``Passage``."""
 
 
 class RecallResult(BaseModel):
@@ -157,11 +187,7 @@ def build_server(resolve: Resolver) -> MCPServer:
             raise ToolError(tool_message(exc)) from exc
         return RecallResult(
             context=got.context,
-            notes=[RecalledNote(note_id=n.note_id, created_at=n.created_at, score=n.score,
-                                tokens=n.tokens, tier=n.tier, metadata=n.metadata or None,
-                                passage=None if n.passage is None
-                                else Passage(**msgspec.structs.asdict(n.passage)))
-                   for n in got.notes],
+            notes=[_recalled(n) for n in got.notes],
             used_tokens=got.used_tokens, budget=got.budget)
 
     @server.tool(description=DESCRIPTIONS["used"])
@@ -181,6 +207,14 @@ def build_server(resolve: Resolver) -> MCPServer:
         return f"forgot {note_id}"
 
     return server
+
+
+def _recalled(n: answers.RecalledNote) -> RecalledNote:
+    """The MCP view of one recalled note."""
+    shown: dict[str, Any] = {f: getattr(n, f) for f in answers.RECALLED_MCP}
+    shown["metadata"] = n.metadata or None
+    shown["passage"] = None if n.passage is None else Passage(**msgspec.structs.asdict(n.passage))
+    return RecalledNote(**shown)
 
 
 def _may(resolve: Resolver, ctx: Context, right: Right) -> bool:

@@ -32,7 +32,7 @@ def test_the_http_recalled_note_is_derived_from_the_one_struct() -> None:
     assert "text" not in http  # /recall answers the rendered context, not each text
 
 
-def test_the_mcp_recalled_note_is_a_part_of_the_one_struct() -> None:
+def test_the_mcp_recalled_note_is_derived_from_the_one_struct() -> None:
     one = _types(answers.RecalledNote)
     fields = mcp.RecalledNote.model_fields
     assert tuple(fields) == RECALLED_MCP
@@ -43,6 +43,13 @@ def test_the_mcp_recalled_note_is_a_part_of_the_one_struct() -> None:
     # MCP's passage is a pydantic model of the same fields
     assert tuple(mcp.Passage.model_fields) == Passage.__struct_fields__
     assert fields["passage"].default is None
+    assert fields["passage"].annotation == mcp.Passage | None
+    assert fields["metadata"].annotation == dict[str, str | int | float | bool] | None
+
+
+def test_an_mcp_model_names_what_the_struct_lacks() -> None:
+    with pytest.raises(TypeError, match="RecalledNote has no field cost"):
+        mcp._model("X", answers.RecalledNote, ["note_id", "cost"], {})
 
 
 def test_a_projection_names_what_the_shape_lacks() -> None:

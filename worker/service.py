@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import IO, Any
 
 from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.projections.store.types import QueueConn, Store
+from hivemind_memory.worker.audit import archive, config_sweep
+from hivemind_memory.worker.audit.archive import ExportReport
+from hivemind_memory.worker.audit.config_sweep import SweepRow
 from hivemind_memory.worker.audit.explain import Explanation, explain
 from hivemind_memory.worker.audit.explorer_data import (
     Curves,
@@ -26,8 +31,13 @@ from hivemind_memory.worker.audit.explorer_data import (
     note_recency,
 )
 from hivemind_memory.worker.audit.reproduce import (
+    Auditor,
     NoteShow,
     ReproduceSummary,
+    Reproduction,
+    ServedEntry,
+    all_served,
+    list_served,
     note_history,
     reproduce_queries,
     show_of,
@@ -77,9 +87,42 @@ class WorkerService:
         h = note_history(self.store, ns, note_id)
         return None if h.note is None and not h.events else show_of(h)
 
-    def reproduce(self, ns: str, query_ids: Sequence[str] | None) -> ReproduceSummary:
-        """``hivemind audit reproduce``: re-run served queries (None: all of them)."""
-        return reproduce_queries(self.store, ns, self.cfg, query_ids)
+    def served(self, ns: str, *, agent: str | None = None, since: datetime | None = None,
+               until: datetime | None = None, before: str | None = None, limit: int = 20
+               ) -> tuple[list[ServedEntry], str | None]:
+        """``hivemind audit list``: one page of served queries, newest first, and the audit
+        id of the next page (None: no more)."""
+        return list_served(self.store, ns, agent=agent, since=since, until=until,
+                           before=before, limit=limit)
+
+    def all_served(self, ns: str) -> list[ServedEntry]:
+        """Every served query of the namespace, oldest first."""
+        return all_served(self.store, ns)
+
+    def reproduce(self, ns: str, query_ids: Sequence[str] | None,
+                  on_each: Callable[[Reproduction], None] | None = None) -> ReproduceSummary:
+        """``hivemind audit reproduce``: re-run served queries (None: all of them);
+        ``on_each`` sees each reproduction as it is made."""
+        return reproduce_queries(self.store, ns, self.cfg, query_ids, on_each=on_each)
+
+    def sweep(self, ns: str, served: Sequence[ServedEntry], combos: Sequence[dict[str, Any]],
+              on_query: Callable[[], None] | None = None) -> list[SweepRow]:
+        """``hivemind sweep``: ``served`` re-ranked under each config override of
+        ``combos`` (``worker.audit.config_sweep``)."""
+        return config_sweep.sweep_configs(Auditor(self.store, ns, self.cfg), served, combos,
+                                          on_query=on_query)
+
+    def log_length(self, ns: str) -> int:
+        """How many entries the namespace's log holds (``export``'s progress total)."""
+        return log_length(self.store, ns)
+
+    def export(self, ns: str, out: IO[bytes], *, until: datetime | None = None,
+               with_audit: bool = False,
+               on_entry: Callable[[], object] | None = None) -> ExportReport:
+        """``hivemind export``: the namespace's log (and audit) as JSON lines into ``out``
+        (``worker.audit.archive``)."""
+        return archive.export(self.store, ns, out, until=until, with_audit=with_audit,
+                              on_entry=on_entry)
 
     def explain(self, ns: str, query_id: str, note_id: str | None,
                 derive_it: bool) -> Explanation:
@@ -97,5 +140,19 @@ class WorkerService:
         return note_recency(note_history(self.store, ns, note_id), cfg, now)
 
 
-__all__ = ["METRICS_CONTENT_TYPE", "Curves", "DeadLetters", "Explanation", "NoteRecency",
-           "NoteShow", "ReproduceSummary", "Status", "WorkerBeat", "WorkerService"]
+__all__ = [
+    "METRICS_CONTENT_TYPE",
+    "Curves",
+    "DeadLetters",
+    "Explanation",
+    "ExportReport",
+    "NoteRecency",
+    "NoteShow",
+    "ReproduceSummary",
+    "Reproduction",
+    "ServedEntry",
+    "Status",
+    "SweepRow",
+    "WorkerBeat",
+    "WorkerService",
+]

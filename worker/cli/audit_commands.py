@@ -1,6 +1,8 @@
 """CLI commands of the audit trail: ``audit list|reproduce|explain``, ``export``, ``import``,
-``sweep``, ``show``. Thin: the work is in ``worker.audit.reproduce``, ``worker.audit.explain``
-(through ``explain_cmd``), ``worker.audit.archive`` and ``worker.audit.config_sweep``."""
+``sweep``, ``show``. Thin: the read commands ask the worker's service (``worker.service``,
+over ``Client``'s store: ``worker.audit.reproduce``, ``explain``, ``archive`` and
+``config_sweep``), as ``hivemind serve`` does; ``import`` and ``calibrate`` still use the
+store and ``worker.audit`` directly."""
 
 from __future__ import annotations
 
@@ -18,25 +20,15 @@ from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import load_config, to_toml
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.store.connection import connect, connect_queue
-from hivemind_memory.projections.store.log import length as log_length
 from hivemind_memory.projections.store.log import namespaces
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.audit import archive
 from hivemind_memory.worker.audit import calibrate as calibration
 from hivemind_memory.worker.audit import config_sweep as sweeping
-from hivemind_memory.worker.audit.reproduce import (
-    Auditor,
-    Reproduction,
-    ServedEntry,
-    all_served,
-    list_served,
-    note_history,
-    reproduce_queries,
-    show_of,
-    view_of,
-)
+from hivemind_memory.worker.audit.reproduce import Reproduction, ServedEntry, view_of
 from hivemind_memory.worker.cli import explain_cmd
 from hivemind_memory.worker.cli.args import progress, warn_unknown_namespaces
+from hivemind_memory.worker.cli.commands import client_of, service_of
 
 _json = msgspec.json.Encoder()
 
@@ -58,9 +50,9 @@ def _audit_list(args: argparse.Namespace, s: Settings) -> int:
     if args.limit < 1:
         print("hivemind: --limit must be >= 1", file=sys.stderr)
         return 2
-    r = connect(s.redis_url)
-    page, nxt = list_served(r, args.ns, agent=args.agent, since=args.since, until=args.until,
-                            before=args.before, limit=args.limit)
+    page, nxt = service_of(client_of(s)).served(
+        args.ns, agent=args.agent, since=args.since, until=args.until, before=args.before,
+        limit=args.limit)
     out = sys.stdout
     for x in page:
         e = x.event
@@ -105,11 +97,11 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
     if bool(args.query_ids) == bool(args.all):
         print("hivemind: give QUERY_ID(s) or --all (not both)", file=sys.stderr)
         return 2
-    r = connect(s.redis_url)
-    warn_unknown_namespaces([args.ns], namespaces(r))
-    got = reproduce_queries(r, args.ns, load_config(s.config_path),
-                            None if args.all else args.query_ids,
-                            on_each=lambda rep: _print_reproduction(rep, args.json))
+    client = client_of(s)
+    warn_unknown_namespaces([args.ns], client.namespaces())
+    got = service_of(client, load_config(s.config_path)).reproduce(
+        args.ns, None if args.all else args.query_ids,
+        on_each=lambda rep: _print_reproduction(rep, args.json))
     for q in got.not_found:
         print(f"hivemind: query {q} is not in the audit of {args.ns}", file=sys.stderr)
     print(f"audit reproduce: {got.identical} identical, {got.different} different"
@@ -122,17 +114,18 @@ def _audit_reproduce(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_export(args: argparse.Namespace, s: Settings) -> int:
-    r = connect(s.redis_url)
-    warn_unknown_namespaces([args.ns], namespaces(r))
-    bar = progress(log_length(r, args.ns), "export")
+    client = client_of(s)
+    warn_unknown_namespaces([args.ns], client.namespaces())
+    svc = service_of(client)  # the log and audit as they are: no ranking config
+    bar = progress(svc.log_length(args.ns), "export")
     try:
         if args.out:
             with open(args.out, "wb") as fh:
-                rep = archive.export(r, args.ns, fh, until=args.until,
-                                     with_audit=args.with_audit, on_entry=bar.update)
+                rep = svc.export(args.ns, fh, until=args.until, with_audit=args.with_audit,
+                                 on_entry=bar.update)
         else:
-            rep = archive.export(r, args.ns, sys.stdout.buffer, until=args.until,
-                                 with_audit=args.with_audit, on_entry=bar.update)
+            rep = svc.export(args.ns, sys.stdout.buffer, until=args.until,
+                             with_audit=args.with_audit, on_entry=bar.update)
             sys.stdout.buffer.flush()
     finally:
         bar.close()
@@ -193,17 +186,17 @@ def cmd_calibrate(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_sweep(args: argparse.Namespace, s: Settings) -> int:
     combos = sweeping.combinations(args.sets)
-    r = connect(s.redis_url)
-    warn_unknown_namespaces([args.ns], namespaces(r))
-    served = all_served(r, args.ns)
+    client = client_of(s)
+    warn_unknown_namespaces([args.ns], client.namespaces())
+    svc = service_of(client, load_config(s.config_path))
+    served = svc.all_served(args.ns)
     if args.queries is not None:
         served = served[-args.queries:] if args.queries > 0 else []
-    auditor = Auditor(r, args.ns, load_config(s.config_path))
     bar = None
     if sys.stderr.isatty():
         bar = tqdm(total=len(served), unit="q", desc="sweep", file=sys.stderr)
-    rows = sweeping.sweep_configs(auditor, served, combos,
-                          on_query=(lambda: bar.update(1)) if bar is not None else None)
+    rows = svc.sweep(args.ns, served, combos,
+                     on_query=(lambda: bar.update(1)) if bar is not None else None)
     if bar is not None:
         bar.close()
     if args.json:
@@ -215,13 +208,12 @@ def cmd_sweep(args: argparse.Namespace, s: Settings) -> int:
 
 
 def cmd_show(args: argparse.Namespace, s: Settings) -> int:
-    r = connect(s.redis_url)
-    h = note_history(r, args.ns, args.note_id)
-    if h.note is None and not h.events:
+    h = service_of(client_of(s)).show(args.ns, args.note_id)
+    if h is None:
         print(f"hivemind: note {args.note_id} is not in namespace {args.ns}", file=sys.stderr)
         return 1
     if args.json:
-        sys.stdout.write(_json.encode(show_of(h)).decode() + "\n")
+        sys.stdout.write(_json.encode(h).decode() + "\n")
         return 0
     out = sys.stdout
     n = h.note
@@ -240,11 +232,11 @@ def cmd_show(args: argparse.Namespace, s: Settings) -> int:
             out.write(f"    v{v.version}  {v.at.isoformat()}  agent={v.agent}  "
                       f"tokens={v.tokens}  {text}\n")
     out.write(f"events ({len(h.events)}, log order):\n")
-    for pos, e in h.events:
-        out.write(f"    {pos}  {e['type']:<14} {e['event_id']:<24} agent={e['agent']} "
-                  f"at={e['at']}\n")
+    for e in h.events:
+        out.write(f"    {e['position']}  {e['type']:<14} {e['event_id']:<24} "
+                  f"agent={e['agent']} at={e['at']}\n")
     out.write(f"served in {len(h.served)} quer(ies):\n")
-    for x, i, sc in h.served:
-        out.write(f"    {x.served_at.isoformat()}  {x.event.query_id}  "
-                  f"agent={x.event.agent or '-'}  rank {i}  score={sc:.6f}\n")
+    for x in h.served:
+        out.write(f"    {x.served_at.isoformat()}  {x.query_id}  "
+                  f"agent={x.agent or '-'}  rank {x.rank}  score={x.score:.6f}\n")
     return 0

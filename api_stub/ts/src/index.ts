@@ -139,31 +139,26 @@ export function now(): string {
 }
 
 // -- recall -----------------------------------------------------------------------------------
-/** One note of a recall, in context order. */
-export interface RecalledNote {
-  noteId: string;
-  text: string;
-  score: number;
-  tokens: number;
-  /** When it was written (RFC 3339, UTC). */
-  createdAt: string;
-  tier: string;
-  uses: number;
-  /** The note's metadata (empty: none). */
-  metadata: Record<string, string | number | boolean>;
-  /** A passage of a long note: its place (index from 0 of count; start/end: character
-   * offsets in the note's text); `text` and `tokens` are the passage's. Absent: the whole
-   * note. */
-  passage?: Passage;
-}
+/** `snake_case` as `camelCase` (`created_at` -> `createdAt`). */
+type Camel<S extends string> =
+  S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
 
-/** Where a packed passage sits in its note. */
-export interface Passage {
-  index: number;
-  count: number;
-  start: number;
-  end: number;
-}
+/** `T` with camelCase keys (types and optionality kept). */
+type Camelized<T> = { [K in keyof T as K extends string ? Camel<K> : K]: T[K] };
+
+type Signals = Schemas["NoteSignals"];
+
+/** Where a packed passage sits in its note: `index` (from 0) of `count` passages, `start` and
+ * `end` the character offsets of its text in the note's text (the generated `Passage`). */
+export type Passage = Schemas["Passage"];
+
+/** One note of a recall, in context order: the result's note (`NoteSignals`, generated from
+ * the server's OpenAPI document) with camelCase keys, `metadata` (empty: none) always set and
+ * `passage` (a passage of a long note: `text` and `tokens` are the passage's) absent for the
+ * whole note. */
+export type RecalledNote = Camelized<
+  Pick<Signals, "note_id" | "text" | "score" | "tokens" | "created_at" | "tier" | "uses">
+  & { metadata: NonNullable<Signals["metadata"]>; passage?: NonNullable<Signals["passage"]> }>;
 
 /** What `recall` found: `context` is ready to paste into a prompt (each note under a
  * `[note id | date]` header the server renders; the headers count in the budget). */

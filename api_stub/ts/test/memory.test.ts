@@ -5,9 +5,21 @@ import { after, before, describe, it } from "node:test";
 
 import {
   AccessDenied, EventError, HivemindError, isError, Memory, newId, NoteExists, NotAllowed,
-  QueryError, UnknownNote, VersionConflict, type QueryResult,
+  QueryError, UnknownNote, VersionConflict, type QueryResult, type RecalledNote,
 } from "../src/index.js";
 import { ALICE, BOB, OPS, serve, type Served } from "./serve.js";
+
+// `RecalledNote` is derived from the generated result note (`NoteSignals`): its public face,
+// checked by `tsc` (a renamed or retyped field of the server's answer fails the build).
+type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2)
+  ? true : false;
+const recalledNoteFace: Same<RecalledNote, {
+  noteId: string; text: string; score: number; tokens: number; createdAt: string;
+  tier: "longterm" | "scratch" | "short"; uses: number;
+  metadata: Record<string, string | number | boolean>;
+  passage?: { index: number; count: number; start: number; end: number };
+}> = true;
+void recalledNoteFace;
 
 let srv: Served;
 let alice: Memory;

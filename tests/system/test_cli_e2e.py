@@ -33,6 +33,8 @@ def worker(server: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "HIVEMIND_REDIS_URL": server}
     p = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
+    # a query asked before the worker's first heartbeat gets shard_unavailable, as it should
+    wait_for_workers(redis.Redis.from_url(server))
     yield p
     p.terminate()
     try:

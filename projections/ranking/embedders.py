@@ -40,6 +40,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,6 +131,10 @@ class WordLlamaEmbedder:
         """Word -> row of ``_sums`` (row 0: the empty word, zeros; stop words map to it)."""
         self._sums: npt.NDArray[np.float32] = np.zeros((1, dim), np.float32)
         self._counts: npt.NDArray[np.float64] = np.zeros(1, np.float64)
+        self._lock = threading.RLock()
+        """Held while the word cache is read or grown: one embedder serves every thread of a
+        process (``embedder_for``), and a row learnt by one thread must not be read by another
+        before ``_sums`` holds it (or after the cache started over)."""
         self._forget_words()
         self._digest: str | None = None
 
@@ -159,28 +164,29 @@ class WordLlamaEmbedder:
         """The ``_sums`` row of each word (learning the new ones with one tokenizer call; the
         cache starts over when it would pass ``MAX_WORDS``: at most ``MAX_WORDS`` distinct
         words per call)."""
-        known = self._word
-        new = [w for w in dict.fromkeys(words) if w not in known]
-        if new and len(self._sums) + len(new) > MAX_WORDS:
-            self._forget_words()
+        with self._lock:
             known = self._word
             new = [w for w in dict.fromkeys(words) if w not in known]
-        if new:
-            enc = self._tok.encode_batch(new, add_special_tokens=False)
-            lengths = np.array([len(e.ids) for e in enc], np.int64)
-            ids = np.fromiter((i for e in enc for i in e.ids), np.int64, int(lengths.sum()))
-            vecs = self._table[np.clip(ids, 0, len(self._table) - 1)].astype(np.float64)
-            sums = np.zeros((len(new), self._dim), np.float64)
-            has = lengths > 0
-            if len(ids):  # a word's tokens in order (exact: see the class docstring)
-                starts = (np.cumsum(lengths) - lengths)[has]
-                sums[has] = np.add.reduceat(vecs, starts, axis=0)
-            base = len(self._sums)
-            for i, w in enumerate(new):
-                known[w] = base + i
-            self._sums = np.concatenate((self._sums, sums.astype(np.float32)))
-            self._counts = np.concatenate((self._counts, lengths.astype(np.float64)))
-        return np.fromiter((known[w] for w in words), np.int64, len(words))
+            if new and len(self._sums) + len(new) > MAX_WORDS:
+                self._forget_words()
+                known = self._word
+                new = [w for w in dict.fromkeys(words) if w not in known]
+            if new:
+                enc = self._tok.encode_batch(new, add_special_tokens=False)
+                lengths = np.array([len(e.ids) for e in enc], np.int64)
+                ids = np.fromiter((i for e in enc for i in e.ids), np.int64, int(lengths.sum()))
+                vecs = self._table[np.clip(ids, 0, len(self._table) - 1)].astype(np.float64)
+                sums = np.zeros((len(new), self._dim), np.float64)
+                has = lengths > 0
+                if len(ids):  # a word's tokens in order (exact: see the class docstring)
+                    starts = (np.cumsum(lengths) - lengths)[has]
+                    sums[has] = np.add.reduceat(vecs, starts, axis=0)
+                base = len(self._sums)
+                for i, w in enumerate(new):
+                    known[w] = base + i
+                self._sums = np.concatenate((self._sums, sums.astype(np.float32)))
+                self._counts = np.concatenate((self._counts, lengths.astype(np.float64)))
+            return np.fromiter((known[w] for w in words), np.int64, len(words))
 
     def embed_bags(self, words: Sequence[str], per_text: npt.NDArray[np.int64],
                    word_at: npt.NDArray[np.int64],
@@ -189,42 +195,43 @@ class WordLlamaEmbedder:
         ``words[word_at[j]]`` ``counts[j]`` times for ``j`` in its run (``per_text[i]``
         entries, texts one after the other); the same vector ``embed`` gives its text, from
         the words ``relevance.tokenize`` makes of it (stop words may be among them)."""
-        cnt = np.asarray(counts, np.float64)
-        at = np.asarray(word_at, np.int64)
-        n = len(per_text)
-        out = np.zeros((n, self._dim), np.float64)
-        if not n:
+        with self._lock:  # rows and the _sums they index: one state of the cache
+            cnt = np.asarray(counts, np.float64)
+            at = np.asarray(word_at, np.int64)
+            n = len(per_text)
+            out = np.zeros((n, self._dim), np.float64)
+            if not n:
+                return out
+            used = np.unique(at)
+            few = len(used) <= MAX_WORDS // 2  # every word at once; else block by block
+            row = np.zeros(max(len(words), 1), np.int64)
+            if few and len(used):
+                row[used] = self.rows([words[i] for i in used.tolist()])
+            starts = np.cumsum(per_text) - per_text
+            # texts by bag size, padded into (texts, width) blocks of <= _PAIRS cells, so the
+            # sum over a text's words is one batched matrix product (exact in any order)
+            by_size = np.argsort(per_text, kind="stable")
+            a = 0
+            while a < n:
+                z = a + 1
+                while z < n and (z + 1 - a) * max(1, int(per_text[by_size[z]])) <= _PAIRS:
+                    z += 1
+                width = max(1, int(per_text[by_size[z - 1]]))
+                texts = by_size[a:z]
+                cells = starts[texts][:, None] + np.arange(width)[None, :]
+                inside = np.arange(width)[None, :] < per_text[texts][:, None]
+                cells = np.where(inside, cells, 0)
+                w = np.where(inside, at[cells] if len(at) else 0, 0)
+                if not few:  # this block's words (at most _PAIRS of them)
+                    mine = np.unique(w[inside])
+                    row[mine] = self.rows([words[i] for i in mine.tolist()])
+                r = np.where(inside, row[w], 0)
+                c = np.where(inside, cnt[cells] if len(cnt) else 0.0, 0.0)
+                total = np.matmul(c[:, None, :], self._sums[r].astype(np.float64))[:, 0, :]
+                tokens = (c * self._counts[r]).sum(axis=1)
+                out[texts] = total / np.maximum(tokens, 1.0)[:, None]
+                a = z
             return out
-        used = np.unique(at)
-        few = len(used) <= MAX_WORDS // 2  # every word at once; else block by block
-        row = np.zeros(max(len(words), 1), np.int64)
-        if few and len(used):
-            row[used] = self.rows([words[i] for i in used.tolist()])
-        starts = np.cumsum(per_text) - per_text
-        # texts by bag size, padded into (texts, width) blocks of <= _PAIRS cells, so the
-        # sum over a text's words is one batched matrix product (exact in any order)
-        by_size = np.argsort(per_text, kind="stable")
-        a = 0
-        while a < n:
-            z = a + 1
-            while z < n and (z + 1 - a) * max(1, int(per_text[by_size[z]])) <= _PAIRS:
-                z += 1
-            width = max(1, int(per_text[by_size[z - 1]]))
-            texts = by_size[a:z]
-            cells = starts[texts][:, None] + np.arange(width)[None, :]
-            inside = np.arange(width)[None, :] < per_text[texts][:, None]
-            cells = np.where(inside, cells, 0)
-            w = np.where(inside, at[cells] if len(at) else 0, 0)
-            if not few:  # this block's words (at most _PAIRS of them)
-                mine = np.unique(w[inside])
-                row[mine] = self.rows([words[i] for i in mine.tolist()])
-            r = np.where(inside, row[w], 0)
-            c = np.where(inside, cnt[cells] if len(cnt) else 0.0, 0.0)
-            total = np.matmul(c[:, None, :], self._sums[r].astype(np.float64))[:, 0, :]
-            tokens = (c * self._counts[r]).sum(axis=1)
-            out[texts] = total / np.maximum(tokens, 1.0)[:, None]
-            a = z
-        return out
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float64]:
         """The mean token vector of each text's content words (zeros for a text without)."""

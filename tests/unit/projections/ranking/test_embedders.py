@@ -143,3 +143,46 @@ def test_the_word_cache_is_bounded_and_starting_over_changes_no_bit(
     got = small.embed(texts)  # block by block, the cache starting over many times
     assert (got == want).all()
     assert len(small._sums) <= 64  # the bound is what is tested
+
+
+def test_threads_sharing_one_embedder_get_the_vectors_one_thread_gets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One embedder serves every thread of a process (``embedder_for``): while one thread
+    learns new words, another must never read a row the cache does not hold yet, nor one of
+    a cache that started over (an embedded store's writers and its worker found an
+    ``IndexError`` there). Threads switch every microsecond and the cache starts over often,
+    so a read between learning a word and storing its vector is met."""
+    import sys
+    import threading
+
+    from hivemind_memory.projections.ranking import embedders
+
+    batches = [[f"t{t}w{i} t{t}x{i % 5} new{t * 1000 + i} shared words" for i in range(60)]
+               for t in range(6)]
+    want = [WordLlamaEmbedder(128).embed(b) for b in batches]
+    monkeypatch.setattr(embedders, "MAX_WORDS", 96)
+    monkeypatch.setattr(embedders, "_PAIRS", 24)
+    shared = WordLlamaEmbedder(128)
+    got: list[Any] = [None] * len(batches)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for _ in range(4):
+                got[t] = shared.embed(batches[t])
+                assert (got[t] == want[t]).all()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(len(batches))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
+    assert all((g == w).all() for g, w in zip(got, want, strict=True))

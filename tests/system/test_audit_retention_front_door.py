@@ -28,6 +28,14 @@ def _ids(url: str) -> list[bytes]:
         connection.release(url)
 
 
+def _alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: str) -> tuple[str, Memory]:
+    """alice's SDK on a ``memory://PATH`` store in ``tmp_path``, with
+    ``HIVEMIND_AUDIT_RETENTION_DAYS`` = ``days``."""
+    url = f"memory://{tmp_path / 'store'}"
+    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", days)
+    return url, Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
+
+
 def _ms(entry_id: bytes) -> int:
     return int(entry_id.split(b"-")[0])
 
@@ -35,10 +43,7 @@ def _ms(entry_id: bytes) -> int:
 def test_recall_drops_audit_entries_past_the_retention(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"memory://{tmp_path / 'store'}"
-    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
-    s = Settings.from_env(redis_url=url)
-    m = Memory(url, ns=NS, agent="alice", settings=s)
+    url, m = _alice(tmp_path, monkeypatch, "1")
     try:
         m.remember("deploy the staging cluster on friday")
         qa = m.recall("staging cluster", budget=200).query_id
@@ -65,7 +70,7 @@ def test_recall_drops_audit_entries_past_the_retention(
     # restart: streams.log replays the trim with the record that made it: still dropped
     connection.close_embedded(url)
     assert _ids(url) == kept
-    m = Memory(url, ns=NS, agent="alice", settings=s)
+    m = Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
     try:
         m.recall("cluster", budget=200)
     finally:
@@ -76,9 +81,7 @@ def test_recall_drops_audit_entries_past_the_retention(
 
 
 def test_retention_0_keeps_every_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = f"memory://{tmp_path / 'store'}"
-    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "0")
-    m = Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
+    url, m = _alice(tmp_path, monkeypatch, "0")
     try:
         m.remember("deploy the staging cluster on friday")
         m.recall("staging cluster", budget=200)
@@ -104,9 +107,7 @@ def _embeddings(url: str) -> list[tuple[bytes, bytes]]:
 
 def test_a_query_embedding_is_filed_again_past_the_retention_and_dropped_at_twice_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = f"memory://{tmp_path / 'store'}"
-    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
-    m = Memory(url, ns=NS, agent="alice", settings=Settings.from_env(redis_url=url))
+    url, m = _alice(tmp_path, monkeypatch, "1")
     vec = [0.6, 0.8]
     try:
         m.remember("deploy the staging cluster on friday", embedding=[0.6, 0.8])
@@ -156,10 +157,7 @@ def test_streams_log_loses_the_bytes_of_trimmed_records(
 
     monkeypatch.setattr(embedded, "COMPACT_EVERY_S", compact_every)
     log_file = tmp_path / "store" / LOG_NAME
-    url = f"memory://{tmp_path / 'store'}"
-    monkeypatch.setenv("HIVEMIND_AUDIT_RETENTION_DAYS", "1")
-    s = Settings.from_env(redis_url=url)
-    m = Memory(url, ns=NS, agent="alice", settings=s)
+    url, m = _alice(tmp_path, monkeypatch, "1")
     try:
         m.remember("deploy the staging cluster on friday")
         m.recall("the staging question", budget=200)

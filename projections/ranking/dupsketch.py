@@ -47,6 +47,12 @@ DIGEST_BYTES = 8
 MAX_ROWS = 16
 """The most rows a band may have (a threshold of 1 needs no more to be all but exact)."""
 _VERSION = "minhash2"
+BUCKET_BITS = 18
+"""Band keys are folded into ``2**BUCKET_BITS`` buckets (3 bytes each; the twin key keeps
+its 8): a bucket holds the band of several unrelated notes (about ``notes * bands / 2**18``:
+2.4 at 10k notes, 24 at 100k), so the lookup costs a few dozen bytes a band and note instead
+of a hash entry each. A note named by chance in a bucket gets one stray hit; needing
+``min_hits`` keeps such notes out (three stray hits: about 1 in 10**6 notes at 100k)."""
 """Names this layout of keys; a change of it (or of the spec) asks for a rebuild."""
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -81,7 +87,7 @@ class DupSpec:
     @property
     def tag(self) -> str:
         """The spec as the index records it, e.g. ``minhash1 english 32x3``."""
-        return f"{_VERSION} {self.analyzer} {self.bands}x{self.rows}"
+        return f"{_VERSION} {self.analyzer} {self.bands}x{self.rows}/{BUCKET_BITS}"
 
 
 def band_recall(overlap: float, bands: int, rows: int, min_hits: int = 1) -> float:
@@ -143,11 +149,15 @@ def _signature(hs: U64, spec: DupSpec) -> U64 | None:
 
 
 def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:
+    """The distinct buckets (``BUCKET_BITS``, 3 bytes big-endian) of a signature's bands."""
     if sig is None:
         return []
     raw = sig.astype("<u8").tobytes()
     w = spec.rows * 8
-    return [_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]) for j in range(spec.bands)]
+    mask = (1 << BUCKET_BITS) - 1
+    return list(dict.fromkeys(
+        (int.from_bytes(_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]), "little") & mask
+         ).to_bytes(3, "big") for j in range(spec.bands)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Two hashes per namespace, digests only (``projections.ranking.dupsketch``):
 
-* ``keys.dupbands``: a key's digest (the twin key, and each MinHash band key) -> the
+* ``keys.dupbands``: a key (the twin key's 8-byte digest, or a band's 3-byte bucket) -> the
   ``note_key`` digests of the active notes filed under it, 8 bytes each, concatenated. A
   write reads its own keys with one HMGET; the notes its bands name are counted in Redis.
 * ``keys.dupnotes``: a note's ``note_key`` -> its ``record`` (its 16-bit term digests, then
@@ -39,12 +39,13 @@ from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 
 RECORD_MARK = b"\x00record"
-"""Prefixes a record in ``members``' flat form (a filing is 16 bytes; a record is longer)."""
+"""Prefixes a record in ``members``' flat form (a filing is a key, 3 or 8 bytes, then a
+note key)."""
 
 
 @dataclass(frozen=True, slots=True)
 class IndexChanges:
-    """What one folded batch does to the lookup: filings (``key + note_key``, 16 bytes) to
+    """What one folded batch does to the lookup: filings (``key + note_key``) to
     remove, then to add; records to delete (by ``note_key``) and to set."""
 
     removed: list[bytes]
@@ -91,7 +92,7 @@ def _grouped(ms: Iterable[bytes]) -> list[bytes]:
     concatenated (one read and one write of each bucket a batch touches)."""
     by: dict[bytes, bytearray] = defaultdict(bytearray)
     for m in ms:
-        by[m[:DIGEST_BYTES]] += m[DIGEST_BYTES:]
+        by[m[:-DIGEST_BYTES]] += m[-DIGEST_BYTES:]
     return [x for k, v in by.items() for x in (k, bytes(v))]
 
 
@@ -219,7 +220,7 @@ def lookup_diffs(r: Store, ns: str, cp: Position, notes: Mapping[str, NoteState]
 def _note_of(m: bytes) -> bytes:
     if m.startswith(RECORD_MARK):
         return m[len(RECORD_MARK):len(RECORD_MARK) + DIGEST_BYTES]
-    return m[DIGEST_BYTES:]
+    return m[-DIGEST_BYTES:]
 
 
 def note_ids_in(ms: Iterable[bytes], of: set[bytes] | None = None) -> set[str]:

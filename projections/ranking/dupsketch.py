@@ -10,14 +10,18 @@ check costs a lookup, not a ranking of the namespace.
   normalised forms are equal.
 * **Band keys**: the MinHash signature of the note's distinct analyzed terms (the config's
   analyzer, the terms ``similarity.terms`` compares), ``bands`` x ``rows`` values, cut into
-  ``bands`` bands of ``rows`` values; each band's digest is a key. Two term sets whose Jaccard
-  overlap is ``J`` share each band key with probability ``p = J**rows``, independently; a note
-  is a candidate when it shares at least ``min_hits`` of them (``band_recall``: the binomial
-  tail). ``rows`` is the largest that keeps that chance at least ``duplicate_lsh_recall`` at
-  ``J = duplicate_threshold``: with 48 bands, 2 hits and 3 rows, 0.987 at 0.5, 0.9996 at 0.6,
-  while a note of overlap 0.1 (what unrelated notes of a small vocabulary share) is one with
-  probability 0.001. A note without terms (only stop words) has no band keys: its overlap with
-  anything is 0.
+  ``bands`` bands of ``rows`` values; each band's digest, folded into one of ``2**BUCKET_BITS``
+  buckets, is a key. Two term sets whose Jaccard overlap is ``J`` share each band with
+  probability ``p = J**rows``, independently; a note is a candidate when it shares at least
+  ``min_hits`` of them (``band_recall``: the binomial tail). ``rows`` is the largest that
+  keeps that chance at least ``duplicate_lsh_recall`` at ``J = duplicate_threshold``: with 64
+  bands, 3 hits and 3 rows, 0.990 at 0.5, 0.99997 at 0.6, while a note of overlap 0.2 (what
+  unrelated notes of a small vocabulary share) is one with probability 0.015, of 0.1 with
+  probability 0.00004. A note without terms (only stop words) has no band keys: its overlap
+  with anything is 0.
+* **Records**: each note's term digests, 16 bits a term (``short_hashes``), with its id, so a
+  write bounds the overlap of a candidate (``overlaps``: never below the word overlap) without
+  its text, and reads the text only of those that reach the threshold.
 
 The hash family: each term's 64-bit BLAKE2b digest, xored with a per-row seed and mixed by
 SplitMix64's finaliser, all in numpy uint64 arithmetic (wrapping, the same on every machine).

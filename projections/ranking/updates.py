@@ -75,18 +75,21 @@ def _top(score: FloatArray, keep: BoolArray, limit: int) -> IntArray:
 
 def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: IntArray,
            longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
-           text_of: Callable[[int], str], cfg: RankingConfig) -> Adjusted:
+           text_of: Callable[[int], str], cfg: RankingConfig,
+           words_of: Callable[[int], frozenset[str]] | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
-    index has none; ``text_of(position)``: a candidate's text)."""
+    index has none; ``text_of(position)``: a candidate's text; ``words_of(position)``, if
+    given: its words, ``frozenset(tokenize(text_of(position)))``, from a cache)."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
         return out
     lim = cfg.updates.max_notes
     if cfg.near_identical > 0:
-        _near_identical(ids, score, created_us, vec, norm, text_of, cfg.near_identical,
-                        _top(score, out.keep, lim), out)
+        _near_identical(ids, score, created_us, vec, norm,
+                        words_of or (lambda p: frozenset(tokenize(text_of(p)))),
+                        cfg.near_identical, _top(score, out.keep, lim), out)
     up = cfg.updates
     if up.margin > 0 and vec is not None and norm is not None:
         at = _top(score, out.keep, lim)
@@ -98,8 +101,8 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
 
 def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
                     vec: FloatArray | None, norm: FloatArray | None,
-                    text_of: Callable[[int], str], threshold: float, at: IntArray,
-                    out: Adjusted) -> None:
+                    words_of: Callable[[int], frozenset[str]], threshold: float,
+                    at: IntArray, out: Adjusted) -> None:
     if vec is not None and norm is not None:
         close = _cosines(vec[at], norm[at]) >= PREFILTER_COSINE
         ii, jj = np.triu(close, 1).nonzero()
@@ -111,7 +114,7 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     # threshold (|a & b| / |a | b| <= min / max), so only the others are intersected
     words: list[frozenset[str]] = [frozenset()] * len(at)
     for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
-        words[k] = frozenset(tokenize(text_of(int(at[k]))))
+        words[k] = words_of(int(at[k]))
     size = np.fromiter(map(len, words), np.int64, len(words))
     lo, hi = np.minimum(size[ii], size[jj]), np.maximum(size[ii], size[jj])
     fit = (lo > 0) & (lo / np.maximum(hi, 1) >= threshold)

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.api_stub.sdk import Memory
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import DEFAULT as BASE
 from hivemind_memory.projections.ranking.config import RankingConfig, with_overrides
-from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.updates import US_PER_DAY, adjust

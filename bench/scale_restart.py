@@ -111,7 +111,7 @@ def _first(c: Client, pid: int, text: str, label: str) -> bool:
         code = _code(res)
     if tries:
         print(f"  answered {time.perf_counter() - t:.1f} s later ({tries} retries, the build "
-              f"in the worker's thread)")
+              f"or the snapshot read in the worker's thread)")
     if code != "answered":
         raise SystemExit(f"{label}: {res}")
     wall, _ = _ask(c, text + " again")

@@ -102,7 +102,7 @@ class NamespaceIndex:
         d, got = self.dense, self.derived
         return (d is not None and got is not None and cfg.relevance == "calibrated"
                 and self._dense_of is not None and self._dense_of() is self.cols
-                and d.digest == got.digest and d.settings == cfg.candidates
+                and d.digest == got.digest and d.serves(cfg.candidates)
                 and self.indexed() >= cfg.candidates.scan_max_notes)
 
     def _dense_sync(self) -> DenseIndex:

@@ -157,7 +157,11 @@ def test_candidates_replace_the_scan_from_scan_max_notes_on() -> None:
     assert idx.dense_ready(at)
     assert not idx.dense_ready(above)
     assert not idx.dense_ready(msgspec.structs.replace(at, relevance="bm25"))
-    assert not idx.dense_ready(cfg_with(scan_max_notes=live, dense=100))  # built for others
+    # how many proposals a query keeps and its lexical cap are its own; the settings the
+    # index was built and searches with are not
+    assert idx.dense_ready(cfg_with(scan_max_notes=live, dense=100, lexical=64))
+    for other in ({"connectivity": 4}, {"expansion_add": 8}, {"expansion_search": 600}):
+        assert not idx.dense_ready(cfg_with(scan_max_notes=live, dense=512, **other)), other
     idx.reset(notes, idx.checkpoint, idx.checkpoint)  # a full load: a new table
     idx.embed_missing(EMBEDDER)
     assert not idx.dense_ready(at)

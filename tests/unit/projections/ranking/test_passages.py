@@ -184,3 +184,21 @@ def test_a_config_filed_before_the_key_reads_passages_as_off_and_the_default_is_
 def test_a_bad_passage_size_is_refused_by_name(bad: int) -> None:
     with pytest.raises(msgspec.ValidationError, match="passage_tokens"):
         with_overrides(DEFAULT, {"passage_tokens": bad})
+
+
+def test_through_the_query_path_a_notes_passages_are_together_as_likely_as_the_note() -> None:
+    """A 1,200-token note with the query's words in two of its passages: through
+    ``run_rank`` its passages' relevance sums to the note's whole relevance (passages off),
+    the passage with more of the match carries more, and a short note keeps its own."""
+    text = (runbook(1200, seed=3).replace("Step 2:", "Step 2: rotate payments certificate")
+            .replace("Step 9:", "Step 9: certificate"))
+    notes = [note("runbook", text, 3), note("p1", "payments certificate expiry dates", 2)]
+    on, _ = ranked(notes, QUESTION, 1000)
+    off, _ = ranked(notes, QUESTION, 1000, with_overrides(DEFAULT, {"passage_tokens": 0}))
+    whole = {c.note_id: c.relevance for c in off.candidates}
+    parts = [c for c in on.candidates if c.note_id == "runbook"]
+    assert len(parts) == 2 and all(c.passage is not None for c in parts)
+    assert sum(c.relevance for c in parts) == pytest.approx(whole["runbook"], rel=1e-4)
+    first = min(parts, key=lambda c: c.passage.index if c.passage else 0)
+    assert first.relevance > max(c.relevance for c in parts if c is not first)
+    assert next(c.relevance for c in on.candidates if c.note_id == "p1") == whole["p1"]

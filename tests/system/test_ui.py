@@ -396,7 +396,8 @@ def test_a_packed_item_shows_what_it_stands_for_and_its_passage(page: Any, live:
         if not config:
             [one] = [n for n in shown if n["note_id"].startswith("ui-twin-")]
             assert len(one["stands_for"]) == 1 and one["stands_for"][0].startswith("ui-twin-")
-            assert "stands for ui-twin-" in page.inner_text(f"#ours li[data-note='{one['note_id']}']")
+            li = f"#ours li[data-note='{one['note_id']}']"
+            assert "stands for ui-twin-" in page.inner_text(li)
         else:
             parts = [n for n in shown if n["passage"]]  # the demo's long notes, cut
             assert parts

@@ -26,7 +26,8 @@ def word_overlap(a: frozenset[str], b: frozenset[str]) -> float:
     """Jaccard overlap of two term sets in [0, 1] (two empty sets: 0, nothing to compare)."""
     if not a or not b:
         return 0.0
-    return len(a & b) / len(a | b)
+    both = len(a & b)  # the union's size from the sizes: no second set built
+    return both / (len(a) + len(b) - both)
 
 
 def near_duplicates(text: str, candidates: Iterable[tuple[str, str]], cfg: RankingConfig

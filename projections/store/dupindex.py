@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.ranking.dupsketch import (
     DIGEST_BYTES,
@@ -154,18 +155,58 @@ class Found:
 
 def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
     """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
-    tail after it: one script (``lua/dup_lookup.lua``, atomic, read only): one HMGET of the
-    probe's keys, the band hits counted in Redis, one HMGET of the records of the notes that
-    pass, one XRANGE."""
-    tag, cp, twins, near, tail = script(r, "dup_lookup")(
-        keys=[keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns), keys.checkpoint(ns),
-              keys.stream(ns)],
-        args=[min_hits, pr.twin, *pr.bands])
-    twin_ids = [parse_record(as_bytes(x))[0] for x in twins if x]
-    got = [parse_record(as_bytes(x)) for x in near if x]
-    return Found(tag=as_bytes(tag).decode() or None, checkpoint=as_bytes(cp).decode(),
-                 twins=twin_ids, near=[i for i, _ in got], tail=list(tail or []),
-                 near_terms=[t for _, t in got])
+    tail after it, in one atomic read (MULTI): the script ``lua/dup_lookup.lua`` (one HMGET
+    of the probe's keys, the band hits counted in Redis, one HMGET of the records of the
+    notes that pass) and one plain XRANGE of the stream from the checkpoint this client last
+    saw (``_seen_checkpoint``), cut here at the checkpoint the script read. The tail does not
+    pass through Lua: a script's XRANGE converts every entry to a Lua table and back, which
+    cost Redis milliseconds a call behind a lagging projector."""
+    from redis.exceptions import NoScriptError
+
+    seen = _seen_checkpoint(r)
+    lo = seen.get(ns)
+    if lo is None:
+        got_cp = r.get(keys.checkpoint(ns))
+        lo = as_bytes(got_cp).decode() if got_cp else ""
+    s = script(r, "dup_lookup")
+    for _ in range(3):  # a script cache flushed or a checkpoint moved back (a rebuild)
+        p = r.pipeline(transaction=True)
+        p.evalsha(s.sha, 4, keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns),
+                  keys.checkpoint(ns), min_hits, pr.twin, *pr.bands)
+        p.xrange(keys.stream(ns), min="(" + lo if lo else "-", max="+")
+        try:
+            (tag, cp_raw, twins, near), raw_tail = p.execute()
+        except NoScriptError:
+            s.sha = r.script_load(s.script)
+            continue
+        cp = as_bytes(cp_raw).decode()
+        at = parse_pos(cp)
+        if at < parse_pos(lo):  # the checkpoint went back: read again from it
+            lo = cp
+            continue
+        seen[ns] = cp
+        tail = [e for e in raw_tail or [] if parse_pos(as_bytes(e[0])) > at]
+        twin_ids = [parse_record(as_bytes(x))[0] for x in twins if x]
+        got = [parse_record(as_bytes(x)) for x in near if x]
+        return Found(tag=as_bytes(tag).decode() or None, checkpoint=cp, twins=twin_ids,
+                     near=[i for i, _ in got], tail=tail, near_terms=[t for _, t in got])
+    raise StoreError(f"namespace {ns!r}: the near-duplicate lookup could not read a "
+                     "consistent checkpoint and tail in 3 tries")
+
+
+_SEEN_ATTR = "_hivemind_seen_cp"
+"""Where ``_seen_checkpoint`` keeps its map on a client (as ``scripts.script`` its scripts)."""
+
+
+def _seen_checkpoint(r: Store) -> dict[str, str]:
+    """The checkpoint each namespace's last lookup on client ``r`` read: a lower bound of the
+    next one (the projector only moves it on), so the next XRANGE starts there and needs no
+    read of its own first."""
+    seen: dict[str, str] | None = getattr(r, _SEEN_ATTR, None)
+    if seen is None:
+        seen = {}
+        setattr(r, _SEEN_ATTR, seen)
+    return seen
 
 
 def _flat(bands: Mapping[bytes, bytes], recs: Mapping[bytes, bytes]) -> list[bytes]:

@@ -7,14 +7,14 @@
 -- KEYS[2] dupnotes    hash:   note key -> record (term digests, then the note id)
 -- KEYS[3] dupspec     string: the spec tag the lookup was made with
 -- KEYS[4] checkpoint  string: the read model's checkpoint (the lookup stands at it)
--- KEYS[5] stream      the namespace's log: its entries after the checkpoint come back too,
---                     so the write reads the lookup and the unprojected tail in one atomic
---                     read (what the check sees is one instant of the namespace)
+-- (the caller reads the stream's tail after the checkpoint with a plain XRANGE in the same
+-- MULTI: one atomic read of the lookup and the unprojected tail, without converting every
+-- tail entry to Lua and back)
 -- ARGV[1] the band hits a note needs
 -- ARGV[2] the twin key's digest
 -- ARGV[3..] the band digests
--- Returns {spec tag or '', checkpoint or '', {twin records}, {near records}, tail}
--- (notes first seen first; tail: XRANGE's reply for the entries after the checkpoint).
+-- Returns {spec tag or '', checkpoint or '', {twin records}, {near records}}
+-- (notes first seen first).
 local CHUNK = 4000  -- values per HMGET; well under Lua's unpack limit
 local function records(ks)
   local out = {}
@@ -60,10 +60,5 @@ for _, d in ipairs(order) do
     near[#near + 1] = d
   end
 end
-local cp = redis.call('GET', KEYS[4]) or ''
-local from = '-'
-if cp ~= '' then
-  from = '(' .. cp
-end
-return {redis.call('GET', KEYS[3]) or '', cp, records(twins), records(near),
-        redis.call('XRANGE', KEYS[5], from, '+')}
+return {redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or '',
+        records(twins), records(near)}

@@ -13,7 +13,7 @@ import pytest
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.schema import NoteCreated
-from hivemind_memory.projections.ranking.dupsketch import spec_of
+from hivemind_memory.projections.ranking.dupsketch import probe, spec_of
 from hivemind_memory.projections.store import dupindex, keys
 from hivemind_memory.projections.store.readmodel import (
     DEFAULT_SPEC,
@@ -260,3 +260,43 @@ def test_the_lookups_keys_change_no_config_fingerprint(tmp_path: Any) -> None:
                                     "duplicate_lsh_recall": 0.5})
     assert same.digest() == DEFAULT.digest()
     assert with_overrides(DEFAULT, {"duplicate_threshold": 0.6}).digest() != DEFAULT.digest()
+
+
+def test_the_tail_is_read_from_the_checkpoint_whatever_the_client_saw_before(
+        store: Any) -> None:
+    """The lookup reads the tail from the checkpoint the client last saw, cut at the one it
+    reads now: a stale one (the projector moved on) gives no folded entry twice, one ahead
+    of the store's (a rebuild moved it back) misses no unfolded entry."""
+    c = _client(store)
+    c.remember(_note("n1", words(1, 2, 3, 4)))
+    assert c.check_duplicates(NS, "alice", words(1, 2, 3, 4)).twin == "n1"  # in the tail
+    _project(c)
+    c.remember(_note("n2", words(5, 6, 7, 8), hours=1))
+    seen = dupindex._seen_checkpoint(store)
+    seen[NS] = ""  # stale: from the stream's start
+    got = c.check_duplicates(NS, "alice", words(1, 2, 3, 4))
+    assert got.twin == "n1" and got.near == [("n1", 1.0)]  # through the lookup, once
+    assert got.view is not None and set(got.view.notes) == {"n1"}
+    cp = store.get(keys.checkpoint(NS)).decode()
+    assert seen[NS] == cp
+    tail = [e for e, _ in store.xrange(keys.stream(NS), min="(" + cp, max="+")]
+    assert len(tail) == 1
+    spec = spec_of(c.config())
+    seen[NS] = ""
+    found = dupindex.lookup(store, NS, probe(words(9), spec, c.config()), spec.min_hits)
+    assert [e[0] for e in found.tail] == tail and found.checkpoint == cp
+    seen[NS] = "99999999999999-0"  # ahead of the store's checkpoint
+    got = c.check_duplicates(NS, "alice", words(5, 6, 7, 8))
+    assert got.twin == "n2" and got.near == [("n2", 1.0)]  # in the tail, not missed
+    assert got.tail == tail[0].decode() and seen[NS] == cp
+
+
+def test_the_lookup_loads_its_script_again_after_a_script_flush(store: Any) -> None:
+    """The lookup runs its script by hash inside a MULTI: a store whose script cache was
+    flushed (a restart, ``SCRIPT FLUSH``) gets it loaded again, the answer unchanged."""
+    c = _client(store)
+    c.remember(_note("n1", words(1, 2, 3, 4)))
+    assert c.check_duplicates(NS, "alice", words(1, 2, 3, 4)).twin == "n1"
+    store.script_flush()
+    again = c.check_duplicates(NS, "alice", words(1, 2, 3, 4))
+    assert again.twin == "n1" and again.unchecked is None

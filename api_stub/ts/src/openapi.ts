@@ -3167,6 +3167,9 @@ export interface components {
             created_at: string;
             score: number;
             tokens: number;
+            passage: components["schemas"]["Passage"] | null;
+            stands_for: string[];
+            updates: string[];
             cost: number;
         };
         /**
@@ -3591,6 +3594,12 @@ export interface components {
             text: string;
             seed: boolean;
             seed_score: number;
+            /** @default [] */
+            stands_for?: string[];
+            /** @default [] */
+            updates?: string[];
+            /** @default null */
+            passage?: components["schemas"]["Passage"] | null;
         };
         /**
          * SeedRun

@@ -102,3 +102,12 @@ def test_the_result_object_says_which_words() -> None:
 def test_config_rejects_a_factor_outside_zero_to_one() -> None:
     with pytest.raises(Exception, match="unknown_word_factor"):
         with_overrides(DEFAULT, {"unknown_word_factor": 1.5})
+
+
+@pytest.mark.parametrize(("author", "unknown"), [("rachel", []), ("ann", ["rachel"])])
+def test_an_authors_name_is_a_known_word(author: str, unknown: list[str]) -> None:
+    """A note seldom names its writer: "rachel" is known when an agent is called so."""
+    notes = [*BAKING, note("r", "I baked a lemon cake for the office", 2, agent=author)]
+    res = ranked(notes, "what did rachel bake for the office", ON)
+    assert res.unknown_words == unknown
+    assert "r" in {n.note_id for n in res.notes}  # close in meaning, either way

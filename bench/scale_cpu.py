@@ -7,8 +7,9 @@ In process, no Redis: the seeded corpus of ``bench.query`` (Zipf pseudo-words, 5
 note, 3 years of ages, 10 % private, 2 % forgotten) folded and indexed as a worker does
 (``build_index`` with the config's embedder). Per query, one thread's CPU time
 (``time.process_time`` with one BLAS thread) of what a query job does for it besides Redis:
-``run_rank`` (embedding the query, relevance, recency, packing, ordering) and the result
-object encoded; the audit event and the publish round trip are not in it. Selective queries
+parsing the request, ``run_rank`` (embedding the query, relevance, recency, packing,
+ordering, the audit's left-out notes: ``audit_left_out``), the result object and the audit
+event encoded; only the publish round trip to Redis is not in it. Selective queries
 leave out the 100 commonest words (2-5 words); common-word queries draw like the corpus.
 bm25s: ``BM25(method="lucene")`` over the same texts (its own tokenizer), per query
 ``get_scores``, the matching notes sorted by score, filled top-down into the same budget.
@@ -30,6 +31,7 @@ import numpy as np
 
 from bench.query import Corpus, generate_events, query_requests
 from hivemind_memory.api_stub.protocol.messages import encode, parse_request, utcnow
+from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import DEFAULT, Candidates, RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -37,7 +39,7 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex, build_inde
 from hivemind_memory.projections.ranking.ranker import BatchMemo
 from hivemind_memory.projections.ranking.snapshot import decode_index, encode_index
 from hivemind_memory.projections.reduce import Projection
-from hivemind_memory.worker.engine import run_rank, to_result
+from hivemind_memory.worker.engine import run_rank, served, to_result
 
 
 def _p50_ms(xs: list[float]) -> float:
@@ -109,10 +111,19 @@ def measure(n: int, n_queries: int, seed: int, dense: Candidates) -> None:
     assert idx.attach_dense(d, cols)
     assert idx.dense_ready(cand_cfg) and not idx.dense_ready(scan_cfg)
 
+    left_out = Settings().audit_left_out
+
     def one(i: NamespaceIndex, raw: dict[str, Any], cfg: RankingConfig) -> bytes:
+        # what a query job does for one query besides Redis (``QueryEngine._rank`` and
+        # ``_publish``): parse, rank with the audit's left-out notes, the result and the
+        # audit entry encoded
         req = parse_request(raw)
-        res = run_rank(i, req, cfg, now, BatchMemo(), 0, embedder)
-        return encode(to_result("s.q", req, now, res))
+        res = run_rank(i, req, cfg, now, BatchMemo(), left_out, embedder)
+        result = to_result("s.q", req, now, res)
+        body = encode(result)
+        encode(served(result, "1-0", "c", req=req, body=body, seen="1-0", base_digest="c",
+                      embedding="", served_at=now, why=res.why, embedder="e"))
+        return body
 
     for label, skip in (("selective", 100), ("common-word", 0)):
         reqs = query_requests("s", n_queries, corpus, random.Random(seed + skip), skip)

@@ -134,6 +134,9 @@ class Columns:
         self.owner = np.zeros(cap, np.int64)
         self.live = np.zeros(cap, np.bool_)
         self.last_used_us = np.zeros(cap, np.int64)
+        self.distinct = np.zeros(cap, np.int32)
+        """Distinct words of each live slot's text (``tokenize``; its postings): the size of
+        its word set, which the near-identical rule compares before reading any text."""
         self.texts = TextColumn()
         self.vec: dict[int, FloatArray] = {}
         """Embedding of each slot that has one."""
@@ -187,7 +190,7 @@ class Columns:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name in SLOT_ARRAYS:
+        for name in (*SLOT_ARRAYS, "distinct"):
             old = getattr(self, name)
             arr = np.zeros(new, old.dtype)
             arr[:cap] = old
@@ -220,6 +223,7 @@ class Columns:
                 run[1].append(tf)
         self.delta_size += len(counts)
         self.doc_len[s] = sum(counts.values())
+        self.distinct[s] = len(counts)
 
     def put(self, note: NoteState) -> None:
         """Add or update one note. A live note keeps its slot and postings while its text,
@@ -384,6 +388,10 @@ class Columns:
         lens = np.bincount(own[mine], weights=dl[mine], minlength=len(self.agents))
         self.private_n = {o: int(counts[o]) for o in np.flatnonzero(counts).tolist()}
         self.private_len = {o: int(lens[o]) for o in np.flatnonzero(counts).tolist()}
+        # every live slot's postings are in the base here (a bulk load, a snapshot)
+        distinct = np.zeros(len(self.doc_len), np.int32)
+        distinct[:n] = np.bincount(self.base_slot, minlength=n)[:n]
+        self.distinct = distinct
         self._vis.clear()
         self._english_total.clear()
 

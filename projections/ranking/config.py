@@ -326,10 +326,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with it (``projections.ranking.similarity``) is at least this, as near-duplicates it
     could revise or supersede instead; 1 reports only notes of the same words. Read at
     write time only: no ranking depends on it."""
-    duplicate_lsh_bands: int = 48
+    duplicate_lsh_bands: int = 64
     """The near-duplicate lookup (``projections.ranking.dupsketch``): how many MinHash bands
     the projector files each active note under (its cost: this many index entries a note)."""
-    duplicate_lsh_min_hits: int = 2
+    duplicate_lsh_min_hits: int = 3
     """How many of a write's bands a note must share to be compared at all."""
     duplicate_lsh_recall: float = 0.98
     """The rows per band are the most that still give a pair exactly at
@@ -404,6 +404,8 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "default_ttl_days": 0.0, "passage_tokens": 0,
                           "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
+WRITE_ONLY = ("duplicate_lsh_bands", "duplicate_lsh_min_hits", "duplicate_lsh_recall")
+"""Keys only the near-duplicate lookup reads: they change no answer, so no fingerprint."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
                    "near_identical", "passage_tokens", "unknown_word_factor")
 """Keys added with calibrated relevance that nothing else reads."""
@@ -412,8 +414,10 @@ CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "u
 def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
     """``raw`` (a config as builtins) as a config written before the newer keys held it:
     without the keys at their ``LEGACY`` value, and, under ``bm25`` relevance, without the
-    keys only calibrated relevance reads (they change no result there)."""
+    keys only calibrated relevance reads (they change no result there), and never with the
+    ``WRITE_ONLY`` keys."""
     drop = set(CALIBRATED_ONLY) if raw.get("relevance", "bm25") == "bm25" else set()
+    drop |= set(WRITE_ONLY)
     return {k: v for k, v in raw.items()
             if k not in drop and (k not in LEGACY or v != LEGACY[k])}
 

@@ -10,14 +10,18 @@ check costs a lookup, not a ranking of the namespace.
   normalised forms are equal.
 * **Band keys**: the MinHash signature of the note's distinct analyzed terms (the config's
   analyzer, the terms ``similarity.terms`` compares), ``bands`` x ``rows`` values, cut into
-  ``bands`` bands of ``rows`` values; each band's digest is a key. Two term sets whose Jaccard
-  overlap is ``J`` share each band key with probability ``p = J**rows``, independently; a note
-  is a candidate when it shares at least ``min_hits`` of them (``band_recall``: the binomial
-  tail). ``rows`` is the largest that keeps that chance at least ``duplicate_lsh_recall`` at
-  ``J = duplicate_threshold``: with 48 bands, 2 hits and 3 rows, 0.987 at 0.5, 0.9996 at 0.6,
-  while a note of overlap 0.1 (what unrelated notes of a small vocabulary share) is one with
-  probability 0.001. A note without terms (only stop words) has no band keys: its overlap with
-  anything is 0.
+  ``bands`` bands of ``rows`` values; each band's digest, folded into one of ``2**BUCKET_BITS``
+  buckets, is a key. Two term sets whose Jaccard overlap is ``J`` share each band with
+  probability ``p = J**rows``, independently; a note is a candidate when it shares at least
+  ``min_hits`` of them (``band_recall``: the binomial tail). ``rows`` is the largest that
+  keeps that chance at least ``duplicate_lsh_recall`` at ``J = duplicate_threshold``: with 64
+  bands, 3 hits and 3 rows, 0.990 at 0.5, 0.99997 at 0.6, while a note of overlap 0.2 (what
+  unrelated notes of a small vocabulary share) is one with probability 0.015, of 0.1 with
+  probability 0.00004. A note without terms (only stop words) has no band keys: its overlap
+  with anything is 0.
+* **Records**: each note's term digests, 16 bits a term (``short_hashes``), with its id, so a
+  write bounds the overlap of a candidate (``overlaps``: never below the word overlap) without
+  its text, and reads the text only of those that reach the threshold.
 
 The hash family: each term's 64-bit BLAKE2b digest, xored with a per-row seed and mixed by
 SplitMix64's finaliser, all in numpy uint64 arithmetic (wrapping, the same on every machine).
@@ -46,12 +50,19 @@ DIGEST_BYTES = 8
 """Bytes of every key's digest (a member of the index is the digest, then the note id)."""
 MAX_ROWS = 16
 """The most rows a band may have (a threshold of 1 needs no more to be all but exact)."""
-_VERSION = "minhash1"
+_VERSION = "minhash2"
+BUCKET_BITS = 18
+"""Band keys are folded into ``2**BUCKET_BITS`` buckets (3 bytes each; the twin key keeps
+its 8): a bucket holds the band of several unrelated notes (about ``notes * bands / 2**18``:
+2.4 at 10k notes, 24 at 100k), so the lookup costs a few dozen bytes a band and note instead
+of a hash entry each. A note named by chance in a bucket gets one stray hit; needing
+``min_hits`` keeps such notes out (three stray hits: about 1 in 10**6 notes at 100k)."""
 """Names this layout of keys; a change of it (or of the spec) asks for a rebuild."""
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 U64 = npt.NDArray[np.uint64]
+U16 = npt.NDArray[np.uint16]
 
 
 def _mix(z: U64) -> U64:
@@ -80,7 +91,7 @@ class DupSpec:
     @property
     def tag(self) -> str:
         """The spec as the index records it, e.g. ``minhash1 english 32x3``."""
-        return f"{_VERSION} {self.analyzer} {self.bands}x{self.rows}"
+        return f"{_VERSION} {self.analyzer} {self.bands}x{self.rows}/{BUCKET_BITS}"
 
 
 def band_recall(overlap: float, bands: int, rows: int, min_hits: int = 1) -> float:
@@ -142,81 +153,105 @@ def _signature(hs: U64, spec: DupSpec) -> U64 | None:
 
 
 def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:
+    """The distinct buckets (``BUCKET_BITS``, 3 bytes big-endian) of a signature's bands."""
     if sig is None:
         return []
     raw = sig.astype("<u8").tobytes()
     w = spec.rows * 8
-    return [_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]) for j in range(spec.bands)]
+    mask = (1 << BUCKET_BITS) - 1
+    return list(dict.fromkeys(
+        (int.from_bytes(_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]), "little") & mask
+         ).to_bytes(3, "big") for j in range(spec.bands)))
 
 
 @dataclass(frozen=True, slots=True)
 class Probe:
     """What a write looks up: its twin key, its band keys, its terms and their sorted
-    digests (``term_hashes``: for the exact overlap with each candidate)."""
+    ``short_hashes`` (to bound its overlap with each candidate)."""
 
     twin: bytes
     bands: list[bytes]
     terms: frozenset[str]
-    hashes: U64
+    hashes: U16
 
 
 def probe(text: str, spec: DupSpec, cfg: RankingConfig) -> Probe:
     """The keys of ``text`` under ``spec`` (terms by ``cfg``'s analyzer, as ``similarity``)."""
     mine = terms(text, cfg)
-    hs = term_hashes(mine)
-    return Probe(twin_key(text), _band_keys(_signature(hs, spec), spec), mine, hs)
+    hs = np.fromiter((term_hash(t) for t in mine), dtype=np.uint64)
+    return Probe(twin_key(text), _band_keys(_signature(hs, spec), spec), mine,
+                 np.sort((hs & SHORT).astype(np.uint16)))
 
 
-TERMS_MARK = b"\x00terms\x00\x00"
-"""The first ``DIGEST_BYTES`` of a note's terms member (``terms_member``): no digest a key
-makes is expected to equal it (a chance of 2**-64 a key)."""
+SHORT = np.uint64(0xFFFF)
+"""A filed term digest keeps the low 16 bits of ``term_hash``: two bytes a term."""
 
 
-def term_hashes(term_set: Iterable[str]) -> U64:
-    """The sorted 64-bit digests (``term_hash``) of a term set: what the exact overlap is
-    computed on without the text (two distinct terms share a digest with a chance of 2**-64,
-    which would add one shared term)."""
-    return np.sort(np.fromiter((term_hash(t) for t in term_set), dtype=np.uint64))
+def short_hashes(term_set: Iterable[str]) -> U16:
+    """The sorted 16-bit digests (``term_hash``'s low bits) of a term set: what a note files
+    so a write can bound its overlap without the text. Distinct terms may share a digest
+    (a chance of 1/65,536 a pair), so ``overlaps`` on them can only come out *above* the
+    word overlap, never below: a prefilter that drops no near-duplicate."""
+    hs = np.fromiter((term_hash(t) for t in term_set), dtype=np.uint64)
+    return np.sort((hs & SHORT).astype(np.uint16))
 
 
-def terms_member(note_id: str, term_set: Iterable[str]) -> bytes:
-    """A note's terms member: ``TERMS_MARK``, the note id, a NUL, then its ``term_hashes``
-    (little-endian uint64), so a lookup reads a candidate's terms by the lex range of
-    ``TERMS_MARK + note_id + NUL`` and computes the exact overlap without its text."""
-    return _terms_member(note_id.encode(), term_hashes(term_set))
+def note_key(note_id: str) -> bytes:
+    """The ``DIGEST_BYTES`` a note is filed as in the band buckets (the note's record, under
+    the same digest, gives its id back)."""
+    return _digest(b"n", note_id.encode("utf-8", "surrogatepass"))
 
 
-def _terms_member(nid: bytes, hs: U64) -> bytes:
-    return TERMS_MARK + nid + b"\x00" + hs.astype("<u8").tobytes()
+def record(note_id: str, term_set: Iterable[str]) -> bytes:
+    """A note's record: the count of its term digests (4 bytes, little-endian), its
+    ``short_hashes`` (little-endian uint16), then its id (UTF-8)."""
+    hs = short_hashes(term_set)
+    return len(hs).to_bytes(4, "little") + hs.astype("<u2").tobytes() + \
+        note_id.encode("utf-8", "surrogatepass")
 
 
-def overlaps(mine: U64, theirs: list[bytes]) -> list[float]:
-    """The Jaccard overlap of the sorted term digests ``mine`` with each of ``theirs`` (packed
-    as ``terms_member`` packs them), in one vectorised pass: shared / (|mine| + |theirs| -
-    shared), each as ``similarity.word_overlap`` computes it (0 when either is empty)."""
+def parse_record(rec: bytes) -> tuple[str, bytes]:
+    """A record's note id and its packed term digests (``record``'s inverse)."""
+    n = int.from_bytes(rec[:4], "little")
+    return rec[4 + 2 * n:].decode("utf-8", "surrogatepass"), rec[4:4 + 2 * n]
+
+
+def overlaps(mine: U16, theirs: list[bytes]) -> list[float]:
+    """The Jaccard overlap of the sorted term digests ``mine`` with each of ``theirs``
+    (packed as ``record`` packs them), in one vectorised pass: shared / (|mine| + |theirs| -
+    shared), with every term of theirs whose digest is among mine counted as shared. Exactly
+    ``similarity.word_overlap`` unless two distinct terms share a digest, and then only
+    above it (0 when either is empty)."""
     n = len(mine)
     out = [0.0] * len(theirs)
-    full = [i for i, b in enumerate(theirs) if len(b) >= 8]
+    full = [i for i, b in enumerate(theirs) if len(b) >= 2]
     if not n or not full:
         return out
-    arrs = [np.frombuffer(theirs[i], dtype="<u8", count=len(theirs[i]) // 8) for i in full]
+    arrs = [np.frombuffer(theirs[i], dtype="<u2", count=len(theirs[i]) // 2) for i in full]
     sizes = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
     flat = np.concatenate(arrs)
     at = np.minimum(np.searchsorted(mine, flat), n - 1)
     hit = (mine[at] == flat).astype(np.int64)
     shared = np.add.reduceat(hit, np.concatenate(([0], np.cumsum(sizes)[:-1])))
     for i, s, k in zip(full, shared.tolist(), sizes.tolist(), strict=True):
-        out[i] = s / (n + k - s)
+        out[i] = min(1.0, s / (n + k - s)) if n + k - s > 0 else 1.0
     return out
 
 
-def entries(note_id: str, text: str, spec: DupSpec) -> list[bytes]:
-    """The index members of an active note: each key's digest followed by the note id (the
-    twin key first, then the bands), then its terms member (``terms_member``; none for a note
-    without terms, whose overlap with anything is 0)."""
-    nid = note_id.encode()
-    hs = term_hashes(frozenset(analyze(tokenize(text), spec.analyzer)))
-    out = [twin_key(text) + nid] + [k + nid for k in _band_keys(_signature(hs, spec), spec)]
-    if len(hs):
-        out.append(_terms_member(nid, hs))
-    return out
+@dataclass(frozen=True, slots=True)
+class Filing:
+    """How an active note is filed: its ``note_key``, the keys it is filed under (the twin
+    key first, then the band keys; none but the twin key for a note without terms), and its
+    ``record``."""
+
+    note: bytes
+    keys: list[bytes]
+    record: bytes
+
+
+def filing(note_id: str, text: str, spec: DupSpec) -> Filing:
+    """How the active note ``note_id`` of text ``text`` is filed under ``spec``."""
+    ts = frozenset(analyze(tokenize(text), spec.analyzer))
+    hs = np.fromiter((term_hash(t) for t in ts), dtype=np.uint64)
+    return Filing(note_key(note_id), [twin_key(text), *_band_keys(_signature(hs, spec), spec)],
+                  record(note_id, ts))

@@ -131,6 +131,10 @@ class WordLlamaEmbedder:
         """Word -> row of ``_sums`` (row 0: the empty word, zeros; stop words map to it)."""
         self._sums: npt.NDArray[np.float32] = np.zeros((1, dim), np.float32)
         self._counts: npt.NDArray[np.float64] = np.zeros(1, np.float64)
+        self._used = 1
+        """Rows of ``_sums`` (and ``_counts``) that hold a word; the rest is room, doubled
+        when full (up to ``MAX_WORDS``), so learning a query's few new words does not copy
+        the whole cache."""
         self._lock = threading.RLock()
         """Held while the word cache is read or grown: one embedder serves every thread of a
         process (``embedder_for``), and a row learnt by one thread must not be read by another
@@ -159,6 +163,7 @@ class WordLlamaEmbedder:
         self._word = dict.fromkeys(ENGLISH_STOP_WORDS, 0)
         self._sums = np.zeros((1, self._dim), np.float32)
         self._counts = np.zeros(1, np.float64)
+        self._used = 1
 
     def rows(self, words: Sequence[str]) -> npt.NDArray[np.int64]:
         """The ``_sums`` row of each word (learning the new ones with one tokenizer call; the
@@ -167,7 +172,7 @@ class WordLlamaEmbedder:
         with self._lock:
             known = self._word
             new = [w for w in dict.fromkeys(words) if w not in known]
-            if new and len(self._sums) + len(new) > MAX_WORDS:
+            if new and self._used + len(new) > MAX_WORDS:
                 self._forget_words()
                 known = self._word
                 new = [w for w in dict.fromkeys(words) if w not in known]
@@ -181,11 +186,20 @@ class WordLlamaEmbedder:
                 if len(ids):  # a word's tokens in order (exact: see the class docstring)
                     starts = (np.cumsum(lengths) - lengths)[has]
                     sums[has] = np.add.reduceat(vecs, starts, axis=0)
-                base = len(self._sums)
+                base = self._used
+                need = base + len(new)
+                if need > len(self._sums):
+                    cap = max(need, min(MAX_WORDS, 2 * len(self._sums)))
+                    grown = np.zeros((cap, self._dim), np.float32)
+                    grown[:base] = self._sums[:base]
+                    counts = np.zeros(cap, np.float64)
+                    counts[:base] = self._counts[:base]
+                    self._sums, self._counts = grown, counts
+                self._sums[base:need] = sums
+                self._counts[base:need] = lengths
+                self._used = need
                 for i, w in enumerate(new):
                     known[w] = base + i
-                self._sums = np.concatenate((self._sums, sums.astype(np.float32)))
-                self._counts = np.concatenate((self._counts, lengths.astype(np.float64)))
             return np.fromiter((known[w] for w in words), np.int64, len(words))
 
     def embed_bags(self, words: Sequence[str], per_text: npt.NDArray[np.int64],

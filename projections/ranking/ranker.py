@@ -408,7 +408,7 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],
                  cols.uses[s] >= cfg.longterm_uses, vec, norm,
-                 lambda p: cols.texts.get(sl[p]), cfg, words)
+                 lambda p: cols.texts.get(sl[p]), cfg, cols.distinct[s], words)
     keep = adj.keep
     new_pos = np.cumsum(keep) - 1
     stands = {int(new_pos[p]): [ids[sl[q]] for q in qs] for p, qs in adj.stands_for.items()}

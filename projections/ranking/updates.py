@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -76,27 +77,34 @@ def _top(score: FloatArray, keep: BoolArray, limit: int) -> IntArray:
 def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: IntArray,
            longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
+           sizes: npt.NDArray[np.integer[Any]] | None = None,
            words: QueryWords | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
-    index has none; ``text_of(position)``: a candidate's text; ``words``: which of the
-    query's words each holds, None when not known)."""
+    index has none; ``text_of(position)``: a candidate's text; ``sizes`` (optional): each
+    candidate's count of distinct words, ``len(set(tokenize(text)))``, known to the index:
+    a pair whose sizes cannot reach the threshold is then left out before any text is
+    read; ``words``: which of the query's words each holds, None when not known)."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
         return out
     lim = cfg.updates.max_notes
+    first: tuple[IntArray, FloatArray] | None = None
     if cfg.near_identical > 0:
-        _near_identical(ids, score, created_us, vec, norm, text_of, cfg.near_identical,
-                        _top(score, out.keep, lim), out)
+        at = _top(score, out.keep, lim)
+        if vec is not None and norm is not None:
+            first = (at, _cosines(vec[at], norm[at]))
+        _near_identical(ids, score, created_us, None if first is None else first[1], text_of,
+                        cfg.near_identical, at, out, sizes)
     up = cfg.updates
     by_vec = vec is not None and norm is not None
     by_words = words is not None and up.query_words_share > 0
     if up.margin > 0 and (by_vec or by_words):
         at = _top(score, out.keep, lim)
         if len(at) >= 2:
-            cos = (_cosines(vec[at], norm[at]) if vec is not None and norm is not None
-                   else None)
+            cos = (_pair_cosines(vec, norm, at, first)
+                   if vec is not None and norm is not None else None)
             same = None if words is None or not by_words else _same_words(words, at, up)
             _newer_wins(at, score, rel, created_us, longterm, cos, same, cfg, out)
     return out
@@ -125,26 +133,42 @@ def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
     return same
 
 
+def _pair_cosines(vec: FloatArray, norm: FloatArray, at: IntArray,
+                  known: tuple[IntArray, FloatArray] | None) -> FloatArray:
+    """``_cosines`` of the positions ``at`` (ascending), taken from ``known`` (positions and
+    their matrix, computed before) when it holds every one of them: each entry is computed
+    on its own (exact integer products), so a part of the matrix has the same bits."""
+    if known is not None:
+        had, cos = known
+        got = np.searchsorted(had, at)
+        if len(had) and bool((got < len(had)).all()) and bool((had[np.minimum(
+                got, len(had) - 1)] == at).all()):
+            return cos[np.ix_(got, got)]
+    return _cosines(vec[at], norm[at])
+
+
 def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
-                    vec: FloatArray | None, norm: FloatArray | None,
-                    text_of: Callable[[int], str], threshold: float, at: IntArray,
-                    out: Adjusted) -> None:
-    if vec is not None and norm is not None:
-        close = _cosines(vec[at], norm[at]) >= PREFILTER_COSINE
-        ii, jj = np.triu(close, 1).nonzero()
+                    cos: FloatArray | None, text_of: Callable[[int], str], threshold: float,
+                    at: IntArray, out: Adjusted,
+                    sizes: npt.NDArray[np.integer[Any]] | None = None) -> None:
+    if cos is not None:
+        ii, jj = np.triu(cos >= PREFILTER_COSINE, 1).nonzero()
     else:
         ii, jj = np.triu_indices(len(at), 1)
     if not len(ii):
         return
     # each text read and split once; a pair whose sizes differ too much cannot reach the
-    # threshold (|a & b| / |a | b| <= min / max), so only the others are intersected
+    # threshold (|a & b| / |a | b| <= min / max), so only the others are intersected (with
+    # ``sizes`` known, the others' texts are not even read)
+    if sizes is not None:
+        ii, jj = _sizes_fit(sizes[at], ii, jj, threshold)
+        if not len(ii):
+            return
     words: list[frozenset[str]] = [frozenset()] * len(at)
     for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
         words[k] = frozenset(tokenize(text_of(int(at[k]))))
     size = np.fromiter(map(len, words), np.int64, len(words))
-    lo, hi = np.minimum(size[ii], size[jj]), np.maximum(size[ii], size[jj])
-    fit = (lo > 0) & (lo / np.maximum(hi, 1) >= threshold)
-    ii, jj = ii[fit], jj[fit]
+    ii, jj = _sizes_fit(size, ii, jj, threshold)
     if not len(ii):
         return
     parent = list(range(len(at)))
@@ -173,6 +197,14 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         rest = sorted((p for p in members if p != best), key=lambda p: ids[p])
         out.keep[rest] = False
         out.stands_for[best] = rest
+
+
+def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,
+               threshold: float) -> tuple[IntArray, IntArray]:
+    """The pairs ``(ii, jj)`` whose word-set sizes can reach Jaccard ``threshold``."""
+    lo, hi = np.minimum(size[ii], size[jj]), np.maximum(size[ii], size[jj])
+    fit = (lo > 0) & (lo / np.maximum(hi, 1) >= threshold)
+    return ii[fit], jj[fit]
 
 
 def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: IntArray,

@@ -81,12 +81,12 @@ def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,
     mine = normalise(text)
     fresh = [ev.note_id for _, ev, _raw in tail if isinstance(ev, NoteCreated | NoteRevised)
              and _named(ev, mine, pr.terms, cfg)]
-    # the exact overlap of the notes the bands named, on their filed term digests: only
-    # those reaching the threshold (or filed without digests) are read and compared again
-    # as the tail leaves them (a revision there is named above by its own text)
+    # the overlap of the notes the bands named, bounded on their filed term digests (never
+    # below the word overlap): only those reaching the threshold are read and compared on
+    # their text as the tail leaves them (a revision there is named above by its own text)
     known = overlaps(pr.hashes, found.near_terms)
-    near_ids = [n for n, o, t in zip(found.near, known, found.near_terms, strict=True)
-                if not t or round(o, 6) >= cfg.duplicate_threshold]
+    near_ids = [n for n, o in zip(found.near, known, strict=True)
+                if round(o, 6) >= cfg.duplicate_threshold]
     ids = [i for i in dict.fromkeys([*found.twins, *near_ids, *fresh]) if i != exclude]
     view = readmodel.write_view(r, ns, [*ids, *touched], event_ids, read=(cp, tail)) \
         if ids or touched or event_ids else None

@@ -1,89 +1,137 @@
 """The near-duplicate lookup in Redis: kept by the projector, read by a checked write.
 
-One sorted set per namespace (``keys.dupidx``), every score 0, each member a key's digest
-(``projections.ranking.dupsketch``: the twin key and the MinHash band keys) followed by the
-note id; the notes filed under a key are one lex range (``ZRANGEBYLEX [digest (digest\\xff``:
-note ids are ASCII). Only active notes are filed. The projector's commit script removes and
-adds members in the same atomic write as the notes and the checkpoint (``commit_batch.lua``),
-so the lookup is exactly the read model's: a note that is revised is filed under its new
-keys, one forgotten, superseded or erased leaves it (only digests were ever kept).
-``replay`` rebuilds it with the notes. ``keys.dupspec`` holds the spec tag it was made with.
-Each note with terms also has a terms member (``dupsketch.terms_member``: a fixed 8-byte mark,
-the note id, a NUL, then the sorted 64-bit digests of its terms), so a write computes the exact
-overlap of the notes the bands name without reading or analysing their texts.
+Two hashes per namespace, digests only (``projections.ranking.dupsketch``):
+
+* ``keys.dupbands``: a key (the twin key's 8-byte digest, or a band's 3-byte bucket) -> the
+  ``note_key`` digests of the active notes filed under it, 8 bytes each, concatenated. A
+  write reads its own keys with one HMGET; the notes its bands name are counted in Redis.
+* ``keys.dupnotes``: a note's ``note_key`` -> its ``record`` (its 16-bit term digests, then
+  its id), so a write bounds the overlap of the notes the bands name without reading or
+  analysing their texts, and learns their ids.
+
+Only active notes are filed. The projector's commit script removes and adds filings in the
+same atomic write as the notes and the checkpoint (``commit_batch.lua``), so the lookup is
+exactly the read model's: a note that is revised is filed under its new keys, one forgotten,
+superseded or erased leaves it. ``replay`` rebuilds it with the notes. ``keys.dupspec``
+holds the spec tag it was made with (set by the first commit of a namespace and by replay
+only: a projector of another spec never makes a mixed lookup look trusted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.ranking.dupsketch import (
     DIGEST_BYTES,
-    TERMS_MARK,
     DupSpec,
+    Filing,
     Probe,
-    entries,
+    filing,
+    parse_record,
 )
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import keys
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 
+RECORD_MARK = b"\x00record"
+"""Prefixes a record in ``members``' flat form (a filing is a key, 3 or 8 bytes, then a
+note key)."""
+
 
 @dataclass(frozen=True, slots=True)
 class IndexChanges:
-    """What one folded batch does to the lookup: members to remove, then to add."""
+    """What one folded batch does to the lookup: filings (``key + note_key``) to
+    remove, then to add; records to delete (by ``note_key``) and to set."""
 
     removed: list[bytes]
     added: list[bytes]
+    dropped: list[bytes] = field(default_factory=list)
+    records: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-def _filed(nid: str, state: NoteState | None, spec: DupSpec) -> list[bytes]:
-    return entries(nid, state.text, spec) if state is not None and state.active else []
+def _filed(nid: str, state: NoteState | None, spec: DupSpec) -> Filing | None:
+    return filing(nid, state.text, spec) if state is not None and state.active else None
+
+
+def _members(f: Filing | None) -> list[bytes]:
+    return [k + f.note for k in f.keys] if f is not None else []
 
 
 def changes(before: Mapping[str, NoteState], after: Mapping[str, NoteState],
             spec: DupSpec) -> IndexChanges:
-    """The members to remove and add when the notes ``before`` (their states as the batch
+    """The filings to remove and add when the notes ``before`` (their states as the batch
     found them; absent: new) become ``after`` (the batch's folded states). A note whose text
     and activity did not change (a use, say) costs nothing."""
-    removed: list[bytes] = []
-    added: list[bytes] = []
+    ch = IndexChanges([], [], [], [])
     for nid, post in after.items():
         pre = before.get(nid)
         if pre is not None and pre.text == post.text and pre.active == post.active:
             continue
-        old = _filed(nid, pre, spec)
-        new = _filed(nid, post, spec)
+        old, new = _filed(nid, pre, spec), _filed(nid, post, spec)
         if old == new:
             continue
-        keep = set(new)
-        removed += [m for m in old if m not in keep]
-        gone = set(old)
-        added += [m for m in new if m not in gone]
-    return IndexChanges(removed, added)
+        was, now = _members(old), _members(new)
+        keep, gone = set(now), set(was)
+        ch.removed.extend(m for m in was if m not in keep)
+        ch.added.extend(m for m in now if m not in gone)
+        if new is not None:
+            if old is None or old.record != new.record:
+                ch.records.append((new.note, new.record))
+        elif old is not None:
+            ch.dropped.append(old.note)
+    return ch
+
+
+def _grouped(ms: Iterable[bytes]) -> list[bytes]:
+    """Filings as ``commit_batch.lua`` takes them: per key, the key then its note keys
+    concatenated (one read and one write of each bucket a batch touches)."""
+    by: dict[bytes, bytearray] = defaultdict(bytearray)
+    for m in ms:
+        by[m[:-DIGEST_BYTES]] += m[-DIGEST_BYTES:]
+    return [x for k, v in by.items() for x in (k, bytes(v))]
 
 
 def commit_args(ch: IndexChanges, spec: DupSpec) -> list[Any]:
     """The tail of ``commit_batch.lua``'s ARGV for ``ch`` (its header has the layout)."""
-    argv: list[Any] = [len(ch.removed), *ch.removed, len(ch.added)]
-    for m in ch.added:
-        argv += (0, m)
+    rm, add = _grouped(ch.removed), _grouped(ch.added)
+    argv: list[Any] = [len(rm) // 2, *rm, len(add) // 2, *add, len(ch.dropped), *ch.dropped,
+                       len(ch.records)]
+    for k, rec in ch.records:
+        argv += (k, rec)
     argv.append(spec.tag)
     return argv
+
+
+def _buckets(notes: Mapping[str, NoteState], spec: DupSpec
+             ) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """The two hashes a lookup made from ``notes`` holds (note keys in note id order)."""
+    bands: dict[bytes, bytearray] = defaultdict(bytearray)
+    recs: dict[bytes, bytes] = {}
+    for nid, st in sorted(notes.items()):
+        f = _filed(nid, st, spec)
+        if f is None:
+            continue
+        for k in f.keys:
+            bands[k] += f.note
+        recs[f.note] = f.record
+    return {k: bytes(v) for k, v in bands.items()}, recs
 
 
 def rebuild_commands(ns: str, notes: Mapping[str, NoteState], spec: DupSpec,
                      per_call: int = 2000) -> Iterable[tuple[Any, ...]]:
     """The commands that replace the lookup with one made from ``notes`` (run in ``replay``'s
-    MULTI, after the notes)."""
-    yield ("DEL", keys.dupidx(ns))
-    members = [m for nid, st in sorted(notes.items()) for m in _filed(nid, st, spec)]
-    for i in range(0, len(members), per_call):
-        yield ("ZADD", keys.dupidx(ns), *[x for m in members[i:i + per_call] for x in (0, m)])
+    MULTI, after the notes). Also drops the sorted set earlier versions kept."""
+    yield ("DEL", keys.dupidx(ns), keys.dupbands(ns), keys.dupnotes(ns))
+    for key, table in zip((keys.dupbands(ns), keys.dupnotes(ns)), _buckets(notes, spec),
+                          strict=True):
+        items = list(table.items())
+        for i in range(0, len(items), per_call):
+            yield ("HSET", key, *[x for kv in items[i:i + per_call] for x in kv])
     yield ("SET", keys.dupspec(ns), spec.tag)
 
 
@@ -92,10 +140,9 @@ class Found:
     """A lookup's answer: the spec tag the index holds (None: none recorded yet, i.e. nothing
     projected), the checkpoint it stands at, the notes filed under the probe's twin key,
     those filed under at least ``min_hits`` of its band keys with their term digests
-    (``near_terms``, packed as ``dupsketch.terms_member`` packs them; b"" when the note has
-    no terms member: filed before they were kept), and the log's entries after the
-    checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at one
-    instant."""
+    (``near_terms``, packed as ``dupsketch.record`` packs them), and the log's entries after
+    the checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at
+    one instant."""
 
     tag: str | None
     checkpoint: str
@@ -107,26 +154,38 @@ class Found:
 
 def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
     """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
-    tail after it: one script (``lua/dup_lookup.lua``, atomic, read only) of
-    ``1 + len(pr.bands)`` lex ranges that counts the band hits in Redis, so only the notes
-    that pass come back (each with its terms member's digests), then one XRANGE."""
-    tag, cp, twins, near, tail, near_terms = script(r, "dup_lookup")(
-        keys=[keys.dupidx(ns), keys.dupspec(ns), keys.checkpoint(ns), keys.stream(ns)],
-        args=[min_hits, pr.twin, TERMS_MARK, *pr.bands])
+    tail after it: one script (``lua/dup_lookup.lua``, atomic, read only): one HMGET of the
+    probe's keys, the band hits counted in Redis, one HMGET of the records of the notes that
+    pass, one XRANGE."""
+    tag, cp, twins, near, tail = script(r, "dup_lookup")(
+        keys=[keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns), keys.checkpoint(ns),
+              keys.stream(ns)],
+        args=[min_hits, pr.twin, *pr.bands])
+    twin_ids = [parse_record(as_bytes(x))[0] for x in twins if x]
+    got = [parse_record(as_bytes(x)) for x in near if x]
     return Found(tag=as_bytes(tag).decode() or None, checkpoint=as_bytes(cp).decode(),
-                 twins=[as_bytes(x).decode() for x in twins],
-                 near=[as_bytes(x).decode() for x in near], tail=list(tail or []),
-                 near_terms=[as_bytes(x) for x in near_terms])
+                 twins=twin_ids, near=[i for i, _ in got], tail=list(tail or []),
+                 near_terms=[t for _, t in got])
+
+
+def _flat(bands: Mapping[bytes, bytes], recs: Mapping[bytes, bytes]) -> list[bytes]:
+    out = [k + v[i:i + DIGEST_BYTES] for k, v in bands.items()
+           for i in range(0, len(v), DIGEST_BYTES)]
+    out += [RECORD_MARK + k + rec for k, rec in recs.items()]
+    return sorted(out)
 
 
 def members(r: Store, ns: str) -> list[bytes]:
-    """Every member of the lookup (for checks and ``replay --verify``)."""
-    return [as_bytes(m) for m in r.zrange(keys.dupidx(ns), 0, -1)]
+    """Every filing of the lookup (``key + note_key``) and every record (``RECORD_MARK +
+    note_key + record``), sorted (for checks and ``replay --verify``)."""
+    bands = {as_bytes(k): as_bytes(v) for k, v in r.hgetall(keys.dupbands(ns)).items()}
+    recs = {as_bytes(k): as_bytes(v) for k, v in r.hgetall(keys.dupnotes(ns)).items()}
+    return _flat(bands, recs)
 
 
 def expected_members(notes: Mapping[str, NoteState], spec: DupSpec) -> list[bytes]:
-    """The members a lookup made from ``notes`` holds, sorted as Redis keeps them."""
-    return sorted(m for nid, st in notes.items() for m in _filed(nid, st, spec))
+    """The ``members`` a lookup made from ``notes`` holds."""
+    return _flat(*_buckets(notes, spec))
 
 
 def lookup_diffs(r: Store, ns: str, cp: Position, notes: Mapping[str, NoteState],
@@ -137,8 +196,9 @@ def lookup_diffs(r: Store, ns: str, cp: Position, notes: Mapping[str, NoteState]
     p = r.pipeline(transaction=True)
     p.get(keys.checkpoint(ns))
     p.get(keys.dupspec(ns))
-    p.zrange(keys.dupidx(ns), 0, -1)
-    cp_now, tag, live = p.execute()
+    p.hgetall(keys.dupbands(ns))
+    p.hgetall(keys.dupnotes(ns))
+    cp_now, tag, bands, recs = p.execute()
     if parse_pos(as_bytes(cp_now) if cp_now else None) != cp:
         return []
     out: list[str] = []
@@ -147,14 +207,28 @@ def lookup_diffs(r: Store, ns: str, cp: Position, notes: Mapping[str, NoteState]
         out.append(f"near-duplicate lookup: made with {tag!r}, this config makes "
                    f"{spec.tag!r} (replay rebuilds it)")
         return out
-    have = {as_bytes(m) for m in live}
-    wrong = sorted(note_ids_in([m for m in set(want) ^ have]))
-    if wrong:
+    have = set(_flat({as_bytes(k): as_bytes(v) for k, v in bands.items()},
+                     {as_bytes(k): as_bytes(v) for k, v in recs.items()}))
+    differ = set(want) ^ have
+    if differ:
+        wrong = sorted(note_ids_in([*want, *have], of={_note_of(m) for m in differ}))
         out.append(f"near-duplicate lookup: notes {wrong[:10]} filed differently from the "
                    f"log's ({len(wrong)} in all)")
     return out
 
 
-def note_ids_in(ms: Sequence[bytes]) -> set[str]:
-    """The note ids some members file (a terms member: the id up to its NUL)."""
-    return {m[DIGEST_BYTES:].split(b"\x00", 1)[0].decode() for m in ms}
+def _note_of(m: bytes) -> bytes:
+    if m.startswith(RECORD_MARK):
+        return m[len(RECORD_MARK):len(RECORD_MARK) + DIGEST_BYTES]
+    return m[-DIGEST_BYTES:]
+
+
+def note_ids_in(ms: Iterable[bytes], of: set[bytes] | None = None) -> set[str]:
+    """The note ids ``members`` ``ms`` file (by their records; a filing without a record
+    among ``ms`` is named by its note key in hex). ``of``: only those of these note keys."""
+    ms = list(ms)
+    ids = {m[len(RECORD_MARK):len(RECORD_MARK) + DIGEST_BYTES]:
+           parse_record(m[len(RECORD_MARK) + DIGEST_BYTES:])[0]
+           for m in ms if m.startswith(RECORD_MARK)}
+    notes = {_note_of(m) for m in ms}
+    return {ids.get(k, k.hex()) for k in notes if of is None or k in of}

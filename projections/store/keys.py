@@ -78,10 +78,22 @@ def changes(ns: str) -> str:
 
 
 def dupidx(ns: str) -> str:
-    """The near-duplicate lookup: a sorted set (scores 0, read by lex range) of members
-    ``digest + note_id``, one per twin and MinHash band key of each active note
-    (``projections.store.dupindex``); written with the projection, digests only."""
+    """The sorted set earlier versions kept the near-duplicate lookup in (``replay`` drops
+    it; listed so a namespace's deletion leaves nothing)."""
     return f"{_ns(ns)}:dupidx"
+
+
+def dupbands(ns: str) -> str:
+    """The near-duplicate lookup's buckets: hash, a twin or MinHash band key's digest -> the
+    8-byte keys of the active notes filed under it (``projections.store.dupindex``); written
+    with the projection, digests only."""
+    return f"{_ns(ns)}:dupbands"
+
+
+def dupnotes(ns: str) -> str:
+    """The near-duplicate lookup's records: hash, a note's 8-byte key -> its 16-bit term
+    digests and its id (``dupsketch.record``)."""
+    return f"{_ns(ns)}:dupnotes"
 
 
 def event_digests(ns: str) -> str:
@@ -208,7 +220,8 @@ def erased_texts(ns: str) -> str:
 def namespace_keys(ns: str) -> list[str]:
     """Every fixed-name key of a namespace (result and done keys expire by themselves)."""
     return [stream(ns), checkpoint(ns), projected(ns), generation(ns), notes(ns), seen(ns),
-            dead(ns), changes(ns), dupidx(ns), dupspec(ns), event_digests(ns), lock(ns),
+            dead(ns), changes(ns), dupidx(ns), dupbands(ns), dupnotes(ns), dupspec(ns),
+            event_digests(ns), lock(ns),
             scheduled(ns), audit(ns),
             configs(ns),
             query_embeddings(ns), index_snapshot(ns), *old_index_snapshots(ns), rewrite(ns),

@@ -255,7 +255,7 @@ def prepare_batch(r: Store, ns: str, batch_size: int = DEFAULT_BATCH,
 def _commit_keys(ns: str) -> list[str]:
     return [keys.checkpoint(ns), keys.notes(ns), keys.seen(ns), keys.dead(ns),
             keys.changes(ns), keys.generation(ns), keys.projected(ns), keys.lock(ns),
-            keys.dupidx(ns), keys.dupspec(ns), keys.event_digests(ns)]
+            keys.dupbands(ns), keys.dupspec(ns), keys.event_digests(ns), keys.dupnotes(ns)]
 
 
 def _commit_args(prep: Prepared, now_ms: int, token: str | None, lease_ms: int) -> list[Any]:

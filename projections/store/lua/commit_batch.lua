@@ -11,9 +11,11 @@
 -- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
 -- KEYS[7] projected   string: how many stream entries the checkpoint covers (lag = XLEN - it)
 -- KEYS[8] lock        string: the projection lease (its holder's token, with a TTL)
--- KEYS[9] dupidx      zset:   the near-duplicate lookup, members digest..note_id, score 0
--- KEYS[10] dupspec    string: the spec the lookup's members were made with
+-- KEYS[9] dupbands    hash:   the near-duplicate lookup's buckets, key digest -> note keys
+-- KEYS[10] dupspec    string: the spec the lookup was made with (set here only if unset:
+--                     by a namespace's first commit; replay sets it)
 -- KEYS[11] digests    hash:   event_id -> keyed digest of its content (eventdigest.py)
+-- KEYS[12] dupnotes   hash:   the lookup's records, note key -> record
 -- ARGV[1] expected checkpoint ("" = none yet), then "|", then the expected generation
 -- ARGV[2] new checkpoint (stream entry id)
 -- ARGV[3] committed_at, ms since the epoch, from Python (scripts never read the clock)
@@ -25,8 +27,10 @@
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- then    the number of stream entries in the batch (added to KEYS[7])
 -- then    the touched note ids joined by spaces (the changes entry's 'notes' field)
--- then    n_del, then n_del lookup members to remove (notes that left it or changed text)
--- then    n_add, then n_add pairs: 0, member (ZADD's score-member order)
+-- then    n_cut, then n_cut pairs: bucket key, the note keys (8 bytes each) leaving it
+-- then    n_join, then n_join pairs: bucket key, the note keys joining it
+-- then    n_drop, then n_drop note keys whose records go (notes that left the lookup)
+-- then    n_rec, then n_rec pairs: note key, record
 -- then    the lookup's spec tag
 -- then    n_dig, then n_dig pairs: event_id, digest (the batch's seen ids)
 -- Returns 1 when applied, 0 when the checkpoint had moved or the lease was lost (nothing
@@ -72,21 +76,56 @@ redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
            'notes', ARGV[i + 1])
 i = i + 2
+-- the near-duplicate lookup: per bucket, cut the note keys that leave it, then append those
+-- that join it (each bucket read and written once); then the records
+local function cut(cur, gone)
+  local drop = {}
+  for p = 1, #gone, 8 do
+    drop[string.sub(gone, p, p + 7)] = true
+  end
+  local keep = {}
+  for p = 1, #cur, 8 do
+    local d = string.sub(cur, p, p + 7)
+    if not drop[d] then
+      keep[#keep + 1] = d
+    end
+  end
+  return table.concat(keep)
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  local cur = redis.call('HGET', KEYS[9], ARGV[i])
+  if cur then
+    local left = cut(cur, ARGV[i + 1])
+    if left == '' then
+      redis.call('HDEL', KEYS[9], ARGV[i])
+    else
+      redis.call('HSET', KEYS[9], ARGV[i], left)
+    end
+  end
+  i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  local cur = redis.call('HGET', KEYS[9], ARGV[i])
+  redis.call('HSET', KEYS[9], ARGV[i], (cur or '') .. ARGV[i + 1])
+  i = i + 2
+end
 n = tonumber(ARGV[i]); i = i + 1
 last = i + n - 1
 while i <= last do
   local j = math.min(i + CHUNK - 1, last)
-  redis.call('ZREM', KEYS[9], unpack(ARGV, i, j))
+  redis.call('HDEL', KEYS[12], unpack(ARGV, i, j))
   i = j + 1
 end
 n = tonumber(ARGV[i]); i = i + 1
 last = i + 2 * n - 1
 while i <= last do
   local j = math.min(i + CHUNK - 1, last)
-  redis.call('ZADD', KEYS[9], unpack(ARGV, i, j))
+  redis.call('HSET', KEYS[12], unpack(ARGV, i, j))
   i = j + 1
 end
-redis.call('SET', KEYS[10], ARGV[i])
+redis.call('SET', KEYS[10], ARGV[i], 'NX')
 i = i + 1
 n = tonumber(ARGV[i]); i = i + 1
 last = i + 2 * n - 1

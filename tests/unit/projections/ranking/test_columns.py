@@ -212,6 +212,38 @@ def test_bulk_load_equals_puts_then_compaction(notes: list[NoteState]) -> None:
         bulk.private_len
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(NOTE, max_size=30), st.lists(NOTE, max_size=12))
+def test_each_live_slot_knows_its_distinct_word_count(notes: list[NoteState],
+                                                      later: list[NoteState]) -> None:
+    """``Columns.distinct`` (what the near-identical rule compares before reading a text) is
+    ``len(set(tokenize(text)))`` of every live slot: after puts, a bulk load, a snapshot
+    round trip and puts after it."""
+    from hivemind_memory.events.positions import ZERO
+    from hivemind_memory.projections.ranking.bm25_rules import tokenize
+    from hivemind_memory.projections.ranking.snapshot import decode_index, encode_index
+
+    def check(cols: Columns) -> None:
+        live = cols.live[:len(cols)].nonzero()[0].tolist()
+        assert [int(cols.distinct[s]) for s in live] == \
+            [len(set(tokenize(cols.texts.get(s)))) for s in live]
+
+    by_id = {n.note_id: n for n in notes}
+    one = Columns()
+    for n in by_id.values():
+        one.put(n)
+    check(one)
+    idx = NamespaceIndex("t")
+    idx.reset(by_id.values(), ZERO, ZERO)
+    check(idx.cols)
+    snap = decode_index(encode_index(idx), "t")
+    assert snap is not None
+    check(snap.cols)
+    for n in later:
+        snap.put(n)
+    check(snap.cols)
+
+
 def _around_halves() -> st.SearchStrategy[float]:
     """Floats at and next to k.5 millionths, where a scaled product may round across."""
     import math

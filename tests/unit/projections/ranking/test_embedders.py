@@ -186,3 +186,21 @@ def test_threads_sharing_one_embedder_get_the_vectors_one_thread_gets(
         sys.setswitchinterval(old)
     assert errors == []
     assert all((g == w).all() for g, w in zip(got, want, strict=True))
+
+
+def test_learning_a_few_words_at_a_time_does_not_copy_the_cache_each_time() -> None:
+    """A worker embeds each query's few new words after a snapshot load (the index's words
+    were never learnt): the word cache grows by doubling, so 600 words learnt three at a time
+    replace its arrays a handful of times, not 200, and give the vectors learning them at
+    once gives."""
+    texts = [f"qa{i} qb{i} qc{i}" for i in range(200)]
+    want = WordLlamaEmbedder(128).embed(texts)
+    emb = WordLlamaEmbedder(128)
+    replaced, seen = 0, id(emb._sums)
+    rows = []
+    for t in texts:
+        rows.append(emb.embed([t])[0])
+        if id(emb._sums) != seen:
+            replaced, seen = replaced + 1, id(emb._sums)
+    assert (np.array(rows) == want).all()
+    assert 1 <= replaced <= 12

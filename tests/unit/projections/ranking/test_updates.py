@@ -250,3 +250,84 @@ def test_near_identical_groups_equal_the_rule_computed_pair_by_pair(
     keep, stands = _near_identical_plainly(texts, score, created, threshold)
     assert got.keep.tolist() == keep
     assert got.stands_for == stands
+    # with each text's word count known (as the index knows it), the same groups, and a
+    # text is read only when its size lets it reach the threshold with another's
+    from hivemind_memory.projections.ranking.bm25_rules import tokenize
+
+    sizes = np.array([len(set(tokenize(t))) for t in texts], np.int64)
+    read: list[int] = []
+
+    def text_of(p: int) -> str:
+        read.append(p)
+        return texts[p]
+
+    known = adjust([f"n{p:03d}" for p in range(n)], np.array(score), np.array(score),
+                   np.array(created, np.int64), np.zeros(n, np.bool_), None, None, text_of,
+                   with_overrides(DEFAULT, {"near_identical": threshold,
+                                            "updates": {"margin": 0.0}}), sizes)
+    assert known.keep.tolist() == keep
+    assert known.stands_for == stands
+    could = {p for p in range(n) for q in range(n) if p != q and min(sizes[p], sizes[q]) > 0
+             and min(sizes[p], sizes[q]) / max(sizes[p], sizes[q]) >= threshold}
+    assert set(read) == could
+
+
+def test_texts_of_notes_whose_sizes_cannot_match_are_not_read() -> None:
+    """Three candidates with close vectors: two of 4 words, one of 40. At threshold 0.9 the
+    40-word note cannot be near-identical to either (4 / 40 < 0.9): with the sizes known,
+    its text is never read, and the two short ones are still merged."""
+    texts = ["alpha beta gamma delta", "alpha beta gamma delta",
+             " ".join(f"w{i}" for i in range(40))]
+    read: list[int] = []
+
+    def text_of(p: int) -> str:
+        read.append(p)
+        return texts[p]
+
+    vec = np.array([[3.0, 4.0], [3.0, 4.0], [3.0, 4.1]])
+    norm = np.sqrt((vec * vec).sum(axis=1))
+    got = adjust(["a", "b", "c"], np.array([0.5, 0.4, 0.3]), np.array([0.5, 0.4, 0.3]),
+                 np.zeros(3, np.int64), np.zeros(3, np.bool_), vec, norm, text_of,
+                 with_overrides(DEFAULT, {"near_identical": 0.9}),
+                 np.array([4, 4, 40], np.int64))
+    assert got.keep.tolist() == [True, False, True]
+    assert got.stands_for == {0: [1]}
+    assert sorted(read) == [0, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 14), st.integers(1, 14), st.integers(0, 2**32 - 1))
+def test_the_updated_facts_rule_reads_the_cosines_the_near_identical_rule_worked_out(
+        m: int, lim: int, seed: int) -> None:
+    """Both rules look at the top candidates' pairwise cosines; the second takes them from
+    the first's matrix when it holds its candidates (a near-identical note dropped from the
+    top ``max_notes`` brings in others: then they are computed again). Either way the
+    answer is the one fresh cosines give."""
+    from hivemind_memory.projections.ranking import updates
+
+    rng = np.random.default_rng(seed)
+    vec = np.rint(rng.normal(size=(m, 4)) * 30)
+    texts = [f"note {i} words {i % 3}" for i in range(m)]
+    for i in range(1, m, 3):  # near-identical pairs (same words, close vectors)
+        vec[i] = vec[i - 1] + rng.integers(0, 2, 4)
+        texts[i] = texts[i - 1]
+    norm = np.sqrt((vec * vec).sum(axis=1))
+    created = rng.integers(0, 400, m) * US_PER_DAY
+    score = np.round(rng.uniform(0.1, 0.9, m), 2)
+    cfg = with_overrides(DEFAULT, {"near_identical": 0.9, "updates": {
+        "max_notes": lim, "margin": 2.0, "same_subject_cosine": 0.3}})
+
+    def run() -> Any:
+        return adjust([f"n{i:02d}" for i in range(m)], score, score, created,
+                      np.zeros(m, np.bool_), vec, norm, lambda p: texts[p], cfg)
+
+    got = run()
+    fresh = updates._pair_cosines
+    try:
+        updates._pair_cosines = lambda v, n, at, known: updates._cosines(v[at], n[at])
+        want = run()
+    finally:
+        updates._pair_cosines = fresh
+    assert got.keep.tolist() == want.keep.tolist()
+    assert got.score.tolist() == want.score.tolist()
+    assert got.updates == want.updates

@@ -97,7 +97,7 @@ def test_notes_of_one_exchange_are_not_versions(gap_days: float, applies: bool) 
     words = QueryWords(np.array([[True, True], [True, True]]), np.array([1.0, 1.0]))
     got = adjust(["a", "b"], np.array([0.5, 0.1]), np.array([0.5, 0.1]),
                  np.array([0, int(gap_days * US_PER_DAY)]), np.array([False, False]), None,
-                 None, lambda p: ["x y", "z w"][p], DEFAULT, words)
+                 None, lambda p: ["x y", "z w"][p], DEFAULT, words=words)
     assert (got.updates == {1: [0]}) == applies
     assert (got.score[1] == 0.5) == applies
 

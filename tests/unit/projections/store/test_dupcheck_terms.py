@@ -1,6 +1,6 @@
-"""The terms members of the near-duplicate lookup: a write computes the exact overlap of the
-notes the bands name from their filed term digests, and reads (and compares again) only
-those that reach the threshold; notes filed without digests are still compared by text."""
+"""The records of the near-duplicate lookup: a write bounds the overlap of the notes the
+bands name on their filed 16-bit term digests (never below the word overlap), and reads (and
+compares again on the text) only those that reach the threshold."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ import random
 from typing import Any
 
 import numpy as np
-import pytest
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.dupsketch import (
-    TERMS_MARK,
     overlaps,
-    term_hashes,
-    terms_member,
+    parse_record,
+    record,
+    short_hashes,
 )
 from hivemind_memory.projections.ranking.similarity import word_overlap
-from hivemind_memory.projections.store import dupindex, keys, readmodel
+from hivemind_memory.projections.store import dupindex, readmodel
 from hivemind_memory.projections.store.readmodel import DEFAULT_SPEC, project_batch
 from tests.support.factories import created, ev
 
@@ -30,19 +29,43 @@ def words(*ns: int) -> str:
     return " ".join(f"w{n}" for n in ns)
 
 
-def test_overlaps_on_digests_equal_the_word_overlap() -> None:
+def test_overlaps_on_digests_bound_the_word_overlap_from_above() -> None:
     """300 random pairs of term sets (empty ones too): the vectorised overlap on packed
-    digests is exactly ``word_overlap`` of the sets."""
+    16-bit digests is never below ``word_overlap`` of the sets, and equal to it unless two
+    distinct terms share a digest; a record gives its id and digests back."""
     rng = random.Random(5)
     vocab = [f"t{i}" for i in range(400)]
     mine = frozenset(rng.sample(vocab, 60))
     theirs = [frozenset(rng.sample(vocab, rng.choice([0, 1, 5, 60, 200]))) for _ in range(300)]
-    packed = [term_hashes(t).astype("<u8").tobytes() for t in theirs]
-    assert overlaps(term_hashes(mine), packed) == [word_overlap(mine, t) for t in theirs]
-    assert overlaps(term_hashes(frozenset()), packed) == [0.0] * 300
-    assert terms_member("n1", mine).startswith(TERMS_MARK + b"n1\x00")
-    assert np.array_equal(np.frombuffer(terms_member("n1", mine)[len(TERMS_MARK) + 3:], "<u8"),
-                          term_hashes(mine))
+    packed = [parse_record(record(f"n{i}", t))[1] for i, t in enumerate(theirs)]
+    got = overlaps(short_hashes(mine), packed)
+    want = [word_overlap(mine, t) for t in theirs]
+    assert all(g >= w for g, w in zip(got, want, strict=True))
+    assert sum(g == w for g, w in zip(got, want, strict=True)) >= 290
+    assert overlaps(short_hashes(frozenset()), packed) == [0.0] * 300
+    nid, hs = parse_record(record("n1@@bob", mine))
+    assert nid == "n1@@bob"
+    assert np.array_equal(np.frombuffer(hs, "<u2"), short_hashes(mine))
+
+
+def test_a_shared_digest_raises_the_bound_never_lowers_it() -> None:
+    """Two distinct terms of the same 16-bit digest: the bound counts them shared (above the
+    word overlap), so the prefilter can only pass a note on, never drop a near-duplicate."""
+    by: dict[int, str] = {}
+    pair = None
+    for i in range(200_000):
+        t = f"x{i}"
+        d = int(short_hashes([t])[0])
+        if d in by:
+            pair = (by[d], t)
+            break
+        by[d] = t
+    assert pair is not None
+    a, b = pair
+    mine = frozenset({a, "p", "q"})
+    theirs = frozenset({b, "p", "q", "r"})
+    [got] = overlaps(short_hashes(mine), [parse_record(record("n", theirs))[1]])
+    assert got == 3 / 4 > word_overlap(mine, theirs) == 2 / 5
 
 
 def _projected(store: Any, notes: dict[str, str]) -> Client:
@@ -81,16 +104,3 @@ def _probe(c: Client, text: str) -> tuple[Any, int]:
 
     spec = spec_of(c.config())
     return probe(text, spec, c.config()), spec.min_hits
-
-
-@pytest.mark.parametrize("threshold_pair", [(range(1, 5), range(1, 9))])
-def test_notes_filed_without_digests_are_compared_by_their_text(
-        store: Any, threshold_pair: tuple[range, range]) -> None:
-    """A lookup filed before terms members were kept (removed here by hand) still finds a
-    near-duplicate: a named note without digests is read and compared on its text."""
-    filed, asked = threshold_pair
-    c = _projected(store, {"a": words(*filed)})
-    gone = [m for m in dupindex.members(store, NS) if m.startswith(TERMS_MARK)]
-    assert len(gone) == 1
-    store.zrem(keys.dupidx(NS), *gone)
-    assert c.check_duplicates(NS, "alice", words(*asked)).near == [("a", 0.5)]

@@ -157,7 +157,7 @@ def test_the_lookup_follows_revise_forget_supersede_and_erase(store: Any) -> Non
     # replay rebuilds exactly the live lookup; and a verify notices a tampered one
     assert dupindex.lookup_diffs(c.store, NS, checkpoint(c.store, NS), read_notes(c.store, NS),
                                  DEFAULT_SPEC) == []
-    c.store.delete(keys.dupidx(NS))
+    c.store.delete(keys.dupbands(NS))
     assert dupindex.lookup_diffs(c.store, NS, checkpoint(c.store, NS), read_notes(c.store, NS),
                                  DEFAULT_SPEC) != []
     assert write_back(c.store, NS, fold_log(c.store, NS))
@@ -203,3 +203,60 @@ def test_a_write_check_is_not_a_query(store: Any) -> None:
     origins = {store.hget(k, "origin") for k in store.scan_iter(match="rq:job:*")}
     assert origins <= {b"hivemind-project"}
     assert store.llen("rq:queue:hivemind-query") == 0
+
+
+def test_notes_sharing_a_bucket_leave_it_one_by_one(store: Any) -> None:
+    """Three notes of the same text (three authors) share every bucket: forgetting one, then
+    revising another, leaves the rest found under their keys, and the live lookup equal to
+    the one replay makes, each step."""
+    c = _client(store)
+    text = "The on-call rotation changes every Monday at nine."
+    for i, who in enumerate(["alice", "bob", "carol"]):
+        c.remember(_note(f"n-{who}", text, agent=who, hours=i), duplicates="keep")
+    _project(c)
+    assert _filed(c) == {"n-alice", "n-bob", "n-carol"}
+    steps = [forgotten("n-alice", "fo-a", agent="alice"),
+             revised("n-bob", "rv-b", agent="bob", text="Lunch is at noon on Fridays.")]
+    for step in steps:
+        c.append_checked([step])
+        _project(c)
+        assert dupindex.lookup_diffs(c.store, NS, checkpoint(c.store, NS),
+                                     read_notes(c.store, NS), DEFAULT_SPEC) == []
+    assert _filed(c) == {"n-bob", "n-carol"}
+    assert c.check_duplicates(NS, "carol", text).twin == "n-carol"
+    assert c.check_duplicates(NS, "bob", text).twin is None
+    assert [n for n, _ in c.check_duplicates(NS, "bob", text).near or []] == ["n-carol"]
+    assert c.check_duplicates(NS, "bob", "lunch is at  noon on Fridays.").twin == "n-bob"
+
+
+def test_a_projector_of_another_spec_does_not_make_the_lookup_look_trusted(
+        store: Any) -> None:
+    """The spec tag is set by a namespace's first commit and by replay only: a projector
+    filing with another spec leaves the tag as it was, so the check says the lookup does
+    not match rather than trust a mixed one; replay makes it whole again."""
+    c = _client(store)
+    c.remember(_note("n1", "Backups run nightly at two."), duplicates="ignore")
+    _project(c)
+    assert store.get(keys.dupspec(NS)).decode() == DEFAULT_SPEC.tag
+    other = spec_of(c.config())
+    other = type(other)(other.analyzer, 8, 2, 1)
+    c.remember(_note("n2", "Deploys are frozen in December.", hours=1), duplicates="ignore")
+    _project(c, other)
+    assert store.get(keys.dupspec(NS)).decode() == DEFAULT_SPEC.tag
+    got = c.check_duplicates(NS, "alice", "Deploys are frozen in December.")
+    assert got.twin == "n2"  # filed by the other projector: found, but no more than that
+    store.set(keys.dupspec(NS), other.tag)
+    assert c.check_duplicates(NS, "alice", "Backups run nightly at two.").unchecked
+    assert write_back(c.store, NS, fold_log(c.store, NS))
+    assert c.check_duplicates(NS, "alice", "Backups run nightly at two.").twin == "n1"
+
+
+def test_the_lookups_keys_change_no_config_fingerprint(tmp_path: Any) -> None:
+    """The lookup's banding is read at write time only: no fingerprint (recorded with each
+    served query) depends on it, while the threshold still counts as before."""
+    from hivemind_memory.projections.ranking.config import DEFAULT, with_overrides
+
+    same = with_overrides(DEFAULT, {"duplicate_lsh_bands": 12, "duplicate_lsh_min_hits": 1,
+                                    "duplicate_lsh_recall": 0.5})
+    assert same.digest() == DEFAULT.digest()
+    assert with_overrides(DEFAULT, {"duplicate_threshold": 0.6}).digest() != DEFAULT.digest()

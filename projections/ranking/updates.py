@@ -128,7 +128,7 @@ def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
         return np.zeros((len(at), len(at)), np.bool_)
     share = (held @ words.weight) / total
     missing = held[:, None, :] & ~held[None, :, :]
-    same: BoolArray = ~missing.any(axis=2)
+    same: BoolArray = np.logical_not(missing.any(axis=2))
     same &= (share >= up.query_words_share)[:, None]
     return same
 

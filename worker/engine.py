@@ -165,7 +165,14 @@ class QueryEngine:
         self.base_digest = cfg.digest()
         """``cfg.digest()`` (the config is immutable; a query without overrides runs it)."""
         self.warm_builds: dict[str, threading.Thread] = {}
-        """Per namespace: the thread building its index and snapshot (``_warming``)."""
+        """Per namespace: the thread building its index and snapshot (``_warming``), or
+        reading its snapshot (``_loaded``)."""
+        self.ready: dict[str, NamespaceIndex] = {}
+        """Per namespace: an index a thread of ``warm_builds`` loaded, for the next query to
+        take (then held within the budget like any other)."""
+        self.unread: set[str] = set()
+        """Namespaces whose snapshot a thread could not go on from (the next query takes the
+        usual path: a full load, inline or in a thread)."""
         self.dense_builds: dict[str, threading.Thread] = {}
         """Per namespace: the thread building its index's dense candidate stage."""
 
@@ -371,10 +378,12 @@ class QueryEngine:
         if idx is None:
             need = estimate_load_bytes(self.r, ns)  # None: no snapshot, a full build (below)
             if need is not None and need > cache.budget:
+                self.ready.pop(ns, None)
                 raise self._unavailable(ns, "namespace_too_large", too_large_message(
                     ns, need, cache.budget, measured=False))
+            loaded = self._loaded(ns, need)
             self._evict(cache.make_room(need or 0, keep=using))
-            idx = cache[ns] = NamespaceIndex(ns)
+            idx = cache[ns] = loaded if loaded is not None else NamespaceIndex(ns)
         full, part = idx.full_loads, idx.incremental_notes
         try:
             self._refresh_live(ns, idx)
@@ -419,6 +428,46 @@ class QueryEngine:
         cache.loaded(ns)
         return idx
 
+    def _loaded(self, ns: str, need: int | None) -> NamespaceIndex | None:
+        """The index a thread loaded for ``ns`` (then taken), or None for the query job to
+        load inline: a namespace without a snapshot (the full-load gate decides, ``_warming``)
+        or one with fewer than ``snapshot_inline_max_notes`` notes. A larger one's snapshot is
+        read by a thread (``_read``) and its queries get ``index_warming`` at once meanwhile,
+        so the first query after a worker restart never waits seconds for the read."""
+        if ns in self.warm_builds:
+            raise _warming_error(ns)
+        got = self.ready.pop(ns, None)  # a thread leaves it there before it leaves warm_builds
+        if got is not None:
+            return got
+        if need is None or ns in self.unread or \
+                note_count(self.r, ns) < self.settings.snapshot_inline_max_notes:
+            return None
+        th = threading.Thread(target=self._read, args=(ns,), daemon=True, name=f"read-{ns}")
+        self.warm_builds[ns] = th
+        th.start()
+        log.info("snapshot_read_started", ns=ns)
+        raise _warming_error(ns)
+
+    def _read(self, ns: str) -> None:
+        """``_loaded``'s thread: the snapshot read and brought up to date incrementally (never
+        a full load: that is the build's, under its lease), left in ``ready``."""
+        t = time.process_time()
+        try:
+            idx = NamespaceIndex(ns)
+            refresh_index(self.r, idx, self.embedder, allow_full=False)
+            self.ready[ns] = idx
+            self.unread.discard(ns)
+            log.info("snapshot_read", ns=ns, notes=idx.indexed(),
+                     cpu_s=round(time.process_time() - t, 2))
+        except FullLoadNeeded as exc:  # the next query goes the full-load way
+            self.unread.add(ns)
+            log.info("snapshot_unusable", ns=ns, why=exc.why)
+        except Exception:  # likewise, with the cause in the log
+            self.unread.add(ns)
+            log.exception("snapshot_read_failed", ns=ns)
+        finally:
+            self.warm_builds.pop(ns, None)
+
     def _refresh_live(self, ns: str, idx: NamespaceIndex) -> None:
         """``refresh_index`` for a query job: incremental (from the index, or from a newer
         snapshot), and a full load inline only for a namespace small enough
@@ -448,14 +497,12 @@ class QueryEngine:
                 self.warm_builds[ns] = th
                 th.start()
                 log.info("index_build_started", ns=ns, notes=notes)
-        raise IndexUnavailable("index_warming", (
-            f"namespace {ns!r}'s index is being built (a first load, a new embedder, or a "
-            f"changes stream trimmed past its snapshot); retry in {WARMING_RETRY_S} s"))
+        raise _warming_error(ns)
 
     def _build(self, ns: str, token: str) -> None:
         """A full load of ``ns`` that writes its snapshot (``_warming``'s thread), its lease
-        renewed while it runs; the index itself is dropped: the next query reads the snapshot
-        within the memory budget."""
+        renewed while it runs; the index is left in ``ready`` for the next query to take
+        (measured against the memory budget then, like a snapshot read)."""
         t = time.process_time()
         lease = renewing_build_lease(self.r, ns, token)
         try:
@@ -463,8 +510,8 @@ class QueryEngine:
             load_index(self.r, idx, embedder=self.embedder)
             log.info("index_built", ns=ns, notes=idx.indexed(),
                      cpu_s=round(time.process_time() - t, 2))
-            del idx
-            trim_heap()
+            self.ready[ns] = idx
+            self.unread.discard(ns)
         except Exception:  # the next query starts another build
             log.exception("index_build_failed", ns=ns)
         finally:
@@ -702,6 +749,13 @@ class QueryEngine:
         for ok, n in ((True, ok_n), (False, len(group) - ok_n)):
             if n:
                 metrics.observe_queries(ns, ok, n)
+
+
+def _warming_error(ns: str) -> IndexUnavailable:
+    return IndexUnavailable("index_warming", (
+        f"namespace {ns!r}'s index is being loaded (a first load, a worker restart, a new "
+        f"embedder, or a changes stream trimmed past its snapshot); retry in "
+        f"{WARMING_RETRY_S} s"))
 
 
 def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,

@@ -45,8 +45,18 @@ def tokenize(text: str) -> list[str]:
     Punctuation and whitespace separate words and are dropped; ``_`` and digits are word
     characters (``snake_case`` and ``v2`` stay whole). ``"Ｃａｆé!"`` -> ``["café"]``.
     """
+    if text.isascii():  # the same words, ~4x faster (see ``_ASCII_NON_WORD``)
+        return text.lower().translate(_ASCII_NON_WORD).split()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     return _WORD.findall(folded)
+
+
+_ASCII_NON_WORD = {c: " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")}
+"""Every ASCII character ``\\w`` does not match, to a space. On ASCII text ``tokenize``'s
+general path reduces to this: NFKC leaves ASCII as it is, ``casefold`` is ``lower``, and
+``\\w`` matches exactly ``[A-Za-z0-9_]``, so the words are the runs left between spaces
+(``str.split`` also splits at the ASCII separators ``\\x1c``-``\\x1f``, which are mapped to
+spaces too)."""
 
 
 def idf(n_docs: int, doc_freq: int) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import (
     BoolArray,
     Columns,
@@ -71,6 +72,7 @@ class BatchMemo:
         self._tables: dict[int, tuple[Columns, TermCache]] = {}
         self._cos: dict[tuple[int, str], tuple[Columns, FloatArray]] = {}
         self._vec: dict[tuple[int, str], tuple[Columns, QueryVector]] = {}
+        self._words: dict[int, tuple[Columns, dict[int, frozenset[str]]]] = {}
 
     def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:
@@ -127,6 +129,20 @@ class BatchMemo:
     def terms(self, cols: Columns) -> TermCache:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
+
+    def words(self, cols: Columns, slot: int) -> frozenset[str]:
+        """The words of the note in ``slot`` of ``cols`` (``tokenize``), read and split once
+        per batch: the near-identical rule compares the same candidates' words for query
+        after query (a dense batch of 300 queries at 10k notes split 7,679 texts, 3,477 of
+        them distinct)."""
+        got = self._words.get(id(cols))
+        if got is None:
+            got = self._words[id(cols)] = (cols, {})
+        seen = got[1]
+        w = seen.get(slot)
+        if w is None:
+            w = seen[slot] = frozenset(tokenize(cols.texts.get(slot)))
+        return w
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,
@@ -228,8 +244,8 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     merged = 0
     if cfg.relevance == "calibrated" and len(s) >= 2 and (cfg.near_identical > 0
                                                           or cfg.updates.margin > 0):
-        s, rel, rec, score, stands, newer, merged = _adjusted(
-            idx, s, rel, rec, score, cfg, query, agent, None if memo is None else memo.terms(cols))
+        s, rel, rec, score, stands, newer, merged = _adjusted(idx, s, rel, rec, score, cfg,
+                                                              memo, query, agent)
     tokens = cols.tokens[s]
     cut: _Cut | None = None
     if (cfg.relevance == "calibrated" and cfg.passage_tokens > 0
@@ -382,8 +398,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
 
 
 def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray,
-              score: FloatArray, cfg: RankingConfig, query: str = "", agent: str = "",
-              cache: TermCache | None = None
+              score: FloatArray, cfg: RankingConfig, memo: BatchMemo | None = None,
+              query: str = "", agent: str = ""
               ) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, dict[int, list[str]],
                          dict[int, list[str]], int]:
     """The candidates after the near-identical and updated-facts rules
@@ -400,7 +416,7 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
         vec, norm = d.mat[s].astype(np.float64), d.norm[s]
     words = None
     if query and cfg.updates.margin > 0 and cfg.updates.query_words_share > 0:
-        posts = cols.query_postings(query, cfg, agent, cache)
+        posts = cols.query_postings(query, cfg, agent, None if memo is None else memo.terms(cols))
         held = np.zeros((len(s), len(posts)), np.bool_)
         for w, (_, slots, _) in enumerate(posts):
             held[:, w] = np.isin(s, slots, assume_unique=True)
@@ -408,7 +424,8 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],
                  cols.uses[s] >= cfg.longterm_uses, vec, norm,
-                 lambda p: cols.texts.get(sl[p]), cfg, cols.distinct[s], words)
+                 lambda p: cols.texts.get(sl[p]), cfg, cols.distinct[s],
+                 None if memo is None else lambda p: memo.words(cols, sl[p]), words)
     keep = adj.keep
     new_pos = np.cumsum(keep) - 1
     stands = {int(new_pos[p]): [ids[sl[q]] for q in qs] for p, qs in adj.stands_for.items()}

@@ -78,13 +78,16 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
            longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
            sizes: npt.NDArray[np.integer[Any]] | None = None,
+           words_of: Callable[[int], frozenset[str]] | None = None,
            words: QueryWords | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
     index has none; ``text_of(position)``: a candidate's text; ``sizes`` (optional): each
     candidate's count of distinct words, ``len(set(tokenize(text)))``, known to the index:
     a pair whose sizes cannot reach the threshold is then left out before any text is
-    read; ``words``: which of the query's words each holds, None when not known)."""
+    read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))``,
+    from a cache (``ranker.BatchMemo.words``); ``words``: which of the query's words each
+    holds, None when not known."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
@@ -96,7 +99,7 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
         if vec is not None and norm is not None:
             first = (at, _cosines(vec[at], norm[at]))
         _near_identical(ids, score, created_us, None if first is None else first[1], text_of,
-                        cfg.near_identical, at, out, sizes)
+                        cfg.near_identical, at, out, sizes, words_of)
     up = cfg.updates
     by_vec = vec is not None and norm is not None
     by_words = words is not None and up.query_words_share > 0
@@ -150,7 +153,8 @@ def _pair_cosines(vec: FloatArray, norm: FloatArray, at: IntArray,
 def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
                     cos: FloatArray | None, text_of: Callable[[int], str], threshold: float,
                     at: IntArray, out: Adjusted,
-                    sizes: npt.NDArray[np.integer[Any]] | None = None) -> None:
+                    sizes: npt.NDArray[np.integer[Any]] | None = None,
+                    words_of: Callable[[int], frozenset[str]] | None = None) -> None:
     if cos is not None:
         ii, jj = np.triu(cos >= PREFILTER_COSINE, 1).nonzero()
     else:
@@ -166,7 +170,8 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
             return
     words: list[frozenset[str]] = [frozenset()] * len(at)
     for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
-        words[k] = frozenset(tokenize(text_of(int(at[k]))))
+        words[k] = frozenset(tokenize(text_of(int(at[k])))) if words_of is None \
+            else words_of(int(at[k]))
     size = np.fromiter(map(len, words), np.int64, len(words))
     ii, jj = _sizes_fit(size, ii, jj, threshold)
     if not len(ii):

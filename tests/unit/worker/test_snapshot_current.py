@@ -143,7 +143,9 @@ def test_a_gap_past_the_snapshot_gets_index_warming_at_once_and_is_built_off_the
     assert not store.exists(keys.index_build_lease("a"))
     after = _ask(held, c, "a")
     assert not any(b'"error"' in a for a in after) and any(b'"a010"' in a for a in after)
-    assert held.live["a"].full_loads == 0 and held.live["a"].snapshot_loads == 1
+    # the thread's index handed over: the snapshot it wrote is not read back
+    assert held.live["a"].full_loads == 1 and held.live["a"].snapshot_loads == 0
+    assert full == ["warm-a"]
     # a namespace under warm_inline_max_notes is still rebuilt inline
     _commit(store, c, "a", 11)
     store.xtrim(keys.changes("a"), maxlen=0, approximate=False)
@@ -168,3 +170,46 @@ def test_a_build_lease_is_renewed_while_its_holder_works(store: Any) -> None:
     store.set(key, "other", px=600)  # a lease taken by another is never given back by us
     Renewing(store, key, "me", 0.6).stop()
     assert store.get(key) == b"other"
+
+
+def test_a_restarted_worker_reads_a_large_snapshot_in_a_thread_answering_index_warming_at_once(
+        store: Any, fixed_now: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ``snapshot_inline_max_notes`` notes and more, a worker that does not hold the
+    namespace answers ``index_warming`` at once and reads the snapshot in a thread (never a
+    full load); the next query gets the answers a worker that read it inline gives. Below
+    it, the read stays inline."""
+    c = Client(store, settings=Settings())
+    _commit(store, c, "a", 0, 10)
+    built = QueryEngine(store, DEFAULT, Settings(), embedder=None)
+    want = _ask(built, c, "a")  # built inline, the snapshot written
+    _commit(store, c, "a", 10, 2)  # the snapshot falls behind by one batch
+    inline = QueryEngine(store, DEFAULT, Settings(snapshot_inline_max_notes=13), embedder=None)
+    want = _ask(inline, c, "a")
+    assert inline.live["a"].snapshot_loads == 1 and not any(b'"error"' in a for a in want)
+    full = _no_full_loads(monkeypatch)
+    reads: list[str] = []
+    real = index_loader.read_snapshot
+
+    def recorded(r: Any, idx: Any) -> bool:
+        reads.append(threading.current_thread().name)
+        return real(r, idx)
+
+    monkeypatch.setattr(index_loader, "read_snapshot", recorded)
+    restarted = QueryEngine(store, DEFAULT, Settings(snapshot_inline_max_notes=12),
+                            embedder=None)
+    first = _ask(restarted, c, "a")
+    assert all(b'"index_warming"' in a for a in first), first[0]
+    assert "a" not in restarted.live
+    assert restarted.wait_warm("a", 60)
+    assert reads == ["read-a"] and full == []  # in its thread, from the snapshot
+    assert _ask(restarted, c, "a") == want
+    assert restarted.live["a"].snapshot_loads == 1 and reads == ["read-a"] and full == []
+    # a snapshot the thread cannot go on from (trimmed past it): the usual full-load way
+    _commit(store, c, "a", 12)
+    store.xtrim(keys.changes("a"), maxlen=1, approximate=False)
+    gap = QueryEngine(store, DEFAULT, Settings(snapshot_inline_max_notes=12,
+                                               warm_inline_max_notes=100), embedder=None)
+    assert all(b'"index_warming"' in a for a in _ask(gap, c, "a"))
+    assert gap.wait_warm("a", 60) and "a" in gap.unread
+    after = _ask(gap, c, "a")
+    assert not any(b'"error"' in a for a in after) and gap.live["a"].full_loads == 1

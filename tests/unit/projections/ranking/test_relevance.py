@@ -47,6 +47,25 @@ def test_tokenize_composed_and_decomposed_forms_agree() -> None:
     assert tokenize("cafe\u0301") == tokenize("caf\u00e9")
 
 
+def _tokenize_as_stated(text: str) -> list[str]:
+    """The rule as ``tokenize`` states it (NFKC, casefold, ``\\w+``), with no shortcut."""
+    import re
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return re.findall(r"\w+", folded)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60)
+       | st.text(alphabet="aZ_9 -.\t\n\x1c\x1f\x0b\x7f", max_size=30))
+def test_tokenize_takes_the_ascii_shortcut_to_the_same_words(text: str) -> None:
+    """ASCII text (every control character, separator and punctuation mark included) gives
+    the words of the general path exactly."""
+    assert tokenize(text) == _tokenize_as_stated(text)
+    assert tokenize(text + "é") == _tokenize_as_stated(text + "é")  # the general path
+
+
 # ---------------------------------------------------------------- BM25 (vs the reference)
 
 

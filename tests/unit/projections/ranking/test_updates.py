@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.api_stub.sdk import Memory
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.config import DEFAULT as BASE
 from hivemind_memory.projections.ranking.config import RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -115,6 +116,45 @@ def test_near_identical_notes_are_packed_once_and_the_one_names_the_others() -> 
     off = ranked(notes, "redis persistence aof", 200, with_overrides(DEFAULT,
                                                                      {"near_identical": 0}))
     assert {"a", "b", "c"} <= {n.note_id for n in off.notes}
+
+
+def test_a_batch_memo_reads_each_candidates_words_once_and_groups_as_without_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries of one batch with other candidate sets (so a note sits at another position in
+    each) share one memo of the candidates' words: the answers equal those ranked without
+    a memo, near-identical groups included, and each note is split into words once."""
+    from hivemind_memory.projections.ranking.ranker import BatchMemo
+
+    text = "Redis persistence uses AOF with fsync every second on the projector"
+    notes = [note("a", text, 3), note("b", text, 2), note("c", text + ".", 1),
+             note("d", "Redis persistence does not use AOF on the projector", 2),
+             note("e", "the projector folds events every second", 4),
+             note("f", "the projector folds events every second!", 5),
+             note("g", "fsync every second costs little on the projector", 6)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    memo = BatchMemo()
+    split: list[str] = []
+    from hivemind_memory.projections.ranking import ranker
+
+    def counted(t: str) -> list[str]:
+        split.append(t)
+        return tokenize(t)
+
+    monkeypatch.setattr(ranker, "tokenize", counted)
+    queries = ["redis persistence aof", "projector folds events", "fsync every second",
+               "projector", "redis aof projector every second"]
+    grouped = 0
+    for text_q in queries:
+        req = QueryRequest(ns="t", text=text_q, budget=200, explain=True)
+        got = run_rank(idx, req, DEFAULT, NOW, memo, embedder=EMBEDDER)
+        want = run_rank(idx, req, DEFAULT, NOW, embedder=EMBEDDER)
+        assert got == want
+        grouped += sum(len(n.stands_for) for n in got.notes)
+    assert grouped >= 4  # both groups formed, in more than one query
+    held = memo._words[id(idx.cols)][1]
+    assert len(split) == len(held) >= 5  # each note's text split once for the whole batch
+    assert {idx.cols.ids[k] for k in held} <= set("abcdefg") and len(held) == len(set(held))
+    assert held == {k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
 
 
 @pytest.mark.parametrize(("threshold", "merged"), [(0.9, True), (0.95, False)])

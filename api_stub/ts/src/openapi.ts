@@ -2955,6 +2955,8 @@ export interface components {
             hint?: string | null;
             /** @default false */
             nothing_relevant?: boolean;
+            /** @default null */
+            unknown_words?: string[] | null;
         };
         /**
          * NoteSignals

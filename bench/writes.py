@@ -23,7 +23,9 @@ Prints figures; never asserts timings.
    path (``http``, ``sdk``) writes ``--writes`` fresh notes per client with each mode
    (``append``: ``POST .../events`` or ``Memory.append`` of a ``note.created``; then
    ``remember`` with ``ignore``, ``report`` (the default), ``supersede``, ``keep``): writes/s
-   and p50 latency, and each mode's rate over ``ignore``'s.
+   and p50 latency, and each mode's rate over ``ignore``'s. Each mode writes in ``--rounds``
+   turns, the modes taking turns (forwards, then backwards), so a machine whose load drifts
+   weighs on every mode alike.
 
 Without ``--redis-url`` a private ``redis-server`` is started and stopped.
 """
@@ -273,6 +275,7 @@ class Options:
     probes: int
     seed: int
     seed_by: str = "replay"
+    rounds: int = 1
 
 
 def seed_by_replay(rt: Any, ns: str, n: int, corpus: Corpus, seed: int) -> None:
@@ -351,15 +354,26 @@ def run(url: str, opts: Options) -> None:
                   f"only by the lookup; {rc.invisible} not visible to the writer")
             for clients in opts.clients:
                 for path in PATHS:
-                    rates: dict[str, Rate] = {}
+                    rates = {m: Rate(0, 0.0, [], 0) for m in MODES}
+
+                    def make(m: str, agent: str, _p: str = path, _ns: str = ns) -> Writer:
+                        return (_http_writer(port, _ns, m, agent) if _p == "http"
+                                else _sdk_writer(url, _ns, m, agent))
+                    for k in range(opts.rounds):  # modes take turns: load drifts over all
+                        per = opts.writes // opts.rounds + (k < opts.writes % opts.rounds)
+                        if not per:
+                            continue
+                        for mode in MODES if k % 2 == 0 else MODES[::-1]:
+                            texts = [[fresh_text(corpus, rng) for _ in range(per)]
+                                     for _ in range(clients)]
+                            got = write_rate(make, mode, clients, texts)
+                            acc = rates[mode]
+                            rates[mode] = Rate(acc.writes + got.writes,
+                                               acc.seconds + got.seconds,
+                                               acc.latencies + got.latencies,
+                                               acc.merged + got.merged)
                     for mode in MODES:
-                        def make(m: str, agent: str, _p: str = path, _ns: str = ns
-                                 ) -> Writer:
-                            return (_http_writer(port, _ns, m, agent) if _p == "http"
-                                    else _sdk_writer(url, _ns, m, agent))
-                        texts = [[fresh_text(corpus, rng) for _ in range(opts.writes)]
-                                 for _ in range(clients)]
-                        rates[mode] = got = write_rate(make, mode, clients, texts)
+                        got = rates[mode]
                         print(f"  {clients} client(s) {path:4} {mode:9} {got.per_s:8.1f} "
                               f"writes/s  p50 {got.p50_ms:7.2f} ms  ({got.writes} writes, "
                               f"{got.merged} merged)")
@@ -389,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="concurrent writers (default 1,4)")
     ap.add_argument("--probes", type=int, default=200,
                     help="fresh notes timed, and near-copies checked both ways (default 200)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="each mode's writes in this many turns, the modes alternating, so "
+                         "a load that drifts falls on every mode alike (default 5)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--seed-by", choices=("replay", "project"), default="replay",
                     help="fold the generated log as replay does (default), or project it "
@@ -396,9 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis-url", default=None,
                     help="an existing Redis (default: start a private redis-server)")
     args = ap.parse_args(argv)
-    if args.writes < 1 or args.probes < 1:
-        ap.error("--writes and --probes must be >= 1")
-    opts = Options(args.sizes, args.writes, args.clients, args.probes, args.seed, args.seed_by)
+    if args.writes < 1 or args.probes < 1 or args.rounds < 1:
+        ap.error("--writes, --probes and --rounds must be >= 1")
+    opts = Options(args.sizes, args.writes, args.clients, args.probes, args.seed, args.seed_by,
+                   args.rounds)
     if args.redis_url:
         run(args.redis_url, opts)
         return 0

@@ -49,13 +49,26 @@ def _terms(text: str, analyzer: str) -> frozenset[str]:
     return frozenset(analyze(tokenize(text), analyzer))
 
 
+@lru_cache(maxsize=4096)
+def _normalised(text: str) -> str:
+    """``normalise``, cached: a lagging projector leaves the same tail entries to every
+    write that follows, each compared again."""
+    return normalise(text)
+
+
 def _named(ev: Event, mine: str, my_terms: frozenset[str], cfg: RankingConfig) -> bool:
     """Whether a tail event gives its note a text that may be a twin or a near-duplicate of
     the write's (normalised text ``mine``, terms ``my_terms``)."""
     if not isinstance(ev, NoteCreated | NoteRevised):
         return False
-    return normalise(ev.text) == mine or \
-        word_overlap(my_terms, _terms(ev.text, cfg.analyzer)) >= cfg.duplicate_threshold
+    if _normalised(ev.text) == mine:
+        return True
+    theirs = _terms(ev.text, cfg.analyzer)
+    small, large = sorted((len(my_terms), len(theirs)))
+    # the overlap is at most small / large: most texts are told apart by their sizes alone
+    if large and small < cfg.duplicate_threshold * large - 1e-9:
+        return False
+    return word_overlap(my_terms, theirs) >= cfg.duplicate_threshold
 
 
 def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,

@@ -20,7 +20,7 @@ def test_every_mode_and_path_writes_and_the_recall_is_printed(
     need_binary()
     assert main(["--sizes", "400", "--writes", "4", "--clients", "1,2", "--probes", "12"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"lookup of bw-400: [\d,]+ members", out)
+    assert re.search(r"lookup of bw-400: [\d,]+ buckets, [\d,]+ records", out)
     assert re.search(r"check of a fresh note: CPU [\d.]+ ms", out)
     got = re.search(r"recall vs the query-based check: (\d+) of (\d+) pairs .* (\d+) not "
                     r"visible to the writer", out)

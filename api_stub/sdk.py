@@ -184,7 +184,8 @@ def recall_from_result(res: Mapping[str, Any]) -> Recall:
     notes = [RecalledNote(n["note_id"], n["text"], n["score"], n["tokens"], n["created_at"],
                           n.get("tier", ""), n.get("uses", 0), n.get("metadata") or {},
                           None if n.get("passage") is None
-                          else msgspec.convert(n["passage"], Passage))
+                          else msgspec.convert(n["passage"], Passage),
+                          list(n.get("stands_for") or ()), list(n.get("updates") or ()))
              for n in res["notes"]]
     context = res.get("context")
     return Recall(context="\n\n".join(n.text for n in notes) if context is None else context,

@@ -24,7 +24,9 @@ from hivemind_memory.projections.ranking.rank_result import Passage
 # One note of a recall, in context order (``created_at``: RFC 3339, UTC; ``tier``:
 # ``longterm``, ``short`` or ``scratch``; ``metadata``: empty when the note has none;
 # ``passage``: set when only a passage of a long note was packed, its place in the note, and
-# ``text`` and ``tokens`` are the passage's: ``projections.ranking.passages``).
+# ``text`` and ``tokens`` are the passage's: ``projections.ranking.passages``; ``stands_for``:
+# the near-identical notes it stands for, not packed beside it; ``updates``: the older
+# versions of the same fact it won over as the newer: ``projections.ranking.updates``).
 class RecalledNote(msgspec.Struct, frozen=True):
     note_id: str
     text: str
@@ -35,6 +37,8 @@ class RecalledNote(msgspec.Struct, frozen=True):
     uses: int = 0
     metadata: dict[str, Any] = {}
     passage: Passage | None = None
+    stands_for: list[str] = []
+    updates: list[str] = []
 
 
 # A note that says nearly what a remembered note says: its id and the word overlap of the two
@@ -76,7 +80,8 @@ def projection(name: str, base: type[msgspec.Struct], fields: Sequence[str],
                              module=__name__)
 
 
-RECALLED_HTTP = ("note_id", "created_at", "score", "tokens")
+RECALLED_HTTP = ("note_id", "created_at", "score", "tokens", "passage", "stands_for", "updates")
 """What ``POST .../recall`` shows of a ``RecalledNote`` (and its ``cost``)."""
-RECALLED_MCP = ("note_id", "created_at", "score", "tokens", "tier", "metadata", "passage")
+RECALLED_MCP = ("note_id", "created_at", "score", "tokens", "tier", "metadata", "passage",
+                "stands_for", "updates")
 """What the MCP ``recall`` tool shows of a ``RecalledNote`` (``metadata`` null when empty)."""

@@ -86,6 +86,7 @@ from hivemind_memory.events.errors import (
     WriteRefused,
 )
 from hivemind_memory.events.schema import ID_PATTERN, NS_PATTERN, Event, NoteCreated
+from hivemind_memory.projections.ranking.rank_result import Passage
 from hivemind_memory.projections.state import NoteRow
 from hivemind_memory.worker.service import METRICS_CONTENT_TYPE, WorkerService
 
@@ -373,7 +374,12 @@ class Api:
             raise ApiError(504 if code in ("timeout", "catch_up_timeout") else
                            503 if code in RETRY_AFTER_S else MEMORY_STATUS.get(code, 422), code,
                            res["error"]["message"])
-        notes = [RecalledNote(n["note_id"], n["created_at"], n["score"], n["tokens"], n["cost"])
+        notes = [RecalledNote(note_id=n["note_id"], created_at=n["created_at"],
+                              score=n["score"], tokens=n["tokens"],
+                              passage=None if n.get("passage") is None
+                              else msgspec.convert(n["passage"], Passage),
+                              stands_for=n.get("stands_for", []),
+                              updates=n.get("updates", []), cost=n["cost"])
                  for n in res["notes"]]
         return respond(Recalled(res["query_id"], res["context"], notes, res["used"],
                                  res["budget"]))

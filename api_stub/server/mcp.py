@@ -101,6 +101,8 @@ else:
         "metadata": "The note's metadata, if it has some.",
         "passage": "Set when only a passage of a long note was packed: "
                    "its place in the note (the text shown is that passage).",
+        "stands_for": "Near-identical notes this one stands for (not packed beside it).",
+        "updates": "Older versions of the same fact this newer note won over.",
     }, types={"metadata": dict[str, str | int | float | bool], "passage": Passage},
         optional=("metadata", "passage"))
     """What the MCP ``recall`` tool shows of the one ``RecalledNote`` (``RECALLED_MCP``):

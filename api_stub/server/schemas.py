@@ -142,8 +142,9 @@ if TYPE_CHECKING:
 else:
     RecalledNote = projection("RecalledNote", answers.RecalledNote, RECALLED_HTTP,
                               [("cost", int)])
-    """A note of ``/recall``'s answer: ``protocol.answers.RecalledNote``'s id, date, score
-    and tokens, and ``cost``: ``tokens`` plus the note's header in the context."""
+    """A note of ``/recall``'s answer: ``protocol.answers.RecalledNote``'s id, date, score,
+    tokens, ``passage`` (null for a whole note), ``stands_for`` and ``updates`` (empty when
+    none), and ``cost``: ``tokens`` plus the note's header in the context."""
 
 
 class Recalled(msgspec.Struct):

@@ -280,6 +280,26 @@ def nearest(cos: FloatArray | None, cal: Calibration) -> IntArray:
     return out
 
 
+def by_meaning(p: FloatArray, own: BoolArray, cos: FloatArray) -> FloatArray:
+    """The probabilities of a small namespace's ``nearest`` notes (``p``: the model's, ``own``:
+    whether each has evidence of its own, ``cos``: its cosine): a note with evidence keeps its
+    own; the others are the nearest only by meaning, and for them the model's probability
+    says little of the query (no shared word, a cosine under ``min_cosine``: their length and
+    their neighbours decide it), so meaning orders them. They share the highest of their
+    probabilities in proportion to their cosines: the nearest of them gets it, one half as
+    near (half the cosine) half of it, and one with a cosine of 0 or less none (no
+    candidate). A query answered only by such notes then packs the nearest ones, as a
+    vector store would."""
+    out = p.copy()
+    only = ~own
+    if not only.any():
+        return out
+    c = cos[only]
+    top = float(c.max())
+    out[only] = float(p[only].max()) * np.maximum(c, 0.0) / top if top > 0 else 0.0
+    return out
+
+
 def evidence(sig: Signals, cal: Calibration) -> BoolArray:
     """Which notes have evidence of relevance of their own: a word shared with the query
     (``bm25`` > 0) or a close enough meaning (``cosine >= cal.min_cosine``). Only they are
@@ -303,11 +323,13 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         p = probability(sig, lay, cal)
         near = nearest(sig.c if cosine is not None else None, cal)
         kept = p[near]
+        own = ((sig.b > 0) | (sig.c >= cal.min_cosine))[near]
         p[~evidence(sig, cal)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
         if len(near) and len(seq) <= cal.nearest_max_notes:
-            p[near] = kept  # a small namespace: its nearest notes whatever the floor
+            # a small namespace: its nearest notes whatever the floor, by meaning
+            p[near] = by_meaning(kept, own, sig.c[near])
         if allowed is not None:
             p[~allowed[seq]] = 0.0
         keep = candidates(p, limit)
@@ -329,14 +351,17 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         np.exp(neg, out=neg)
     near = nearest(None if cosine is None else cosine[seq], cal)
     near_p = 1.0 / (neg[near] + 1.0)
+    own = ev[near] != 0  # evidence of their own (a shared word, min_cosine)
     ev[near] = 1  # evidence (under the floor, still no candidate in a large namespace)
     if len(seq) > cal.nearest_max_notes:
         near = near[:0]
     pos = np.empty(n, np.int64)
     pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
-    if len(near):  # a small namespace: its nearest notes whatever the floor
-        neg[near] = near_p
+    if len(near):  # a small namespace: its nearest notes whatever the floor, by meaning
+        assert cosine is not None  # near is empty without cosines
+        neg[near] = by_meaning(near_p, own, cosine[seq][near])
         pos = np.union1d(pos, near)
+        pos = pos[neg[pos] > 0]
     if allowed is not None:
         pos = pos[allowed[seq[pos]]]
     # the most probable among the notes above 0 are those among all of them (the rest are 0)

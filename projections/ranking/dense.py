@@ -42,6 +42,15 @@ class DenseIndex:
         self.covered = 0
         self.size = 0
 
+    def serves(self, settings: Candidates) -> bool:
+        """Whether a query under ``settings`` may use this index: the ones it was built and
+        searches with agree (``connectivity``, ``expansion_add``, ``expansion_search``); how
+        many proposals a query keeps, its lexical cap and ``scan_max_notes`` are the
+        query's own."""
+        mine = self.settings
+        return (mine.connectivity, mine.expansion_add, mine.expansion_search) == (
+            settings.connectivity, settings.expansion_add, settings.expansion_search)
+
     def add(self, start: int, ints: npt.NDArray[np.int8], has: npt.NDArray[np.bool_]) -> None:
         """Offer slots ``[start, start + len(ints))`` (``ints``: their int8 rows; ``has``:
         which have a vector and are live); only slots past ``covered`` are added."""

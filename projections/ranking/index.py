@@ -43,6 +43,10 @@ from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.vectors import DerivedVectors, QueryVector
 from hivemind_memory.projections.state import NoteState
 
+DENSE_OVERFETCH_PERCENT = 125
+"""The dense stage asks its HNSW index for this share of the nearest notes it keeps (the
+asker's invisible notes, dead and filtered ones are dropped from them; asked again for
+twice as many when too few remain)."""
 EMBED_BATCH = 4_096
 """Texts handed to the embedder per call."""
 LAYOUTS_KEPT = 4
@@ -98,7 +102,7 @@ class NamespaceIndex:
         d, got = self.dense, self.derived
         return (d is not None and got is not None and cfg.relevance == "calibrated"
                 and self._dense_of is not None and self._dense_of() is self.cols
-                and d.digest == got.digest and d.settings == cfg.candidates
+                and d.digest == got.digest and d.serves(cfg.candidates)
                 and self.indexed() >= cfg.candidates.scan_max_notes)
 
     def _dense_sync(self) -> DenseIndex:
@@ -111,6 +115,23 @@ class NamespaceIndex:
                 cols.live[d.covered:n]
             d.add(d.covered, got.mat[d.covered:n].astype(np.int8), has)
         return d
+
+    def _dense_near(self, query: QueryVector, want: int, visible: BoolArray,
+                    allowed: BoolArray | None) -> IntArray:
+        """The dense stage's ``want`` nearest notes that the asker may see (``visible``) and
+        that are ``allowed``, nearest first: asked for ``DENSE_OVERFETCH`` times ``want``,
+        then, while too few of those may be proposed and the index holds more, for twice
+        as many (the search's cost grows with how many it is asked for)."""
+        dense = self._dense_sync()
+        k = want + (want * (DENSE_OVERFETCH_PERCENT - 100) + 99) // 100
+        while True:
+            near = dense.search(query.near, k)
+            ok = visible[near]
+            if allowed is not None:  # the dense stage proposes matching notes only
+                ok &= allowed[near]
+            if int(ok.sum()) >= want or len(near) < k or k >= dense.size:
+                return near[ok][:want]
+            k *= 2
 
     @property
     def notes(self) -> NotesView:
@@ -309,12 +330,7 @@ class NamespaceIndex:
                 while len(self._pos) > LAYOUTS_KEPT:
                     self._pos.pop(next(iter(self._pos)))
             lex_slots, lex = cols.bm25(text, cfg, agent, cache)
-            want = cfg.candidates.dense
-            near = self._dense_sync().search(query.near, 2 * want)
-            ok = cols.visible(agent)[near]
-            if allowed is not None:  # the dense stage proposes matching notes only
-                ok &= allowed[near]
-            near = near[ok][:want]
+            near = self._dense_near(query, cfg.candidates.dense, cols.visible(agent), allowed)
             derived = self.derived
             assert derived is not None
             at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,

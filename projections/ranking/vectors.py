@@ -146,8 +146,9 @@ class DerivedVectors:
     def rows_cosines(self, query: QueryVector, slots: IntArray) -> FloatArray:
         """The cosine of ``slots`` with one query: the same bits as ``cosines`` gives them
         (exact integer dot products, then the same division)."""
-        dots = np.einsum("ij,j->i", self.mat[slots].astype(self._dtype, copy=False),
-                         query.q.astype(self._dtype)).astype(np.float64)
+        # a matrix-vector product (BLAS): exact integers in any order of summation
+        dots = (self.mat[slots].astype(self._dtype, copy=False)
+                @ query.q.astype(self._dtype)).astype(np.float64)
         denom = query.norm * self.norm[slots]
         out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
         return out

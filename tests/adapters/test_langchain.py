@@ -124,7 +124,9 @@ def test_the_budget_bounds_the_documents(memory: Memory) -> None:
     assert 1 <= len(tight) < len(wide)
     assert [d.id for d in HivemindRetriever(memory=memory, budget=20).invoke("deploys")] == [
         d.id for d in tight]
-    assert r.invoke("xylophone quasar") == []
+    # a query that shares no word with any note: only its nearest notes by meaning
+    # (calibration.nearest, 3), not the whole namespace
+    assert 1 <= len(r.invoke("xylophone quasar")) <= 3
 
 
 async def test_ainvoke_runs_off_the_loop(memory: Memory) -> None:

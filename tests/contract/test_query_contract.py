@@ -122,11 +122,14 @@ def test_as_of_same_bytes_on_another_store(store: Any) -> None:
 def test_read_your_writes_without_as_of(store: Any) -> None:
     c, rt = _setup(store)
     c.append(_log())
-    first = _ask(c, rt, "t", "zebra", 100)
+    # nearest off: in a namespace this small a query that finds nothing by its words gets
+    # its nearest notes by meaning (calibration.nearest)
+    words_only = {"calibration": {"nearest": 0}}
+    first = _ask(c, rt, "t", "zebra", 100, config=words_only)
     assert first["notes"] == []  # a query with no candidate is not an error
     c.append([created("z", text="zebra crossing")])
     # no projection job ran yet: the query job must catch the projection up itself
-    qid = c.submit_query("t", "zebra", 100)
+    qid = c.submit_query("t", "zebra", 100, config=words_only)
     rt.store.delete(keys.scheduled("t"))
     rt.project_queue.empty()
     assert run_worker(rt, burst=True) == 0
@@ -209,6 +212,7 @@ def test_batch_answers_in_input_order_in_few_jobs(store: Any) -> None:
     c.append(_log())
     words = ["redis", "lunch", "checkpoint", "zzz", "scratch", "stream", "menu"]
     reqs: list[Any] = [{"ns": "t", "text": w, "budget": 50, "as_of": AS_OF} for w in words]
+    reqs[3]["config"] = {"calibration": {"nearest": 0}}  # "zzz": by its words only
     reqs.insert(2, {"ns": "t", "text": "redis", "budget": -1})
     ids = c.submit_batch(reqs)
     assert rt.query_queue.count == 3  # 7 good queries in chunks of 3

@@ -358,3 +358,49 @@ def test_a_note_shows_its_metadata_and_expiry(page: Any, live: Live) -> None:
     page.wait_for_selector("[data-fact='metadata']")
     assert page.inner_text("[data-fact='metadata']") == 'team="infra", prio=2'
     assert page.inner_text("[data-fact='expires']") == "2027-01-02 00:00:00 UTC"
+
+
+def test_a_packed_item_shows_what_it_stands_for_and_its_passage(page: Any, live: Live) -> None:
+    """Two near-identical notes are packed once and the one shown names the other; a long
+    note's passage (passages on for that query) shows its place: in the audit entry's packed
+    list and its context, the same as the explanation's JSON (issue 35)."""
+    from hivemind_memory.events.codec import parse_json_event
+    from tests.unit.projections.ranking.test_passages import QUESTION
+
+    twin = "The ui billing cron runs at 02:00 UTC on the primary replica"
+    notes = [(f"ui-twin-{i}", twin + "." * i) for i in range(2)]
+    live.served.client.append([parse_json_event(json.dumps({
+        "type": "note.created", "event_id": nid, "ns": NS, "note_id": nid, "agent": "ops",
+        "at": "2026-06-02T09:00:00Z", "text": text})) for nid, text in notes])
+    assert live.served.client.wait_projected(NS, 30)
+    for text, config in (("ui billing cron primary replica", {}),
+                         (QUESTION, {"passage_tokens": 128})):
+        res = api(live, f"/v1/ns/{NS}/query",
+                  {"text": text, "budget": 500, **({"config": config} if config else {})},
+                  "POST")
+        e = api(live, f"/v1/ns/{NS}/audit/{res['query_id']}/explain")
+        shown = [n for n in e["derived"]["notes"] if n["outcome"] == "shown"]
+        page.goto(f"{live.base}/ui/#/ns/{NS}/audit/{res['query_id']}")
+        page.wait_for_function(  # this entry's view (the one before may still be up)
+            "(want) => JSON.stringify([...document.querySelectorAll('#ours li')]"
+            ".map(l => l.dataset.note)) === JSON.stringify(want)",
+            arg=[n["note_id"] for n in shown], timeout=30_000)
+        for where in ("#ours li", "#context details"):
+            got = page.eval_on_selector_all(where, """ls => ls.map(l => [l.dataset.note,
+                [...l.querySelectorAll('.stands-for a')].map(a => a.textContent),
+                [...l.querySelectorAll('.updates a')].map(a => a.textContent),
+                (l.querySelector('.badge.passage') || {dataset: {}}).dataset.passage || null])""")
+            assert got == [[n["note_id"], n["stands_for"], n["updates"],
+                            f"{n['passage']['index']}/{n['passage']['count']}"
+                            if n["passage"] else None] for n in shown]
+        if not config:
+            [one] = [n for n in shown if n["note_id"].startswith("ui-twin-")]
+            assert len(one["stands_for"]) == 1 and one["stands_for"][0].startswith("ui-twin-")
+            li = f"#ours li[data-note='{one['note_id']}']"
+            assert "stands for ui-twin-" in page.inner_text(li)
+        else:
+            parts = [n for n in shown if n["passage"]]  # the demo's long notes, cut
+            assert parts
+            p = parts[0]["passage"]
+            assert (f"passage {p['index'] + 1} of {p['count']}, characters {p['start']}–{p['end']}"
+                    in page.inner_text(f"#ours li[data-note='{parts[0]['note_id']}']"))

@@ -31,7 +31,12 @@ from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.filters import matches, parse_filter
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.packing import pack_positions
-from hivemind_memory.projections.ranking.rank_result import RankResult, ScoredNote
+from hivemind_memory.projections.ranking.rank_result import (
+    NoteSignals,
+    Passage,
+    RankResult,
+    ScoredNote,
+)
 from hivemind_memory.projections.ranking.ranker import allowed_slots, rank_index
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.ranking.why import REASON_TEXT, Why
@@ -75,6 +80,14 @@ class Considered(msgspec.Struct, frozen=True):
     """Taken by the seed's rule ("5 % a day" + top-down fill) from the same candidates."""
     seed_score: float
     """The seed's score: relevance x 0.95 ** age in days."""
+    stands_for: list[str] = []
+    """Near-identical notes this one stands for, not packed beside it (a shown note;
+    ``RankingConfig.near_identical``)."""
+    updates: list[str] = []
+    """Older versions of the same fact this newer note won over (``RankingConfig.updates``)."""
+    passage: Passage | None = None
+    """Shown as a passage of a long note: its place in the note (``text`` is the passage's;
+    ``RankingConfig.passage_tokens``)."""
 
 
 class SeedRun(msgspec.Struct, frozen=True):
@@ -166,6 +179,9 @@ class _Row:
     position: int = 0
     rank: int = 0
     detail: str = ""
+    shown: NoteSignals | None = None
+    """The packed item as the result lists it (a shown row: its passage, what it stands
+    for and what it updates)."""
 
 
 def _fmt(x: float) -> str:
@@ -224,12 +240,15 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
 
 def _considered(row: _Row, note: NoteState | None, seed: set[str]) -> Considered:
     c = row.c
+    item: NoteSignals = row.shown or c
     return Considered(
         note_id=c.note_id, outcome=row.outcome, detail=row.detail, position=row.position,
-        rank=row.rank, relevance=c.relevance, recency=c.recency, score=c.score, cost=c.cost,
+        rank=row.rank, relevance=item.relevance, recency=item.recency, score=item.score,
+        cost=item.cost,
         tier=c.tier, uses=c.uses, age_days=c.age_days, created_at=c.created_at,
-        author=note.agent if note else "", scope=note.scope if note else "", text=c.text,
-        seed=c.note_id in seed, seed_score=float(f"{naive_score(c):.6g}"))
+        author=note.agent if note else "", scope=note.scope if note else "", text=item.text,
+        seed=c.note_id in seed, seed_score=float(f"{naive_score(c):.6g}"),
+        stands_for=list(item.stands_for), updates=list(item.updates), passage=item.passage)
 
 
 def derive(auditor: Auditor, x: ServedEntry, note_id: str | None = None) -> Derived:
@@ -255,7 +274,7 @@ def derive(auditor: Auditor, x: ServedEntry, note_id: str | None = None) -> Deri
     for p, n in enumerate(full.notes, start=1):
         rows.append(_Row(by_id[n.note_id], "shown", p, rank_of[n.note_id],
                          f"shown at position {p} of {n_shown} (rank {rank_of[n.note_id]} "
-                         "by score)"))
+                         "by score)", shown=n))
     explained = 0
     for j, c in enumerate(cands):
         if c.chosen:

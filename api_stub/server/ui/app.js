@@ -341,16 +341,28 @@ function explanation(ns, e) {
     h("section", { "aria-labelledby": "side-ours" }, h("h2", { id: "side-ours" }, "hivemind: packed, in context order"),
       budgetBar(shown, e.budget, "", "budget"),
       h("p", {}, `${shown.length} notes, value ${fmt(d.value)}`),
-      h("ol", { id: "ours" }, shown.map((n) => h("li", { "data-note": n.note_id }, noteLink(ns, n.note_id), ` ${fmt(n.score)} · ${n.cost} tok`, n.seed ? "" : h("span", { class: "badge seed" }, "not in seed"))))),
+      h("ol", { id: "ours" }, shown.map((n) => h("li", { "data-note": n.note_id }, noteLink(ns, n.note_id), ` ${fmt(n.score)} · ${n.cost} tok`, n.seed ? "" : h("span", { class: "badge seed" }, "not in seed"), packedMarks(ns, n))))),
     h("section", { "aria-labelledby": "side-seed" }, h("h2", { id: "side-seed" }, "The seed: 5 % a day, top-down fill"),
       budgetBar(seed, e.budget, "seed", "budget"),
       h("p", {}, `${seed.length} notes, value ${fmt(d.seed.value)}`, d.seed.stopped_at ? `; the fill stopped at ${d.seed.stopped_at}` : ""),
       h("ol", { id: "seed" }, seed.map((n) => h("li", { "data-note": n.note_id }, noteLink(ns, n.note_id), ` ${n.seed_score.toExponential(1)} · ${n.cost} tok`,
         n.outcome === "shown" ? "" : h("span", { class: "badge " + n.outcome }, n.outcome)))))));
   out.push(h("h2", {}, "The packed context"), h("div", { class: "context", id: "context" }, shown.map((n) =>
-    h("details", { "data-note": n.note_id }, h("summary", {}, `${n.position}. ${n.note_id} (${n.cost} tokens, score ${fmt(n.score)})`), h("pre", {}, n.text)))));
+    h("details", { "data-note": n.note_id }, h("summary", {}, `${n.position}. ${n.note_id} (${n.cost} tokens, score ${fmt(n.score)})`, packedMarks(ns, n)), h("pre", {}, n.text)))));
   out.push(candidatesTable(ns, e, d));
   return out;
+}
+// What a packed item says besides its score: a passage of a long note (its place), the
+// near-identical notes it stands for, the older versions of the fact it updates.
+function packedMarks(ns, n) {
+  const ids = (xs) => xs.map((id, i) => [i ? ", " : "", noteLink(ns, id)]);
+  const p = n.passage;
+  return [
+    p ? h("span", { class: "badge passage", "data-passage": `${p.index}/${p.count}` },
+      `passage ${p.index + 1} of ${p.count}, characters ${p.start}–${p.end}`) : "",
+    n.stands_for && n.stands_for.length ? h("span", { class: "marks stands-for" }, " · stands for ", ids(n.stands_for)) : "",
+    n.updates && n.updates.length ? h("span", { class: "marks updates" }, " · updates ", ids(n.updates)) : "",
+  ];
 }
 function noteLink(ns, id) { return h("a", { href: `#/ns/${enc(ns)}/note/${enc(id)}`, class: "mono" }, id); }
 function candidatesTable(ns, e, d) {

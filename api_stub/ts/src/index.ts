@@ -155,10 +155,12 @@ export type Passage = Schemas["Passage"];
 /** One note of a recall, in context order: the result's note (`NoteSignals`, generated from
  * the server's OpenAPI document) with camelCase keys, `metadata` (empty: none) always set and
  * `passage` (a passage of a long note: `text` and `tokens` are the passage's) absent for the
- * whole note. */
+ * whole note; `standsFor` (the near-identical notes it stands for, not packed beside it) and
+ * `updates` (the older versions of the same fact it won over) always set, empty when none. */
 export type RecalledNote = Camelized<
   Pick<Signals, "note_id" | "text" | "score" | "tokens" | "created_at" | "tier" | "uses">
-  & { metadata: NonNullable<Signals["metadata"]>; passage?: NonNullable<Signals["passage"]> }>;
+  & { metadata: NonNullable<Signals["metadata"]>; passage?: NonNullable<Signals["passage"]>;
+      stands_for: NonNullable<Signals["stands_for"]>; updates: NonNullable<Signals["updates"]> }>;
 
 /** What `recall` found: `context` is ready to paste into a prompt (each note under a
  * `[note id | date]` header the server renders; the headers count in the budget). */
@@ -179,6 +181,7 @@ export function recallOf(res: QueryResult): Recall {
     noteId: n.note_id, text: n.text, score: n.score, tokens: n.tokens, createdAt: n.created_at,
     tier: n.tier, uses: n.uses, metadata: n.metadata ?? {},
     ...(n.passage ? { passage: n.passage } : {}),
+    standsFor: n.stands_for ?? [], updates: n.updates ?? [],
   }));
   return {
     context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,

@@ -3169,6 +3169,9 @@ export interface components {
             created_at: string;
             score: number;
             tokens: number;
+            passage: components["schemas"]["Passage"] | null;
+            stands_for: string[];
+            updates: string[];
             cost: number;
         };
         /**
@@ -3593,6 +3596,12 @@ export interface components {
             text: string;
             seed: boolean;
             seed_score: number;
+            /** @default [] */
+            stands_for?: string[];
+            /** @default [] */
+            updates?: string[];
+            /** @default null */
+            passage?: components["schemas"]["Passage"] | null;
         };
         /**
          * SeedRun

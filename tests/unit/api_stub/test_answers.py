@@ -38,7 +38,7 @@ def test_the_mcp_recalled_note_is_derived_from_the_one_struct() -> None:
     assert tuple(fields) == RECALLED_MCP
     for name in RECALLED_MCP:
         if name not in ("metadata", "passage"):  # MCP's: null when empty, scalar values
-            assert fields[name].annotation is one[name], name
+            assert fields[name].annotation == one[name], name
     assert fields["metadata"].default is None
     # MCP's passage is a pydantic model of the same fields
     assert tuple(mcp.Passage.model_fields) == Passage.__struct_fields__

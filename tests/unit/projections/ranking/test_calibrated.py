@@ -89,8 +89,11 @@ def test_features_and_probability_match_the_note_by_note_restatement(
         t += step  # gaps inside and outside the context window; equal times too
         notes.append(note(f"n{i}", " ".join(words), agent=author, minutes=t, tokens=tokens,
                           scope="private" if private else "shared", forgotten=gone))
+    # nearest off: the restatement is the model's probability, before the candidate rules
+    # (a small namespace's nearest notes by meaning alone are re-ordered by their cosine:
+    # test_updates.test_by_meaning_shares_the_best_probability_in_proportion_to_cosine)
     cal = msgspec.structs.replace(DEFAULT.calibration, context_notes=context_notes,
-                                  context_minutes=context_minutes)
+                                  context_minutes=context_minutes, nearest=0)
     cfg = msgspec.structs.replace(DEFAULT, calibration=cal)
     query = " ".join(q)
     idx = index(notes)

@@ -157,7 +157,11 @@ def test_candidates_replace_the_scan_from_scan_max_notes_on() -> None:
     assert idx.dense_ready(at)
     assert not idx.dense_ready(above)
     assert not idx.dense_ready(msgspec.structs.replace(at, relevance="bm25"))
-    assert not idx.dense_ready(cfg_with(scan_max_notes=live, dense=100))  # built for others
+    # how many proposals a query keeps and its lexical cap are its own; the settings the
+    # index was built and searches with are not
+    assert idx.dense_ready(cfg_with(scan_max_notes=live, dense=100, lexical=64))
+    for other in ({"connectivity": 4}, {"expansion_add": 8}, {"expansion_search": 600}):
+        assert not idx.dense_ready(cfg_with(scan_max_notes=live, dense=512, **other)), other
     idx.reset(notes, idx.checkpoint, idx.checkpoint)  # a full load: a new table
     idx.embed_missing(EMBEDDER)
     assert not idx.dense_ready(at)
@@ -261,3 +265,34 @@ def test_the_lexical_cap_keeps_the_highest_bm25_hits_and_the_scans_bits(filtered
     uncapped = likely_among(idx.cols, seq, pos, ls, lx, no_dense, lambda s: c[s], [], cal,
                             10, ok, lexical=len(pool))
     assert sorted(uncapped[0].tolist()) == sorted(best10)
+
+
+def test_the_dense_stage_proposes_its_count_of_visible_notes_when_most_near_ones_are_not() -> None:
+    """The dense stage over-fetches by a quarter; an asker for whom most of the nearest notes
+    are someone else's private notes still gets ``dense`` proposals it may see, the nearest
+    ones (asked again for more until enough remain or the index has no more)."""
+    from hivemind_memory.projections.ranking.vectors import query_vector
+
+    text = "redis persistence snapshot"
+    notes = corpus(400, seed=3)
+    # bob's private notes: every note about redis (the nearest to the query for ann)
+    notes = [msgspec.structs.replace(n, agent="bob", scope="private", forgotten=False)
+             if "redis" in n.text else msgspec.structs.replace(n, scope="shared")
+             for n in notes]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    want = 20
+    cfg = cfg_with(scan_max_notes=1, dense=want, expansion_search=10_000)
+    attach(idx, cfg)
+    q = query_vector(EMBEDDER.embed([text])[0])
+    vis = idx.cols.visible("ann")
+    d = idx.derived
+    assert d is not None
+    n = len(idx.cols)
+    cos = d.rows_cosines(q, np.arange(n))
+    has = d.done(n) & (d.norm[:n] > 0) & idx.cols.live[:n]
+    first = idx.dense.search(q.near, want + want // 4) if idx.dense else None
+    assert first is not None and int(vis[first].sum()) < want  # one search is not enough
+    got = idx._dense_near(q, want, vis, None)
+    assert len(got) == want and bool(vis[got].all())
+    ok = np.sort(cos[has & vis])[::-1]
+    assert bool((cos[got] >= ok[want - 1]).all())  # the nearest visible ones

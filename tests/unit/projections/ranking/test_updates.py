@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.api_stub.sdk import Memory
+from hivemind_memory.events.schema import token_estimate
 from hivemind_memory.projections.ranking.bm25_rules import tokenize
+from hivemind_memory.projections.ranking.calibrated import by_meaning
 from hivemind_memory.projections.ranking.config import DEFAULT as BASE
 from hivemind_memory.projections.ranking.config import RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.embedders import embedder_for
@@ -202,22 +204,74 @@ PARAPHRASES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 35's target (>= 10 of 12) is not met: 8 of 12 "
-                   "found with the bundled wordllama embedder (2026-12-02); 'tell me about my "
-                   "dog' and 'when is the next roadmap session' rank their note 9th and 5th "
-                   "by cosine")
-def test_paraphrases_find_their_note(tmp_path: Path) -> None:
+SECOND = [
+    ("The staging cluster runs on three Kubernetes nodes in Frankfurt",
+     "where is our test environment hosted"),
+    ("My sister Clara lives in Lisbon with her two cats", "tell me about my sibling"),
+    ("I take my coffee black with no sugar", "how do I like my morning drink"),
+    ("The invoice for the March consulting work was paid on the 12th",
+     "did the client settle the bill"),
+    ("Backups of the customer database are taken every night at 2am",
+     "how often do we save copies of our data"),
+    ("I am allergic to penicillin", "any medication I must avoid"),
+    ("The team retrospective happens every second Thursday afternoon",
+     "when do we review how the sprint went"),
+    ("My flight to Tokyo leaves on the 14th of May from Heathrow", "upcoming travel to Japan"),
+    ("We switched the logging stack from ELK to Grafana Loki last quarter",
+     "which tool stores our logs"),
+    ("I prefer to be contacted by email rather than phone calls", "best way to reach me"),
+    ("The apartment lease ends in August and rent goes up to 1900 euros",
+     "housing costs next year"),
+    ("Our API rate limit is 100 requests per minute per token",
+     "how many calls can a client make"),
+]
+"""A second set, written after the first was fixed (so the rule is not fitted to one set):
+work, family, health, travel and home, no content word shared with its note but "client"."""
+
+
+@pytest.mark.parametrize("pairs", [PARAPHRASES, SECOND], ids=["first", "second"])
+def test_paraphrases_find_their_note(tmp_path: Path, pairs: list[tuple[str, str]]) -> None:
     """Through the SDK on the embedded store (default config): each of 12 notes asked in
-    other words."""
+    other words, at a budget that holds two of them; issue 35's target is 10 of 12 (the
+    misses left are notes the bundled embedder puts 5th to 9th by cosine)."""
     with Memory(f"memory://{tmp_path / 'p'}", ns="para", agent="ann") as mem:
-        ids = [mem.remember(text) for text, _ in PARAPHRASES]
-        found = sum(nid in mem.recall(q, budget=60).note_ids
-                    for nid, (_, q) in zip(ids, PARAPHRASES, strict=True))
+        ids = [mem.remember(text) for text, _ in pairs]
+        got = [mem.recall(q, budget=60) for _, q in pairs]
+    assert all(len(r.notes) == 2 for r in got)  # nothing left empty: the two nearest
+    found = sum(nid in r.note_ids for nid, r in zip(ids, got, strict=True))
     assert found >= 10, found
 
 
+def test_the_nearest_notes_by_meaning_alone_are_packed_nearest_first() -> None:
+    """Notes written a second apart (each one's neighbours lift its probability, as turns of
+    a conversation) and of different lengths: for "food preferences" the model alone ranks
+    the note about lunch above the nearer note about being vegetarian. With no note sharing
+    a word with the query, the two packed are the two nearest by cosine."""
+    notes = [NoteState(note_id=f"n{i}", agent="ann", scope="shared", kind="note", text=text,
+                       tokens=token_estimate(text), created_at=NOW - timedelta(seconds=12 - i))
+             for i, (text, _) in enumerate(PARAPHRASES)]
+    vec = EMBEDDER.embed([n.text for n in notes] + ["food preferences"])
+    unit = vec / np.linalg.norm(vec, axis=1, keepdims=True)
+    nearest_two = {f"n{i}" for i in np.argsort(-(unit[:-1] @ unit[-1]))[:2].tolist()}
+    res = ranked(notes, "food preferences", 2 * max(n.tokens for n in notes))
+    assert {n.note_id for n in res.notes} == nearest_two == {"n1", "n10"}
+    c = {x.note_id: x for x in res.candidates}
+    assert c["n1"].relevance > c["n0"].relevance  # n0 is the model's second, third by cosine
+
+
+@pytest.mark.parametrize(("cos", "want"), [
+    ([0.1, 0.2, 0.5], [0.001, 0.002, 0.003]),  # by cosine; a note with evidence keeps its own
+    ([0.2, -0.1, 0.5], [0.002, 0.0, 0.003]),  # a cosine under 0: no candidate
+])
+def test_by_meaning_shares_the_best_probability_in_proportion_to_cosine(
+        cos: list[float], want: list[float]) -> None:
+    got = by_meaning(np.array([0.002, 0.001, 0.003]), np.array([False, False, True]),
+                     np.array(cos))
+    assert got.tolist() == pytest.approx(want)
+
+
 NEAREST = with_overrides(DEFAULT, {"calibration": {"nearest": 3}})
-"""The nearest-notes rule on (off by default for now)."""
+"""The nearest-notes rule on (as by default)."""
 
 
 def test_a_small_namespace_answers_with_its_nearest_notes() -> None:

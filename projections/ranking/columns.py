@@ -618,14 +618,16 @@ class Columns:
         return out
 
     def unknown_words(self, query: str, cfg: RankingConfig, agent: str,
-                      cache: TermCache | None = None) -> list[str]:
+                      cache: TermCache | None = None,
+                      posts: list[tuple[str, IntArray, float]] | None = None) -> list[str]:
         """The words of ``query`` (``query_postings``) that no note ``agent`` may see
         contains, in query order: what the memory has never been told about (another
         agent's private notes do not count, so the answer reveals nothing of them). A word of
         an agent's name is known: the memory knows who wrote what, though a note seldom
-        names its author."""
-        missing = [w for w, slots, _ in self.query_postings(query, cfg, agent, cache)
-                   if not len(slots)]
+        names its author. ``posts``: ``query_postings``' answer, when known."""
+        if posts is None:
+            posts = self.query_postings(query, cfg, agent, cache)
+        missing = [w for w, slots, _ in posts if not len(slots)]
         if not missing:
             return []
         authors = {w for name in self.agents for w in analyze(tokenize(name), cfg.analyzer)}

@@ -352,14 +352,16 @@ class NamespaceIndex:
                  ) -> tuple[IntArray, FloatArray]:
         """``cfg.unknown_word_factor`` applied: each query word no note ``agent`` may see
         contains multiplies the probability of every candidate that is not close in meaning
-        to the query (``cosines(slots)`` under ``calibration.min_cosine``; every candidate
+        to the query (unless every query word is unknown: then each candidate came by
+        meaning, a paraphrase, and none matches only the rest of the question) (``cosines(slots)`` under ``calibration.min_cosine``; every candidate
         without cosines) by it; those then under ``calibration.floor`` (or at 0) are no
         longer candidates."""
         f = cfg.unknown_word_factor
         if f >= 1.0 or not len(slots):
             return slots, p
-        k = len(self.cols.unknown_words(text, cfg, agent, cache))
-        if not k:
+        posts = self.cols.query_postings(text, cfg, agent, cache)
+        k = len(self.cols.unknown_words(text, cfg, agent, cache, posts))
+        if not k or k == len(posts):  # every word unknown: no note matches "the rest"
             return slots, p
         lexical = (np.ones(len(slots), np.bool_) if cosines is None
                    else cosines(slots) < cfg.calibration.min_cosine)

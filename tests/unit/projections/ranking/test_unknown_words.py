@@ -111,3 +111,16 @@ def test_an_authors_name_is_a_known_word(author: str, unknown: list[str]) -> Non
     res = ranked(notes, "what did rachel bake for the office", ON)
     assert res.unknown_words == unknown
     assert "r" in {n.note_id for n in res.notes}  # close in meaning, either way
+
+
+@pytest.mark.parametrize(("question", "found"), [
+    ("hobbies", True),  # every word unknown: a paraphrase, its nearest notes stay
+    ("hobbies on weekends", False),  # "weekend" is known: the guitar note matches only it
+])
+def test_a_question_of_unknown_words_only_is_a_paraphrase(question: str, found: bool) -> None:
+    notes = [note("lunch", "We are having tacos and a green salad in the cafeteria at noon", 1),
+             note("food", "I am vegetarian and I really dislike spicy dishes", 2),
+             note("fun", "On weekends I play guitar and go rock climbing", 3)]
+    res = ranked(notes, question, ON, budget=100)
+    assert res.unknown_words == ["hobbi"]
+    assert ("fun" in {n.note_id for n in res.notes}) == found

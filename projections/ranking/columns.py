@@ -633,6 +633,34 @@ class Columns:
         authors = {w for name in self.agents for w in analyze(tokenize(name), cfg.analyzer)}
         return [w for w in missing if w not in authors]
 
+    def bm25_weights(self, query: str, cfg: RankingConfig, agent: str) -> QueryWeights:
+        """What ``bm25`` weighs a text's match with ``query`` by, for ``agent``'s visible
+        corpus: the query's distinct terms, each one's IDF, ``base`` and ``slope`` (a term of
+        tf ``t`` in a text of length ``dl`` adds ``idf * t / (t + base + slope * dl)``) and the
+        sum of the IDFs ``bm25`` divides by. A text that is no note (a passage of one,
+        ``projections.ranking.passages``) is scored on the notes' scale with it."""
+        o = self.agents.get(agent, -1) if agent else -1
+        n_docs = self.shared_n + self.private_n.get(o, 0)
+        stem_terms: StemIndex | None = None
+        if cfg.analyzer == "plain":
+            total_len = self.shared_len + self.private_len.get(o, 0)
+        else:
+            stem_terms, dl = self._english()
+            total_len = self._english_total.get(agent, -1)
+            if total_len < 0:
+                total_len = self._english_total[agent] = int(dl[self.visible(agent)].sum())
+        words = list(dict.fromkeys(analyze(tokenize(query), cfg.analyzer)))
+        k1, b = cfg.bm25_k1, cfg.bm25_b
+        if total_len == 0 or not words:
+            return QueryWeights((), (), k1 * (1.0 - b), 0.0, 0.0)
+        weights = tuple(idf(n_docs, len(self._visible_postings(w, agent, stem_terms)[0]))
+                        for w in words)
+        total = 0.0
+        for w in weights:
+            total += w
+        return QueryWeights(tuple(words), weights, k1 * (1.0 - b), k1 * b * n_docs / total_len,
+                            total)
+
     def _visible_postings(self, word: str, agent: str,
                           stem_terms: StemIndex | None
                           ) -> tuple[IntArray, FloatArray]:
@@ -654,6 +682,17 @@ class Columns:
             tfs = np.bincount(inv, weights=tfs, minlength=len(merged)).astype(np.float64)
             slots = merged.astype(np.int64)
         return slots, tfs
+
+
+class QueryWeights(NamedTuple):
+    """``Columns.bm25_weights``: a query's terms and what ``Columns.bm25`` weighs them by."""
+
+    words: tuple[str, ...]
+    idf: tuple[float, ...]
+    base: float
+    slope: float
+    total: float
+    """The sum of ``idf``: ``bm25``'s values are a note's sum over it (0: no term)."""
 
 
 TermCache = dict[tuple[str, str, int, float, float], tuple[IntArray, FloatArray, float]]

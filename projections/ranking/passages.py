@@ -10,13 +10,16 @@ erasing the note erases its passages, and a replay makes the same ones).
   tokens are the note's, in proportion to its bytes, rounded up: with the default estimate
   (``ceil(bytes / 4)``) that is at least the passage's own estimate, so a rendered context
   still fits its budget.
-- **Relevance** (``shares``): the note's relevance times the passage's share of the note's
-  match with the query: each passage's BM25 over the query's distinct terms, with the
-  passages of that one note as the corpus (IDF and mean length), divided by the best
-  passage's. The best passage keeps the note's relevance; a passage with none of the query's
-  words scores 0 and is no candidate. When no passage has a query word (the note matched by
-  meaning alone) every passage keeps the note's relevance and the packer takes the one it
-  can afford first (the earliest, on a tie).
+- **Relevance** (``own_bm25``, ``passage_relevance``): the note's probability of being
+  needed, shared among its passages in proportion to each one's own BM25 with the query,
+  scored as a note of its own length on the notes' scale (the corpus's IDFs and mean
+  length, ``Columns.bm25_weights``). The passages of a note are together exactly as likely
+  as the note: cutting a long note up makes it no likelier, so its passages do not crowd
+  out short notes (keeping the whole note's probability for the best passage did: on
+  LongMemEval's dev set that lost turn recall at every budget), while the passage that
+  holds the match carries most of it and fits a budget the note does not. A passage with
+  none of the query's words is no candidate; when no passage has one (the note matched by
+  meaning alone) each gets an equal share.
 - **Place** (``Passage``): its index (from 0) among ``count`` passages and its ``start`` /
   ``end`` offsets in characters of the note's text; a result shows it beside the note's id
   and date, and ``used`` of that id counts for the note.
@@ -31,8 +34,8 @@ import re
 import numpy as np
 
 from hivemind_memory.projections.ranking.analyzer import analyze
-from hivemind_memory.projections.ranking.bm25_rules import idf, tokenize
-from hivemind_memory.projections.ranking.columns import FloatArray
+from hivemind_memory.projections.ranking.bm25_rules import tokenize
+from hivemind_memory.projections.ranking.columns import FloatArray, QueryWeights
 
 _WORD = re.compile(r"\S+\s*")
 
@@ -66,33 +69,38 @@ def split(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def shares(texts: list[str], query: str, analyzer: str, k1: float, b: float) -> FloatArray:
-    """Each passage's part of its note's match with ``query`` in [0, 1] (the module's rule:
-    BM25 over the note's own passages, divided by the best; all 1 when none matches)."""
-    terms = list(dict.fromkeys(analyze(tokenize(query), analyzer)))
-    n = len(texts)
-    if not terms or n == 0:
-        return np.ones(n, np.float64)
-    bags = [analyze(tokenize(t), analyzer) for t in texts]
-    lens = np.array([len(x) for x in bags], np.float64)
-    avg = float(lens.mean()) if n else 0.0
-    tf = np.zeros((n, len(terms)), np.float64)
-    col = {t: j for j, t in enumerate(terms)}
-    for i, bag in enumerate(bags):
+def own_bm25(texts: list[str], weights: QueryWeights, analyzer: str) -> FloatArray:
+    """Each text's BM25 with the query on the notes' scale (``Columns.bm25``'s values: the
+    corpus's IDFs and length normalisation from ``weights``, divided by the sum of the
+    IDFs), as if it were a note of its own length."""
+    out = np.zeros(len(texts), np.float64)
+    if not weights.words or weights.total <= 0.0:
+        return out
+    col = {t: j for j, t in enumerate(weights.words)}
+    for i, text in enumerate(texts):
+        bag = analyze(tokenize(text), analyzer)
+        tf = [0] * len(col)
         for w in bag:
             j = col.get(w)
             if j is not None:
-                tf[i, j] += 1.0
-    df = (tf > 0).sum(axis=0)
-    score = np.zeros(n, np.float64)
-    norm = 1.0 - b + b * (lens / avg if avg > 0 else 1.0)
-    for j in range(len(terms)):  # terms in the query's order: the same bits every run
-        if df[j] == 0:
-            continue
-        weight = idf(n, int(df[j]))
-        score += weight * tf[:, j] * (k1 + 1.0) / (tf[:, j] + k1 * norm)
-    best = float(score.max())
-    if best <= 0.0:
-        return np.ones(n, np.float64)
-    out: FloatArray = score / best
+                tf[j] += 1
+        norm = weights.base + weights.slope * len(bag)
+        acc = 0.0
+        for j, t in enumerate(tf):  # terms in the query's order: the same bits every run
+            if t:
+                acc += weights.idf[j] * (t / (t + norm))
+        out[i] = acc / weights.total
+    return out
+
+
+def passage_relevance(note: float, own: FloatArray) -> FloatArray:
+    """Each passage's probability of being needed: its note's (``note``) shared among its
+    passages in proportion to each one's own BM25 (``own``, ``own_bm25``), so the passages
+    of a note are together exactly as likely as the note (a long note is no likelier cut
+    up), and the passage holding the match carries it. A passage without a query word is at
+    0, unless none has one (a note found by meaning alone): then each gets an equal share."""
+    total = float(own.sum())
+    if total <= 0.0:
+        return np.full(len(own), note / len(own) if len(own) else 0.0, np.float64)
+    out: FloatArray = own * (note / total)
     return out

@@ -35,7 +35,7 @@ from hivemind_memory.projections.ranking.filters import Condition, matches
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
-from hivemind_memory.projections.ranking.passages import shares, split
+from hivemind_memory.projections.ranking.passages import own_bm25, passage_relevance, split
 from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
@@ -250,7 +250,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     cut: _Cut | None = None
     if (cfg.relevance == "calibrated" and cfg.passage_tokens > 0
             and bool((tokens > cfg.passage_tokens).any())):
-        cut = _passages(cols, s, rel, rec, score, query, cfg)
+        cut = _passages(cols, s, rel, rec, score, query, agent, cfg)
         s, rel, rec, score, tokens = cut.slots, cut.rel, cut.rec, cut.score, cut.tokens
     costs = tokens + cfg.per_note_overhead_tokens
     if rendered:
@@ -353,11 +353,13 @@ class _Cut:
 
 
 def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
-              score: FloatArray, query: str, cfg: RankingConfig) -> _Cut:
+              score: FloatArray, query: str, agent: str, cfg: RankingConfig) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
-    its passages that match (``passages.split``, ``passages.shares``), in candidate order."""
+    its passages that match (``passages.split``, ``passages.own_bm25``,
+    ``passages.passage_relevance``), in candidate order."""
     size = cfg.passage_tokens
     tok = cols.tokens[s]
+    weights = cols.bm25_weights(query, cfg, agent)
     slots: list[int] = []
     rels: list[float] = []
     recs: list[float] = []
@@ -378,16 +380,15 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             origin.append(p)
             continue
         text = cols.texts.get(slot)
-        share = shares([text[a:z] for a, z, _ in parts], query, cfg.analyzer, cfg.bm25_k1,
-                       cfg.bm25_b)
-        for k, ((a, z, pt), sh) in enumerate(zip(parts, share.tolist(), strict=True)):
-            pr = r * sh
+        own = own_bm25([text[a:z] for a, z, _ in parts], weights, cfg.analyzer)
+        prob = passage_relevance(r, own)
+        for k, ((a, z, pt), pr) in enumerate(zip(parts, prob.tolist(), strict=True)):
             if pr <= PRINTS_AS_ZERO:
                 continue
             slots.append(slot)
             rels.append(pr)
             recs.append(c)
-            scores.append(sc * sh)
+            scores.append(sc * (pr / r))  # the note's score (any rule's) shared alike
             toks.append(pt)
             place.append(Passage(k, len(parts), a, z))
             origin.append(p)

@@ -176,6 +176,12 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     ii, jj = _sizes_fit(size, ii, jj, threshold)
     if not len(ii):
         return
+    # every remaining pair's Jaccard at once (``&`` walks the smaller set; int64 / int64 is
+    # the same correctly rounded quotient as Python's int / int), then the groups: the
+    # connected components of the pairs that reach the threshold
+    pairs = zip(ii.tolist(), jj.tolist(), strict=True)
+    both = np.fromiter((len(words[a] & words[b]) for a, b in pairs), np.int64, len(ii))
+    same = both / (size[ii] + size[jj] - both) >= threshold
     parent = list(range(len(at)))
 
     def root(p: int) -> int:
@@ -184,13 +190,9 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
             p = parent[p]
         return p
 
-    for a, b in zip(ii.tolist(), jj.tolist(), strict=True):
+    for a, b in zip(ii[same].tolist(), jj[same].tolist(), strict=True):
         ra, rb = root(a), root(b)
-        if ra == rb:  # already one group: this pair cannot change it
-            continue
-        wa, wb = words[a], words[b]
-        both = len(wa & wb) if len(wa) <= len(wb) else len(wb & wa)
-        if both / (len(wa) + len(wb) - both) >= threshold:
+        if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
     groups: dict[int, list[int]] = {}
     for k in range(len(at)):

@@ -32,8 +32,9 @@ def _seed(live: Live) -> str:
         assert call(b, "POST", f"/v1/ns/{ns}/events", [
             {"type": "note.created", "event_id": f"{ns}-1", "note_id": "deploys@@alice",
              "at": "2026-05-01T09:00:00Z", "text": "deploys happen on tuesday", "tokens": 10},
+            # over the budget, and whole (no longer than a passage, 128 tokens)
             {"type": "note.created", "event_id": f"{ns}-2", "note_id": "runbook@@alice",
-             "at": "2026-05-02T09:00:00Z", "text": "deploys runbook " * 40, "tokens": 300},
+             "at": "2026-05-02T09:00:00Z", "text": "deploys runbook " * 40, "tokens": 120},
             {"type": "note.created", "event_id": f"{ns}-3", "note_id": "key@@alice",
              "at": "2026-05-02T09:00:00Z", "text": "alice deploys key", "scope": "private"}],
             token=token)[0] == 200

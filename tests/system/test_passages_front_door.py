@@ -42,8 +42,7 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
                          "Mondays.", "at": AT, "duplicates": "ignore"}, token=ALICE)
         assert st == 200, body
         st, got = call(live.base, "POST", f"{NS}/query",
-                       {"text": QUESTION, "budget": 500, "context": True,
-                        "config": {"passage_tokens": 128}}, token=ALICE)
+                       {"text": QUESTION, "budget": 500, "context": True}, token=ALICE)
         assert st == 200, got
         assert [n["note_id"] for n in got["notes"]] == ["runbook@@alice"]
         n = got["notes"][0]
@@ -54,8 +53,9 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
         assert got["used"] <= 500
         assert got["context"].startswith(
             f"[runbook@@alice | 2026-05-01 | passage {place['index'] + 1}/36]\n")
-        # the default config has no passages: the runbook does not fit
-        st, off = call(live.base, "POST", f"{NS}/query", {"text": QUESTION, "budget": 500},
+        # the default config serves passages; with them off the runbook does not fit
+        st, off = call(live.base, "POST", f"{NS}/query",
+                       {"text": QUESTION, "budget": 500, "config": {"passage_tokens": 0}},
                        token=ALICE)
         assert st == 200, off
         assert off["notes"] == [] and off["used"] == 0
@@ -80,8 +80,7 @@ def test_the_runbook_passage_through_the_sdk_and_mcp(tmp_path: Path,
     from hivemind_memory.api_stub.server.mcp import build_server, fixed_resolver
 
     text = runbook()
-    (tmp_path / "ranking.toml").write_text("passage_tokens = 128\n")
-    monkeypatch.setenv("HIVEMIND_CONFIG", str(tmp_path / "ranking.toml"))
+    monkeypatch.delenv("HIVEMIND_CONFIG", raising=False)  # the default config: passages on
     with Memory(f"memory://{tmp_path / 'store'}", ns="team-a", agent="alice") as mem:
         mem.remember(text, note_id="runbook", duplicates="ignore")
         got = mem.recall(QUESTION, 500)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
@@ -25,14 +26,14 @@ from hivemind_memory.projections.ranking.config import (
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.packing import Item, pack
-from hivemind_memory.projections.ranking.passages import shares, split
+from hivemind_memory.projections.ranking.passages import own_bm25, passage_relevance, split
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank, to_result
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 EMBEDDER = embedder_for("wordllama")
 ON = with_overrides(DEFAULT, {"passage_tokens": 128})
-"""Passages on (off by default: ``RankingConfig.passage_tokens``)."""
+"""Passages on (the default: ``RankingConfig.passage_tokens``)."""
 FILLER = ["cluster", "node", "restart", "service", "check", "logs", "verify", "config",
           "replica", "backup", "deploy", "rollback", "metrics", "alert", "disk", "memory",
           "cpu", "network", "latency", "queue", "worker", "shard", "index", "cache"]
@@ -88,16 +89,37 @@ def test_a_passage_keeps_the_notes_own_token_count_in_proportion() -> None:
     assert all(240 <= t <= 260 for _, _, t in parts)
 
 
-def test_shares_the_best_passage_keeps_the_whole_match() -> None:
-    got = shares(["disk alerts and logs", "rotate the payments certificate", "queue worker"],
-                 QUESTION, "english", 1.2, 0.75).tolist()
-    assert got[1] == 1.0 and got[0] == 0.0 and got[2] == 0.0
-    # a word every passage has weighs less than one only a single passage has
-    two = shares(["certificate renewal", "certificate payments", "certificate"],
-                 "payments certificate", "english", 1.2, 0.75).tolist()
-    assert two[1] == 1.0 and 0.0 < two[0] < 0.5 and 0.0 < two[2] < 0.5
-    # nothing matches by word (a note found by meaning): every passage keeps it
-    assert shares(["a b", "c d"], "zzz", "english", 1.2, 0.75).tolist() == [1.0, 1.0]
+def test_a_passages_own_bm25_is_on_the_notes_scale() -> None:
+    """``own_bm25`` of a note's whole text is the value ``Columns.bm25`` gives the note (the
+    corpus's IDFs and length normalisation), so a passage is scored as a note of its own
+    length: the passage holding the query's words above those without, a rare word above a
+    common one."""
+    notes = [note("a", "rotate the payments certificate before it expires", 1),
+             note("b", "the certificate of the web server", 1),
+             note("c", "queue worker restarts and disk alerts", 1),
+             note("d", "payments are settled nightly, certificate checks weekly", 1)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    cols = idx.cols
+    slots, lex = cols.bm25(QUESTION, ON, "")
+    weights = cols.bm25_weights(QUESTION, ON, "")
+    own = own_bm25([n.text for n in notes], weights, "english")
+    got = dict(zip(slots.tolist(), lex.tolist(), strict=True))
+    for i, n in enumerate(notes):
+        assert own[i] == pytest.approx(got.get(cols.slot[n.note_id], 0.0), rel=1e-12)
+    assert own[0] > own[3] > own[1] > 0.0 == own[2]
+    parts = own_bm25(["disk alerts and logs", "rotate the payments certificate",
+                      "certificate"], weights, "english").tolist()
+    assert parts[1] > parts[2] > 0.0 == parts[0]
+
+
+def test_a_notes_probability_is_shared_among_its_passages_by_their_own_match() -> None:
+    """The passages of a note are together exactly as likely as the note, each in
+    proportion to its own BM25: the best match carries most, one without a query word is
+    out; a note matched by meaning alone (no passage has a word) gives each an equal share."""
+    got = passage_relevance(0.6, np.array([0.5, 0.0, 1.0, 0.5])).tolist()
+    assert got == pytest.approx([0.15, 0.0, 0.3, 0.15], rel=1e-12)
+    assert sum(got) == pytest.approx(0.6, rel=1e-12)
+    assert passage_relevance(0.3, np.zeros(3)).tolist() == pytest.approx([0.1] * 3)
 
 
 def test_the_runbook_is_served_at_budget_500_by_the_passage_with_the_answer() -> None:
@@ -149,11 +171,11 @@ def test_passages_pack_exactly_and_the_answer_is_the_same_bytes() -> None:
     assert sum(c.passage is not None for c in cands if c.chosen) == 1
 
 
-def test_a_config_filed_before_the_key_reads_passages_as_off() -> None:
+def test_a_config_filed_before_the_key_reads_passages_as_off_and_the_default_is_on() -> None:
     old = msgspec.json.encode({k: v for k, v in msgspec.to_builtins(DEFAULT).items()
                                if k != "passage_tokens"})
     assert config_from_json(old).passage_tokens == 0
-    assert DEFAULT.passage_tokens == 0 and ON.passage_tokens == 128
+    assert DEFAULT.passage_tokens == 128 == ON.passage_tokens
     bm25 = with_overrides(DEFAULT, {"relevance": "bm25"})
     assert bm25.digest() == with_overrides(bm25, {"passage_tokens": 0}).digest()
 
@@ -162,3 +184,21 @@ def test_a_config_filed_before_the_key_reads_passages_as_off() -> None:
 def test_a_bad_passage_size_is_refused_by_name(bad: int) -> None:
     with pytest.raises(msgspec.ValidationError, match="passage_tokens"):
         with_overrides(DEFAULT, {"passage_tokens": bad})
+
+
+def test_through_the_query_path_a_notes_passages_are_together_as_likely_as_the_note() -> None:
+    """A 1,200-token note with the query's words in two of its passages: through
+    ``run_rank`` its passages' relevance sums to the note's whole relevance (passages off),
+    the passage with more of the match carries more, and a short note keeps its own."""
+    text = (runbook(1200, seed=3).replace("Step 2:", "Step 2: rotate payments certificate")
+            .replace("Step 9:", "Step 9: certificate"))
+    notes = [note("runbook", text, 3), note("p1", "payments certificate expiry dates", 2)]
+    on, _ = ranked(notes, QUESTION, 1000)
+    off, _ = ranked(notes, QUESTION, 1000, with_overrides(DEFAULT, {"passage_tokens": 0}))
+    whole = {c.note_id: c.relevance for c in off.candidates}
+    parts = [c for c in on.candidates if c.note_id == "runbook"]
+    assert len(parts) == 2 and all(c.passage is not None for c in parts)
+    assert sum(c.relevance for c in parts) == pytest.approx(whole["runbook"], rel=1e-4)
+    first = min(parts, key=lambda c: c.passage.index if c.passage else 0)
+    assert first.relevance > max(c.relevance for c in parts if c is not first)
+    assert next(c.relevance for c in on.candidates if c.note_id == "p1") == whole["p1"]

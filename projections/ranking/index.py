@@ -352,10 +352,10 @@ class NamespaceIndex:
                  ) -> tuple[IntArray, FloatArray]:
         """``cfg.unknown_word_factor`` applied: each query word no note ``agent`` may see
         contains multiplies the probability of every candidate that is not close in meaning
-        to the query (unless every query word is unknown: then each candidate came by
-        meaning, a paraphrase, and none matches only the rest of the question) (``cosines(slots)`` under ``calibration.min_cosine``; every candidate
+        to the query (``cosines(slots)`` under ``calibration.min_cosine``; every candidate
         without cosines) by it; those then under ``calibration.floor`` (or at 0) are no
-        longer candidates."""
+        longer candidates. Unless every query word is unknown: then each candidate came by
+        meaning (a paraphrase), and none matches only the rest of the question."""
         f = cfg.unknown_word_factor
         if f >= 1.0 or not len(slots):
             return slots, p

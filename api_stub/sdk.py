@@ -173,6 +173,17 @@ class Recall:
         context order: what ``used`` takes."""
         return list(dict.fromkeys(n.note_id for n in self.notes))
 
+    @property
+    def nothing_relevant(self) -> bool:
+        """No note was likely enough to be needed: the empty context is the answer."""
+        return bool(self.result.get("nothing_relevant", False))
+
+    @property
+    def unknown_words(self) -> list[str]:
+        """The query's words that no note this agent may see holds (listed when the
+        worker's ``unknown_word_factor`` is under 1)."""
+        return list(self.result.get("unknown_words") or [])
+
     def __str__(self) -> str:
         return self.context
 

@@ -801,7 +801,8 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
                                       [n.passage for n in res.notes])
                        if req.context else None,
                        hint=no_notes_hint(req) if empty else None,
-                       nothing_relevant=res.nothing_relevant)
+                       nothing_relevant=res.nothing_relevant,
+                       unknown_words=res.unknown_words or None)
 
 
 def no_notes_hint(req: QueryRequest) -> str:

@@ -115,6 +115,10 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     nothing_relevant: bool = False
     """No note was likely enough to be needed (``calibration.floor``): the empty context is
     the answer, not a failure."""
+    unknown_words: list[str] | None = None
+    """The query's words that no note the asker may see contains (``unknown_word_factor``
+    under 1): the memory was never told about them, so notes matching only the rest of
+    the query were held back."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):

@@ -382,7 +382,8 @@ class Api:
                               updates=n.get("updates", []), cost=n["cost"])
                  for n in res["notes"]]
         return respond(Recalled(res["query_id"], res["context"], notes, res["used"],
-                                 res["budget"]))
+                                 res["budget"], res.get("nothing_relevant", False),
+                                 res.get("unknown_words")))
 
     async def _answer(self, reqs: list[QueryRequest | QueryError]) -> list[bytes]:
         def go() -> list[bytes]:

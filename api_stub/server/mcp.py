@@ -116,6 +116,11 @@ class RecallResult(BaseModel):
     notes: list[RecalledNote]
     used_tokens: int = Field(description="Tokens the notes take (at most `budget`).")
     budget: int
+    nothing_relevant: bool = Field(False, description=(
+        "True: no note was likely enough to be needed; the empty context is the answer."))
+    unknown_words: list[str] | None = Field(None, description=(
+        "The query's words that no note you may see holds (when the server's "
+        "`unknown_word_factor` is under 1)."))
 
 
 Resolver = Callable[[Context, Right], Memory]
@@ -190,7 +195,8 @@ def build_server(resolve: Resolver) -> MCPServer:
         return RecallResult(
             context=got.context,
             notes=[_recalled(n) for n in got.notes],
-            used_tokens=got.used_tokens, budget=got.budget)
+            used_tokens=got.used_tokens, budget=got.budget,
+            nothing_relevant=got.nothing_relevant, unknown_words=got.unknown_words or None)
 
     @server.tool(description=DESCRIPTIONS["used"])
     def used(note_ids: NoteIds, ctx: Context) -> int:

@@ -155,6 +155,10 @@ class Recalled(msgspec.Struct):
     notes: list[RecalledNote]
     used_tokens: int
     budget: int
+    nothing_relevant: bool = False
+    """No note was likely enough to be needed: the empty context is the answer."""
+    unknown_words: list[str] | None = None
+    """The query's words no note the caller may see holds (``unknown_word_factor`` under 1)."""
 
 
 class Revised(msgspec.Struct):

@@ -598,6 +598,41 @@ class Columns:
         out = (acc > 0.0 if whole else np.bincount(every, minlength=n)).nonzero()[0]
         return out, acc[out] / max_score
 
+    def query_postings(self, query: str, cfg: RankingConfig, agent: str,
+                       cache: TermCache | None = None) -> list[tuple[str, IntArray, float]]:
+        """The words of ``query`` as ``bm25`` matches them (terms of ``cfg.analyzer``, stop
+        words dropped under ``english``), in query order, once each, with the slots of the
+        notes ``agent`` may see that hold each (ascending) and its IDF over those notes."""
+        o = self.agents.get(agent, -1) if agent else -1
+        n_docs = self.shared_n + self.private_n.get(o, 0)
+        stem_terms = None if cfg.analyzer == "plain" else self._english()[0]
+        words = (tokenize(query) if cfg.analyzer == "plain"
+                 else analyze(tokenize(query), cfg.analyzer))
+        out: list[tuple[str, IntArray, float]] = []
+        for word in dict.fromkeys(words):
+            got = None if cache is None else cache.get((cfg.analyzer, word, o, cfg.bm25_k1,
+                                                        cfg.bm25_b))
+            slots = (got[0] if got is not None
+                     else self._visible_postings(word, agent, stem_terms)[0])
+            out.append((word, slots, idf(n_docs, len(slots))))
+        return out
+
+    def unknown_words(self, query: str, cfg: RankingConfig, agent: str,
+                      cache: TermCache | None = None,
+                      posts: list[tuple[str, IntArray, float]] | None = None) -> list[str]:
+        """The words of ``query`` (``query_postings``) that no note ``agent`` may see
+        contains, in query order: what the memory has never been told about (another
+        agent's private notes do not count, so the answer reveals nothing of them). A word of
+        an agent's name is known: the memory knows who wrote what, though a note seldom
+        names its author. ``posts``: ``query_postings``' answer, when known."""
+        if posts is None:
+            posts = self.query_postings(query, cfg, agent, cache)
+        missing = [w for w, slots, _ in posts if not len(slots)]
+        if not missing:
+            return []
+        authors = {w for name in self.agents for w in analyze(tokenize(name), cfg.analyzer)}
+        return [w for w in missing if w not in authors]
+
     def bm25_weights(self, query: str, cfg: RankingConfig, agent: str) -> QueryWeights:
         """What ``bm25`` weighs a text's match with ``query`` by, for ``agent``'s visible
         corpus: the query's distinct terms, each one's IDF, ``base`` and ``slope`` (a term of

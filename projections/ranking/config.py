@@ -169,8 +169,20 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The older version's score is multiplied by this (1: only the newer is lifted)."""
     max_notes: int = 200
     """Only the ``max_notes`` highest-scored candidates are compared (bounds the work)."""
+    query_words_share: float = 0.0
+    """Two candidates are also about the same subject when the newer holds every query word
+    the older holds (as BM25 matches words) and those words carry at least this share of
+    the query's IDF weight over the notes the asker may see: both answer the question on
+    the same terms, so the older cannot be the better match on them and ``margin`` does not
+    apply (their probabilities differ by length and neighbours, not by subject). 0 turns
+    this signal off (the struct's default, so a config written before it keeps its
+    meaning); ``RankingConfig``'s default is 0.7."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.query_words_share) and
+                0.0 <= self.query_words_share <= 1.0):
+            raise ValueError("updates.query_words_share must be within [0, 1], got "
+                             f"{self.query_words_share}")
         for name in ("same_subject_cosine", "min_gap_days", "margin", "older_weight"):
             v = getattr(self, name)
             if not math.isfinite(v):
@@ -190,6 +202,14 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 UPDATES_OFF = Updates(margin=0.0)
 """The rule off: what a config written before it meant."""
+UPDATES_ON = Updates(same_subject_cosine=1.0, older_weight=0.9, query_words_share=0.7)
+"""The default: same subject by the query's words (``query_words_share`` 0.7), the newer
+lifted to the older's score and the older at 0.9 of its own (``older_weight``: the newer
+wins a budget that fits one, and the older's evidence, still needed to say what changed,
+stays when the budget fits both; 0.5 cost turn recall at 500 tokens on LongMemEval's dev
+set), and the cosine signal as good as off (``same_subject_cosine`` 1: only vectors
+pointing the same way, which near-identical notes already merge), since it cost recall
+there."""
 
 
 MAX_TTL_DAYS = 3_650_000.0
@@ -266,12 +286,27 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (all tied at the last one included), and at least one per 10 tokens of budget."""
     calibration: Calibration = FITTED
     """Calibrated relevance's coefficients."""
-    updates: Updates = UPDATES_OFF
+    updates: Updates = UPDATES_ON
     """Updated facts: the newer version of a fact wins (``Updates``; calibrated relevance).
-    Off by default (``margin = 0``; ``[updates] margin = 2.0`` turns it on): on LongMemEval's
-    dev set it cost turn recall (0.570 / 0.752 / 0.829 with it, 0.581 / 0.778 / 0.850
-    without, at 200 / 500 / 1000 tokens) and did not raise knowledge-update newest-fact
-    recall at 500 tokens (0.80 both): cosine "same subject" does not find these updates."""
+    On by default with the query-words signal (``UPDATES_ON``): on LongMemEval's dev set it
+    raised knowledge-update newest-fact recall and turn recall (see docs/benchmarks.md);
+    the cosine signal alone ("same subject" when the notes' vectors are close, margin 2,
+    older halved) cost turn recall there (0.570 / 0.752 / 0.829 against 0.581 / 0.778 /
+    0.850 at 200 / 500 / 1000 tokens) and is as good as off. ``margin = 0`` turns the
+    rule off."""
+    unknown_word_factor: float = 1.0
+    """A query word that no note the asker may see contains (``Columns.unknown_words``:
+    words as BM25 matches them, stop words aside) says the memory was never told what the
+    question asks about: each one multiplies the probability of every candidate that is not
+    close in meaning to the query (cosine under ``calibration.min_cosine``: it matches only
+    the rest of the question) by this factor before ``calibration.floor`` decides, and the
+    result lists the words (``unknown_words``); calibrated relevance. A note near the query
+    in meaning keeps its probability (a paraphrase shares no word by definition). 0: those
+    notes go, and a query left without candidates says ``nothing_relevant``. 1 (the default)
+    turns the rule off: on LongMemEval's dev set 0 took the tokens packed for the ten
+    questions whose answer is not in the history from 980 to about 640 at budget 1,000
+    (target 500) but lost evidence of 3 of the other 95 questions (a person named in the
+    question and not in the notes, a misspelt word)."""
     near_identical: float = 0.9
     """Two candidates whose texts' word sets overlap at least this much (Jaccard of their
     words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
@@ -329,6 +364,10 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"'package.module:factory', got {self.embedder!r}")
         if self.max_candidates < 1:
             raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
+        if not (math.isfinite(self.unknown_word_factor) and
+                0.0 <= self.unknown_word_factor <= 1.0):
+            raise ValueError("unknown_word_factor must be within [0, 1], got "
+                             f"{self.unknown_word_factor}")
         if not (math.isfinite(self.near_identical) and 0.0 <= self.near_identical <= 1.0):
             raise ValueError(f"near_identical must be within [0, 1], got {self.near_identical}")
         if self.passage_tokens != 0 and not 16 <= self.passage_tokens <= 1_000_000:
@@ -367,12 +406,13 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
                           "duplicate_lsh_recall": 0.98,
                           "candidates": msgspec.to_builtins(Candidates()),
-                          "default_ttl_days": 0.0, "passage_tokens": 0}
+                          "default_ttl_days": 0.0, "passage_tokens": 0,
+                          "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
 WRITE_ONLY = ("duplicate_lsh_bands", "duplicate_lsh_min_hits", "duplicate_lsh_recall")
 """Keys only the near-duplicate lookup reads: they change no answer, so no fingerprint."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
-                   "near_identical", "passage_tokens")
+                   "near_identical", "passage_tokens", "unknown_word_factor")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

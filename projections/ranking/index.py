@@ -9,7 +9,7 @@ only for the note read. So 100k notes cost no Python object each besides their i
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -337,12 +337,37 @@ class NamespaceIndex:
                                  lambda s: derived.rows_cosines(query, s),
                                  named_owners(cols, text), cfg.calibration, top, allowed,
                                  cfg.candidates.lexical)
-            return seq[at], p
+            return self._unknown(seq[at], p, text, cfg, agent, cache,
+                                 lambda s: derived.rows_cosines(query, s))
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
         at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration, top,
                        allowed)
-        return seq[at], p
+        return self._unknown(seq[at], p, text, cfg, agent, cache,
+                             None if cos is None else (lambda s: cos[s]))
+
+    def _unknown(self, slots: IntArray, p: FloatArray, text: str, cfg: RankingConfig,
+                 agent: str, cache: TermCache | None,
+                 cosines: Callable[[IntArray], FloatArray] | None
+                 ) -> tuple[IntArray, FloatArray]:
+        """``cfg.unknown_word_factor`` applied: each query word no note ``agent`` may see
+        contains multiplies the probability of every candidate that is not close in meaning
+        to the query (``cosines(slots)`` under ``calibration.min_cosine``; every candidate
+        without cosines) by it; those then under ``calibration.floor`` (or at 0) are no
+        longer candidates. Unless every query word is unknown: then each candidate came by
+        meaning (a paraphrase), and none matches only the rest of the question."""
+        f = cfg.unknown_word_factor
+        if f >= 1.0 or not len(slots):
+            return slots, p
+        posts = self.cols.query_postings(text, cfg, agent, cache)
+        k = len(self.cols.unknown_words(text, cfg, agent, cache, posts))
+        if not k or k == len(posts):  # every word unknown: no note matches "the rest"
+            return slots, p
+        lexical = (np.ones(len(slots), np.bool_) if cosines is None
+                   else cosines(slots) < cfg.calibration.min_cosine)
+        p = np.where(lexical, p * (f ** k), p)
+        keep = (p > 0.0) & (p >= cfg.calibration.floor)
+        return slots[keep], p[keep]
 
     def relevance_slots(self, text: str, embedding: Sequence[float] | None,
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,

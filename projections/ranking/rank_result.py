@@ -126,3 +126,7 @@ class RankResult(msgspec.Struct, frozen=True):
     nothing_relevant: bool = False
     """Calibrated relevance: no note was likely enough to be needed (``calibration.floor``),
     so the context is empty on purpose."""
+    unknown_words: list[str] = msgspec.field(default_factory=list)
+    """Calibrated relevance with ``unknown_word_factor`` under 1: the query's words that no
+    note the asker may see contains (``Columns.unknown_words``), which lowered the
+    probability of the notes that match only the rest of the query."""

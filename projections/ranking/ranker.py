@@ -46,7 +46,7 @@ from hivemind_memory.projections.ranking.rank_result import (
 )
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
 from hivemind_memory.projections.ranking.render import header_tokens, place_label
-from hivemind_memory.projections.ranking.updates import adjust
+from hivemind_memory.projections.ranking.updates import QueryWords, adjust
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Why, left_out, rounded
 from hivemind_memory.projections.state import Tier
@@ -245,7 +245,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     if cfg.relevance == "calibrated" and len(s) >= 2 and (cfg.near_identical > 0
                                                           or cfg.updates.margin > 0):
         s, rel, rec, score, stands, newer, merged = _adjusted(idx, s, rel, rec, score, cfg,
-                                                              memo)
+                                                              memo, query, agent)
     tokens = cols.tokens[s]
     cut: _Cut | None = None
     if (cfg.relevance == "calibrated" and cfg.passage_tokens > 0
@@ -311,6 +311,10 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
         candidates=candidates,
         why=why,
         nothing_relevant=cfg.relevance == "calibrated" and not len(s),
+        unknown_words=(cols.unknown_words(query, cfg, agent,
+                                          None if memo is None else memo.terms(cols))
+                       if cfg.relevance == "calibrated" and cfg.unknown_word_factor < 1.0
+                       and query else []),
     )
 
 
@@ -395,13 +399,15 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
 
 
 def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray,
-              score: FloatArray, cfg: RankingConfig, memo: BatchMemo | None = None
+              score: FloatArray, cfg: RankingConfig, memo: BatchMemo | None = None,
+              query: str = "", agent: str = ""
               ) -> tuple[IntArray, FloatArray, FloatArray, FloatArray, dict[int, list[str]],
                          dict[int, list[str]], int]:
     """The candidates after the near-identical and updated-facts rules
     (``projections.ranking.updates``): their slots, relevance, recency and score, the ids each
     kept position stands for and the older versions each updates (by position after the
-    drop), and how many near-identical notes were dropped."""
+    drop), and how many near-identical notes were dropped. ``query``: its text, for the
+    query-words signal (``updates.query_words_share``; none without it)."""
     cols = idx.cols
     ids = cols.ids
     d = idx.derived
@@ -409,11 +415,18 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
     if d is not None:
         d.ensure(len(cols))
         vec, norm = d.mat[s].astype(np.float64), d.norm[s]
+    words = None
+    if query and cfg.updates.margin > 0 and cfg.updates.query_words_share > 0:
+        posts = cols.query_postings(query, cfg, agent, None if memo is None else memo.terms(cols))
+        held = np.zeros((len(s), len(posts)), np.bool_)
+        for w, (_, slots, _) in enumerate(posts):
+            held[:, w] = np.isin(s, slots, assume_unique=True)
+        words = QueryWords(held, np.array([x[2] for x in posts], np.float64))
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],
                  cols.uses[s] >= cfg.longterm_uses, vec, norm,
                  lambda p: cols.texts.get(sl[p]), cfg, cols.distinct[s],
-                 None if memo is None else lambda p: memo.words(cols, sl[p]))
+                 None if memo is None else lambda p: memo.words(cols, sl[p]), words)
     keep = adj.keep
     new_pos = np.cumsum(keep) - 1
     stands = {int(new_pos[p]): [ids[sl[q]] for q in qs] for p, qs in adj.stands_for.items()}

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.bm25_rules import tokenize
-from hivemind_memory.projections.ranking.config import RankingConfig
+from hivemind_memory.projections.ranking.config import RankingConfig, Updates
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -78,14 +78,16 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
            longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
            sizes: npt.NDArray[np.integer[Any]] | None = None,
-           words_of: Callable[[int], frozenset[str]] | None = None) -> Adjusted:
+           words_of: Callable[[int], frozenset[str]] | None = None,
+           words: QueryWords | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
     index has none; ``text_of(position)``: a candidate's text; ``sizes`` (optional): each
     candidate's count of distinct words, ``len(set(tokenize(text)))``, known to the index:
     a pair whose sizes cannot reach the threshold is then left out before any text is
     read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))``,
-    from a cache (``ranker.BatchMemo.words``)."""
+    from a cache (``ranker.BatchMemo.words``); ``words``: which of the query's words each
+    holds, None when not known."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
@@ -99,12 +101,39 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
         _near_identical(ids, score, created_us, None if first is None else first[1], text_of,
                         cfg.near_identical, at, out, sizes, words_of)
     up = cfg.updates
-    if up.margin > 0 and vec is not None and norm is not None:
+    by_vec = vec is not None and norm is not None
+    by_words = words is not None and up.query_words_share > 0
+    if up.margin > 0 and (by_vec or by_words):
         at = _top(score, out.keep, lim)
         if len(at) >= 2:
-            _newer_wins(at, score, rel, created_us, longterm, _pair_cosines(vec, norm, at, first),
-                        cfg, out)
+            cos = (_pair_cosines(vec, norm, at, first)
+                   if vec is not None and norm is not None else None)
+            same = None if words is None or not by_words else _same_words(words, at, up)
+            _newer_wins(at, score, rel, created_us, longterm, cos, same, cfg, out)
     return out
+
+
+@dataclass(frozen=True)
+class QueryWords:
+    """Which of a query's words each candidate holds: ``held[k, w]`` (candidate ``k``, word
+    ``w``), and each word's IDF over the notes the asker may see (``weight[w]``)."""
+
+    held: BoolArray
+    weight: FloatArray
+
+
+def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
+    """``same[i, j]``: candidate ``at[j]`` holds every query word ``at[i]`` holds, and those
+    words carry at least ``up.query_words_share`` of the query's IDF weight."""
+    held = words.held[at]
+    total = float(words.weight.sum())
+    if total <= 0 or not held.shape[1]:
+        return np.zeros((len(at), len(at)), np.bool_)
+    share = (held @ words.weight) / total
+    missing = held[:, None, :] & ~held[None, :, :]
+    same: BoolArray = np.logical_not(missing.any(axis=2))
+    same &= (share >= up.query_words_share)[:, None]
+    return same
 
 
 def _pair_cosines(vec: FloatArray, norm: FloatArray, at: IntArray,
@@ -186,17 +215,21 @@ def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,
 
 
 def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: IntArray,
-                longterm: BoolArray, cos: FloatArray, cfg: RankingConfig,
-                out: Adjusted) -> None:
+                longterm: BoolArray, cos: FloatArray | None, same: BoolArray | None,
+                cfg: RankingConfig, out: Adjusted) -> None:
     up = cfg.updates
     t = created_us[at]
     r = rel[at]
     s = score[at]
     # older[i, j]: at[i] is an older version of at[j]'s subject that the newer beats
     older = (t[None, :] - t[:, None]) >= up.min_gap_days * US_PER_DAY
-    older &= cos >= up.same_subject_cosine
     older &= ~longterm[at][:, None]
-    older &= r[:, None] <= up.margin * r[None, :]
+    subject = np.zeros_like(older)
+    if cos is not None:  # close in meaning, and the older no clearly better match
+        subject |= (cos >= up.same_subject_cosine) & (r[:, None] <= up.margin * r[None, :])
+    if same is not None:  # the newer holds every query word the older holds
+        subject |= same
+    older &= subject
     if not older.any():
         return
     lifted = np.max(np.where(older, s[:, None], 0.0), axis=0)

@@ -18,7 +18,8 @@ from tests.unit.projections.ranking.test_passages import ANSWER, QUESTION, runbo
 from tests.unit.projections.ranking.test_updates import GYM_NEW, GYM_OLD, GYM_Q
 
 NS = "/v1/ns/team-a"
-RANKING = "passage_tokens = 128\n\n[updates]\nmargin = 2.0\n"
+RANKING = ("passage_tokens = 128\n\n[updates]\nmargin = 2.0\nsame_subject_cosine = 0.6\n"
+           "older_weight = 0.5\nquery_words_share = 0.0\n")
 """Passages and updated facts on (both off by default)."""
 TWIN = "Redis persistence uses AOF with fsync every second on the projector"
 

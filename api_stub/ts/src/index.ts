@@ -171,6 +171,11 @@ export interface Recall {
   usedTokens: number;
   budget: number;
   queryId: string;
+  /** No note was likely enough to be needed: the empty context is the answer. */
+  nothingRelevant: boolean;
+  /** The query's words that no note this agent may see holds (listed when the worker's
+   * `unknown_word_factor` is under 1). */
+  unknownWords: string[];
   /** The full result object. */
   result: QueryResult;
 }
@@ -186,7 +191,9 @@ export function recallOf(res: QueryResult): Recall {
   return {
     context: res.context ?? notes.map((n) => n.text).join("\n\n"), notes,
     noteIds: [...new Set(notes.map((n) => n.noteId))],
-    usedTokens: res.used, budget: res.budget, queryId: res.query_id, result: res,
+    usedTokens: res.used, budget: res.budget, queryId: res.query_id,
+    nothingRelevant: res.nothing_relevant ?? false, unknownWords: res.unknown_words ?? [],
+    result: res,
   };
 }
 

@@ -2955,6 +2955,8 @@ export interface components {
             hint?: string | null;
             /** @default false */
             nothing_relevant?: boolean;
+            /** @default null */
+            unknown_words?: string[] | null;
         };
         /**
          * NoteSignals
@@ -3160,6 +3162,10 @@ export interface components {
             notes: components["schemas"]["RecalledNote"][];
             used_tokens: number;
             budget: number;
+            /** @default false */
+            nothing_relevant?: boolean;
+            /** @default null */
+            unknown_words?: string[] | null;
         };
         /** RecalledNote */
         RecalledNote: {

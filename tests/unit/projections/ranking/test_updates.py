@@ -26,8 +26,10 @@ from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
-DEFAULT = with_overrides(BASE, {"updates": {"margin": 2.0}})
-"""The defaults with the updated-facts rule on (off by default: ``RankingConfig.updates``)."""
+DEFAULT = with_overrides(BASE, {"updates": {"margin": 2.0, "same_subject_cosine": 0.6,
+                                            "older_weight": 0.5, "query_words_share": 0.0}})
+"""The defaults with the updated-facts rule's cosine signal on alone (the default config has
+the query-words signal instead: ``test_updates_by_query_words``)."""
 EMBEDDER = embedder_for("wordllama")
 
 

@@ -38,6 +38,8 @@ from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import FloatArray, QueryWeights
 
 _WORD = re.compile(r"\S+\s*")
+_WORD_START = re.compile(r"(?<=\s)\S")
+_FIRST = re.compile(r"\S")
 
 
 def split(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
@@ -46,6 +48,39 @@ def split(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
     n = math.ceil(tokens / size)
     if n <= 1 or not text:
         return [(0, len(text), tokens)]
+    if text.isascii():
+        return _split_ascii(text, tokens, n)
+    return _split_words(text, tokens, n)
+
+
+def _split_ascii(text: str, tokens: int, n: int) -> list[tuple[int, int, int]]:
+    """``_split_words`` for an ASCII text, where a character is a byte: the same cuts, found
+    by searching for the first word start at or after each equal share's offset instead of
+    walking every word (a 2,000-word note: one search a passage, not 2,000 matches)."""
+    first = _FIRST.search(text)
+    if first is None:
+        return [(0, len(text), tokens)]
+    lead = first.start()
+    total = len(text) - lead  # every word's bytes with its trailing whitespace
+    words = len(text.split())
+    if words < 2:
+        return [(0, len(text), tokens)]
+    n = min(n, words)
+    starts = [lead]  # the first word of each passage (the first passage starts at 0)
+    for k in range(1, n):
+        # the first word after the last cut whose bytes before it reach k shares of the total
+        at = max(lead + -(-k * total // n), starts[-1] + 1)
+        m = _WORD_START.search(text, at)
+        if m is None:
+            break
+        starts.append(m.start())
+    ends = [*starts[1:], len(text)]
+    return [(0 if k == 0 else a, z, max(1, -(-tokens * (z - a) // total)))
+            for k, (a, z) in enumerate(zip(starts, ends, strict=True))]
+
+
+def _split_words(text: str, tokens: int, n: int) -> list[tuple[int, int, int]]:
+    """``split``'s cuts on any text, walking its words and their UTF-8 bytes."""
     words = [(m.start(), m.end(), len(m.group().encode("utf-8"))) for m in _WORD.finditer(text)]
     total = sum(b for _, _, b in words)
     if total == 0 or len(words) < 2:
@@ -69,24 +104,37 @@ def split(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
     return out
 
 
+Bag = tuple[dict[str, int], int]
+"""A text's analysed words (``analyze(tokenize(text), analyzer)``) as counts, and how many."""
+
+
+def bag_of(text: str, analyzer: str) -> Bag:
+    """``text``'s analysed words counted (what ``own_bm25`` reads of a passage)."""
+    words = analyze(tokenize(text), analyzer)
+    counts: dict[str, int] = {}
+    for w in words:
+        counts[w] = counts.get(w, 0) + 1
+    return counts, len(words)
+
+
 def own_bm25(texts: list[str], weights: QueryWeights, analyzer: str) -> FloatArray:
     """Each text's BM25 with the query on the notes' scale (``Columns.bm25``'s values: the
     corpus's IDFs and length normalisation from ``weights``, divided by the sum of the
     IDFs), as if it were a note of its own length."""
-    out = np.zeros(len(texts), np.float64)
+    return bags_bm25([bag_of(t, analyzer) for t in texts], weights)
+
+
+def bags_bm25(bags: list[Bag], weights: QueryWeights) -> FloatArray:
+    """``own_bm25`` of texts already counted (``bag_of``): a batch's queries count a long
+    candidate's passages once (``BatchMemo.passages``), not once per query."""
+    out = np.zeros(len(bags), np.float64)
     if not weights.words or weights.total <= 0.0:
         return out
-    col = {t: j for j, t in enumerate(weights.words)}
-    for i, text in enumerate(texts):
-        bag = analyze(tokenize(text), analyzer)
-        tf = [0] * len(col)
-        for w in bag:
-            j = col.get(w)
-            if j is not None:
-                tf[j] += 1
-        norm = weights.base + weights.slope * len(bag)
+    for i, (counts, length) in enumerate(bags):
+        norm = weights.base + weights.slope * length
         acc = 0.0
-        for j, t in enumerate(tf):  # terms in the query's order: the same bits every run
+        for j, w in enumerate(weights.words):  # in the query's order: the same bits every run
+            t = counts.get(w, 0)
             if t:
                 acc += weights.idf[j] * (t / (t + norm))
         out[i] = acc / weights.total

@@ -35,7 +35,13 @@ from hivemind_memory.projections.ranking.filters import Condition, matches
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
-from hivemind_memory.projections.ranking.passages import own_bm25, passage_relevance, split
+from hivemind_memory.projections.ranking.passages import (
+    Bag,
+    bag_of,
+    bags_bm25,
+    passage_relevance,
+    split,
+)
 from hivemind_memory.projections.ranking.rank_result import (
     DECIMALS,
     PRINTS_AS_ZERO,
@@ -73,6 +79,7 @@ class BatchMemo:
         self._cos: dict[tuple[int, str], tuple[Columns, FloatArray]] = {}
         self._vec: dict[tuple[int, str], tuple[Columns, QueryVector]] = {}
         self._words: dict[int, tuple[Columns, dict[int, frozenset[str]]]] = {}
+        self._parts: dict[int, tuple[Columns, dict[tuple[int, int, str], Parts]]] = {}
 
     def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:
@@ -143,6 +150,33 @@ class BatchMemo:
         if w is None:
             w = seen[slot] = frozenset(tokenize(cols.texts.get(slot)))
         return w
+
+    def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+        """``_parts`` of the note in ``slot`` of ``cols``, cut and counted once per batch: a
+        dense batch asks for the same long candidates' passages query after query."""
+        got = self._parts.get(id(cols))
+        if got is None:
+            got = self._parts[id(cols)] = (cols, {})
+        seen = got[1]
+        key = (slot, size, analyzer)
+        p = seen.get(key)
+        if p is None:
+            p = seen[key] = _parts(cols, slot, size, analyzer)
+        return p
+
+
+Parts = tuple[list[tuple[int, int, int]], list[Bag]]
+"""A note's passages (``passages.split``: start, end, tokens) and each one's analysed words
+(``passages.bag_of``); one passage, no bags, for a note within the passage size."""
+
+
+def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+    text = cols.texts.get(slot)
+    t = int(cols.tokens[slot])
+    parts = split(text, t, size) if t > size else []
+    if len(parts) <= 1:
+        return parts, []
+    return parts, [bag_of(text[a:z], analyzer) for a, z, _ in parts]
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,
@@ -250,7 +284,7 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     cut: _Cut | None = None
     if (cfg.relevance == "calibrated" and cfg.passage_tokens > 0
             and bool((tokens > cfg.passage_tokens).any())):
-        cut = _passages(cols, s, rel, rec, score, query, agent, cfg)
+        cut = _passages(cols, s, rel, rec, score, query, agent, cfg, memo)
         s, rel, rec, score, tokens = cut.slots, cut.rel, cut.rec, cut.score, cut.tokens
     costs = tokens + cfg.per_note_overhead_tokens
     if rendered:
@@ -353,7 +387,8 @@ class _Cut:
 
 
 def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
-              score: FloatArray, query: str, agent: str, cfg: RankingConfig) -> _Cut:
+              score: FloatArray, query: str, agent: str, cfg: RankingConfig,
+              memo: BatchMemo | None = None) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
     its passages that match (``passages.split``, ``passages.own_bm25``,
     ``passages.passage_relevance``), in candidate order."""
@@ -369,7 +404,14 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     origin: list[int] = []
     for p, (slot, r, c, sc, t) in enumerate(zip(s.tolist(), rel.tolist(), rec.tolist(),
                                                 score.tolist(), tok.tolist(), strict=True)):
-        parts = split(cols.texts.get(slot), t, size) if t > size else []
+        parts: list[tuple[int, int, int]]
+        bags: list[Bag]
+        if t <= size:
+            parts, bags = [], []
+        elif memo is None:
+            parts, bags = _parts(cols, slot, size, cfg.analyzer)
+        else:
+            parts, bags = memo.passages(cols, slot, size, cfg.analyzer)
         if len(parts) <= 1:
             slots.append(slot)
             rels.append(r)
@@ -379,9 +421,7 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             place.append(None)
             origin.append(p)
             continue
-        text = cols.texts.get(slot)
-        own = own_bm25([text[a:z] for a, z, _ in parts], weights, cfg.analyzer)
-        prob = passage_relevance(r, own)
+        prob = passage_relevance(r, bags_bm25(bags, weights))
         for k, ((a, z, pt), pr) in enumerate(zip(parts, prob.tolist(), strict=True)):
             if pr <= PRINTS_AS_ZERO:
                 continue

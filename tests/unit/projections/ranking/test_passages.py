@@ -14,6 +14,8 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.events.schema import token_estimate
@@ -26,7 +28,13 @@ from hivemind_memory.projections.ranking.config import (
 from hivemind_memory.projections.ranking.embedders import embedder_for
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.packing import Item, pack
-from hivemind_memory.projections.ranking.passages import own_bm25, passage_relevance, split
+from hivemind_memory.projections.ranking.passages import (
+    _split_ascii,
+    _split_words,
+    own_bm25,
+    passage_relevance,
+    split,
+)
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank, to_result
 
@@ -87,6 +95,28 @@ def test_a_passage_keeps_the_notes_own_token_count_in_proportion() -> None:
     assert len(parts) == 4
     assert sum(t for _, _, t in parts) >= 1000
     assert all(240 <= t <= 260 for _, _, t in parts)
+
+
+_ASCII_WORDS = st.lists(
+    st.tuples(st.text(st.sampled_from("ab.Z9-"), min_size=1, max_size=12),
+              st.text(st.sampled_from(" \t\n\r\x0b\x0c\x1c\x1f"), min_size=1, max_size=3)),
+    max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lead=st.text(st.sampled_from(" \n\x1d"), max_size=3), words=_ASCII_WORDS,
+       tokens=st.integers(1, 600), size=st.integers(1, 90))
+def test_the_ascii_split_cuts_where_walking_every_word_cuts(
+        lead: str, words: list[tuple[str, str]], tokens: int, size: int) -> None:
+    """``split`` takes a search per passage on an ASCII text instead of walking every word
+    (most of a dense query's CPU with passages on): the same cuts and token shares as the
+    word walk, whitespace of every kind (ASCII's separators \x1c-\x1f are whitespace to
+    both) and a leading run included."""
+    text = lead + "".join(w + gap for w, gap in words)
+    n = math.ceil(tokens / size)
+    if n <= 1 or not text:
+        return
+    assert _split_ascii(text, tokens, n) == _split_words(text, tokens, n)
 
 
 def test_a_passages_own_bm25_is_on_the_notes_scale() -> None:
@@ -202,3 +232,36 @@ def test_through_the_query_path_a_notes_passages_are_together_as_likely_as_the_n
     first = min(parts, key=lambda c: c.passage.index if c.passage else 0)
     assert first.relevance > max(c.relevance for c in parts if c is not first)
     assert next(c.relevance for c in on.candidates if c.note_id == "p1") == whole["p1"]
+
+
+def test_a_batch_memo_cuts_each_long_note_once_and_answers_as_without_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries of one batch share one memo of the long candidates' passages (cut and
+    counted once per note): every answer equals the one ranked without a memo, passages
+    packed alone included, and each long note is cut once for the whole batch."""
+    from hivemind_memory.projections.ranking import ranker
+    from hivemind_memory.projections.ranking.ranker import BatchMemo
+
+    notes = [note("rb", runbook(), 30), note("rb2", runbook(900, seed=3), 5),
+             note("s", "rotate the payments certificate before it expires", 2),
+             note("t", "haproxy reload drops no connection", 9)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    memo = BatchMemo()
+    cut: list[int] = []
+
+    def counted(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
+        cut.append(tokens)
+        return split(text, tokens, size)
+
+    monkeypatch.setattr(ranker, "split", counted)
+    packed_passages = 0
+    for q in [QUESTION, "haproxy reload", "certbot renew payments", "restart the shard",
+              "rollback a deploy"]:
+        req = QueryRequest(ns="t", text=q, budget=300, explain=True)
+        got = run_rank(idx, req, ON, NOW, memo, embedder=EMBEDDER)
+        assert got == run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
+        packed_passages += sum(n.passage is not None for n in got.notes)
+    assert packed_passages >= 3
+    with_memo = len(memo._parts[id(idx.cols)][1])
+    assert with_memo == 2  # the two long notes, each cut once for the batch
+    assert len(cut) - with_memo == 5 * 2  # the memo-less rankings cut them for every query

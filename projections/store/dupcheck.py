@@ -84,7 +84,7 @@ def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,
     hold (``Check.view``). Reads only; writes nothing, anywhere."""
     spec = spec_of(cfg)
     pr = probe(text, spec, cfg)
-    found = lookup(r, ns, pr, spec.min_hits)
+    found = lookup(r, ns, pr, spec.min_hits, note_ids=touched, event_ids=event_ids)
     if found.tag is not None and found.tag != spec.tag:
         return Check(None, None, "", f"index_mismatch: namespace {ns!r}'s near-duplicate "
                      f"lookup was made as {found.tag!r}, this config makes {spec.tag!r} "
@@ -101,7 +101,8 @@ def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,
     near_ids = [n for n, o in zip(found.near, known, strict=True)
                 if round(o, 6) >= cfg.duplicate_threshold]
     ids = [i for i in dict.fromkeys([*found.twins, *near_ids, *fresh]) if i != exclude]
-    view = readmodel.write_view(r, ns, [*ids, *touched], event_ids, read=(cp, tail)) \
+    view = readmodel.write_view(r, ns, [*ids, *touched], event_ids, read=(cp, tail),
+                                priors=found.priors) \
         if ids or touched or event_ids else None
     states = view.notes if view is not None else {}
     near: list[tuple[str, float]] = []

@@ -20,7 +20,7 @@ only: a projector of another spec never makes a mixed lookup look trusted).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +143,10 @@ class Found:
     those filed under at least ``min_hits`` of its band keys with their term digests
     (``near_terms``, packed as ``dupsketch.record`` packs them), and the log's entries after
     the checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at
-    one instant."""
+    one instant. ``priors``: the notes and event ids the caller asked to read with it
+    (``lookup``'s ``note_ids``, ``event_ids``) and the replies of their reads (HMGET of the
+    notes, SMISMEMBER of the applied event ids), at that same checkpoint; None when none
+    were asked."""
 
     tag: str | None
     checkpoint: str
@@ -151,17 +154,24 @@ class Found:
     near: list[str]
     tail: list[Any]
     near_terms: list[bytes] = field(default_factory=list)
+    priors: tuple[list[str], list[str], list[Any]] | None = None
 
 
-def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
+def lookup(r: Store, ns: str, pr: Probe, min_hits: int, note_ids: Sequence[str] = (),
+           event_ids: Sequence[str] = ()) -> Found:
     """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
     tail after it, in one atomic read (MULTI): the script ``lua/dup_lookup.lua`` (one HMGET
     of the probe's keys, the band hits counted in Redis, one HMGET of the records of the
     notes that pass) and one plain XRANGE of the stream from the checkpoint this client last
     saw (``_seen_checkpoint``), cut here at the checkpoint the script read. The tail does not
     pass through Lua: a script's XRANGE converts every entry to a Lua table and back, which
-    cost Redis milliseconds a call behind a lagging projector."""
+    cost Redis milliseconds a call behind a lagging projector. ``note_ids``, ``event_ids``:
+    the notes' folded states and which event ids are applied, read in the same MULTI
+    (``Found.priors``): a write that knows them up front needs no second read for its view
+    when the lookup names no other note (``readmodel.write_view``'s ``priors``)."""
     from redis.exceptions import NoScriptError
+
+    nids, eids = sorted(set(note_ids)), sorted(set(event_ids))
 
     seen = _seen_checkpoint(r)
     lo = seen.get(ns)
@@ -174,8 +184,12 @@ def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
         p.evalsha(s.sha, 4, keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns),
                   keys.checkpoint(ns), min_hits, pr.twin, *pr.bands)
         p.xrange(keys.stream(ns), min="(" + lo if lo else "-", max="+")
+        if nids:
+            p.hmget(keys.notes(ns), nids)
+        if eids:
+            p.smismember(keys.seen(ns), eids)
         try:
-            (tag, cp_raw, twins, near), raw_tail = p.execute()
+            (tag, cp_raw, twins, near), raw_tail, *prior_replies = p.execute()
         except NoScriptError:
             s.sha = r.script_load(s.script)
             continue
@@ -189,7 +203,8 @@ def lookup(r: Store, ns: str, pr: Probe, min_hits: int) -> Found:
         twin_ids = [parse_record(as_bytes(x))[0] for x in twins if x]
         got = [parse_record(as_bytes(x)) for x in near if x]
         return Found(tag=as_bytes(tag).decode() or None, checkpoint=cp, twins=twin_ids,
-                     near=[i for i, _ in got], tail=tail, near_terms=[t for _, t in got])
+                     near=[i for i, _ in got], tail=tail, near_terms=[t for _, t in got],
+                     priors=(nids, eids, prior_replies) if nids or eids else None)
     raise StoreError(f"namespace {ns!r}: the near-duplicate lookup could not read a "
                      "consistent checkpoint and tail in 3 tries")
 

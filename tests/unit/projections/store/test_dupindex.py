@@ -14,7 +14,7 @@ from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.schema import NoteCreated
 from hivemind_memory.projections.ranking.dupsketch import probe, spec_of
-from hivemind_memory.projections.store import dupindex, keys
+from hivemind_memory.projections.store import dupindex, keys, readmodel
 from hivemind_memory.projections.store.readmodel import (
     DEFAULT_SPEC,
     checkpoint,
@@ -300,3 +300,65 @@ def test_the_lookup_loads_its_script_again_after_a_script_flush(store: Any) -> N
     store.script_flush()
     again = c.check_duplicates(NS, "alice", words(1, 2, 3, 4))
     assert again.twin == "n1" and again.unchecked is None
+
+
+def _counting_pipelines(r: Any) -> list[bool]:
+    """Record each ``pipeline`` opened on ``r`` (its ``transaction`` flag) from now on."""
+    opened: list[bool] = []
+    orig = r.pipeline
+
+    def pipeline(*a: Any, **kw: Any) -> Any:
+        opened.append(bool(kw.get("transaction", a[0] if a else True)))
+        return orig(*a, **kw)
+    r.pipeline = pipeline
+    return opened
+
+
+@pytest.mark.parametrize(("touched", "eids", "covered"), [
+    (["x"], ["c-x"], True),              # a new note: nothing of it anywhere yet
+    (["n3"], ["r-n3"], True),            # a folded note the tail leaves alone
+    (["n1"], ["c-n1"], True),            # a retry of a folded event
+    (["n2"], ["r-n2"], False),           # the tail revises it: its entries' ids join
+    (["n5"], ["c-n5"], False),           # a retry of a tail entry superseding n2
+], ids=["new", "folded", "retry-folded", "revised-in-tail", "retry-in-tail"])
+def test_the_view_read_with_the_lookup_is_the_view_read_after_it(
+        store: Any, touched: list[str], eids: list[str], covered: bool) -> None:
+    """A write's notes and event ids read in the lookup's MULTI (``Found.priors``) give the
+    same view as a second read at the same checkpoint; when they cover all the view needs it
+    opens no second MULTI, else it reads what it needs as before."""
+    c = _client(store)
+    for i in range(1, 5):
+        c.append_checked([_note(f"n{i}", words(10 * i, 10 * i + 1, 10 * i + 2), hours=i)])
+    _project(c)
+    c.append_checked([ev(revised("n2", "r-n2", agent="alice", text=words(7, 8, 9)))])
+    c.append_checked([_note("n5", words(50, 51, 52), hours=6, supersedes=["n2"])])
+    cfg = c.config()
+    spec = spec_of(cfg)
+    found = dupindex.lookup(store, NS, probe(words(90, 91), spec, cfg), spec.min_hits,
+                            note_ids=touched, event_ids=eids)
+    assert found.priors is not None and len(found.tail) == 2
+    read = (found.checkpoint, readmodel.decode_entries(found.tail, NS))
+    opened = _counting_pipelines(store)
+    got = readmodel.write_view(store, NS, touched, eids, read=read, priors=found.priors)
+    assert len(opened) == (0 if covered else 1)
+    want = readmodel.write_view(store, NS, touched, eids, read=read)
+    assert got == want
+    assert set(touched) <= set(got.notes) or touched == ["x"]
+    assert got.logged == set(eids) & {"c-n1", "c-n2", "c-n3", "c-n4", "r-n2", "c-n5"}
+
+
+def test_a_fresh_remember_checks_in_one_round_trip_before_its_append(store: Any) -> None:
+    """The SDK's default ``remember`` (duplicates reported) of a note nothing resembles:
+    the lookup, the tail and the write's own view in one MULTI, then the checked append."""
+    c = _client(store)
+    c.remember(_note("n1", words(1, 2, 3)))
+    _project(c)
+    c.remember(_note("n2", words(4, 5, 6), hours=1))  # an unfolded tail entry
+    opened = _counting_pipelines(store)
+    got = c.check_duplicates(NS, "alice", words(7, 8, 9), exclude="n3", touched=("n3",),
+                             event_ids=["c-n3"])
+    assert got.near == [] and got.view is not None and got.view.logged == set()
+    assert opened == [True]
+    near = c.check_duplicates(NS, "alice", words(4, 5, 6), exclude="n3", touched=("n3",),
+                              event_ids=["c-n3"])
+    assert near.twin == "n2" and len(opened) == 3  # a note named: its view read after

@@ -390,7 +390,7 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
               score: FloatArray, query: str, agent: str, cfg: RankingConfig,
               memo: BatchMemo | None = None) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
-    its passages that match (``passages.split``, ``passages.own_bm25``,
+    its passages that match (``passages.split``, ``passages.bags_bm25``,
     ``passages.passage_relevance``), in candidate order."""
     size = cfg.passage_tokens
     tok = cols.tokens[s]

@@ -136,7 +136,10 @@ def test_query_errors_and_batch(server: str, tmp_path: Path) -> None:
     bf = tmp_path / "q.jsonl"
     bf.write_text('{"ns":"t","text":"alpha","budget":10}\nnot json\n'
                   '{"ns":"t","text":"alpha","budget":10,"agent":"bad agent"}\n'
-                  '{"ns":"t","text":"beta","budget":10}\n')
+                  # nearest off: in a one-note namespace a query that finds nothing by its
+                  # words answers with its nearest note by meaning (calibration.nearest)
+                  '{"ns":"t","text":"beta","budget":10,'
+                  '"config":{"calibration":{"nearest":0}}}\n')
     env = {**os.environ, "HIVEMIND_REDIS_URL": server}
     w = subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)

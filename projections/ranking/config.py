@@ -72,10 +72,15 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     logit gains ``ln(reference_notes / n)`` (a query needs about as many notes in a small
     namespace as in a large one, so each is likelier to be one of them); 0 turns it off. The
     defaults' LoCoMo conversations have 369 to 680 turns."""
-    max_tokens: int = 128
-    """The length features see at most this many tokens: a fit knows nothing about longer
-    notes (the defaults' LoCoMo turns are 2 to 111 tokens), so a longer note counts as this
-    long for its probability (its cost is its own)."""
+    max_tokens: int = 64
+    """The length features see at most this many tokens: a fit knows little about longer
+    notes, so a longer note counts as this long for its probability (its cost is its own).
+    64 (since 2026-12-02; 128 before): the defaults' LoCoMo turns are 2 to 111 tokens, but
+    only a tenth of them are longer than 66, so the fitted length terms (longer: likelier)
+    are measured up to about 64 and extrapolated beyond; capped at 128 they made every long
+    note (a 430-token assistant turn of LongMemEval) likelier than a 60-to-120-token turn
+    holding the same words, and its passages crowded out the short turns that hold the
+    answer (measured in docs/benchmarks.md; LoCoMo moved by at most 0.006)."""
     floor: float = 0.001
     """The budget's ceiling: a note less likely to be needed than this (its calibrated
     relevance, a probability) is no candidate, however much budget is left. 0.001: a note
@@ -312,18 +317,21 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     words, stop words kept: "not" counts) are one: only the higher scored (ties: the newer,
     then the note id) is packed, and it names the others (``stands_for``); calibrated
     relevance. 0 turns it off."""
-    passage_tokens: int = 128
+    passage_tokens: int = 48
     """Long notes as passages (``projections.ranking.passages``): a candidate note of more
     tokens than this is a candidate as its passages of at most about this many tokens,
     each packed on its own and shown with its note's id, date and place (``passage``);
     calibrated relevance. A note's probability is shared among its passages by their own
-    BM25 match, so a long note cut up is no likelier than whole. 128: the calibration's
-    ``max_tokens``, the longest note its model knows. On LongMemEval's dev set (one run)
-    turn recall 0.600 / 0.790 / 0.855 at 200 / 500 / 1000 tokens against 0.581 / 0.778 /
-    0.850 with whole notes (single-session-assistant 0.73 / 0.93 / 0.93, was 0.20 / 0.87 /
-    0.93), at a cost in multi-session recall and knowledge-update newest-fact recall (0.72
-    at 500 tokens, was 0.80). LoCoMo is unchanged: no turn is longer than 111 tokens. 0
-    turns it off (what a config written before the key meant)."""
+    BM25 match, so a long note cut up is no likelier than whole. 48 (since 2026-12-02; 128
+    before): about the length of the turns the calibration was fitted on (LoCoMo: median
+    34 tokens, three quarters under 50), so the passage that holds a match is a unit the
+    model knows, and the part of a 100-token note that matches costs 50 tokens instead of
+    100. Chosen on one half of LongMemEval's dev set among 32 / 40 / 48 / 64 and checked on
+    the other (docs/benchmarks.md): turn recall 0.609 / 0.797 / 0.861 -> 0.783 / 0.862 /
+    0.924 at 200 / 500 / 1000 tokens, and the questions whose answer is a string in their
+    evidence find it in the context more often (0.72 / 0.87 / 0.92 -> 0.92 / 0.92 / 0.95);
+    32 cut answers apart (0.77 / 0.82 / 0.87). LoCoMo 0.623 / 0.749 / 0.817 -> 0.670 / 0.773
+    / 0.848. 0 turns it off (what a config written before the key meant)."""
     candidates: Candidates = Candidates()
     """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5

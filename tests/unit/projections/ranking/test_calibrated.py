@@ -149,13 +149,20 @@ def test_author_named_means_the_agents_words_in_order() -> None:
 
 
 def test_length_counts_up_to_max_tokens() -> None:
+    """Up to ``max_tokens`` (64 by default: few of the fit's notes are longer) a longer note
+    is likelier; beyond it every length counts as ``max_tokens``."""
+    assert DEFAULT.calibration.max_tokens == 64
     notes = [note(f"t{k}", "redis stream checkpoint", tokens=k, minutes=300 * i)
-             for i, k in enumerate((5, 40, 128, 129, 2000))]
+             for i, k in enumerate((5, 40, 63, 64, 65, 128, 2000))]
     f = features_of(index(notes), "redis checkpoint")
     assert f["t5"]["log_tokens"] == pytest.approx(math.log(5))
-    assert f["t128"]["log_tokens"] == f["t129"]["log_tokens"] == f["t2000"]["log_tokens"]
+    assert f["t63"]["log_tokens"] == pytest.approx(math.log(63))
+    assert f["t64"]["log_tokens"] == pytest.approx(math.log(64))
+    assert (f["t64"]["log_tokens"] == f["t65"]["log_tokens"] == f["t128"]["log_tokens"]
+            == f["t2000"]["log_tokens"])
     rel = relevance(index(notes), "redis checkpoint")
-    assert rel["t5"] < rel["t40"] < rel["t128"] == rel["t2000"]  # the defaults favour length
+    # the defaults favour length up to the cap, not beyond
+    assert rel["t5"] < rel["t40"] < rel["t63"] < rel["t64"] == rel["t128"] == rel["t2000"]
 
 
 def test_bm25_is_relative_to_the_best_visible_match() -> None:

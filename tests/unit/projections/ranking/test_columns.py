@@ -137,6 +137,8 @@ CONFIGS = st.builds(
     # (tested in test_updates): off here
     near_identical=st.just(0.0),
     updates=st.just(UPDATES_OFF),
+    # nor passages (a note over ``passage_tokens`` is cut; tested in test_passages): off
+    passage_tokens=st.just(0),
 )
 
 

@@ -183,10 +183,10 @@ def test_the_filter_is_applied_before_the_candidate_cut() -> None:
 
 def test_the_budget_is_spent_on_matching_notes_only() -> None:
     notes = _notes(
-        created("big", text="deploy the rocket " * 10, metadata={"team": "b"}, tokens=50),
+        created("big", text="deploy the rocket " * 10, metadata={"team": "b"}, tokens=45),
         created("small", text="deploy the rocket today", metadata={"team": "a"}, tokens=40))
-    assert _ask(notes, budget=50) == ["big"]
-    assert _ask(notes, budget=50, filter={"team": "a"}) == ["small"]
+    assert _ask(notes, budget=45) == ["big"]  # within a passage (48 tokens): whole
+    assert _ask(notes, budget=45, filter={"team": "a"}) == ["small"]
 
 
 def test_metadata_is_returned_with_each_note_and_revised_or_cleared() -> None:

@@ -41,7 +41,7 @@ from hivemind_memory.worker.engine import run_rank, to_result
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 EMBEDDER = embedder_for("wordllama")
 ON = with_overrides(DEFAULT, {"passage_tokens": 128})
-"""Passages on (the default: ``RankingConfig.passage_tokens``)."""
+"""Passages on, of 128 tokens (the default is 48: ``RankingConfig.passage_tokens``)."""
 FILLER = ["cluster", "node", "restart", "service", "check", "logs", "verify", "config",
           "replica", "backup", "deploy", "rollback", "metrics", "alert", "disk", "memory",
           "cpu", "network", "latency", "queue", "worker", "shard", "index", "cache"]
@@ -205,7 +205,7 @@ def test_a_config_filed_before_the_key_reads_passages_as_off_and_the_default_is_
     old = msgspec.json.encode({k: v for k, v in msgspec.to_builtins(DEFAULT).items()
                                if k != "passage_tokens"})
     assert config_from_json(old).passage_tokens == 0
-    assert DEFAULT.passage_tokens == 128 == ON.passage_tokens
+    assert DEFAULT.passage_tokens == 48 and ON.passage_tokens == 128
     bm25 = with_overrides(DEFAULT, {"relevance": "bm25"})
     assert bm25.digest() == with_overrides(bm25, {"passage_tokens": 0}).digest()
 
@@ -265,3 +265,29 @@ def test_a_batch_memo_cuts_each_long_note_once_and_answers_as_without_it(
     with_memo = len(memo._parts[id(idx.cols)][1])
     assert with_memo == 2  # the two long notes, each cut once for the batch
     assert len(cut) - with_memo == 5 * 2  # the memo-less rankings cut them for every query
+
+
+def test_by_default_a_turn_over_48_tokens_is_served_by_the_part_that_matches() -> None:
+    """The default passage size (48 tokens, about the turns the calibration knows): a
+    120-token note whose question-words sit in its first third is served at budget 60 by that
+    third (the whole note does not fit), and beats a 45-token note that holds fewer of the
+    query's words; a note of at most 48 tokens stays whole, and with 128-token passages the
+    long note is whole and does not fit at all."""
+    first = "Our payments gateway TLS certificate was rotated with certbot last night."
+    filler = " ".join(["the", "team", "met", "for", "lunch", "and", "talked", "about",
+                       "weekend", "plans"] * 6)
+    text = first + " " + filler
+    long_note = note("long", text, 2)
+    assert 96 < long_note.tokens <= 144  # three passages of the default size
+    weak = note("weak", "certificate " + " ".join(["lunch"] * 28), 2)
+    short = note("short", "payments rotated", 2)
+    assert 40 <= weak.tokens <= 48 and short.tokens <= 48
+    res, _ = ranked([long_note, weak, short], QUESTION, 60, DEFAULT)
+    got = {n.note_id: n for n in res.notes}
+    assert "long" in got and got["long"].passage is not None
+    assert got["long"].passage.index == 0 and got["long"].passage.count == 3
+    assert got["long"].text.startswith(first) and got["long"].tokens <= 60
+    assert "weak" not in got
+    assert all(c.passage is None for c in res.candidates if c.note_id != "long")
+    whole, _ = ranked([long_note, weak, short], QUESTION, 60, ON)
+    assert "long" not in {n.note_id for n in whole.notes}

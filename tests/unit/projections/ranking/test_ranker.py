@@ -119,7 +119,7 @@ def test_tier_is_computed_from_uses_and_kind(uses: int, kind: str, tier: str) ->
 
 
 def test_longterm_threshold_comes_from_config() -> None:
-    cfg = RankingConfig(longterm_uses=2)
+    cfg = RankingConfig(passage_tokens=0, longterm_uses=2)
     res = run([mk("n", uses=2, age=90.0)], {"n": 1.0}, cfg=cfg)
     assert res.candidates[0].tier == "longterm"
     assert run([mk("n", uses=2, age=90.0)], {"n": 1.0}).candidates[0].tier == "short"
@@ -144,9 +144,9 @@ def test_filters() -> None:
     assert alice == {"shared-b", "private-a", "weak"}
     bob = {c.note_id for c in run(notes, rel, agent="bob").candidates}
     assert bob == {"shared-b", "private-b", "weak"}
-    cfg = RankingConfig(min_relevance=0.1)
+    cfg = RankingConfig(passage_tokens=0, min_relevance=0.1)
     assert {c.note_id for c in run(notes, rel, cfg=cfg).candidates} == {"shared-b", "private-a"}
-    exactly = RankingConfig(min_relevance=0.05)
+    exactly = RankingConfig(passage_tokens=0, min_relevance=0.05)
     assert "weak" in {c.note_id for c in run(notes, rel, cfg=exactly).candidates}
 
 
@@ -162,7 +162,7 @@ def test_cost_includes_per_note_overhead() -> None:
     res = run(notes, {"a": 0.9, "b": 0.8}, budget=100)
     assert res.used == 100 and len(res.notes) == 2
     assert by_id(res)["a"].cost == 40
-    cfg = RankingConfig(per_note_overhead_tokens=5)
+    cfg = RankingConfig(passage_tokens=0, per_note_overhead_tokens=5)
     res = run(notes, {"a": 0.9, "b": 0.8}, budget=100, cfg=cfg)
     assert by_id(res)["a"].cost == 45 and by_id(res)["a"].tokens == 40
     assert [n.note_id for n in res.notes] == ["a"] and res.used == 45
@@ -172,7 +172,8 @@ def test_twenty_small_notes_beat_one_big_one_in_both_methods() -> None:
     notes = [mk("big", tokens=2000)] + [mk(f"s{i:02d}", tokens=100) for i in range(20)]
     rel = {"big": 0.9} | {f"s{i:02d}": 0.85 for i in range(20)}
     for cells, method in ((4_000_000, "exact"), (0, "greedy+swap")):
-        res = run(notes, rel, budget=2000, cfg=RankingConfig(exact_max_cells=cells))
+        res = run(notes, rel, budget=2000,
+                  cfg=RankingConfig(passage_tokens=0, exact_max_cells=cells))
         assert res.method == method
         assert {n.note_id for n in res.notes} == {f"s{i:02d}" for i in range(20)}
         assert res.used == 2000
@@ -201,7 +202,8 @@ def test_recency_decides_between_equally_relevant_notes() -> None:
 def test_custom_half_life_changes_the_result() -> None:
     notes = [mk("n", age=30.0)]
     default = run(notes, {"n": 1.0}).candidates[0].recency
-    fast = run(notes, {"n": 1.0}, cfg=RankingConfig(short=TierDecay(30.0, 0.0))).candidates[0]
+    fast = run(notes, {"n": 1.0},
+               cfg=RankingConfig(passage_tokens=0, short=TierDecay(30.0, 0.0))).candidates[0]
     assert fast.recency == 0.5 != default
 
 
@@ -211,9 +213,9 @@ def test_order_follows_config_and_candidates_are_sorted() -> None:
     res = run(notes, rel)
     assert [c.note_id for c in res.candidates] == ["b", "d", "c", "a", "e"]
     assert [n.note_id for n in res.notes] == ["b", "c", "e", "a", "d"]
-    score = run(notes, rel, cfg=RankingConfig(order="score"))
+    score = run(notes, rel, cfg=RankingConfig(passage_tokens=0, order="score"))
     assert [n.note_id for n in score.notes] == ["b", "d", "c", "a", "e"]
-    chrono = run(notes, rel, cfg=RankingConfig(order="chronological"))
+    chrono = run(notes, rel, cfg=RankingConfig(passage_tokens=0, order="chronological"))
     assert [n.note_id for n in chrono.notes] == ["e", "d", "c", "b", "a"]
 
 
@@ -322,7 +324,8 @@ def test_relevance_that_prints_as_zero_is_not_a_candidate() -> None:
 
 def test_age_and_upper_bound_are_rounded_floats() -> None:
     notes = [mk("a", age=1 / 3, tokens=60), mk("b", age=2.0, tokens=60)]
-    res = run(notes, {"a": 0.7, "b": 0.6}, budget=100, cfg=RankingConfig(exact_max_cells=0))
+    res = run(notes, {"a": 0.7, "b": 0.6}, budget=100,
+              cfg=RankingConfig(passage_tokens=0, exact_max_cells=0))
     assert res.method == "greedy+swap"
     a = by_id(res)["a"]
     assert a.age_days == 0.333333 and isinstance(a.age_days, float)
@@ -339,7 +342,8 @@ def test_explain_false_skips_candidates_but_not_notes() -> None:
     notes = [mk("a", tokens=60, age=3.0), mk("b", tokens=60), mk("c", tokens=30, uses=5)]
     rel = {"a": 0.9, "b": 0.8, "c": 0.1}
     full = run(notes, rel, budget=100)
-    lean = rank_notes(notes, rel, agent="alice", now=NOW, budget=100, cfg=DEFAULT, explain=False)
+    lean = rank_notes(notes, rel, agent="alice", now=NOW, budget=100, cfg=RULES_OFF,
+                      explain=False)
     assert lean.candidates == []
     assert lean.notes == full.notes and [n.note_id for n in lean.notes] == ["a", "c"]
     assert (lean.used, lean.method, lean.upper_bound) == (full.used, full.method, full.upper_bound)
@@ -347,7 +351,7 @@ def test_explain_false_skips_candidates_but_not_notes() -> None:
 
 def test_packed_notes_carry_their_cost_with_overhead() -> None:
     res = run([mk("a", tokens=40)], {"a": 0.9}, budget=100,
-              cfg=RankingConfig(per_note_overhead_tokens=5))
+              cfg=RankingConfig(passage_tokens=0, per_note_overhead_tokens=5))
     assert [(n.note_id, n.tokens, n.cost) for n in res.notes] == [("a", 40, 45)]
 
 

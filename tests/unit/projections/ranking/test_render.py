@@ -18,8 +18,10 @@ from hivemind_memory.projections.ranking.ranker import rank_index
 from hivemind_memory.projections.ranking.render import header, header_tokens, render
 from hivemind_memory.projections.state import NoteState
 
-RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0}})
-"""Two notes of one text are under test here, not the near-identical rule."""
+RULES_OFF = with_overrides(DEFAULT, {"near_identical": 0.0, "updates": {"margin": 0.0},
+                                     "passage_tokens": 0})
+"""Two notes of one text are under test here, not the near-identical rule; whole notes (a
+passage's header is tested in test_passages)."""
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 

@@ -57,7 +57,8 @@ def test_rows_carry_the_signals_the_candidates_show() -> None:
     notes = [mk("old", tokens=80, age=400), mk("new", tokens=80, age=1), mk("used", tokens=80,
              age=400, uses=5)]
     rel = {"old": 0.6, "new": 0.6, "used": 0.6}
-    res = rank_notes(notes, rel, agent="alice", now=NOW, budget=100, cfg=DEFAULT, why_limit=5)
+    res = rank_notes(notes, rel, agent="alice", now=NOW, budget=100,
+                     cfg=RankingConfig(passage_tokens=0), why_limit=5)  # whole notes
     assert res.why is not None
     cands = {c.note_id: c for c in res.candidates}
     assert [n.note_id for n in res.notes] == ["used"]
@@ -70,7 +71,7 @@ def test_rows_carry_the_signals_the_candidates_show() -> None:
 
 
 def test_below_min_relevance_rows_get_recency_and_cost() -> None:
-    cfg = RankingConfig(min_relevance=0.5, per_note_overhead_tokens=3)
+    cfg = RankingConfig(passage_tokens=0, min_relevance=0.5, per_note_overhead_tokens=3)
     w = why_of([mk("a", tokens=7, age=180), mk("b", tokens=7, age=0)],
                {"a": 0.4, "b": 0.3}, budget=100, cfg=cfg)
     rows = {r.note_id: r for r in w.left_out}
@@ -83,7 +84,7 @@ def test_below_min_relevance_rows_get_recency_and_cost() -> None:
 def test_other_agents_private_notes_are_not_recorded_by_the_ranking() -> None:
     notes = [mk("mine", scope="private"), mk("theirs", scope="private", agent="bob"),
              mk("shared")]
-    cfg = RankingConfig(min_relevance=0.5)
+    cfg = RankingConfig(passage_tokens=0, min_relevance=0.5)
     w = why_of(notes, {"mine": 0.2, "theirs": 0.2, "shared": 0.2}, budget=100, cfg=cfg)
     assert sorted(r.note_id for r in w.left_out) == ["mine", "shared"]
 
@@ -113,7 +114,7 @@ def test_left_out_is_the_complement_of_the_pack(specs: list[tuple[int, float, fl
                                                budget: int, bar: float, limit: int) -> None:
     notes = [mk(f"n{i}", tokens=t, age=a) for i, (t, _, a) in enumerate(specs)]
     rel = {f"n{i}": r for i, (_, r, _) in enumerate(specs)}
-    cfg = RankingConfig(min_relevance=bar)
+    cfg = RankingConfig(passage_tokens=0, min_relevance=bar)
     res = rank_notes(notes, rel, agent="alice", now=NOW, budget=budget, cfg=cfg,
                      why_limit=limit)
     assert res.why is not None

@@ -107,7 +107,8 @@ def test_demo_json_hivemind_never_worse_and_the_seed_bugs_show(tmp_path: Path) -
     # packer fills the room it leaves (calibrated relevance rates the runbook, which holds
     # every query word, far likelier to be needed than any 20-token tip: it is packed too)
     q2 = by_text[ASKS[1][1]]
-    assert {n["note_id"] for n in q2["baseline"]["notes"]} == {"deploy-runbook"}  # or its passages
+    # (its passages, of 48 tokens, leave the seed's rule room for a few more notes)
+    assert "deploy-runbook" in {n["note_id"] for n in q2["baseline"]["notes"]}
     assert len(q2["hivemind"]["notes"]) > 3
     assert q2["hivemind"]["value"] > q2["baseline"]["value"]
     toml = tmp_path / "lexical.toml"

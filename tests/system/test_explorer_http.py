@@ -32,7 +32,7 @@ def _seed(live: Live) -> str:
         assert call(b, "POST", f"/v1/ns/{ns}/events", [
             {"type": "note.created", "event_id": f"{ns}-1", "note_id": "deploys@@alice",
              "at": "2026-05-01T09:00:00Z", "text": "deploys happen on tuesday", "tokens": 10},
-            # over the budget, and whole (no longer than a passage, 128 tokens)
+            # over the budget, and whole (the query asks for 128-token passages)
             {"type": "note.created", "event_id": f"{ns}-2", "note_id": "runbook@@alice",
              "at": "2026-05-02T09:00:00Z", "text": "deploys runbook " * 40, "tokens": 120},
             {"type": "note.created", "event_id": f"{ns}-3", "note_id": "key@@alice",
@@ -42,7 +42,8 @@ def _seed(live: Live) -> str:
         assert call(b, "POST", "/v1/ns/team-a/used", {"note_ids": ["deploys@@alice"]},
                     token=BOB)[0] == 200
     st, res = call(b, "POST", "/v1/ns/team-a/query",
-                   {"text": "deploys", "budget": 100, "as_of": AS_OF}, token=BOB)
+                   {"text": "deploys", "budget": 100, "as_of": AS_OF,
+                    "config": {"passage_tokens": 128}}, token=BOB)
     assert st == 200, res
     assert call(b, "GET", "/v1/ns/team-a/notes", token=OPS)[0] == 200  # waits: all projected
     return str(res["query_id"])

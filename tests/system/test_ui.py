@@ -191,10 +191,11 @@ def test_notes_filters_and_a_note_match_the_api(page: Any, live: Live) -> None:
 
 def test_the_playground_explains_every_candidate_beside_the_seed(page: Any,
                                                                  live: Live) -> None:
-    # a budget under the passage size (128 tokens): long notes are served as passages, so
-    # only a budget a passage does not fit leaves candidates over the budget
+    # a budget under the passage size (48 tokens): long notes are served as passages, so
+    # only a budget a passage does not fit leaves candidates over the budget (45: shown,
+    # packed out and over budget all occur)
     _, text, _ = ASKS[0]
-    budget = 100
+    budget = 45
     page.goto(f"{live.base}/ui/#/ns/{NS}/query")
     page.fill("#q-text", text)
     page.fill("#q-budget", str(budget))
@@ -407,3 +408,4 @@ def test_a_packed_item_shows_what_it_stands_for_and_its_passage(page: Any, live:
             p = parts[0]["passage"]
             assert (f"passage {p['index'] + 1} of {p['count']}, characters {p['start']}–{p['end']}"
                     in page.inner_text(f"#ours li[data-note='{parts[0]['note_id']}']"))
+

@@ -27,8 +27,11 @@ from rq.job import Job
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, JobRefused
-from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.schedule import mark_many, mark_scheduled
+from hivemind_memory.projections.store.schedule import (
+    mark_and_register,
+    mark_many,
+    mark_scheduled,
+)
 from hivemind_memory.projections.store.types import QueueConn, Store, plain_redis
 
 PROJECT_QUEUE = "hivemind-project"
@@ -266,14 +269,10 @@ def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> boo
 
 def schedule_and_register(r: Store, q: Queue, ns: str) -> None:
     """``schedule_projection`` of ``ns`` and ``log.register_namespaces`` of it, as a checked
-    write does before its first entry can land: the marker's SET NX and the registry's SADD
-    in one round trip (a non-transactional pipeline, so a cluster client splits it by
-    node), then the job enqueued when this call set the marker."""
-    p = r.pipeline(transaction=False)
-    p.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS)
-    p.sadd(keys.NAMESPACES, ns)
-    was_set, _ = p.execute()
-    if was_set:
+    write does before its first entry can land: the marker and the registry in one round
+    trip (``schedule.mark_and_register``), then the job enqueued when this call set the
+    marker."""
+    if mark_and_register(r, ns):
         enqueue_projection(q, ns)
 
 

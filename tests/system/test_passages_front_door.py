@@ -7,6 +7,7 @@ no runbook at all."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -15,9 +16,13 @@ from typing import Any
 import msgspec
 
 from hivemind_memory import Memory
+from hivemind_memory.projections.ranking.config import DEFAULT
 from tests.support import HIVEMIND
 from tests.support.frontdoor import ALICE, call, start_live
 from tests.unit.projections.ranking.test_passages import ANSWER, QUESTION, runbook
+
+COUNT = math.ceil(4581 / DEFAULT.passage_tokens)
+"""The runbook's passages at the default size (96 of 48 tokens)."""
 
 NS = "/v1/ns/team-a"
 AT = "2026-05-01T09:00:00Z"
@@ -47,12 +52,12 @@ def test_the_runbook_passage_over_http_with_its_place_and_it_reproduces(
         assert [n["note_id"] for n in got["notes"]] == ["runbook@@alice"]
         n = got["notes"][0]
         place = n["passage"]
-        assert set(place) == {"index", "count", "start", "end"} and place["count"] == 36
+        assert set(place) == {"index", "count", "start", "end"} and place["count"] == COUNT == 96
         assert n["text"] == text[place["start"]:place["end"]] and ANSWER in n["text"]
         assert n["created_at"].startswith("2026-05-01T09:00:00")
         assert got["used"] <= 500
         assert got["context"].startswith(
-            f"[runbook@@alice | 2026-05-01 | passage {place['index'] + 1}/36]\n")
+            f"[runbook@@alice | 2026-05-01 | passage {place['index'] + 1}/{COUNT}]\n")
         # the default config serves passages; with them off the runbook does not fit
         st, off = call(live.base, "POST", f"{NS}/query",
                        {"text": QUESTION, "budget": 500, "config": {"passage_tokens": 0}},
@@ -87,7 +92,7 @@ def test_the_runbook_passage_through_the_sdk_and_mcp(tmp_path: Path,
         assert got.note_ids == ["runbook"] and ANSWER in got.context
         p = got.notes[0].passage
         assert p is not None and got.notes[0].text == text[p.start:p.end]
-        assert f"| passage {p.index + 1}/36]" in got.context
+        assert f"| passage {p.index + 1}/{COUNT}]" in got.context
         assert mem.used(*got.note_ids) == 1
         note = mem.get("runbook")
         assert note is not None and note.uses == 1 and note.text == text

@@ -138,10 +138,12 @@ def test_a_batch_memo_reads_each_candidates_words_once_and_groups_as_without_it(
         assert got == want
         grouped += sum(len(n.stands_for) for n in got.notes)
     assert grouped >= 4  # both groups formed, in more than one query
-    held = memo._words[id(idx.cols)][1]
+    held = [slot for slot, size, _ in memo.kept.keys(idx.cols) if size == 0]
     assert len(split) == len(held) >= 5  # each note's text split once for the whole batch
     assert {idx.cols.ids[k] for k in held} <= set("abcdefg") and len(held) == len(set(held))
-    assert held == {k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
+    assert {k: memo.kept.words(idx.cols, k) for k in held} == {
+        k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
+    assert len(split) == len(held)  # read from what was kept
 
 
 @pytest.mark.parametrize(("threshold", "merged"), [(0.9, True), (0.95, False)])

@@ -102,14 +102,18 @@ class CheckedAppend:
 @dataclass(frozen=True, slots=True)
 class Erasure:
     """Outcome of ``Client.erase``: the ``note.erased`` events appended now (none for notes
-    erased before) and what the redaction rewrote."""
+    erased before), what this call's redaction rewrote (none of what the redaction job the
+    projector queues when it folds the ``note.erased``, or an earlier erasure, had rewritten
+    first) and the copies of the notes' content now redacted in all, whoever redacted them
+    (``erasure.redacted_copies``)."""
 
     event_ids: list[str]
     redaction: erasure.Redaction
+    in_all: dict[str, int]
 
     @property
     def counts(self) -> dict[str, int]:
-        """What the redaction rewrote, by kind (``log_entries``, ``dead_letters``...)."""
+        """What this call's redaction rewrote, by kind (``log_entries``, ``dead_letters``...)."""
         from hivemind_memory.projections.store.erasure import erasure_counts
 
         return erasure_counts(self.redaction)
@@ -331,7 +335,7 @@ class Client:
         if red.not_erased:
             raise StoreError(f"namespace {ns!r}: notes {red.not_erased} are not erased in the "
                              "read model after the projector folded their note.erased")
-        return Erasure(event_ids, red)
+        return Erasure(event_ids, red, erasure.redacted_copies(self.store, ns, red.erased))
 
     def remember(self, ev: NoteCreated, duplicates: DuplicateMode = "report") -> RememberOutcome:
         """A checked append of one new note, after looking for near-duplicates of it

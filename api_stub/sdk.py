@@ -667,7 +667,10 @@ class Memory:
     def erase(self, note_id: str) -> dict[str, Any]:
         """Erase a note: its text and embedding are removed from everything hivemind wrote
         (the log is rewritten; replay gives the same state, without the content). Returns
-        once that is done: ``{"note_id", "event_id", "redacted": {kind: count}}``. Over HTTP
+        once that is done: ``{"note_id", "event_id", "redacted": {kind: count},
+        "redacted_in_all": {kind: count}}`` (``redacted``: what this call rewrote, none of
+        what the worker's redaction job rewrote first; ``redacted_in_all``: the copies now
+        redacted, whoever redacted them; see ``DELETE .../notes/{note_id}``). Over HTTP
         the token needs the ``admin`` right (else ``AccessDenied``); over a store URL this
         Memory must be the operator's (``admin=True``, else ``NotAllowed``).
         ``UnknownNote`` if the namespace has no such note."""
@@ -684,7 +687,7 @@ class Memory:
         got = self._t.client.erase(self.ns, [note_id], agent=self.agent or "operator",
                                    timeout_s=self.timeout, on_append=self._t.on_write)
         return {"note_id": note_id, "event_id": got.event_ids[0] if got.event_ids else None,
-                "redacted": erasure_counts(got.redaction)}
+                "redacted": erasure_counts(got.redaction), "redacted_in_all": got.in_all}
 
 
 class AsyncMemory:

@@ -622,7 +622,7 @@ class Api:
         except StoreError as exc:  # another erasure held the namespace too long, say
             raise ApiError(503, "store_unavailable", str(exc)) from exc
         return respond(Erased(nid, got.event_ids[0] if got.event_ids else None,
-                               got.counts))
+                               got.counts, got.in_all))
 
     async def reproduce(self, request: Request) -> Response:
         """``hivemind audit reproduce --ns NS (QUERY_ID... | --all) --json``, as one object."""

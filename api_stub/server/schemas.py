@@ -174,13 +174,18 @@ class Forgot(msgspec.Struct):
 class Erased(msgspec.Struct):
     """What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
     everything hivemind wrote: the event that erased it (null: it was erased before, and
-    only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-    ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
-    ``snapshot_keys``, ``file_records``)."""
+    only the redaction ran again); ``redacted``: what this call rewrote, by kind
+    (``log_entries``, ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``,
+    ``jobs``, ``snapshot_keys``, ``file_records``), none of what the worker's redaction job
+    (queued when the projector folds the erasure) or an earlier erasure rewrote first;
+    ``redacted_in_all``: the copies of the note's content the namespace now holds redacted,
+    whoever redacted them (``log_entries``, ``dead_letters``, ``audit_entries``,
+    ``query_embeddings``): the same whichever ran first."""
 
     note_id: str
     event_id: str | None
     redacted: dict[str, int]
+    redacted_in_all: dict[str, int]
 
 
 class Whoami(msgspec.Struct):

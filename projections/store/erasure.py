@@ -137,6 +137,27 @@ def erasure_counts(red: Redaction) -> dict[str, int]:
             "audit_entries": red.audit, "query_embeddings": red.embeddings, "jobs": red.jobs}
 
 
+def redacted_copies(r: Store, ns: str, note_ids: Sequence[str]) -> dict[str, int]:
+    """How many copies of ``note_ids``' content the namespace holds redacted now, whoever
+    redacted them (an erase call, the redaction job the projector queues when it folds a
+    ``note.erased``, an earlier erasure): the log's and the dead letters' content events of
+    the notes in their redacted form, and the audit entries and query embeddings marked as
+    redacted for them. Unlike ``erasure_counts`` (what one run rewrote), the same after
+    every run; the copies an erasure deletes or anonymises (results, jobs, snapshots) leave
+    nothing to count."""
+    def events(key: str, name: bytes) -> int:
+        return sum(ev.redacted is not None
+                   for ev in _content_events(r, ns, key, name, note_ids))
+
+    ids = {n.encode() for n in note_ids}
+    embeddings = sum(e.fields.get(REDACTED_FIELD) in ids
+                     for e in _entries(r, keys.query_embeddings(ns)))
+    return {"log_entries": events(keys.stream(ns), FIELD),
+            "dead_letters": events(keys.dead(ns), DEAD_RAW),
+            "audit_entries": sum(1 for _ in _redacted_audit(r, ns, note_ids)),
+            "query_embeddings": embeddings}
+
+
 @dataclass
 class Contents:
     """The content an erasure removes, as other copies may hold it: each version's text
@@ -214,19 +235,9 @@ def note_contents(r: Store, ns: str, note_ids: Sequence[str]) -> Contents:
     are redacted), and the embedding digests audit entries redacted for them recorded."""
     out = Contents()
     wanted = frozenset(note_ids)
-    found = needles(note_ids)
     for key, name in ((keys.stream(ns), FIELD), (keys.dead(ns), DEAD_RAW)):
-        for e in _entries(r, key):
-            raw = e.fields.get(name)
-            if raw is None or not any(n in raw for n in found):
-                continue
-            try:
-                ev = decode_event(raw)
-            except Exception:  # an entry this version cannot read carries no content
-                continue
-            if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted \
-                    and ev.redacted is None:
-                assert isinstance(ev, NoteCreated | NoteRevised)
+        for ev in _content_events(r, ns, key, name, note_ids):
+            if ev.redacted is None:
                 out.add(ev.note_id, ev.text, ev.embedding, ev.metadata)
     out.secret = digest_key(r)
     filed = {as_bytes(e.fields.get(DIGEST_FIELD, b"")).decode(): e.fields.get(b"note", b"")
@@ -240,16 +251,42 @@ def note_contents(r: Store, ns: str, note_ids: Sequence[str]) -> Contents:
         p.execute()
     out.hashed = {d: n for d, n in {**filed, **new}.items() if n in wanted}
     out.only_hashed = len(out.hashed) > len({out.text_digest(t) for t in out.texts})
+    for obj in _redacted_audit(r, ns, note_ids):
+        digest = obj.get("embedding_digest")
+        if isinstance(digest, str) and digest:
+            out.digests.setdefault(digest, str(obj[REDACTED_KEY]))
+    return out
+
+
+def _redacted_audit(r: Store, ns: str, note_ids: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The audit entries (decoded) an erasure of one of ``note_ids`` redacted."""
+    wanted = frozenset(note_ids)
     mark = b'"' + REDACTED_KEY.encode() + b'":'
     for e in _entries(r, keys.audit(ns)):
         raw = e.fields.get(AUDIT_FIELD, b"")
         if mark in raw:
             obj = _json_obj(raw)
-            nid = None if obj is None else obj.get(REDACTED_KEY)
-            digest = None if obj is None else obj.get("embedding_digest")
-            if nid in wanted and isinstance(digest, str) and digest:
-                out.digests.setdefault(digest, str(nid))
-    return out
+            if obj is not None and obj.get(REDACTED_KEY) in wanted:
+                yield obj
+
+
+def _content_events(r: Store, ns: str, key: str, name: bytes, note_ids: Sequence[str]
+                    ) -> Iterator[NoteCreated | NoteRevised]:
+    """The content events of ``ns`` about ``note_ids`` (redacted or not) that field ``name``
+    of stream ``key``'s entries holds (the log, or the dead letters' payloads)."""
+    wanted = frozenset(note_ids)
+    found = needles(note_ids)
+    for e in _entries(r, key):
+        raw = e.fields.get(name)
+        if raw is None or not any(n in raw for n in found):
+            continue
+        try:
+            ev = decode_event(raw)
+        except Exception:  # an entry this version cannot read carries no content
+            continue
+        if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted:
+            assert isinstance(ev, NoteCreated | NoteRevised)
+            yield ev
 
 
 def _entries(r: Store, key: str) -> Iterator[StreamEntry]:
@@ -478,18 +515,7 @@ def forget_digests(r: Store, ns: str, note_ids: Sequence[str]) -> int:
     ``eventdigest.ERASED``: the keyed digest of an erased text goes too, and the original
     event resent is refused (409 ``event_id_conflict``), never taken for a retry. How many
     were set (a rerun sets them again)."""
-    wanted, found = frozenset(note_ids), needles(note_ids)
-    ids: list[str] = []
-    for e in _entries(r, keys.stream(ns)):
-        raw = e.fields.get(FIELD)
-        if raw is None or not any(n in raw for n in found):
-            continue
-        try:
-            ev = decode_event(raw)
-        except Exception:  # an entry this version cannot read carries no event
-            continue
-        if isinstance(ev, CONTENT_EVENTS) and ev.ns == ns and ev.note_id in wanted:
-            ids.append(ev.event_id)
+    ids = [ev.event_id for ev in _content_events(r, ns, keys.stream(ns), FIELD, note_ids)]
     if ids:
         r.hset(keys.event_digests(ns), mapping=dict.fromkeys(ids, ERASED))
     return len(ids)

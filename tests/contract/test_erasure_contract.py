@@ -255,6 +255,42 @@ def test_the_projector_queues_the_redaction_of_what_it_folds(store: Any) -> None
     assert diff_notes(live, fold_log(store, "t", until=cp).projection.notes) == []
 
 
+@pytest.mark.parametrize("job_first", [False, True])
+def test_the_erase_answer_counts_the_copies_redacted_in_all_whoever_ran_first(
+        store: Any, job_first: bool) -> None:
+    """The projector queues a redaction job when it folds the ``note.erased``. Run before
+    the call's own redaction (``job_first``), the job rewrites every copy and the call
+    finds nothing left (its ``redaction`` counts 0); run after, the job finds nothing left.
+    Either way ``in_all`` counts every copy now redacted: the three content events in the
+    log, the dead letter, the audit entry and the query embedding of a query that quoted
+    the note; erasing again rewrites nothing and counts the same ``in_all``."""
+    s = Settings()
+    rt = runtime.build(s, store, rq_for(store))
+    runtime.install(rt)
+    c = Client(store, rq_for(store), settings=s)
+    c.append(_log())
+    qid = c.submit_query("t", SECRET, 500, agent="b", embedding=EMB)  # quotes the note
+    assert run_worker(rt, burst=True) == 0
+    assert "s" in [n["note_id"] for n in c.result(qid, timeout=5)["notes"]]
+
+    def worker_first(ns: str, target: Position, timeout_s: float) -> None:
+        assert run_worker(rt, burst=True) == 0  # folds the erasure, runs its redaction job
+
+    got = c.erase("t", ["s"], catch_up=worker_first if job_first else _catch_up(store))
+    assert not _holds_secret(store)
+    mine = erasure.erasure_counts(got.redaction)
+    rewritten = {"log_entries": 3, "dead_letters": 1, "audit_entries": 1,
+                 "query_embeddings": 1}
+    assert {k: mine[k] for k in rewritten} == (dict.fromkeys(rewritten, 0) if job_first
+                                               else rewritten)
+    assert got.in_all == rewritten
+    assert run_worker(rt, burst=True) == 0  # the job, if it had not run: nothing left
+    again = c.erase("t", ["s"], catch_up=_catch_up(store))
+    assert again.event_ids == [] and again.in_all == rewritten
+    assert {k: v for k, v in erasure.erasure_counts(again.redaction).items()
+            if k != "snapshot_keys"} == dict.fromkeys(set(mine) - {"snapshot_keys"}, 0)
+
+
 @pytest.mark.parametrize("as_of", [False, True])
 def test_an_answer_ranked_before_an_erasure_and_published_after_it_is_redacted(
         store: Any, as_of: bool) -> None:

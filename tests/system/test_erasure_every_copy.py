@@ -160,8 +160,9 @@ def test_erasure_leaves_no_copy_in_a_memory_path_store(
 
         st, body = call(live.base, "DELETE", f"{P}/notes/{nid}", token=OPS)
         assert st == 200, body
-        assert body["redacted"]["audit_entries"] >= 2  # the two quoting queries
-        assert body["redacted"]["jobs"] >= 1
+        # the two quoting queries (this call's counts may be 0: the redaction job the
+        # projector queues may have run first; the scan below finds no job holding them)
+        assert body["redacted_in_all"]["audit_entries"] >= 2
         assert _hits(sources(), emb) == {}
 
         # the audit entries keep their shape and ids: only the text went, marked
@@ -169,11 +170,12 @@ def test_erasure_leaves_no_copy_in_a_memory_path_store(
         quoted = [e for e in audit if e["event"].get("redacted")]
         assert {e["event"]["redacted"] for e in quoted} == {nid}
         assert all(e["event"]["text"] == "" and e["event"]["query_id"] for e in quoted)
-        assert len(quoted) == body["redacted"]["audit_entries"]
+        assert len(quoted) == body["redacted_in_all"]["audit_entries"]
         # an erasure run again finds nothing left to change
         st, again = call(live.base, "DELETE", f"{P}/notes/{nid}", token=OPS)
         assert st == 200 and again["event_id"] is None
         assert {k: v for k, v in again["redacted"].items() if v and k != "snapshot_keys"} == {}
+        assert again["redacted_in_all"] == body["redacted_in_all"]
         # every answer is identical or erased: exit 0
         st, rep = call(live.base, "POST", f"{P}/audit/reproduce", {"all": True}, token=OPS)
         assert st == 200 and rep["ok"] and rep["different"] == 0, rep

@@ -161,6 +161,8 @@ def test_no_byte_on_a_redis_server_holds_an_erased_note(
     out = json.loads(got.stdout)
     assert out["erased"] == ["s"] and out["redacted"]["log_entries"] == 3
     assert out["redacted"]["dead_letters"] == 1 and out["redacted"]["results"] == 2
+    assert out["redacted_in_all"] == {"log_entries": 3, "dead_letters": 1, "audit_entries": 0,
+                                      "query_embeddings": 0}
     # a query after the erasure (the worker refreshes its index; the note is gone)
     after = c.submit_query("t", "vault passphrase zebra", 500, agent="b")
     assert run_worker(rt, burst=True) == 0

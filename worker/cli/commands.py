@@ -234,7 +234,8 @@ def cmd_replay(args: argparse.Namespace, s: Settings) -> int:
 
 def cmd_erase(args: argparse.Namespace, s: Settings) -> int:
     """Erase notes as the operator (``as_admin``), project the erasure here if no worker has
-    the lease, and redact their content everywhere; prints what was rewritten."""
+    the lease, and redact their content everywhere; prints what this call rewrote and the
+    copies redacted in all (whoever redacted them)."""
     for nid in args.note_ids:
         if not re.fullmatch(ID_PATTERN, nid):
             return fail(f"note id {nid!r} must match {ID_PATTERN}", 2)
@@ -248,13 +249,17 @@ def cmd_erase(args: argparse.Namespace, s: Settings) -> int:
     red = got.redaction
     if args.json:
         print(_json.encode({"ns": args.ns, "erased": red.erased, "event_ids": got.event_ids,
-                            "redacted": erasure_counts(red)}).decode())
+                            "redacted": erasure_counts(red),
+                            "redacted_in_all": got.in_all}).decode())
         return 0
     for nid in red.erased:
         print(f"erased {nid}")
-    counts = erasure_counts(red)
-    print(f"erase: {len(red.erased)} note(s) of {args.ns} erased; rewritten: "
-          + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items()))
+
+    def listed(counts: dict[str, int]) -> str:
+        return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items())
+
+    print(f"erase: {len(red.erased)} note(s) of {args.ns} erased; rewritten by this call: "
+          f"{listed(erasure_counts(red))}; redacted in all: {listed(got.in_all)}")
     return 0
 
 

@@ -37,7 +37,9 @@ export type Appended = Schemas["Appended"];
  * `duplicates_unchecked` says why unless they were ignored) and what it superseded. */
 export type Remembered = Schemas["Remembered"];
 /** What an erasure answers once the note's content is gone: its id, the `note.erased` event's
- * id (null when the note was erased before) and how many records of each kind were redacted. */
+ * id (null when the note was erased before), `redacted`: how many records of each kind this
+ * call rewrote (0 for those the worker's redaction job rewrote first), and `redacted_in_all`:
+ * the copies of the content now redacted, whoever redacted them. */
 export type Erased = Schemas["Erased"];
 /** An event as `POST .../events` takes it. */
 export type Event = Schemas["NoteCreated"] | Schemas["NoteUsed"] | Schemas["NoteForgotten"];

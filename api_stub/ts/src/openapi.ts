@@ -3478,14 +3478,21 @@ export interface components {
          * Erased
          * @description What ``DELETE .../notes/{note_id}`` answers once the note's content is gone from
          *     everything hivemind wrote: the event that erased it (null: it was erased before, and
-         *     only the redaction ran again) and what was rewritten, by kind (``log_entries``,
-         *     ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``, ``jobs``,
-         *     ``snapshot_keys``, ``file_records``).
+         *     only the redaction ran again); ``redacted``: what this call rewrote, by kind
+         *     (``log_entries``, ``dead_letters``, ``audit_entries``, ``query_embeddings``, ``results``,
+         *     ``jobs``, ``snapshot_keys``, ``file_records``), none of what the worker's redaction job
+         *     (queued when the projector folds the erasure) or an earlier erasure rewrote first;
+         *     ``redacted_in_all``: the copies of the note's content the namespace now holds redacted,
+         *     whoever redacted them (``log_entries``, ``dead_letters``, ``audit_entries``,
+         *     ``query_embeddings``): the same whichever ran first.
          */
         Erased: {
             note_id: string;
             event_id: string | null;
             redacted: {
+                [key: string]: number;
+            };
+            redacted_in_all: {
                 [key: string]: number;
             };
         };

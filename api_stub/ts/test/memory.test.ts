@@ -249,11 +249,16 @@ describe("raw query and batch", () => {
     assert.equal(got.note_id, id);
     assert.match(got.event_id ?? "", /^erase-/);
     assert.ok(Object.values(got.redacted).every((n) => Number.isInteger(n) && n >= 0));
+    // the one log entry with the content is redacted, by this call or by the worker's
+    // redaction job first: redacted_in_all says so either way
+    assert.equal(got.redacted_in_all.log_entries, 1);
     assert.equal(await alice.get(id), null);
     const after = await bob.recall("vault passphrase orange kettle", { budget: 200 });
     assert.ok(!after.noteIds.includes(id) && !after.context.includes("orange-kettle"));
     const again = await ops.erase(id);  // erased before: what is left is redacted, no event
     assert.equal(again.note_id, id);
     assert.equal(again.event_id, null);
+    assert.equal(again.redacted.log_entries, 0);  // nothing left for this call
+    assert.equal(again.redacted_in_all.log_entries, 1);
   });
 });

@@ -3,7 +3,7 @@ each rule with inputs on both sides of its boundary, through the query path and 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +18,17 @@ from hivemind_memory.events.schema import token_estimate
 from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.calibrated import by_meaning
 from hivemind_memory.projections.ranking.config import DEFAULT as BASE
-from hivemind_memory.projections.ranking.config import RankingConfig, with_overrides
-from hivemind_memory.projections.ranking.embedders import embedder_for
+from hivemind_memory.projections.ranking.config import with_overrides
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.updates import US_PER_DAY, adjust
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank
+from tests.support.ranked import EMBEDDER, NOW, note, ranked
 
-NOW = datetime(2026, 6, 1, tzinfo=UTC)
 DEFAULT = with_overrides(BASE, {"updates": {"margin": 2.0, "same_subject_cosine": 0.6,
                                             "older_weight": 0.5, "query_words_share": 0.0}})
 """The defaults with the updated-facts rule's cosine signal on alone (the default config has
 the query-words signal instead: ``test_updates_by_query_words``)."""
-EMBEDDER = embedder_for("wordllama")
-
-
-def note(nid: str, text: str, days: float, *, uses: int = 0, tokens: int = 20) -> NoteState:
-    return NoteState(note_id=nid, agent="ann", scope="shared", kind="note", text=text,
-                     tokens=tokens, created_at=NOW - timedelta(days=days), uses=uses)
-
-
-def ranked(notes: list[NoteState], text: str, budget: int,
-           cfg: RankingConfig = DEFAULT) -> Any:
-    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
-    req = QueryRequest(ns="t", text=text, budget=budget, explain=True)
-    return run_rank(idx, req, cfg, NOW, embedder=EMBEDDER)
-
 
 GYM_OLD = "My gym membership at FitLife costs 40 dollars a month"
 GYM_NEW = "My gym membership at FitLife costs 55 dollars a month now"
@@ -54,7 +39,7 @@ def test_the_newer_version_of_a_fact_wins_where_age_alone_would_not() -> None:
     """Both fit only one at a time: the newer (60 days old) beats the older (120 days),
     though the older is as good a match; without the rule recency alone decides less."""
     notes = [note("old", GYM_OLD, 120), note("new", GYM_NEW, 60)]
-    res = ranked(notes, GYM_Q, 20)
+    res = ranked(notes, GYM_Q, 20, DEFAULT)
     assert [n.note_id for n in res.notes] == ["new"]
     c = {x.note_id: x for x in res.candidates}
     assert c["new"].updates == ["old"] and c["old"].updates == []
@@ -98,11 +83,11 @@ def test_notes_on_other_subjects_are_not_versions(cos_pair: tuple[float, float],
 
 def test_a_longterm_note_is_never_the_older_and_a_lone_old_match_still_wins() -> None:
     notes = [note("old", GYM_OLD, 400, uses=5), note("new", GYM_NEW, 60)]
-    c = {x.note_id: x for x in ranked(notes, GYM_Q, 20).candidates}
+    c = {x.note_id: x for x in ranked(notes, GYM_Q, 20, DEFAULT).candidates}
     assert c["old"].tier == "longterm" and c["new"].updates == []
     assert c["old"].score == c["old"].relevance  # no decay, no demotion
     lone = ranked([note("old", GYM_OLD, 365), note("x", "the boiler was serviced", 1)],
-                  GYM_Q, 20)
+                  GYM_Q, 20, DEFAULT)
     assert [n.note_id for n in lone.notes] == ["old"]
 
 
@@ -110,7 +95,7 @@ def test_near_identical_notes_are_packed_once_and_the_one_names_the_others() -> 
     text = "Redis persistence uses AOF with fsync every second on the projector"
     notes = [note("a", text, 3), note("b", text, 2), note("c", text + ".", 1),
              note("d", "Redis persistence does not use AOF on the projector", 2)]
-    res = ranked(notes, "redis persistence aof", 200)
+    res = ranked(notes, "redis persistence aof", 200, DEFAULT)
     ids = [n.note_id for n in res.notes]
     assert "d" in ids  # "not": another statement, whatever its vector
     [one] = [n for n in res.notes if n.note_id in "abc"]
@@ -253,7 +238,7 @@ def test_the_nearest_notes_by_meaning_alone_are_packed_nearest_first() -> None:
     vec = EMBEDDER.embed([n.text for n in notes] + ["food preferences"])
     unit = vec / np.linalg.norm(vec, axis=1, keepdims=True)
     nearest_two = {f"n{i}" for i in np.argsort(-(unit[:-1] @ unit[-1]))[:2].tolist()}
-    res = ranked(notes, "food preferences", 2 * max(n.tokens for n in notes))
+    res = ranked(notes, "food preferences", 2 * max(n.tokens for n in notes), DEFAULT)
     assert {n.note_id for n in res.notes} == nearest_two == {"n1", "n10"}
     c = {x.note_id: x for x in res.candidates}
     assert c["n1"].relevance > c["n0"].relevance  # n0 is the model's second, third by cosine

@@ -5,40 +5,23 @@ older's score. Each condition on both sides of its boundary, through the query p
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import partial
 
 import numpy as np
 import pytest
 
-from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.config import (
     DEFAULT,
     UPDATES_ON,
-    RankingConfig,
     with_overrides,
 )
-from hivemind_memory.projections.ranking.embedders import embedder_for
-from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.updates import US_PER_DAY, QueryWords, adjust
-from hivemind_memory.projections.state import NoteState
-from hivemind_memory.worker.engine import run_rank
+from tests.support.ranked import note as aged_note
+from tests.support.ranked import ranked
 
-NOW = datetime(2026, 6, 1, tzinfo=UTC)
-EMBEDDER = embedder_for("wordllama")
 OFF = with_overrides(DEFAULT, {"updates": {"margin": 0.0}})
-
-
-def note(nid: str, text: str, days: float, *, uses: int = 0, tokens: int = 30) -> NoteState:
-    return NoteState(note_id=nid, agent="ann", scope="shared", kind="note", text=text,
-                     tokens=tokens, created_at=NOW - timedelta(days=days), uses=uses)
-
-
-def ranked(notes: list[NoteState], text: str, budget: int,
-           cfg: RankingConfig = DEFAULT) -> Any:
-    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
-    req = QueryRequest(ns="t", text=text, budget=budget, explain=True)
-    return run_rank(idx, req, cfg, NOW, embedder=EMBEDDER)
+note = partial(aged_note, tokens=30)
+"""The notes here are 30 tokens long."""
 
 
 FILLER = [note(f"f{i}", t, 50 + i) for i, t in enumerate([

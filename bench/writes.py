@@ -121,7 +121,7 @@ def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
 
     cfg = client.config()
     spec = spec_of(cfg)
-    named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg), spec.min_hits)).near
+    named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg), spec)).near
                      + f.twins)) for t in texts[:50]]
     c0, t0 = time.process_time(), time.perf_counter()
     for t in texts:

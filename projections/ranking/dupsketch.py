@@ -87,6 +87,11 @@ class DupSpec:
     rows: int
     min_hits: int = 1
     """Bands a note must share to be a candidate (a lookup's rule; not in ``tag``)."""
+    bucket_cap: int = 0
+    """A band whose bucket holds more notes than this may go uncounted (a lookup's rule;
+    not in ``tag``; 0: every band is counted)."""
+    skips: int = 0
+    """The most bands a lookup leaves uncounted for ``bucket_cap`` (not in ``tag``)."""
 
     @property
     def tag(self) -> str:
@@ -105,13 +110,25 @@ def band_recall(overlap: float, bands: int, rows: int, min_hits: int = 1) -> flo
 
 def spec_of(cfg: RankingConfig) -> DupSpec:
     """The spec ``cfg`` asks for: its analyzer, ``duplicate_lsh_bands`` bands,
-    ``duplicate_lsh_min_hits`` hits, and the most rows (up to ``MAX_ROWS``) that keep
+    ``duplicate_lsh_min_hits`` hits, the most rows (up to ``MAX_ROWS``) that keep
     ``band_recall`` at ``duplicate_threshold`` at least ``duplicate_lsh_recall`` (1 when even
-    one row does not)."""
-    t, b, h = cfg.duplicate_threshold, cfg.duplicate_lsh_bands, cfg.duplicate_lsh_min_hits
-    rows = max((r for r in range(1, MAX_ROWS + 1)
-                if band_recall(t, b, r, h) >= cfg.duplicate_lsh_recall), default=1)
-    return DupSpec(cfg.analyzer, b, rows, h)
+    one row does not), ``duplicate_lsh_bucket_cap``, and the most bands a lookup may leave
+    uncounted for it while ``band_recall`` over the bands still counted stays at least
+    ``duplicate_lsh_recall`` (the slack the rows leave: 6 of 64 bands of 3 rows, 3 hits, at
+    0.5 and 0.98; 0 without a cap)."""
+    return _spec(cfg.analyzer, cfg.duplicate_threshold, cfg.duplicate_lsh_bands,
+                 cfg.duplicate_lsh_min_hits, cfg.duplicate_lsh_recall,
+                 cfg.duplicate_lsh_bucket_cap)
+
+
+@lru_cache(maxsize=64)
+def _spec(analyzer: str, t: float, b: int, h: int, want: float, cap: int) -> DupSpec:
+    """``spec_of``'s work, cached: every checked write asks for its config's spec."""
+    rows = max((r for r in range(1, MAX_ROWS + 1) if band_recall(t, b, r, h) >= want),
+               default=1)
+    skips = max((s for s in range(b - h + 1) if band_recall(t, b - s, rows, h) >= want),
+                default=0) if cap else 0
+    return DupSpec(analyzer, b, rows, h, cap, skips)
 
 
 def normalise(text: str) -> str:

@@ -84,7 +84,7 @@ def check(r: Store, ns: str, agent: str, text: str, cfg: RankingConfig,
     hold (``Check.view``). Reads only; writes nothing, anywhere."""
     spec = spec_of(cfg)
     pr = probe(text, spec, cfg)
-    found = lookup(r, ns, pr, spec.min_hits, note_ids=touched, event_ids=event_ids)
+    found = lookup(r, ns, pr, spec, note_ids=touched, event_ids=event_ids)
     if found.tag is not None and found.tag != spec.tag:
         return Check(None, None, "", f"index_mismatch: namespace {ns!r}'s near-duplicate "
                      f"lookup was made as {found.tag!r}, this config makes {spec.tag!r} "

@@ -140,7 +140,7 @@ def rebuild_commands(ns: str, notes: Mapping[str, NoteState], spec: DupSpec,
 class Found:
     """A lookup's answer: the spec tag the index holds (None: none recorded yet, i.e. nothing
     projected), the checkpoint it stands at, the notes filed under the probe's twin key,
-    those filed under at least ``min_hits`` of its band keys with their term digests
+    those filed under at least ``spec.min_hits`` of its counted band keys with their term digests
     (``near_terms``, packed as ``dupsketch.record`` packs them), and the log's entries after
     the checkpoint (``tail``: XRANGE's reply, for ``readmodel.decode_entries``), all read at
     one instant. ``priors``: the notes and event ids the caller asked to read with it
@@ -157,18 +157,20 @@ class Found:
     priors: tuple[list[str], list[str], list[Any]] | None = None
 
 
-def lookup(r: Store, ns: str, pr: Probe, min_hits: int, note_ids: Sequence[str] = (),
+def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] = (),
            event_ids: Sequence[str] = ()) -> Found:
     """The notes filed under ``pr``'s keys, with the checkpoint they stand at and the log's
     tail after it, in one atomic read (MULTI): the script ``lua/dup_lookup.lua`` (one HMGET
-    of the probe's keys, the band hits counted in Redis, one HMGET of the records of the
-    notes that pass) and one plain XRANGE of the stream from the checkpoint this client last
-    saw (``_seen_checkpoint``), cut here at the checkpoint the script read. The tail does not
-    pass through Lua: a script's XRANGE converts every entry to a Lua table and back, which
-    cost Redis milliseconds a call behind a lagging projector. ``note_ids``, ``event_ids``:
-    the notes' folded states and which event ids are applied, read in the same MULTI
-    (``Found.priors``): a write that knows them up front needs no second read for its view
-    when the lookup names no other note (``readmodel.write_view``'s ``priors``)."""
+    of the probe's keys, the band hits counted in Redis, at least ``spec.min_hits``, up to
+    ``spec.skips`` bands whose buckets hold more than ``spec.bucket_cap`` notes left
+    uncounted, one HMGET of the records of the notes that pass) and one plain XRANGE of
+    the stream from the checkpoint this client last saw (``_seen_checkpoint``), cut here at
+    the checkpoint the script read. The tail does not pass through Lua: a script's XRANGE
+    converts every entry to a Lua table and back, which cost Redis milliseconds a call
+    behind a lagging projector. ``note_ids``, ``event_ids``: the notes' folded states and
+    which event ids are applied, read in the same MULTI (``Found.priors``): a write that
+    knows them up front needs no second read for its view when the lookup names no other
+    note (``readmodel.write_view``'s ``priors``)."""
     from redis.exceptions import NoScriptError
 
     nids, eids = sorted(set(note_ids)), sorted(set(event_ids))
@@ -182,7 +184,8 @@ def lookup(r: Store, ns: str, pr: Probe, min_hits: int, note_ids: Sequence[str] 
     for _ in range(3):  # a script cache flushed or a checkpoint moved back (a rebuild)
         p = r.pipeline(transaction=True)
         p.evalsha(s.sha, 4, keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns),
-                  keys.checkpoint(ns), min_hits, pr.twin, *pr.bands)
+                  keys.checkpoint(ns), spec.min_hits, spec.bucket_cap, spec.skips, pr.twin,
+                  *pr.bands)
         p.xrange(keys.stream(ns), min="(" + lo if lo else "-", max="+")
         if nids:
             p.hmget(keys.notes(ns), nids)

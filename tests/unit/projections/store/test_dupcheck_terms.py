@@ -99,8 +99,8 @@ def test_only_notes_reaching_the_threshold_are_read(store: Any, monkeypatch: Any
     assert read == [["near", "new"]]
 
 
-def _probe(c: Client, text: str) -> tuple[Any, int]:
+def _probe(c: Client, text: str) -> tuple[Any, Any]:
     from hivemind_memory.projections.ranking.dupsketch import probe, spec_of
 
     spec = spec_of(c.config())
-    return probe(text, spec, c.config()), spec.min_hits
+    return probe(text, spec, c.config()), spec

@@ -283,7 +283,7 @@ def test_the_tail_is_read_from_the_checkpoint_whatever_the_client_saw_before(
     assert len(tail) == 1
     spec = spec_of(c.config())
     seen[NS] = ""
-    found = dupindex.lookup(store, NS, probe(words(9), spec, c.config()), spec.min_hits)
+    found = dupindex.lookup(store, NS, probe(words(9), spec, c.config()), spec)
     assert [e[0] for e in found.tail] == tail and found.checkpoint == cp
     seen[NS] = "99999999999999-0"  # ahead of the store's checkpoint
     got = c.check_duplicates(NS, "alice", words(5, 6, 7, 8))
@@ -334,7 +334,7 @@ def test_the_view_read_with_the_lookup_is_the_view_read_after_it(
     c.append_checked([_note("n5", words(50, 51, 52), hours=6, supersedes=["n2"])])
     cfg = c.config()
     spec = spec_of(cfg)
-    found = dupindex.lookup(store, NS, probe(words(90, 91), spec, cfg), spec.min_hits,
+    found = dupindex.lookup(store, NS, probe(words(90, 91), spec, cfg), spec,
                             note_ids=touched, event_ids=eids)
     assert found.priors is not None and len(found.tail) == 2
     read = (found.checkpoint, readmodel.decode_entries(found.tail, NS))

@@ -1,0 +1,122 @@
+"""The near-duplicate lookup's bucket cap (``duplicate_lsh_bucket_cap``): a write's band whose
+bucket holds more notes than the cap may go uncounted, the largest first, at most as many
+bands as the recall at the threshold allows (``dupsketch.spec_of``); ``lua/dup_lookup.lua``
+counts the rest. The buckets here are written by hand, so which band is left out is
+exactly known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hivemind_memory.projections.ranking.config import DEFAULT, with_overrides
+from hivemind_memory.projections.ranking.dupsketch import (
+    DupSpec,
+    Probe,
+    band_recall,
+    note_key,
+    record,
+    spec_of,
+)
+from hivemind_memory.projections.store import dupindex, keys
+
+NS = "cap"
+TWIN = b"T" * 8
+
+
+def _band(i: int) -> bytes:
+    return i.to_bytes(3, "big")
+
+
+def _fill(store: Any, buckets: dict[bytes, list[str]]) -> None:
+    """Buckets (key -> note ids, in filing order) and a record for every note."""
+    notes = sorted({n for ns in buckets.values() for n in ns})
+    store.hset(keys.dupbands(NS), mapping={
+        k: b"".join(note_key(n) for n in ns) for k, ns in buckets.items()})
+    store.hset(keys.dupnotes(NS), mapping={note_key(n): record(n, {n}) for n in notes})
+    store.set(keys.checkpoint(NS), "1-0")
+
+
+def _probe(bands: int) -> Probe:
+    return Probe(TWIN, [_band(i) for i in range(1, bands + 1)], frozenset(),
+                 np.zeros(0, dtype=np.uint16))
+
+
+def _near(store: Any, spec: DupSpec) -> list[str]:
+    dupindex._seen_checkpoint(store).clear()
+    return sorted(dupindex.lookup(store, NS, _probe(spec.bands), spec).near)
+
+
+def _spec(cap: int, skips: int, min_hits: int = 2) -> DupSpec:
+    return DupSpec("english", 4, 1, min_hits, cap, skips)
+
+
+def test_the_largest_buckets_over_the_cap_go_uncounted_up_to_the_skips(store: Any) -> None:
+    """Band 1's bucket holds 4 notes, band 2's 3, bands 3 and 4 two and one: with a cap of 2,
+    one skip leaves band 1 out (``a`` then shares one counted band, under the 2 hits), two
+    skips leave band 2 out as well (``b`` keeps one hit of its three); a cap of 0, or one
+    no bucket exceeds, counts them all."""
+    _fill(store, {_band(1): ["a", "b", "x1", "x2"], _band(2): ["a", "b", "y1"],
+                  _band(3): ["b", "c"], _band(4): ["c"]})
+    assert _near(store, _spec(0, 1)) == ["a", "b", "c"]  # no cap: every band counted
+    assert _near(store, _spec(4, 1)) == ["a", "b", "c"]  # no bucket holds more than 4
+    assert _near(store, _spec(2, 0)) == ["a", "b", "c"]  # no skip allowed
+    assert _near(store, _spec(2, 1)) == ["b", "c"]       # band 1 (4 notes) left out
+    assert _near(store, _spec(2, 2)) == ["c"]            # bands 1 and 2 left out
+    assert _near(store, _spec(2, 3)) == ["c"]            # no third bucket over the cap
+    assert _near(store, _spec(3, 2)) == ["b", "c"]       # band 2 (3 notes) is within it
+
+
+def test_buckets_of_equal_size_are_left_out_in_band_order(store: Any) -> None:
+    """Two buckets over the cap, of the same size, and one skip: the earlier band's goes."""
+    _fill(store, {_band(1): ["p", "x1", "x2"], _band(2): ["q", "y1", "y2"],
+                  _band(3): ["p", "q"]})
+    assert _near(store, _spec(2, 1)) == ["q"]
+    assert _near(store, _spec(2, 2)) == []
+    assert _near(store, _spec(0, 2)) == ["p", "q"]
+
+
+def test_the_twin_key_is_never_left_out(store: Any) -> None:
+    """The twin key's bucket is not a band: however many notes it holds, all are twins."""
+    twins = [f"t{i}" for i in range(6)]
+    _fill(store, {TWIN: twins, _band(1): ["a", "z1", "z2"], _band(2): ["a"]})
+    dupindex._seen_checkpoint(store).clear()
+    found = dupindex.lookup(store, NS, _probe(4), _spec(2, 4))
+    assert sorted(found.twins) == twins and found.near == []
+
+
+@pytest.mark.parametrize("over", [
+    {}, {"duplicate_lsh_bucket_cap": 0}, {"duplicate_lsh_recall": 0.9},
+    {"duplicate_lsh_bands": 32}, {"duplicate_lsh_min_hits": 1},
+    {"duplicate_threshold": 0.7, "duplicate_lsh_bands": 100},
+])
+def test_the_skips_spend_only_the_recall_the_rows_leave(over: dict[str, Any]) -> None:
+    """``spec_of`` leaves out at most as many bands as keep a pair at the threshold at least
+    ``duplicate_lsh_recall`` likely to be compared over the bands still counted: one more
+    would not (or every band but ``min_hits`` is already allowed). No cap, no skip."""
+    cfg = with_overrides(DEFAULT, over)
+    spec = spec_of(cfg)
+    assert spec.bucket_cap == cfg.duplicate_lsh_bucket_cap
+    if not spec.bucket_cap:
+        assert spec.skips == 0
+        return
+    t, want = cfg.duplicate_threshold, cfg.duplicate_lsh_recall
+
+    def recall(skips: int) -> float:
+        return band_recall(t, spec.bands - skips, spec.rows, spec.min_hits)
+    assert recall(spec.skips) >= want
+    assert spec.skips == spec.bands - spec.min_hits or recall(spec.skips + 1) < want
+
+
+def test_the_default_leaves_out_at_most_6_of_64_bands() -> None:
+    spec = spec_of(DEFAULT)
+    assert (spec.bands, spec.rows, spec.min_hits, spec.bucket_cap, spec.skips) == \
+        (64, 3, 3, 128, 6)
+    assert band_recall(0.5, 58, 3, 3) >= 0.98 > band_recall(0.5, 57, 3, 3)
+
+
+def test_a_negative_cap_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="duplicate_lsh_bucket_cap must be >= 0"):
+        with_overrides(DEFAULT, {"duplicate_lsh_bucket_cap": -1})

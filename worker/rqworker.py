@@ -47,6 +47,9 @@ RETRY_BOUND_S = HEARTBEAT_TTL_S + MAINTENANCE_S + DEQUEUE_BLOCK_S
 """Bound on the delay before a killed job is requeued, with an idle worker alive (20 s)."""
 BEAT_GAP_S = 1.0
 """The worker's own heartbeat is not sent again this soon after the last one."""
+PUBSUB_STOP_S = 10.0
+"""How long stopping a worker waits for its pubsub thread (woken by the UNSUBSCRIBE's reply)
+to end; one still running after that closes its connection itself when it ends."""
 
 
 class HivemindWorker(SimpleWorker):
@@ -125,18 +128,31 @@ class HivemindWorker(SimpleWorker):
         self._state_sent = state
 
     def unsubscribe(self) -> None:
-        """RQ's ``unsubscribe`` with the listener thread told to stop *before* the UNSUBSCRIBE.
+        """RQ's ``unsubscribe`` with the listener thread told to stop *before* the UNSUBSCRIBE,
+        and the pubsub connection left to the thread while it runs.
 
         RQ sends UNSUBSCRIBE first and stops its pubsub thread after: when the thread reads
         the reply in between, it loops into ``get_message``, finds no subscription and waits
         for one (60 s), so ``join(timeout=1)`` ran out and every other burst run (``worker
         --burst``, the benchmark) took one second longer than its work. Stopped first, the
-        thread leaves its loop as soon as the reply wakes it.
+        thread leaves its loop as soon as the reply wakes it, and closes the pubsub itself
+        (``PubSubWorkerThread.run``). RQ then closed the pubsub after ``join(timeout=1)``
+        whether the thread had ended or not: a thread not scheduled within that second (a
+        loaded machine) woke to a closed connection and died raising ("pubsub connection
+        not set"), an unhandled exception in a thread of the process (pytest fails whatever
+        test is running then). Here the connection is closed only by the ended thread.
         """
-        thread = getattr(self, "pubsub_thread", None)
-        if thread is not None:
-            thread.stop()
-        super().unsubscribe()  # type: ignore[no-untyped-call]
+        thread, pubsub = getattr(self, "pubsub_thread", None), self.pubsub
+        if thread is None or pubsub is None:
+            return
+        thread.stop()
+        pubsub.unsubscribe()  # type: ignore[no-untyped-call]
+        thread.join(timeout=PUBSUB_STOP_S)
+        if thread.is_alive():  # it closes the connection when it ends
+            log.warning("pubsub_thread_still_running", worker=self.name,
+                        waited_s=PUBSUB_STOP_S)
+            return
+        pubsub.close()  # closed already by the thread, unless an exception ended it
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         why = job.refusal() if isinstance(job, SafeJob) else "not a SafeJob"

@@ -212,17 +212,7 @@ class StreamLog:
         with self._writing:
             if upto <= self._durable:
                 return  # another writer's fsync covered ours
-            if self._broken is not None:
-                raise StoreError(self._broken)
-            with self.ordering:
-                chunk, self._queued = self._queued, []
-                last = self._seq
-            try:
-                self._write(chunk, last)
-            except OSError as exc:
-                self._undo(chunk, exc)
-                raise StoreError(f"cannot write the embedded store's log {self.path}: "
-                                 f"{exc}") from exc
+            self._flush()
             if self._stale and time.monotonic() - self._compacted_at >= COMPACT_EVERY_S:
                 self._compact()
 
@@ -254,18 +244,8 @@ class StreamLog:
         wait meanwhile: records queued before are written first, then the file is replaced
         and reopened. How many records changed."""
         with self._writing:
-            if self._broken is not None:
-                raise StoreError(self._broken)
+            self._flush()
             with self.ordering:
-                chunk, self._queued = self._queued, []
-                last = self._seq
-                try:
-                    self._write(chunk, last)
-                except OSError as exc:
-                    self._queued[:0] = chunk
-                    os.ftruncate(self._fd, self._size)
-                    raise StoreError(f"cannot write the embedded store's log {self.path}: "
-                                     f"{exc}") from exc
                 try:
                     n = rewrite_file(self.path, change)
                     for backup in sorted(self.path.parent.glob(BACKUP_PREFIX + "*")):
@@ -275,6 +255,22 @@ class StreamLog:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
                     self._size = os.fstat(self._fd).st_size
         return n
+
+    def _flush(self) -> None:
+        """Write and fsync every queued record (the caller holds ``_writing``). A failed
+        write is cut back and queued again (``_undo``) and raised as ``StoreError``; a log
+        that could not be cut back refuses every write."""
+        if self._broken is not None:
+            raise StoreError(self._broken)
+        with self.ordering:
+            chunk, self._queued = self._queued, []
+            last = self._seq
+        try:
+            self._write(chunk, last)
+        except OSError as exc:
+            self._undo(chunk, exc)
+            raise StoreError(f"cannot write the embedded store's log {self.path}: "
+                             f"{exc}") from exc
 
     def _write(self, chunk: list[bytes], last: int) -> None:
         """Write the queued records ``chunk`` (up to record ``last``) and fsync them (the

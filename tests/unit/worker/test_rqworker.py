@@ -127,3 +127,37 @@ def test_a_job_starts_in_one_multi_and_finishes_as_rq_records_it(
     assert q.started_job_registry.count == 0 and q.finished_job_registry.count == 1
     assert rt.rq.llen(q.intermediate_queue_key) == 0
     assert job.latest_result() is not None
+
+
+def test_a_pubsub_thread_late_to_wake_keeps_its_connection_until_it_ends(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopping a worker waits ``PUBSUB_STOP_S`` for its pubsub thread; one not scheduled
+    by then (a loaded machine) finds its connection still open when it wakes, reads the
+    UNSUBSCRIBE's reply and ends without an exception, closing the connection itself. (RQ
+    closed it under the thread after ``join(timeout=1)``: the thread then died raising
+    "pubsub connection not set" in whatever ran next.)"""
+    from redis.client import PubSub, PubSubWorkerThread
+
+    monkeypatch.setattr(rqworker, "PUBSUB_STOP_S", 0.05)
+    wake = threading.Event()
+    real = PubSub.parse_response
+
+    def late(self: PubSub, *a: Any, **kw: Any) -> Any:
+        if isinstance(threading.current_thread(), PubSubWorkerThread):
+            wake.wait(30)  # not scheduled until the test lets it run
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(PubSub, "parse_response", late)
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    rt = runtime.build(Settings(), store)
+    w = HivemindWorker([rt.project_queue], rt.rq)
+    w.subscribe()  # type: ignore[no-untyped-call]
+    thread, pubsub = w.pubsub_thread, w.pubsub
+    assert thread is not None and pubsub is not None
+    w.unsubscribe()
+    assert thread.is_alive() and pubsub.connection is not None  # left to the thread
+    wake.set()
+    thread.join(30)
+    assert not thread.is_alive() and raised == []
+    assert pubsub.connection is None  # closed by the thread on its way out

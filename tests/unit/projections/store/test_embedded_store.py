@@ -230,3 +230,35 @@ def test_a_write_that_fails_part_way_is_cut_back_and_retried_by_the_next_one(
                                                                     b"after"]
     finally:
         close_embedded(url)
+
+
+def test_a_rewrite_whose_queued_records_cannot_be_written_fails_as_an_append_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure's rewrite first writes the records queued before it: a failed write is
+    a ``StoreError`` naming the log, and a log that could not even be cut back refuses every
+    later write (the file would have a hole), as for an append (``StreamLog._flush``)."""
+    from hivemind_memory.projections.store.embedded import stream_log_of
+
+    url = _url(tmp_path)
+    r = connect(url)
+    try:
+        r.xadd(keys.stream("a"), {b"d": b"before"})
+        slog = stream_log_of(r)
+        assert slog is not None
+        with slog.ordering:
+            seq = slog.queue(keys.stream("a").encode(), b"9999999999999-0", [b"d", b"queued"])
+
+        def no_space(*_: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(StreamLog, "_write", lambda self, chunk, last: no_space())
+        monkeypatch.setattr(os, "ftruncate", lambda fd, size: no_space())
+        with pytest.raises(StoreError, match="cannot write the embedded store's log"):
+            slog.rewrite(lambda key, fields: None)
+        monkeypatch.undo()
+        with pytest.raises(StoreError, match="could not be cut back"):
+            slog.sync(seq)
+        with pytest.raises(StoreError, match="could not be cut back"):
+            slog.rewrite(lambda key, fields: None)
+    finally:
+        close_embedded(url)

@@ -165,12 +165,13 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
     ``spec.skips`` bands whose buckets hold more than ``spec.bucket_cap`` notes left
     uncounted, one HMGET of the records of the notes that pass) and one plain XRANGE of
     the stream from the checkpoint this client last saw (``_seen_checkpoint``), cut here at
-    the checkpoint the script read. The tail does not pass through Lua: a script's XRANGE
-    converts every entry to a Lua table and back, which cost Redis milliseconds a call
-    behind a lagging projector. ``note_ids``, ``event_ids``: the notes' folded states and
-    which event ids are applied, read in the same MULTI (``Found.priors``): a write that
-    knows them up front needs no second read for its view when the lookup names no other
-    note (``readmodel.write_view``'s ``priors``)."""
+    the checkpoint the script read (at most ``TAIL_PAGE`` entries: a client that last looked
+    long ago reads again from the checkpoint instead of every entry since). The tail does
+    not pass through Lua: a script's XRANGE converts every entry to a Lua table and back,
+    which cost Redis milliseconds a call behind a lagging projector. ``note_ids``,
+    ``event_ids``: the notes' folded states and which event ids are applied, read in the
+    same MULTI (``Found.priors``): a write that knows them up front needs no second read for
+    its view when the lookup names no other note (``readmodel.write_view``'s ``priors``)."""
     from redis.exceptions import NoScriptError
 
     nids, eids = sorted(set(note_ids)), sorted(set(event_ids))
@@ -181,12 +182,15 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
         got_cp = r.get(keys.checkpoint(ns))
         lo = as_bytes(got_cp).decode() if got_cp else ""
     s = script(r, "dup_lookup")
-    for _ in range(3):  # a script cache flushed or a checkpoint moved back (a rebuild)
+    page: int | None = TAIL_PAGE
+    # a script cache flushed, a checkpoint moved back (a rebuild), a tail cut at the page
+    # twice (from a stale checkpoint, then from the one just read)
+    for _ in range(5):
         p = r.pipeline(transaction=True)
         p.evalsha(s.sha, 4, keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns),
                   keys.checkpoint(ns), spec.min_hits, spec.bucket_cap, spec.skips, pr.twin,
                   *pr.bands)
-        p.xrange(keys.stream(ns), min="(" + lo if lo else "-", max="+")
+        p.xrange(keys.stream(ns), min="(" + lo if lo else "-", max="+", count=page)
         if nids:
             p.hmget(keys.notes(ns), nids)
         if eids:
@@ -201,6 +205,12 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
         if at < parse_pos(lo):  # the checkpoint went back: read again from it
             lo = cp
             continue
+        if page is not None and len(raw_tail or []) >= page:  # cut: entries may be missing
+            if parse_pos(lo) < at:
+                lo = cp  # the entries up to the checkpoint were read for nothing
+            else:
+                page = None  # the unfolded tail itself is longer: read all of it
+            continue
         seen[ns] = cp
         tail = [e for e in raw_tail or [] if parse_pos(as_bytes(e[0])) > at]
         twin_ids = [parse_record(as_bytes(x))[0] for x in twins if x]
@@ -209,9 +219,13 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
                      near=[i for i, _ in got], tail=tail, near_terms=[t for _, t in got],
                      priors=(nids, eids, prior_replies) if nids or eids else None)
     raise StoreError(f"namespace {ns!r}: the near-duplicate lookup could not read a "
-                     "consistent checkpoint and tail in 3 tries")
+                     "consistent checkpoint and tail in 5 tries")
 
 
+TAIL_PAGE = 4096
+"""Most log entries a lookup's XRANGE returns: more means the checkpoint this client saw last
+is long gone (the projector moved far on since, other clients writing) or the projector lags
+that far; the read is made again from the checkpoint, then, if still cut, in full."""
 _SEEN_ATTR = "_hivemind_seen_cp"
 """Where ``_seen_checkpoint`` keeps its map on a client (as ``scripts.script`` its scripts)."""
 

@@ -362,3 +362,48 @@ def test_a_fresh_remember_checks_in_one_round_trip_before_its_append(store: Any)
     near = c.check_duplicates(NS, "alice", words(4, 5, 6), exclude="n3", touched=("n3",),
                               event_ids=["c-n3"])
     assert near.twin == "n2" and len(opened) == 3  # a note named: its view read after
+
+
+def test_a_client_that_looked_long_ago_does_not_read_every_entry_since(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tail's XRANGE returns at most ``TAIL_PAGE`` entries: a client whose last lookup
+    of the namespace is many folded entries old (others wrote meanwhile) reads again from
+    the checkpoint; a projector lagging more than a page behind still gives the whole
+    unfolded tail (read in full)."""
+    monkeypatch.setattr(dupindex, "TAIL_PAGE", 4)
+    c = _client(store)
+    c.remember(_note("n1", words(1, 2, 3, 4)))
+    _project(c)
+    spec = spec_of(c.config())
+    pr = probe(words(1, 2, 3, 4), spec, c.config())
+    assert dupindex.lookup(store, NS, pr, spec).twins == ["n1"]  # this client saw n1's cp
+    for i in range(20):  # another writer's notes, folded
+        c.append_checked([_note(f"o{i}", words(100 + i), hours=i + 1)])
+    _project(c)
+    read: list[int] = []
+    orig = store.pipeline
+
+    def pipeline(*a: Any, **kw: Any) -> Any:  # the entries each lookup's XRANGE returned
+        p = orig(*a, **kw)
+        run, xrange, tails = p.execute, p.xrange, []
+
+        def tail(*xa: Any, **xkw: Any) -> Any:
+            tails.append(len(p.command_stack))
+            return xrange(*xa, **xkw)
+
+        def execute() -> Any:
+            out = run()
+            read.extend(len(out[i] or []) for i in tails)
+            return out
+        p.xrange, p.execute = tail, execute
+        return p
+
+    monkeypatch.setattr(store, "pipeline", pipeline)
+    found = dupindex.lookup(store, NS, pr, spec)
+    assert found.twins == ["n1"] and found.tail == []
+    assert read == [4, 0]  # one page of the 20 folded entries, then from the checkpoint
+    for i in range(6):  # unfolded: a tail longer than a page
+        c.append_checked([_note(f"t{i}", words(200 + i), hours=30 + i)])
+    read.clear()
+    found = dupindex.lookup(store, NS, pr, spec)
+    assert len(found.tail) == 6 and read == [4, 6]

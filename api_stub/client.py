@@ -236,7 +236,6 @@ class Client:
         from hivemind_memory.projections.reduce import check_write, touched_by
         from hivemind_memory.projections.store import readmodel
         from hivemind_memory.projections.store.checked_append import append_if_tail
-        from hivemind_memory.projections.store.log import register_namespaces
 
         evs = self._validated(events)
         if not evs:
@@ -276,8 +275,7 @@ class Client:
                 return CheckedAppend(0, len(verdict.logged))
             if not prepared:  # once, before the first entry can land (a refused write
                 # registers nothing): a retry's race window is its check alone
-                self.schedule([ns])
-                register_namespaces(self.store, [ns])
+                jobs.schedule_and_register(self.store, self._pq, ns)
                 prepared = True
             ids = append_if_tail(self.store, ns, view.tail, [blobs[i] for i in verdict.fresh],
                                  self.settings.wait_replicas, self.settings.wait_timeout_ms,

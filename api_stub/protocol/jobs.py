@@ -27,7 +27,11 @@ from rq.job import Job
 from hivemind_memory.api_stub.protocol.serializer import JSONSerializer
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import ConfigError, JobRefused
-from hivemind_memory.projections.store.schedule import mark_many, mark_scheduled
+from hivemind_memory.projections.store.schedule import (
+    mark_and_register,
+    mark_many,
+    mark_scheduled,
+)
 from hivemind_memory.projections.store.types import QueueConn, Store, plain_redis
 
 PROJECT_QUEUE = "hivemind-project"
@@ -261,6 +265,15 @@ def schedule_projection(r: Store, q: Queue, ns: str, force: bool = False) -> boo
         return False
     enqueue_projection(q, ns)
     return True
+
+
+def schedule_and_register(r: Store, q: Queue, ns: str) -> None:
+    """``schedule_projection`` of ``ns`` and ``log.register_namespaces`` of it, as a checked
+    write does before its first entry can land: the marker and the registry in one round
+    trip (``schedule.mark_and_register``), then the job enqueued when this call set the
+    marker."""
+    if mark_and_register(r, ns):
+        enqueue_projection(q, ns)
 
 
 def schedule_namespaces(r: Store, q: Queue, nss: Iterable[str]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.projections.store import keys
@@ -25,19 +26,22 @@ def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replica
     (``lua/append_if_tail.lua``); None when it moved on (nothing written). Registers the
     namespace first (``register=False``: the caller did, once for all its attempts); with
     ``replicas`` > 0 waits for them (``WAIT`` on the same connection, the stream's master)
-    and raises ``StoreError`` if too few acknowledged."""
+    and raises ``StoreError`` if too few acknowledged. One round trip: the script is sent
+    by its SHA1 alone (a redis-py ``Script`` called on a pipeline first asks ``SCRIPT
+    EXISTS``, a round trip of its own), loaded and sent again only when Redis does not
+    know it (``NOSCRIPT``: the script did not run, nothing was written)."""
     if register:
         register_namespaces(r, [ns])
     rc: Any = r
     client = r if isinstance(r, redis.Redis) else \
         rc.get_node_from_key(keys.stream(ns)).redis_connection
-    p = client.pipeline(transaction=False)
-    script(client, "append_if_tail")(keys=[keys.stream(ns)], args=[tail, FIELD, *blobs],
-                                     client=p)
-    if replicas > 0:
-        p.wait(replicas, timeout_ms)
+    s = script(client, "append_if_tail")
     try:
-        res = p.execute()
+        try:
+            res = _send(client, s.sha, ns, tail, blobs, replicas, timeout_ms)
+        except NoScriptError:  # the script did not run: load it, send again
+            s.sha = client.script_load(s.script)
+            res = _send(client, s.sha, ns, tail, blobs, replicas, timeout_ms)
     except redis.RedisError as exc:
         relearn(r)
         raise AppendFailed(f"checked append to {ns!r} failed, its outcome unknown (a retry "
@@ -48,3 +52,14 @@ def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replica
     if replicas > 0:
         check_acks(int(res[1]), replicas, [ns], timeout_ms)
     return [as_bytes(x).decode() for x in res[0]]
+
+
+def _send(client: Any, sha: str, ns: str, tail: str, blobs: Sequence[bytes], replicas: int,
+          timeout_ms: int) -> list[Any]:
+    """``append_if_tail.lua`` by its SHA1 (and ``WAIT``), one pipeline; its replies."""
+    p = client.pipeline(transaction=False)
+    p.evalsha(sha, 1, keys.stream(ns), tail, FIELD, *blobs)
+    if replicas > 0:
+        p.wait(replicas, timeout_ms)
+    res: list[Any] = p.execute()
+    return res

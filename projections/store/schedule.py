@@ -30,6 +30,17 @@ def mark_many(r: Store, nss: Sequence[str]) -> list[bool]:
     return [bool(x) for x in p.execute()]
 
 
+def mark_and_register(r: Store, ns: str) -> bool:
+    """``mark_scheduled`` of ``ns`` and ``log.register_namespaces`` of it in one round trip
+    (a non-transactional pipeline of the marker's SET NX and the registry's SADD, so a
+    cluster client splits it by node); True when this call set the marker."""
+    p = r.pipeline(transaction=False)
+    p.set(keys.scheduled(ns), b"1", nx=True, ex=keys.SCHEDULE_TTL_SECONDS)
+    p.sadd(keys.NAMESPACES, ns)
+    was_set, _ = p.execute()
+    return bool(was_set)
+
+
 def finish_job(r: Store, ns: str) -> bool:
     """End a projection job of ``ns``: True (marker kept) when the stream has entries past the
     checkpoint and another job must be enqueued, else False (marker cleared)."""

@@ -42,18 +42,34 @@ class Check:
     view: readmodel.WriteView | None = None
 
 
-@lru_cache(maxsize=4096)
+CACHED_TEXT_MAX = 2048
+"""Longest text (characters) whose terms and normalised form are cached: the caches keep
+``CACHE_TEXTS`` texts each, and a note may be 64 KiB (4096 of those, twice over, would be
+half a GiB of a serve process's memory)."""
+CACHE_TEXTS = 4096
+"""Texts each cache keeps (the most recently used)."""
+
+
 def _terms(text: str, analyzer: str) -> frozenset[str]:
-    """``similarity.terms`` by analyzer, cached: the tail's notes and the lookup's candidates
-    come back from one write to the next."""
+    """``similarity.terms`` by analyzer, cached up to ``CACHED_TEXT_MAX`` characters: the
+    tail's notes and the lookup's candidates come back from one write to the next."""
+    if len(text) > CACHED_TEXT_MAX:
+        return _terms_of(text, analyzer)
+    return _cached_terms(text, analyzer)
+
+
+def _terms_of(text: str, analyzer: str) -> frozenset[str]:
     return frozenset(analyze(tokenize(text), analyzer))
 
 
-@lru_cache(maxsize=4096)
+_cached_terms = lru_cache(maxsize=CACHE_TEXTS)(_terms_of)
+_cached_normalised = lru_cache(maxsize=CACHE_TEXTS)(normalise)
+
+
 def _normalised(text: str) -> str:
-    """``normalise``, cached: a lagging projector leaves the same tail entries to every
-    write that follows, each compared again."""
-    return normalise(text)
+    """``normalise``, cached up to ``CACHED_TEXT_MAX`` characters: a lagging projector
+    leaves the same tail entries to every write that follows, each compared again."""
+    return normalise(text) if len(text) > CACHED_TEXT_MAX else _cached_normalised(text)
 
 
 def _named(ev: Event, mine: str, my_terms: frozenset[str], cfg: RankingConfig) -> bool:

@@ -299,7 +299,13 @@ class StreamLog:
             self._queued[:0] = chunk
 
     def close(self) -> None:
-        os.close(self._fd)
+        """Close the file once no write is under way; a write after that (a thread of the
+        process still running, a worker its owner stopped waiting for) is refused: its
+        descriptor number may belong to another file by then."""
+        with self._writing:
+            self._broken = (f"the embedded store's log {self.path} is closed (its store was "
+                            "released); open the store again")
+            os.close(self._fd)
         self._lock_fh.close()
 
 

@@ -253,22 +253,35 @@ def _landed(sender: ChunkSender, report: IngestReport, nss: set[str]) -> None:
         report.namespaces |= nss
 
 
+def _events_read(fh: IO[bytes], on_error: Callable[[str], None], bar: Any,
+                 not_after: datetime | None, guard: IdGuard | None,
+                 report: IngestReport) -> Iterator[Event | None]:
+    """Each line's event, parsed once (and checked by ``guard``: an event it refuses is
+    counted in ``report`` and left out), the progress ``bar`` moved on; a bad line is told
+    to ``on_error`` and yields None (the caller counts it)."""
+    items = iter_events(fh, not_after)
+    if guard is not None:
+        items = checked_events(items, guard, report, on_error)
+    for _lineno, item, nbytes in items:
+        if bar is not None:
+            bar.update(nbytes)
+        if isinstance(item, EventError):
+            if str(item):
+                on_error(str(item))
+                yield None
+            continue
+        yield item
+
+
 def _append_pass(r: Store, fh: IO[bytes], report: IngestReport, on_error: Callable[[str], None],
                  bar: Any, on_chunk: Callable[[set[str]], None] | None,
                  appender: Appender, not_after: datetime | None,
                  guard: IdGuard | None) -> None:
     def chunks() -> Iterator[list[tuple[str, bytes]]]:
         chunk: list[tuple[str, bytes]] = []
-        items = iter_events(fh, not_after)
-        if guard is not None:
-            items = checked_events(items, guard, report, on_error)
-        for _lineno, item, nbytes in items:
-            if bar is not None:
-                bar.update(nbytes)
-            if isinstance(item, EventError):
-                if str(item):
-                    report.rejected += 1
-                    on_error(str(item))
+        for item in _events_read(fh, on_error, bar, not_after, guard, report):
+            if item is None:
+                report.rejected += 1
                 continue
             report.lines += 1
             chunk.append((item.ns, encode_event(item)))
@@ -290,16 +303,9 @@ def _spool_pass(fh: IO[bytes], out: IO[bytes], on_error: Callable[[str], None],
     """Parse every line once, spooling the good events encoded; returns how many were bad
     (events refused by ``guard`` are counted in ``report`` and left out, not bad)."""
     bad = 0
-    items = iter_events(fh, not_after)
-    if guard is not None:
-        items = checked_events(items, guard, report, on_error)
-    for _lineno, item, nbytes in items:
-        if bar is not None:
-            bar.update(nbytes)
-        if isinstance(item, EventError):
-            if str(item):
-                bad += 1
-                on_error(str(item))
+    for item in _events_read(fh, on_error, bar, not_after, guard, report):
+        if item is None:
+            bad += 1
             continue
         ns, blob = item.ns.encode(), encode_event(item)
         out.write(_FRAME.pack(len(ns), len(blob)))

@@ -104,3 +104,22 @@ def _probe(c: Client, text: str) -> tuple[Any, Any]:
 
     spec = spec_of(c.config())
     return probe(text, spec, c.config()), spec
+
+
+def test_only_texts_up_to_the_cached_size_are_kept_by_the_tail_caches() -> None:
+    """A tail entry's terms and normalised text are cached only up to ``CACHED_TEXT_MAX``
+    characters (a note may be 64 KiB: the caches would hold half a GiB); a longer text is
+    compared the same, computed each time."""
+    from hivemind_memory.projections.ranking.dupsketch import normalise
+    from hivemind_memory.projections.store import dupcheck
+
+    short = "w1 w2 w3 " * 10
+    long = "x" * dupcheck.CACHED_TEXT_MAX + " w1 w2 w3"
+    for text in (short, long):
+        dupcheck._cached_terms.cache_clear()
+        dupcheck._cached_normalised.cache_clear()
+        assert dupcheck._normalised(text) == normalise(text)
+        assert dupcheck._terms(text, "english") == dupcheck._terms_of(text, "english")
+        kept = text is short
+        assert dupcheck._cached_terms.cache_info().currsize == kept
+        assert dupcheck._cached_normalised.cache_info().currsize == kept

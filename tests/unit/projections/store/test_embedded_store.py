@@ -262,3 +262,29 @@ def test_a_rewrite_whose_queued_records_cannot_be_written_fails_as_an_append_doe
             slog.rewrite(lambda key, fields: None)
     finally:
         close_embedded(url)
+
+
+def test_a_write_after_the_store_was_closed_is_refused_not_sent_to_a_reused_descriptor(
+        tmp_path: Path) -> None:
+    """A thread still writing after its store was released (a worker its owner stopped
+    waiting for) gets ``StoreError``: the log's descriptor number, free again, may already
+    be another file's, which must not receive the record."""
+    from hivemind_memory.projections.store.embedded import stream_log_of
+
+    url = _url(tmp_path)
+    r = connect(url)
+    slog = stream_log_of(r)
+    assert slog is not None
+    fd = slog._fd
+    close_embedded(url)
+    opened = [os.open(tmp_path / f"other{i}", os.O_WRONLY | os.O_CREAT) for i in range(2)]
+    try:
+        assert fd in opened  # the lowest free numbers (the log's and its lock's), reused
+        with slog.ordering:
+            seq = slog.queue(keys.stream("a").encode(), b"1-1", [b"d", b"late"])
+        with pytest.raises(StoreError, match="is closed"):
+            slog.sync(seq)
+    finally:
+        for o in opened:
+            os.close(o)
+    assert [(tmp_path / f"other{i}").read_bytes() for i in range(2)] == [b"", b""]

@@ -174,9 +174,11 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     the older holds (as BM25 matches words) and those words carry at least this share of
     the query's IDF weight over the notes the asker may see: both answer the question on
     the same terms, so the older cannot be the better match on them and ``margin`` does not
-    apply (their probabilities differ by length and neighbours, not by subject). 0 turns
-    this signal off (the struct's default, so a config written before it keeps its
-    meaning); ``RankingConfig``'s default is 0.7."""
+    apply (their probabilities differ by length and neighbours, not by subject). A note
+    served as passages (longer than ``RankingConfig.passage_tokens``) is never the newer by
+    this signal: its words lie in passages far apart, so holding the older's words says
+    nothing about restating its fact. 0 turns this signal off (the struct's default, so a
+    config written before it keeps its meaning); ``RankingConfig``'s default is 0.7."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.query_words_share) and

@@ -461,7 +461,8 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
         held = np.zeros((len(s), len(posts)), np.bool_)
         for w, (_, slots, _) in enumerate(posts):
             held[:, w] = np.isin(s, slots, assume_unique=True)
-        words = QueryWords(held, np.array([x[2] for x in posts], np.float64))
+        spread = cols.tokens[s] > cfg.passage_tokens if cfg.passage_tokens > 0 else None
+        words = QueryWords(held, np.array([x[2] for x in posts], np.float64), spread)
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],
                  cols.uses[s] >= cfg.longterm_uses, vec, norm,

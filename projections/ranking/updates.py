@@ -13,7 +13,10 @@ signals, vectors and the config are arguments.
   is a better match by a clear margin (relevance above ``margin`` times the newer's): the
   newer's score becomes at least the older's, and the older's is multiplied by
   ``older_weight``. A longterm note (earned permanence) is never the older; a note with no
-  newer version on its subject keeps its score however old it is.
+  newer version on its subject keeps its score however old it is. The subject is also the
+  same when the newer holds every query word the older holds and those carry
+  ``query_words_share`` of the query's weight (``QueryWords``); then ``margin`` does not
+  apply, and a note served as passages is never the newer (``_same_words``).
 
 Both compare at most ``updates.max_notes`` candidates (the highest scored), so the work per
 query is bounded whatever the budget. Vectors are the index's quantized integers
@@ -116,15 +119,22 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
 @dataclass(frozen=True)
 class QueryWords:
     """Which of a query's words each candidate holds: ``held[k, w]`` (candidate ``k``, word
-    ``w``), and each word's IDF over the notes the asker may see (``weight[w]``)."""
+    ``w``), and each word's IDF over the notes the asker may see (``weight[w]``);
+    ``spread[k]`` (None: none): candidate ``k`` is a note served as passages (longer than
+    ``RankingConfig.passage_tokens``), whose words need not be one statement."""
 
     held: BoolArray
     weight: FloatArray
+    spread: BoolArray | None = None
 
 
 def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
     """``same[i, j]``: candidate ``at[j]`` holds every query word ``at[i]`` holds, and those
-    words carry at least ``up.query_words_share`` of the query's IDF weight."""
+    words carry at least ``up.query_words_share`` of the query's IDF weight. A note served
+    as passages (``words.spread``) is never the newer ``at[j]``: its words lie in passages
+    hundreds of tokens apart, so holding the older's words says nothing about restating its
+    fact (a 900-token reply on family travel "holds" every word of "my recent family trip
+    to Hawaii"), and the lift would go to its passages. It can still be the older."""
     held = words.held[at]
     total = float(words.weight.sum())
     if total <= 0 or not held.shape[1]:
@@ -133,6 +143,8 @@ def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
     missing = held[:, None, :] & ~held[None, :, :]
     same: BoolArray = np.logical_not(missing.any(axis=2))
     same &= (share >= up.query_words_share)[:, None]
+    if words.spread is not None:
+        same[:, words.spread[at]] = False
     return same
 
 

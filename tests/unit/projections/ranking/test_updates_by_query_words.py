@@ -99,3 +99,52 @@ def test_a_longterm_note_is_never_the_older() -> None:
 def test_a_year_old_note_that_is_the_only_match_still_wins() -> None:
     res = ranked([*FILLER, note("old", OLD, 365)], Q, 30)
     assert [n.note_id for n in res.notes] == ["old"] and not res.nothing_relevant
+
+
+@pytest.mark.parametrize(("spread", "applies"), [(None, True), ((False, False), True),
+                                                 ((False, True), False),
+                                                 ((True, False), True)])
+def test_a_note_served_as_passages_is_never_the_newer(
+        spread: tuple[bool, bool] | None, applies: bool) -> None:
+    """The newer (position 1) holds every query word the older holds; it is a version only
+    when it is not a note served as passages (``QueryWords.spread``); a long older note can
+    still be updated by a short newer one."""
+    words = QueryWords(np.array([[True, True], [True, True]]), np.array([1.0, 1.0]),
+                       None if spread is None else np.array(spread))
+    got = adjust(["a", "b"], np.array([0.5, 0.1]), np.array([0.5, 0.1]),
+                 np.array([0, 2 * US_PER_DAY]), np.array([False, False]), None, None,
+                 lambda p: ["x y", "z w"][p], DEFAULT, words=words)
+    assert (got.updates == {1: [0]}) == applies
+    assert got.score[1] == (0.5 if applies else 0.1)
+    assert got.score[0] == pytest.approx(0.5 * UPDATES_ON.older_weight if applies else 0.5)
+
+
+_TOPICS = ("the ferry timetable changed for the winter season and the last boat leaves "
+           "early now so plan the return trip before dark",
+           "the recipe for the lentil soup needs more cumin and a squeeze of lemon at the "
+           "end to lift the flavour of the stock",
+           "the new laptop arrived with a cracked hinge and the shop agreed to swap it "
+           "for another unit next week at no cost")
+LONG = " ".join([
+    "I keep a diary of many things.", *(_TOPICS * 3),
+    "Some species of moths came to the lamp.", *(_TOPICS * 3),
+    "The birds on the feeder were loud.", *(_TOPICS * 3),
+    "I have seen a fox near the local park.", *(_TOPICS * 3)])
+"""A long note (about 300 tokens: three passages of 128) that holds every word of ``Q``,
+each in a different sentence about something else."""
+
+
+@pytest.mark.parametrize(("passage_tokens", "lifted"), [(128, False), (0, True)])
+def test_a_long_note_holding_the_words_apart_does_not_update_a_short_fact(
+        passage_tokens: int, lifted: bool) -> None:
+    """Served as passages (the default), the long newer note holds the words of the short
+    older fact only across passages: it is no version of it, and the fact keeps its score
+    and its place in the budget. With passages off it is one note and the rule lifts it."""
+    notes = [*FILLER, note("old", OLD, 30), aged_note("long", LONG, 20, tokens=300)]
+    cfg = with_overrides(DEFAULT, {"passage_tokens": passage_tokens})
+    res = ranked(notes, Q, 400, cfg)
+    c = {x.note_id: x for x in res.candidates}
+    longs = [x for x in res.candidates if x.note_id == "long"]
+    assert longs and all((x.updates == ["old"]) == lifted for x in longs)
+    assert (c["old"].score < c["old"].relevance * c["old"].recency * 0.95) == lifted
+    assert (len(longs) > 1) == (passage_tokens > 0)

@@ -31,6 +31,7 @@ from hivemind_memory.api_stub.protocol.messages import (
     parse_request,
 )
 from hivemind_memory.api_stub.protocol.settings import Settings
+from hivemind_memory.api_stub.protocol.stamps import new_id, now_rfc3339
 from hivemind_memory.events.codec import encode_event, parse_json_event
 from hivemind_memory.events.errors import (
     AlreadySuperseded,
@@ -304,8 +305,8 @@ class Client:
             raise EventError("erase: give at least one note id")
         view = readmodel.write_view(self.store, ns, ids, [])
         todo = [n for n in ids if not (n in view.notes and view.notes[n].erased)]
-        at = datetime.now(UTC).isoformat()
-        event_ids = [f"erase-{uuid.uuid4().hex}" for _ in todo]
+        at = now_rfc3339()
+        event_ids = [new_id("erase") for _ in todo]
         evs = [{"type": "note.erased", "event_id": eid, "ns": ns, "note_id": n,
                 "agent": agent, "at": at, "as_admin": True} for eid, n in zip(event_ids, todo,
                                                                              strict=True)]

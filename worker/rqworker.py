@@ -127,6 +127,17 @@ class HivemindWorker(SimpleWorker):
         super().set_state(state, pipeline=pipeline)
         self._state_sent = state
 
+    def subscribe(self) -> None:
+        """RQ's ``subscribe``, returning once the pubsub thread runs its loop: a thread that
+        started only after ``unsubscribe`` told it to stop would set its running flag again
+        (``PubSubWorkerThread.run`` sets it on entry) and loop for good, waiting 60 s at a
+        time for a subscription (an empty ``--burst`` on a loaded machine)."""
+        super().subscribe()  # type: ignore[no-untyped-call]
+        running = getattr(self.pubsub_thread, "_running", None)  # redis-py's loop flag
+        if running is not None and not running.wait(PUBSUB_STOP_S):
+            log.warning("pubsub_thread_not_started", worker=self.name,
+                        waited_s=PUBSUB_STOP_S)
+
     def unsubscribe(self) -> None:
         """RQ's ``unsubscribe`` with the listener thread told to stop *before* the UNSUBSCRIBE,
         and the pubsub connection left to the thread while it runs.

@@ -161,3 +161,27 @@ def test_a_pubsub_thread_late_to_wake_keeps_its_connection_until_it_ends(
     thread.join(30)
     assert not thread.is_alive() and raised == []
     assert pubsub.connection is None  # closed by the thread on its way out
+
+
+def test_a_pubsub_thread_that_starts_late_still_stops_with_the_worker(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``subscribe`` returns once the pubsub thread runs its loop: a thread scheduled only
+    after the stop (an empty burst on a loaded machine) would set its running flag again on
+    entry and loop for good. Held back at its start, it still ends with ``unsubscribe``."""
+    from redis.client import PubSubWorkerThread
+
+    monkeypatch.setattr(rqworker, "PUBSUB_STOP_S", 5.0)
+    real = PubSubWorkerThread.run
+
+    def late(self: PubSubWorkerThread) -> None:
+        time.sleep(0.3)  # not scheduled at once
+        real(self)
+
+    monkeypatch.setattr(PubSubWorkerThread, "run", late)
+    rt = runtime.build(Settings(), store)
+    w = HivemindWorker([rt.project_queue], rt.rq)
+    w.subscribe()
+    thread = w.pubsub_thread
+    assert thread is not None
+    w.unsubscribe()  # at once: the burst had nothing to do
+    assert not thread.is_alive()

@@ -5,9 +5,11 @@ RQ or a client. Prints figures; never asserts timings.
 One namespace of ``--notes`` notes (``bench query``'s generator) on a private ``redis-server``
 (or ``--redis-url``), then ``--rounds`` rounds of a fresh dense batch (``bench batch``'s:
 ``--queries`` queries of 2-6 words, budgets 500-8,000) in jobs of ``--job`` queries; the wall
-time per query of each round. With ``--cprofile`` the last round runs under cProfile and the
-shares of ``serve`` spent in its phases are printed (the profiler's own overhead included, so
-shares, not times, are the figure)."""
+time and the CPU time (``time.process_time``: the figure to compare on a shared machine) per
+query of each round. BLAS runs on one thread, as in ``hivemind worker``
+(``worker.runtime.single_threaded_blas``). With ``--cprofile`` the last round runs under
+cProfile and the shares of ``serve`` spent in its phases are printed (the profiler's own
+overhead included, so shares, not times, are the figure)."""
 
 from __future__ import annotations
 
@@ -66,13 +68,14 @@ def run(url: str, args: argparse.Namespace) -> None:
     engine = QueryEngine(rt.store, rt.cfg, rt.settings)
     engine.serve([Envelope(f"{ns}.warm", pos, dense_requests(ns, 1, corpus, rng)[0])])
     per: list[float] = []
+    cpus: list[float] = []
     for k in range(1, args.rounds + 1):
         reqs = dense_requests(ns, args.queries, corpus, rng)
         jobs = [[Envelope(f"{ns}.r{k}q{i + j}", pos, r)
                  for j, r in enumerate(reqs[i:i + args.job])]
                 for i in range(0, len(reqs), args.job)]
         prof = cProfile.Profile() if args.cprofile and k == args.rounds else None
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
         failed = 0
@@ -80,21 +83,22 @@ def run(url: str, args: argparse.Namespace) -> None:
             failed += engine.serve(job)["failed"]
         if prof is not None:
             prof.disable()
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         print(f"round {k}: {len(reqs):,} queries in jobs of {args.job}: {seconds:.3f} s = "
-              f"{seconds * 1000 / len(reqs):.3f} ms a query"
+              f"{seconds * 1000 / len(reqs):.3f} ms a query, CPU {cpu * 1000 / len(reqs):.3f} ms"
               + (" (under cProfile)" if prof is not None else "")
               + (f"  ERRORS {failed}" if failed else ""))
         if prof is None:
             per.append(seconds * 1000 / len(reqs))
+            cpus.append(cpu * 1000 / len(reqs))
         else:
             total, got = shares(pstats.Stats(prof))
             print(f"  shares of serve ({total:.3f} s under the profiler):")
             for name, share in got.items():
                 print(f"    {name:<32} {share * 100:5.1f} %")
     if len(per) > 1:
-        print(f"median of rounds 2-{len(per)}: {statistics.median(per[1:]):.3f} ms a query "
-              f"(round 1 pays the first batch's caches)")
+        print(f"median of rounds 2-{len(per)}: {statistics.median(per[1:]):.3f} ms a query, "
+              f"CPU {statistics.median(cpus[1:]):.3f} ms (round 1 pays the first batch's caches)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.job < 1 or args.queries < 1 or args.rounds < 1:
         ap.error("--job, --queries and --rounds must be >= 1")
-    if args.redis_url:
-        run(args.redis_url, args)
-    else:
-        with private_redis() as url:
-            run(url, args)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # as ``hivemind worker`` runs
+        if args.redis_url:
+            run(args.redis_url, args)
+        else:
+            with private_redis() as url:
+                run(url, args)
     return 0

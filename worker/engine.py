@@ -44,7 +44,12 @@ from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.rank_result import RankResult
-from hivemind_memory.projections.ranking.ranker import BatchMemo, allowed_slots, rank_index
+from hivemind_memory.projections.ranking.ranker import (
+    BatchMemo,
+    KeptTexts,
+    allowed_slots,
+    rank_index,
+)
 from hivemind_memory.projections.ranking.render import render
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
@@ -175,6 +180,9 @@ class QueryEngine:
         usual path: a full load, inline or in a thread)."""
         self.dense_builds: dict[str, threading.Thread] = {}
         """Per namespace: the thread building its index's dense candidate stage."""
+        self.kept = KeptTexts()
+        """The notes' word sets and passages the ranking rules derive from their texts, kept
+        from batch to batch (``ranker.KeptTexts``: bounded, tables held weakly)."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an
@@ -199,7 +207,7 @@ class QueryEngine:
         for idx in live.values():
             self._start_dense(idx)
         now = utcnow()  # the clock, read once for the batch, after catching up
-        memo = BatchMemo()  # the indexes do not change until the next batch refreshes them
+        memo = BatchMemo(self.kept)  # the indexes do not change until the next refresh
         primed: dict[str, int] = {}  # per namespace: queries of ``todo`` primed so far
         for start in range(0, len(todo), WAVE):
             wave = todo[start:start + WAVE]

@@ -633,12 +633,14 @@ class Columns:
         authors = {w for name in self.agents for w in analyze(tokenize(name), cfg.analyzer)}
         return [w for w in missing if w not in authors]
 
-    def bm25_weights(self, query: str, cfg: RankingConfig, agent: str) -> QueryWeights:
+    def bm25_weights(self, query: str, cfg: RankingConfig, agent: str,
+                     cache: TermCache | None = None) -> QueryWeights:
         """What ``bm25`` weighs a text's match with ``query`` by, for ``agent``'s visible
         corpus: the query's distinct terms, each one's IDF, ``base`` and ``slope`` (a term of
         tf ``t`` in a text of length ``dl`` adds ``idf * t / (t + base + slope * dl)``) and the
         sum of the IDFs ``bm25`` divides by. A text that is no note (a passage of one,
-        ``projections.ranking.passages``) is scored on the notes' scale with it."""
+        ``projections.ranking.passages``) is scored on the notes' scale with it. ``cache``:
+        ``bm25``'s, whose entries hold each word's visible slots (their count is the IDF's)."""
         o = self.agents.get(agent, -1) if agent else -1
         n_docs = self.shared_n + self.private_n.get(o, 0)
         stem_terms: StemIndex | None = None
@@ -653,8 +655,12 @@ class Columns:
         k1, b = cfg.bm25_k1, cfg.bm25_b
         if total_len == 0 or not words:
             return QueryWeights((), (), k1 * (1.0 - b), 0.0, 0.0)
-        weights = tuple(idf(n_docs, len(self._visible_postings(w, agent, stem_terms)[0]))
-                        for w in words)
+
+        def holding(w: str) -> int:  # the notes holding ``w`` that ``agent`` may see
+            got = None if cache is None else cache.get((cfg.analyzer, w, o, k1, b))
+            return len(got[0] if got is not None
+                       else self._visible_postings(w, agent, stem_terms)[0])
+        weights = tuple(idf(n_docs, holding(w)) for w in words)
         total = 0.0
         for w in weights:
             total += w

@@ -13,6 +13,8 @@ test checks that the result equals ``rank`` over the same notes and relevance.
 from __future__ import annotations
 
 import math
+import sys
+import weakref
 from datetime import datetime
 from itertools import repeat, starmap
 from typing import Any
@@ -60,6 +62,82 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
+KEPT_WORDS = 600_000
+"""``KeptTexts`` holds at most about this many words (word-set members and passage word
+counts): past it, the entries kept longest go first. A 10k-note namespace of ``bench
+query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set members
+(its ~4k candidates) in a dense batch of 500 (about 20 MB held; see docs/benchmarks.md)."""
+
+
+def _size(got: frozenset[str] | Parts) -> int:
+    """Words an entry of ``KeptTexts`` holds."""
+    if isinstance(got, frozenset):
+        return len(got)
+    return len(got[0]) + sum(len(b[0]) for b in got[1])
+
+
+class KeptTexts:
+    """What two rules derive from a note's text, kept from batch to batch by a worker
+    (``QueryEngine``): its word set (``frozenset(tokenize(text))``, the near-identical rule;
+    the words interned, so the sets share them) and its passages with their analysed words
+    (``_parts``, the passages rule). A slot's text never changes while its table lives (a
+    note whose text changes gets a new slot), so an entry never goes stale; tables are held
+    weakly, so an index the worker drops takes its entries with it. Not an index's memory
+    (``footprint`` does not walk it): bounded on its own by ``limit`` words (``KEPT_WORDS``),
+    the entries kept longest dropped first. Nothing in it changes an answer: a value missing
+    is derived again, the same."""
+
+    def __init__(self, limit: int = KEPT_WORDS) -> None:
+        self.limit = limit
+        self.held = 0
+        """Words held (set members plus passages and their word counts)."""
+        self._tables: weakref.WeakKeyDictionary[
+            Columns, dict[tuple[int, int, str], frozenset[str] | Parts]] = \
+            weakref.WeakKeyDictionary()
+        """Per table: (slot, 0, "") -> its word set; (slot, passage size, analyzer) -> its
+        passages; oldest first."""
+
+    def _get(self, cols: Columns, key: tuple[int, int, str]) -> frozenset[str] | Parts | None:
+        table = self._tables.get(cols)
+        return None if table is None else table.get(key)
+
+    def _put(self, cols: Columns, key: tuple[int, int, str],
+             got: frozenset[str] | Parts) -> None:
+        n = _size(got)
+        if self.held + n > self.limit:
+            for table in self._tables.values():
+                while table and self.held + n > self.limit:
+                    self.held -= _size(table.pop(next(iter(table))))
+            if self.held + n > self.limit:  # every table is empty (the rest went with theirs)
+                self.held = 0
+        self.held += n
+        self._tables.setdefault(cols, {})[key] = got
+
+    def keys(self, cols: Columns) -> list[tuple[int, int, str]]:
+        """What is held for ``cols``, oldest first: ``(slot, 0, "")`` a word set,
+        ``(slot, size, analyzer)`` passages."""
+        return list(self._tables.get(cols, {}))
+
+    def words(self, cols: Columns, slot: int) -> frozenset[str]:
+        """``frozenset(tokenize(text))`` of the note in ``slot`` of ``cols``."""
+        got = self._get(cols, (slot, 0, ""))
+        if isinstance(got, frozenset):
+            return got
+        w = frozenset(map(sys.intern, tokenize(cols.texts.get(slot))))
+        self._put(cols, (slot, 0, ""), w)
+        return w
+
+    def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+        """``_parts`` of the note in ``slot`` of ``cols``."""
+        key = (slot, size, analyzer)
+        got = self._get(cols, key)
+        if isinstance(got, tuple):
+            return got
+        p = _parts(cols, slot, size, analyzer)
+        self._put(cols, key, p)
+        return p
+
+
 class BatchMemo:
     """What the queries of a batch share, filled as they need it: recency per slot of tables
     at one instant (the queries share ``now`` and, mostly, their candidates, so each
@@ -72,14 +150,15 @@ class BatchMemo:
     ranking any query); entries are keyed by the table object (held, so its id is never
     reused), and recency also by ``now`` and the decay settings."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: KeptTexts | None = None) -> None:
         self._by: dict[tuple[int, int, TierDecay, TierDecay, int],
                        tuple[Columns, FloatArray]] = {}
         self._tables: dict[int, tuple[Columns, TermCache]] = {}
         self._cos: dict[tuple[int, str], tuple[Columns, FloatArray]] = {}
         self._vec: dict[tuple[int, str], tuple[Columns, QueryVector]] = {}
-        self._words: dict[int, tuple[Columns, dict[int, frozenset[str]]]] = {}
-        self._parts: dict[int, tuple[Columns, dict[tuple[int, int, str], Parts]]] = {}
+        self.kept = KeptTexts() if kept is None else kept
+        """The notes' words and passages (a worker's, kept from batch to batch; a batch's
+        own when none is given)."""
 
     def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:
@@ -139,30 +218,16 @@ class BatchMemo:
 
     def words(self, cols: Columns, slot: int) -> frozenset[str]:
         """The words of the note in ``slot`` of ``cols`` (``tokenize``), read and split once
-        per batch: the near-identical rule compares the same candidates' words for query
-        after query (a dense batch of 300 queries at 10k notes split 7,679 texts, 3,477 of
-        them distinct)."""
-        got = self._words.get(id(cols))
-        if got is None:
-            got = self._words[id(cols)] = (cols, {})
-        seen = got[1]
-        w = seen.get(slot)
-        if w is None:
-            w = seen[slot] = frozenset(tokenize(cols.texts.get(slot)))
-        return w
+        (``KeptTexts``): the near-identical rule compares the same candidates' words for
+        query after query (a dense batch of 300 queries at 10k notes split 7,679 texts,
+        3,477 of them distinct)."""
+        return self.kept.words(cols, slot)
 
     def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
-        """``_parts`` of the note in ``slot`` of ``cols``, cut and counted once per batch: a
-        dense batch asks for the same long candidates' passages query after query."""
-        got = self._parts.get(id(cols))
-        if got is None:
-            got = self._parts[id(cols)] = (cols, {})
-        seen = got[1]
-        key = (slot, size, analyzer)
-        p = seen.get(key)
-        if p is None:
-            p = seen[key] = _parts(cols, slot, size, analyzer)
-        return p
+        """``_parts`` of the note in ``slot`` of ``cols``, cut and counted once
+        (``KeptTexts``): a dense batch asks for the same long candidates' passages query
+        after query."""
+        return self.kept.passages(cols, slot, size, analyzer)
 
 
 Parts = tuple[list[tuple[int, int, int]], list[Bag]]
@@ -394,7 +459,7 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     ``passages.passage_relevance``), in candidate order."""
     size = cfg.passage_tokens
     tok = cols.tokens[s]
-    weights = cols.bm25_weights(query, cfg, agent)
+    weights = cols.bm25_weights(query, cfg, agent, None if memo is None else memo.terms(cols))
     slots: list[int] = []
     rels: list[float] = []
     recs: list[float] = []
@@ -454,13 +519,15 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
     vec = norm = None
     if d is not None:
         d.ensure(len(cols))
-        vec, norm = d.mat[s].astype(np.float64), d.norm[s]
+        vec, norm = d.rows(s), d.norm[s]
     words = None
     if query and cfg.updates.margin > 0 and cfg.updates.query_words_share > 0:
         posts = cols.query_postings(query, cfg, agent, None if memo is None else memo.terms(cols))
         held = np.zeros((len(s), len(posts)), np.bool_)
         for w, (_, slots, _) in enumerate(posts):
-            held[:, w] = np.isin(s, slots, assume_unique=True)
+            if len(slots):  # ascending: where each candidate would sit says if it is there
+                got = np.minimum(np.searchsorted(slots, s), len(slots) - 1)
+                held[:, w] = slots[got] == s
         spread = cols.tokens[s] > cfg.passage_tokens if cfg.passage_tokens > 0 else None
         words = QueryWords(held, np.array([x[2] for x in posts], np.float64), spread)
     sl = s.tolist()

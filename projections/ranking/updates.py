@@ -39,6 +39,8 @@ from hivemind_memory.projections.ranking.config import RankingConfig, Updates
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+Vectors = npt.NDArray[np.floating[Any]]
+"""Integer-valued vectors, float32 or float64 (``vectors.DerivedVectors.rows``)."""
 
 PREFILTER_COSINE = 0.8
 """Near-identical texts have near-identical vectors: only pairs at least this close are
@@ -59,9 +61,11 @@ class Adjusted:
     """A newer version's position -> the older versions' positions it updates."""
 
 
-def _cosines(vec: FloatArray, norm: FloatArray) -> FloatArray:
-    """Pairwise cosines of integer-valued vectors (0 where either has none)."""
-    dots = vec @ vec.T
+def _cosines(vec: Vectors, norm: FloatArray) -> FloatArray:
+    """Pairwise cosines of integer-valued vectors (0 where either has none). ``vec`` may be
+    float32 (``DerivedVectors.rows``) when its products are exact in it: every dot product
+    is then the same integer as in float64, at half the cost of the product."""
+    dots = (vec @ vec.T).astype(np.float64)
     denom = np.outer(norm, norm)
     out: FloatArray = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
     return out
@@ -78,7 +82,7 @@ def _top(score: FloatArray, keep: BoolArray, limit: int) -> IntArray:
 
 
 def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: IntArray,
-           longterm: BoolArray, vec: FloatArray | None, norm: FloatArray | None,
+           longterm: BoolArray, vec: Vectors | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
            sizes: npt.NDArray[np.integer[Any]] | None = None,
            words_of: Callable[[int], frozenset[str]] | None = None,
@@ -148,7 +152,7 @@ def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
     return same
 
 
-def _pair_cosines(vec: FloatArray, norm: FloatArray, at: IntArray,
+def _pair_cosines(vec: Vectors, norm: FloatArray, at: IntArray,
                   known: tuple[IntArray, FloatArray] | None) -> FloatArray:
     """``_cosines`` of the positions ``at`` (ascending), taken from ``known`` (positions and
     their matrix, computed before) when it holds every one of them: each entry is computed

@@ -130,6 +130,12 @@ class DerivedVectors:
         self.ensure(n)
         return self.mat[:n].astype(np.int8)
 
+    def rows(self, slots: IntArray) -> npt.NDArray[np.floating[Any]]:
+        """The integers of ``slots`` in the type their products are exact in (float32 where
+        ``exact_f32``: a note-note product is at most ``dim * 127 * 127``, below a query's
+        bound): ``updates``' pairwise cosines multiply them as they come."""
+        return self.mat[slots].astype(self._dtype, copy=False)
+
     def cosines(self, queries: npt.NDArray[np.floating[Any]], n: int) -> FloatArray:
         """The cosine of every slot ``[0, n)`` with each query vector (columns, one per
         query): one matrix product for the batch; 0 where a note or a query has no vector.

@@ -393,3 +393,38 @@ def test_created_converts_each_slot_once_and_reads_as_from_micros(
         assert got == [from_micros(int(cols.created_us[s])) for s in some]
         again = cols.created(np.array(some, np.int64), some)  # from what it kept
         assert again == got and all(a is b for a, b in zip(again, got, strict=True))
+
+
+@pytest.mark.parametrize("analyzer", ["plain", "english"])
+def test_query_weights_read_each_words_notes_from_the_batch_cache(
+        analyzer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bm25_weights`` with ``bm25``'s cache: the same weights (each word's IDF over the
+    notes the asker may see, private notes and stems included) without looking a word's
+    postings up again."""
+    idx = NamespaceIndex("t")
+    for i, (words, agent, private) in enumerate([
+            (["redis", "streams", "stream"], "alice", False), (["redis"], "bob", True),
+            (["stream", "lease", "redis"], "bob", False), (["deploys", "argo"], "carol", True),
+            (["lease", "lease", "crash"], "alice", False)]):
+        idx.put(note(i, words, agent, private, False, 0, 3600))
+    cfg = lexical(analyzer=analyzer)
+    cols = idx.cols
+    queries = [("redis stream", "alice"), ("redis streams", "bob"), ("deploy argo lease", "carol"),
+               ("deploy argo", "alice"), ("crash unknownword", "")]
+    want = [cols.bm25_weights(q, cfg, a) for q, a in queries]
+    assert len({w.idf for w in want}) == len(queries)  # the audiences' IDFs differ
+    memo = BatchMemo()
+    for q, a in queries:
+        cols.bm25(q, cfg, a, memo.terms(cols))
+    calls: list[str] = []
+    real = Columns._visible_postings
+
+    def spy(self: Columns, word: str, *a: Any) -> Any:
+        calls.append(word)
+        return real(self, word, *a)
+
+    monkeypatch.setattr(Columns, "_visible_postings", spy)
+    assert [cols.bm25_weights(q, cfg, a, memo.terms(cols)) for q, a in queries] == want
+    assert calls == []
+    assert [cols.bm25_weights(q, cfg, a, {}) for q, a in queries] == want  # not cached: read
+    assert len(calls) >= len(queries)

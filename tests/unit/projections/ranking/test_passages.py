@@ -262,6 +262,68 @@ def test_a_batch_memo_cuts_each_long_note_once_and_answers_as_without_it(
         assert got == run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
         packed_passages += sum(n.passage is not None for n in got.notes)
     assert packed_passages >= 3
-    with_memo = len(memo._parts[id(idx.cols)][1])
+    with_memo = sum(size > 0 for _, size, _ in memo.kept.keys(idx.cols))
     assert with_memo == 2  # the two long notes, each cut once for the batch
     assert len(cut) - with_memo == 5 * 2  # the memo-less rankings cut them for every query
+
+
+def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's ``KeptTexts`` outlives its batches: a later batch over the same table cuts
+    no long note again and reads no word set again, and every answer is the one ranked
+    without it. Past its bound the entries kept longest go first (held never above the
+    bound), and a table the worker drops takes its entries with it."""
+    import gc
+
+    from hivemind_memory.projections.ranking import ranker
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts
+
+    copy = runbook(900, seed=3)
+    notes = [note("rb", runbook(), 30), note("rb2", copy, 5), note("rb3", copy + " again", 40),
+             note("s", "rotate the payments certificate before it expires", 2),
+             note("s2", "rotate the payments certificate before it expires!", 60),
+             note("t", "haproxy reload drops no connection", 9)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    cut: list[int] = []
+
+    def counted(text: str, tokens: int, size: int) -> list[tuple[int, int, int]]:
+        cut.append(tokens)
+        return split(text, tokens, size)
+
+    monkeypatch.setattr(ranker, "split", counted)
+    kept = KeptTexts()
+    merged: set[str] = set()
+    queries = [QUESTION, "haproxy reload", "certbot renew payments", "rollback a deploy"]
+    for batch in range(2):
+        memo = BatchMemo(kept)
+        for q in queries:
+            req = QueryRequest(ns="t", text=q, budget=300, explain=True)
+            got = run_rank(idx, req, ON, NOW, memo, embedder=EMBEDDER)
+            assert got == run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
+            merged.update(i for n in got.candidates for i in n.stands_for)
+        if batch == 0:
+            first, held = len(cut), kept.keys(idx.cols)
+    assert merged == {"rb3", "s2"}  # word sets were compared: one word more or less
+    assert kept.keys(idx.cols) == held  # the second batch derived nothing again
+    assert {size for _, size, _ in held} == {0, 128} and kept.held > 0
+    cut_kept = sum(size > 0 for _, size, _ in held)
+    assert cut_kept >= 2
+    assert len(cut) - first == first - cut_kept  # only the rankings without it cut again
+    small = KeptTexts(limit=kept.held - 1)  # one word short of holding it all
+    memo = BatchMemo(small)
+    for q in queries:
+        run_rank(idx, QueryRequest(ns="t", text=q, budget=300), ON, NOW, memo,
+                 embedder=EMBEDDER)
+        assert small.held <= small.limit
+    assert 0 < len(small.keys(idx.cols)) < len(held)
+    assert set(small.keys(idx.cols)) < set(held)
+    cols = idx.cols
+    s, s2, t = (cols.slot[i] for i in ("s", "s2", "t"))
+    tiny = KeptTexts(limit=len(kept.words(cols, s)) + len(kept.words(cols, s2)))
+    assert [tiny.words(cols, k) for k in (s, s2, t)] == [kept.words(cols, k) for k in (s, s2, t)]
+    assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
+    assert tiny.held == len(kept.words(cols, s2)) + len(kept.words(cols, t)) <= tiny.limit
+    del memo, cols  # a batch's memo holds its tables until the batch ends
+    idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
+    gc.collect()
+    assert not list(kept._tables.keys())

@@ -138,10 +138,12 @@ def test_a_batch_memo_reads_each_candidates_words_once_and_groups_as_without_it(
         assert got == want
         grouped += sum(len(n.stands_for) for n in got.notes)
     assert grouped >= 4  # both groups formed, in more than one query
-    held = memo._words[id(idx.cols)][1]
+    held = [slot for slot, size, _ in memo.kept.keys(idx.cols) if size == 0]
     assert len(split) == len(held) >= 5  # each note's text split once for the whole batch
     assert {idx.cols.ids[k] for k in held} <= set("abcdefg") and len(held) == len(set(held))
-    assert held == {k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
+    assert {k: memo.kept.words(idx.cols, k) for k in held} == {
+        k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
+    assert len(split) == len(held)  # read from what was kept
 
 
 @pytest.mark.parametrize(("threshold", "merged"), [(0.9, True), (0.95, False)])
@@ -410,3 +412,31 @@ def test_the_updated_facts_rule_reads_the_cosines_the_near_identical_rule_worked
     assert got.keep.tolist() == want.keep.tolist()
     assert got.score.tolist() == want.score.tolist()
     assert got.updates == want.updates
+
+
+@pytest.mark.parametrize("dim", [64, 128, 256, 515, 1040])
+def test_pairwise_cosines_of_float32_rows_are_the_float64_bits(dim: int) -> None:
+    """``DerivedVectors.rows`` hands the rules float32 rows where their products are exact
+    (every dot product of two notes' integers stays below 2**24): the pairwise cosines are
+    the float64 product's bits, extreme components included; past the bound the rows stay
+    float64."""
+    from hivemind_memory.projections.ranking.updates import _cosines
+    from hivemind_memory.projections.ranking.vectors import DerivedVectors
+
+    rng = np.random.default_rng(dim)
+    d = DerivedVectors("t", dim)
+    raw = rng.normal(size=(60, dim))
+    raw[1] = raw[0] * 3.0  # the same direction: cosine 1
+    raw[2] = np.sign(raw[2])  # every component at +-127 once quantized
+    raw[3] = 0.0  # no vector: cosine 0
+    d.set(np.arange(60, dtype=np.int64), raw)
+    slots = np.array([5, 0, 1, 2, 3, *range(6, 60)], np.int64)
+    rows = d.rows(slots)
+    assert rows.dtype == (np.float32 if d.exact_f32 else np.float64)
+    assert d.exact_f32 == (dim * 127 * 256 < 2**24)
+    got = _cosines(rows, d.norm[slots])
+    want = _cosines(d.mat[slots].astype(np.float64), d.norm[slots])
+    assert got.dtype == np.float64
+    assert got.tobytes() == want.tobytes()
+    assert got[1, 2] > 0.999999 and not got[4].any()
+    assert 0 < np.abs(got).sum() < got.size

@@ -379,9 +379,14 @@ def rank_index(idx: NamespaceIndex, slots: IntArray, relevance: FloatArray, *, a
     sa = s[at]
     shown = sa.tolist()
     tier, age = _tier_age(cols, sa, now_us, cfg)
-    texts, created = cols.texts.many(shown, sa), cols.created(sa, shown)
-    if cut is not None:
-        texts = cut.texts(texts, at)
+    if cut is None:
+        texts = cols.texts.many(shown, sa)
+    else:  # a passage's whole note is decoded, not kept: only the texts shown whole are
+        whole = [cut.place[j] is None for j in at.tolist()]
+        kept = iter(cols.texts.many([t for t, w in zip(shown, whole, strict=True) if w]))
+        texts = cut.texts([next(kept) if w else cols.texts.get(t)
+                           for t, w in zip(shown, whole, strict=True)], at)
+    created = cols.created(sa, shown)
     # the contract's fields in order (``NoteSignals``); with ``explain``, ``chosen`` after them
     m = len(at)
     four = rounded(np.concatenate((score[at], rel[at], rec[at], age)))  # one pass, then split

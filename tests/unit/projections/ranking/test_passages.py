@@ -353,3 +353,24 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
     gc.collect()
     assert not list(kept._tables.keys())
+
+
+def test_a_passages_whole_note_is_decoded_for_it_but_not_kept_in_the_index() -> None:
+    """The index keeps the texts it served whole (``TextColumn.many``), not the whole text of
+    a long note it served a passage of (a 100-note namespace grew past its 256 KiB once
+    queried when every passage kept its note's text)."""
+    text = runbook()
+    notes = [note("runbook", text, 3),
+             note("certs", "The payments certificate list lives in the vault.", 1)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    req = QueryRequest(ns="t", text=QUESTION + " vault certificate list", budget=500)
+    res = run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
+    served = {n.note_id: n for n in res.notes}
+    assert set(served) == {"runbook", "certs"}
+    assert served["runbook"].passage is not None and ANSWER in served["runbook"].text
+    assert served["certs"].passage is None
+    kept = idx.cols.texts.kept()
+    slot = {nid: i for i, nid in enumerate(idx.cols.ids)}
+    assert kept == {slot["certs"]: notes[1].text}  # the short note's text, not the runbook's
+    again = run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
+    assert again == res  # the same answer when the passage's note is decoded again

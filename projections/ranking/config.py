@@ -214,9 +214,9 @@ UPDATES_ON = Updates(same_subject_cosine=1.0, older_weight=0.9, query_words_shar
 lifted to the older's score and the older at 0.9 of its own (``older_weight``: the newer
 wins a budget that fits one, and the older's evidence, still needed to say what changed,
 stays when the budget fits both; 0.5 cost turn recall at 500 tokens on LongMemEval's dev
-set), and the cosine signal as good as off (``same_subject_cosine`` 1: only vectors
-pointing the same way, which near-identical notes already merge), since it cost recall
-there."""
+set), and the cosine signal off in practice (``same_subject_cosine`` 1: even two parallel
+vectors compute to a cosine of 1 - 1e-16; near-identical notes are merged by their own
+rule), since it cost recall there."""
 
 
 MAX_TTL_DAYS = 3_650_000.0

@@ -306,13 +306,8 @@ def test_bm25_with_a_batch_term_cache_is_bit_identical(
     assert bool(memo.terms(idx.cols)) or not found  # what was found went through the cache
 
 
-def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    idx = NamespaceIndex("t")
-    for i, (words, agent, private) in enumerate([(["redis", "stream"], "alice", False),
-                                                 (["redis"], "bob", True),
-                                                 (["stream", "lease"], "bob", False)]):
-        idx.put(note(i, words, agent, private, False, 0, 3600))
+def postings_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The words whose postings ``Columns._visible_postings`` reads from now on, in order."""
     calls: list[str] = []
     real = Columns._visible_postings
 
@@ -321,6 +316,16 @@ def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
         return real(self, word, *a)
 
     monkeypatch.setattr(Columns, "_visible_postings", spy)
+    return calls
+
+def test_a_batch_term_cache_computes_each_word_once_per_audience_and_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    idx = NamespaceIndex("t")
+    for i, (words, agent, private) in enumerate([(["redis", "stream"], "alice", False),
+                                                 (["redis"], "bob", True),
+                                                 (["stream", "lease"], "bob", False)]):
+        idx.put(note(i, words, agent, private, False, 0, 3600))
+    calls = postings_reads(monkeypatch)
     memo, cfg = BatchMemo(), lexical()
     for q in ["redis stream", "stream redis", "redis"]:
         idx.relevance_slots(q, None, cfg, "alice", memo.terms(idx.cols))
@@ -418,14 +423,7 @@ def test_query_weights_read_each_words_notes_from_the_batch_cache(
     memo = BatchMemo()
     for q, a in queries:
         cols.bm25(q, cfg, a, memo.terms(cols))
-    calls: list[str] = []
-    real = Columns._visible_postings
-
-    def spy(self: Columns, word: str, *a: Any) -> Any:
-        calls.append(word)
-        return real(self, word, *a)
-
-    monkeypatch.setattr(Columns, "_visible_postings", spy)
+    calls = postings_reads(monkeypatch)
     assert [cols.bm25_weights(q, cfg, a, memo.terms(cols)) for q, a in queries] == want
     assert calls == []
     assert [cols.bm25_weights(q, cfg, a, {}) for q, a in queries] == want  # not cached: read

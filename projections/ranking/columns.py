@@ -558,7 +558,7 @@ class Columns:
         slope = k1 * b * n_docs / total_len
         runs: list[tuple[IntArray, FloatArray, float]] = []
         for word in words:
-            key = (cfg.analyzer, word, o, k1, b)
+            key = _term_key(cfg, word, o)
             got = None if cache is None else cache.get(key)
             if got is None:
                 slots, tfs = self._visible_postings(word, agent, stem_terms)
@@ -610,10 +610,7 @@ class Columns:
                  else analyze(tokenize(query), cfg.analyzer))
         out: list[tuple[str, IntArray, float]] = []
         for word in dict.fromkeys(words):
-            got = None if cache is None else cache.get((cfg.analyzer, word, o, cfg.bm25_k1,
-                                                        cfg.bm25_b))
-            slots = (got[0] if got is not None
-                     else self._visible_postings(word, agent, stem_terms)[0])
+            slots = self._slots_holding(word, agent, o, stem_terms, cfg, cache)
             out.append((word, slots, idf(n_docs, len(slots))))
         return out
 
@@ -655,17 +652,20 @@ class Columns:
         k1, b = cfg.bm25_k1, cfg.bm25_b
         if total_len == 0 or not words:
             return QueryWeights((), (), k1 * (1.0 - b), 0.0, 0.0)
-
-        def holding(w: str) -> int:  # the notes holding ``w`` that ``agent`` may see
-            got = None if cache is None else cache.get((cfg.analyzer, w, o, k1, b))
-            return len(got[0] if got is not None
-                       else self._visible_postings(w, agent, stem_terms)[0])
-        weights = tuple(idf(n_docs, holding(w)) for w in words)
+        weights = tuple(idf(n_docs, len(self._slots_holding(w, agent, o, stem_terms, cfg, cache)))
+                        for w in words)
         total = 0.0
         for w in weights:
             total += w
         return QueryWeights(tuple(words), weights, k1 * (1.0 - b), k1 * b * n_docs / total_len,
                             total)
+
+    def _slots_holding(self, word: str, agent: str, o: int, stem_terms: StemIndex | None,
+                       cfg: RankingConfig, cache: TermCache | None) -> IntArray:
+        """The slots ``agent`` (agent number ``o``) may see that hold ``word``, ascending:
+        from ``bm25``'s ``cache`` when it holds the word's run, else read."""
+        got = None if cache is None else cache.get(_term_key(cfg, word, o))
+        return got[0] if got is not None else self._visible_postings(word, agent, stem_terms)[0]
 
     def _visible_postings(self, word: str, agent: str,
                           stem_terms: StemIndex | None
@@ -704,6 +704,11 @@ class QueryWeights(NamedTuple):
 TermCache = dict[tuple[str, str, int, float, float], tuple[IntArray, FloatArray, float]]
 """``Columns.bm25``'s per-batch cache: (analyzer, word, audience, k1, b) -> (visible slots,
 ``tf / ((tf + base) + slope * dl)``, its minimum (1.0 when empty))."""
+
+
+def _term_key(cfg: RankingConfig, word: str, o: int) -> tuple[str, str, int, float, float]:
+    """``TermCache``'s key of ``word`` for audience ``o`` under ``cfg``."""
+    return (cfg.analyzer, word, o, cfg.bm25_k1, cfg.bm25_b)
 
 
 class NotesView(Mapping[str, NoteState]):

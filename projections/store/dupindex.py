@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.ranking.dupsketch import (
@@ -172,8 +174,6 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
     ``event_ids``: the notes' folded states and which event ids are applied, read in the
     same MULTI (``Found.priors``): a write that knows them up front needs no second read for
     its view when the lookup names no other note (``readmodel.write_view``'s ``priors``)."""
-    from redis.exceptions import NoScriptError
-
     nids, eids = sorted(set(note_ids)), sorted(set(event_ids))
 
     seen = _seen_checkpoint(r)

@@ -64,9 +64,10 @@ _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 KEPT_WORDS = 600_000
 """``KeptTexts`` holds at most about this many words (word-set members and passage word
-counts): past it, the entries kept longest go first. A 10k-note namespace of ``bench
-query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set members
-(its ~4k candidates) in a dense batch of 500 (about 20 MB held; see docs/benchmarks.md)."""
+counts): past it, entries go table by table, each table's oldest first. A 10k-note namespace
+of ``bench query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set
+members (its ~4k candidates) in a dense batch of 500 (about 20 MB held; see
+docs/benchmarks.md)."""
 
 
 def _size(got: frozenset[str] | Parts) -> int:
@@ -84,8 +85,9 @@ class KeptTexts:
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
     weakly, so an index the worker drops takes its entries with it. Not an index's memory
     (``footprint`` does not walk it): bounded on its own by ``limit`` words (``KEPT_WORDS``),
-    the entries kept longest dropped first. Nothing in it changes an answer: a value missing
-    is derived again, the same."""
+    entries dropped table by table (in the order the tables were first kept), each table's
+    oldest first. Nothing in it changes an answer: a value missing is derived again, the
+    same."""
 
     def __init__(self, limit: int = KEPT_WORDS) -> None:
         self.limit = limit

@@ -312,11 +312,15 @@ def evidence(sig: Signals, cal: Calibration) -> BoolArray:
 
 def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
            cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
-           limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+           limit: int, allowed: BoolArray | None = None,
+           visible: int | None = None) -> tuple[IntArray, FloatArray]:
     """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
     ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
     at least ``cal.floor`` likely, ``allowed`` (a flag per slot; None: all), and among the
-    ``limit`` most probable."""
+    ``limit`` most probable. ``visible``: how many notes the asker may see, when ``seq`` is
+    only some of them (``likely_among``'s windows): whether the namespace is small
+    (``nearest_max_notes``) is its size's, not the window's (default ``len(seq)``)."""
+    small = (len(seq) if visible is None else visible) <= cal.nearest_max_notes
     kernel = native
     if kernel is None:
         sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
@@ -327,7 +331,7 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         p[~evidence(sig, cal)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
-        if len(near) and len(seq) <= cal.nearest_max_notes:
+        if len(near) and small:
             # a small namespace: its nearest notes whatever the floor, by meaning
             p[near] = by_meaning(kept, own, sig.c[near])
         if allowed is not None:
@@ -353,7 +357,7 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     near_p = 1.0 / (neg[near] + 1.0)
     own = ev[near] != 0  # evidence of their own (a shared word, min_cosine)
     ev[near] = 1  # evidence (under the floor, still no candidate in a large namespace)
-    if len(seq) > cal.nearest_max_notes:
+    if not small:
         near = near[:0]
     pos = np.empty(n, np.int64)
     pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
@@ -471,7 +475,7 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     if len(seeds) < len(lex_slots):  # the hits outside the windows lend nothing
         inside = lay.pos[lex_slots] >= 0
         lex_slots, lex = lex_slots[inside], lex[inside]
-    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub))
+    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub), visible=n)
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
     keep = is_at[win[got]]  # the neighbours only lent their values

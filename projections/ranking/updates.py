@@ -167,8 +167,13 @@ def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
     if total <= 0 or not held.shape[1]:
         return np.zeros((len(at), len(at)), np.bool_)
     share = (held @ words.weight) / total
-    missing = held[:, None, :] & ~held[None, :, :]
-    same: BoolArray = np.logical_not(missing.any(axis=2))
+    same: BoolArray
+    if held.shape[1] <= 63:  # each candidate's words as the bits of one integer
+        bits = held.astype(np.int64) @ (np.int64(1) << np.arange(held.shape[1], dtype=np.int64))
+        same = (bits[:, None] & ~bits[None, :]) == 0
+    else:
+        missing = held[:, None, :] & ~held[None, :, :]
+        same = np.logical_not(missing.any(axis=2))
     same &= (share >= up.query_words_share)[:, None]
     if words.spread is not None:
         same[:, words.spread[at]] = False
@@ -220,6 +225,9 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     # pairs that reach the threshold
     both = _shared(words, size, ii, jj)
     same = both / (size[ii] + size[jj] - both) >= threshold
+    if not same.any():
+        return
+    ii, jj = ii[same], jj[same]
     parent = list(range(len(at)))
 
     def root(p: int) -> int:
@@ -228,12 +236,12 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
             p = parent[p]
         return p
 
-    for a, b in zip(ii[same].tolist(), jj[same].tolist(), strict=True):
+    for a, b in zip(ii.tolist(), jj.tolist(), strict=True):
         ra, rb = root(a), root(b)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for k in range(len(at)):
+    groups: dict[int, list[int]] = {}  # only a note of a pair can be in a group of two
+    for k in np.union1d(ii, jj).tolist():
         groups.setdefault(root(k), []).append(int(at[k]))
     for members in groups.values():
         if len(members) < 2:

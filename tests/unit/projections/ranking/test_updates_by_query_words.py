@@ -148,3 +148,34 @@ def test_a_long_note_holding_the_words_apart_does_not_update_a_short_fact(
     assert longs and all((x.updates == ["old"]) == lifted for x in longs)
     assert (c["old"].score < c["old"].relevance * c["old"].recency * 0.95) == lifted
     assert (len(longs) > 1) == (passage_tokens > 0)
+
+
+@pytest.mark.parametrize("words", [1, 5, 63, 64, 70])
+def test_which_candidate_holds_every_word_of_another_is_the_word_by_word_answer(
+        words: int) -> None:
+    """``_same_words`` (a candidate's query words as the bits of one integer, up to 63
+    words; word by word past that) against the definition: ``same[i, j]`` when no word of
+    ``i`` is missing from ``j`` and ``i``'s words carry the share; random holdings with
+    subsets, equal rows, empty rows and the high bit set."""
+    from hivemind_memory.projections.ranking.updates import _same_words
+
+    rng = np.random.default_rng(words)
+    m = 40
+    held = rng.random((m, words)) < 0.6
+    held[1] = held[0] & (rng.random(words) < 0.7)  # a subset of row 0
+    held[2] = held[0]
+    held[3] = False
+    held[4, -1] = True  # the highest word
+    held[5] = held[4]
+    held[5, -1] = False
+    weight = rng.uniform(0.1, 3.0, words)
+    up = UPDATES_ON
+    at = np.sort(rng.choice(m, 30, replace=False))
+    at = np.unique(np.concatenate((at, np.arange(6))))
+    got = _same_words(QueryWords(held, weight), at, up)
+    h = held[at]
+    share = (h @ weight) / weight.sum() >= up.query_words_share
+    want = np.array([[share[i] and not (h[i] & ~h[j]).any() for j in range(len(at))]
+                     for i in range(len(at))])
+    assert got.tolist() == want.tolist()
+    assert want.any() and not want.all()

@@ -175,15 +175,16 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_notes: int = 200
     """Only the ``max_notes`` highest-scored candidates are compared (bounds the work)."""
     query_words_share: float = 0.0
-    """Two candidates are also about the same subject when the newer holds every query word
-    the older holds (as BM25 matches words) and those words carry at least this share of
-    the query's IDF weight over the notes the asker may see: both answer the question on
-    the same terms, so the older cannot be the better match on them and ``margin`` does not
-    apply (their probabilities differ by length and neighbours, not by subject). A note
-    served as passages (longer than ``RankingConfig.passage_tokens``) is never the newer by
-    this signal: its words lie in passages far apart, so holding the older's words says
-    nothing about restating its fact. 0 turns this signal off (the struct's default, so a
-    config written before it keeps its meaning); ``RankingConfig``'s default is 0.7."""
+    """Two candidates are also about the same subject when the newer holds the query words
+    the older holds (as BM25 matches words; every one, or ``restated_share`` of their
+    weight) and the older's words carry at least this share of the query's IDF weight over
+    the notes the asker may see: both answer the question on the same terms, so the older
+    cannot be the better match on them and ``margin`` does not apply (their probabilities
+    differ by length and neighbours, not by subject). A note longer than
+    ``newer_max_tokens`` is never the newer by this signal: its words may lie far apart, so
+    holding the older's words says nothing about restating its fact. 0 turns this signal
+    off (the struct's default, so a config written before it keeps its meaning);
+    ``RankingConfig``'s default is 0.7."""
 
     restated_share: float = 1.0
     """With ``query_words_share``: the newer need hold only query words carrying this share
@@ -191,7 +192,9 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     share of the older's score (a newer that restates half of the older's match on the
     question is lifted to half the older's score). A fact restated in other words keeps
     its subject's rarest words ("brings my total species count to 32" for "27 different
-    species of birds seen in my local park"), not every word of the first telling."""
+    species of birds seen in my local park"), not every word of the first telling. An
+    older has one such partial version (the newer restating the most, then the newest);
+    a newer holding every word is a version besides."""
     newer_max_tokens: int = 0
     """A note longer than this many tokens is never the newer by the query-words signal: its
     words may lie hundreds of tokens apart, so holding the older's says nothing about

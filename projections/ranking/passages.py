@@ -154,9 +154,9 @@ def passage_relevance(note: float, own: FloatArray) -> FloatArray:
     return out
 
 
-Counted = tuple[dict[str, list[int]], list[int]]
-"""A long note's passages' analysed words by word (``counted``): word -> ``[passage, count,
-passage, count, ...]`` in passage order, and each passage's number of words."""
+Counted = tuple[dict[str, tuple[int, ...]], list[int]]
+"""A long note's passages' analysed words by word (``counted``): word -> ``(passage, count,
+passage, count, ...)`` in passage order, and each passage's number of words."""
 
 
 def counted(texts: list[str], analyzer: str) -> Counted:
@@ -175,7 +175,7 @@ def counted(texts: list[str], analyzer: str) -> Counted:
                 run[-1] += 1
             else:
                 run += (i, 1)
-    return words, lengths
+    return {w: tuple(run) for w, run in words.items()}, lengths  # tuples: no spare room
 
 
 SUMMED_IN_ORDER = 8

@@ -34,6 +34,7 @@ from hivemind_memory.projections.ranking.columns import (
 from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.filters import Condition, matches
+from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
@@ -62,19 +63,36 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
-KEPT_WORDS = 600_000
-"""``KeptTexts`` holds at most about this many words (word-set members and passage word
-counts): past it, entries go table by table, each table's oldest first. A 10k-note namespace
-of ``bench query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set
-members (its ~4k candidates) in a dense batch of 500 (about 20 MB held; see
-docs/benchmarks.md)."""
+KEPT_BYTES = 48 << 20
+"""``KeptTexts`` holds at most this many bytes (``entry_bytes`` of its entries): past it,
+entries go table by table, each table's oldest first. A 10k-note namespace of ``bench
+query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set members
+(its ~4k candidates) in a dense batch of 500 (about 23 MiB walked; see docs/benchmarks.md).
+A worker bounds it lower under a small memory budget and counts it in the budget
+(``worker.memory.kept_bytes``)."""
 
 
-def _size(got: frozenset[str] | Parts) -> int:
-    """Words an entry of ``KeptTexts`` holds."""
-    if isinstance(got, frozenset):
-        return len(got)
-    return len(got[0]) + sum(len(b[0]) for b in got[1])
+def entry_bytes(got: frozenset[str] | Parts) -> int:
+    """What an entry of ``KeptTexts`` holds (``footprint.index_bytes``: its containers and
+    words; a word interned and shared by several sets is counted in each, so the sum over
+    entries is at least what they hold together)."""
+    return index_bytes(got)
+
+
+class _Table:
+    """One table's entries in ``KeptTexts`` and the bytes they hold."""
+
+    __slots__ = ("bytes", "entries")
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, int, str], tuple[frozenset[str] | Parts, int]] = {}
+        """key -> (entry, its ``entry_bytes``), oldest first."""
+        self.bytes = 0
+
+
+def _dropped(gone: list[int], table: _Table) -> None:
+    """A kept table's columns were collected: its bytes leave ``KeptTexts.held``."""
+    gone.append(table.bytes)
 
 
 class KeptTexts:
@@ -83,42 +101,59 @@ class KeptTexts:
     the words interned, so the sets share them) and its passages with their analysed words
     (``_parts``, the passages rule). A slot's text never changes while its table lives (a
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
-    weakly, so an index the worker drops takes its entries with it. Not an index's memory
-    (``footprint`` does not walk it): bounded on its own by ``limit`` words (``KEPT_WORDS``),
-    entries dropped table by table (in the order the tables were first kept), each table's
-    oldest first. Nothing in it changes an answer: a value missing is derived again, the
-    same."""
+    weakly, so an index the worker drops takes its entries (and their bytes in ``held``)
+    with it. Not an index's memory (``footprint`` does not walk it): bounded on its own by
+    ``limit`` bytes (``KEPT_BYTES``; an entry's size is ``entry_bytes``), entries dropped
+    table by table (in the order the tables were first kept), each table's oldest first; a
+    worker counts ``held`` in its memory budget. Nothing in it changes an answer: a value
+    missing is derived again, the same."""
 
-    def __init__(self, limit: int = KEPT_WORDS) -> None:
+    def __init__(self, limit: int = KEPT_BYTES) -> None:
         self.limit = limit
-        self.held = 0
-        """Words held (set members plus passages and their word counts)."""
-        self._tables: weakref.WeakKeyDictionary[
-            Columns, dict[tuple[int, int, str], frozenset[str] | Parts]] = \
-            weakref.WeakKeyDictionary()
+        self._held = 0
+        self._gone: list[int] = []
+        """Bytes of tables collected since (appended by their finalizers, which may run in
+        any thread: ``held`` takes them off)."""
+        self._tables: weakref.WeakKeyDictionary[Columns, _Table] = weakref.WeakKeyDictionary()
         """Per table: (slot, 0, "") -> its word set; (slot, passage size, analyzer) -> its
-        passages; oldest first."""
+        passages."""
+
+    @property
+    def held(self) -> int:
+        """Bytes held in the entries of live tables (the sum of their ``entry_bytes``)."""
+        while self._gone:
+            self._held -= self._gone.pop()
+        return self._held
 
     def _get(self, cols: Columns, key: tuple[int, int, str]) -> frozenset[str] | Parts | None:
         table = self._tables.get(cols)
-        return None if table is None else table.get(key)
+        got = None if table is None else table.entries.get(key)
+        return None if got is None else got[0]
 
     def _put(self, cols: Columns, key: tuple[int, int, str],
              got: frozenset[str] | Parts) -> None:
-        n = _size(got)
+        n = entry_bytes(got)
+        if n > self.limit:
+            return  # never kept: derived again when asked
         if self.held + n > self.limit:
-            for table in self._tables.values():
-                while table and self.held + n > self.limit:
-                    self.held -= _size(table.pop(next(iter(table))))
-            if self.held + n > self.limit:  # every table is empty (the rest went with theirs)
-                self.held = 0
-        self.held += n
-        self._tables.setdefault(cols, {})[key] = got
+            for t in self._tables.values():
+                while t.entries and self._held + n > self.limit:
+                    k = t.entries.pop(next(iter(t.entries)))[1]
+                    t.bytes -= k
+                    self._held -= k
+        table = self._tables.get(cols)
+        if table is None:
+            table = self._tables[cols] = _Table()
+            weakref.finalize(cols, _dropped, self._gone, table)
+        table.entries[key] = (got, n)
+        table.bytes += n
+        self._held += n
 
     def keys(self, cols: Columns) -> list[tuple[int, int, str]]:
         """What is held for ``cols``, oldest first: ``(slot, 0, "")`` a word set,
         ``(slot, size, analyzer)`` passages."""
-        return list(self._tables.get(cols, {}))
+        table = self._tables.get(cols)
+        return [] if table is None else list(table.entries)
 
     def words(self, cols: Columns, slot: int) -> frozenset[str]:
         """``frozenset(tokenize(text))`` of the note in ``slot`` of ``cols``."""

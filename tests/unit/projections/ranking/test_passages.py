@@ -302,7 +302,7 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     import gc
 
     from hivemind_memory.projections.ranking import ranker
-    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts, entry_bytes
 
     copy = runbook(900, seed=3)
     notes = [note("rb", runbook(), 30), note("rb2", copy, 5), note("rb3", copy + " again", 40),
@@ -345,14 +345,49 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     assert set(small.keys(idx.cols)) < set(held)
     cols = idx.cols
     s, s2, t = (cols.slot[i] for i in ("s", "s2", "t"))
-    tiny = KeptTexts(limit=len(kept.words(cols, s)) + len(kept.words(cols, s2)))
+    size = {k: entry_bytes(kept.words(cols, k)) for k in (s, s2, t)}
+    assert size[t] <= size[s]  # so the newest fits where the oldest was
+    tiny = KeptTexts(limit=size[s] + size[s2])
     assert [tiny.words(cols, k) for k in (s, s2, t)] == [kept.words(cols, k) for k in (s, s2, t)]
     assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
-    assert tiny.held == len(kept.words(cols, s2)) + len(kept.words(cols, t)) <= tiny.limit
+    assert tiny.held == size[s2] + size[t] <= tiny.limit
+    assert kept.held > 0
     del memo, cols  # a batch's memo holds its tables until the batch ends
     idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
     gc.collect()
     assert not list(kept._tables.keys())
+    assert kept.held == 0  # and its bytes: held counts live tables only
+
+
+def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
+    """``KeptTexts.held`` (what a worker's budget counts of it) is never below what its
+    entries hold walked together (words shared by several word sets counted once), over
+    texts of shared words, of words of their own, and long ones cut into passages; an entry
+    larger than the whole bound is not kept."""
+    from hivemind_memory.projections.ranking.footprint import index_bytes
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts, entry_bytes
+
+    common = ["deploy", "rollback", "certificate", "payments", "redis", "stream", "worker"]
+    shared = [" ".join(common[(i + j) % 7] for j in range(5 + i % 20)) for i in range(40)]
+    own = [" ".join(f"{common[j % 7]} host{i}x{j}" for j in range(5 + i)) for i in range(40)]
+    notes = [note(f"c{i}", t, i + 1, tokens=len(t) // 4) for i, t in enumerate(shared)]
+    notes += [note(f"o{i}", t, i + 1, tokens=len(t) // 4) for i, t in enumerate(own)]
+    notes += [note("rb", runbook(), 3, tokens=len(runbook()) // 4)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    kept = KeptTexts()
+    memo = BatchMemo(kept)
+    for q in ("deploy rollback", "payments certificate worker", "redis stream", QUESTION):
+        run_rank(idx, QueryRequest(ns="t", text=q, budget=400), ON, NOW, memo,
+                 embedder=EMBEDDER)
+    keys = kept.keys(idx.cols)
+    assert {size > 0 for _, size, _ in keys} == {True, False}  # word sets and passages
+    entries = [e for e, _ in kept._tables[idx.cols].entries.values()]
+    walked = index_bytes(entries)
+    assert walked <= kept.held <= 2 * walked
+    cols = idx.cols
+    big = KeptTexts(limit=entry_bytes(kept.words(cols, cols.slot["rb"])) - 1)
+    assert big.words(cols, cols.slot["rb"]) == kept.words(cols, cols.slot["rb"])
+    assert big.held == 0 and big.keys(cols) == []
 
 
 def test_a_passages_whole_note_is_decoded_for_it_but_not_kept_in_the_index() -> None:

@@ -34,7 +34,6 @@ from hivemind_memory.projections.ranking.columns import (
 from hivemind_memory.projections.ranking.config import RankingConfig, TierDecay
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.filters import Condition, matches
-from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
@@ -73,10 +72,21 @@ A worker bounds it lower under a small memory budget and counts it in the budget
 
 
 def entry_bytes(got: frozenset[str] | Parts) -> int:
-    """What an entry of ``KeptTexts`` holds (``footprint.index_bytes``: its containers and
-    words; a word interned and shared by several sets is counted in each, so the sum over
-    entries is at least what they hold together)."""
-    return index_bytes(got)
+    """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
+    (``sys.getsizeof`` of each object), or more: every word is counted in each entry that
+    holds it (the interned words of several word sets are one object), and every int of a
+    passage's place. Summed in C (``map``), not walked: it is paid for each entry kept."""
+    size = sys.getsizeof
+    if isinstance(got, frozenset):
+        return size(got) + sum(map(size, got))
+    spans, bags = got
+    n = size(got) + size(spans) + size(bags) + sum(map(size, spans))
+    n += sum(size(x) for span in spans for x in span)
+    for bag in bags:
+        words, count = bag
+        n += size(bag) + size(count) + size(words) + sum(map(size, words)) \
+            + sum(map(size, words.values()))
+    return n
 
 
 class _Table:

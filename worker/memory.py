@@ -41,11 +41,11 @@ FAILURES_KEPT = 16
 """Namespaces whose last load failure a worker remembers (the most recent ones)."""
 REPORTED = 20
 """The largest held indexes a worker's heartbeat names."""
-KEPT_SHARE = 0.125
+KEPT_SHARE = 0.25
 """The share of a worker's memory budget its ``ranker.KeptTexts`` (the word sets and passages
-the ranking rules keep from batch to batch) may take, at most ``KEPT_BYTES`` (48 MiB: budgets
-from 384 MiB up keep the whole working set of a dense batch over 10k notes); it counts in
-the budget."""
+the ranking rules keep from batch to batch) may take, at most ``KEPT_BYTES`` (96 MiB as
+``entry_bytes`` counts them, ~2 x what they hold: budgets from 384 MiB up keep the whole
+working set of a dense batch over 10k notes); it counts in the budget."""
 
 
 def kept_bytes(budget: int) -> int:

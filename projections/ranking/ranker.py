@@ -62,30 +62,38 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
-KEPT_BYTES = 48 << 20
+KEPT_BYTES = 96 << 20
 """``KeptTexts`` holds at most this many bytes (``entry_bytes`` of its entries): past it,
-entries go table by table, each table's oldest first. A 10k-note namespace of ``bench
-query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set members
-(its ~4k candidates) in a dense batch of 500 (about 23 MiB walked; see docs/benchmarks.md).
-A worker bounds it lower under a small memory budget and counts it in the budget
-(``worker.memory.kept_bytes``)."""
+entries go table by table, each table's oldest first. A dense batch over a 10k-note namespace
+of ``bench query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k
+set members (its ~4k candidates): about 23 MiB walked, counted ~2 x by ``entry_bytes``
+(48 MiB was too few: entries were dropped and derived again batch after batch, +20 % of
+``bench profile``'s CPU a query; see docs/benchmarks.md). A worker bounds it lower under a
+small memory budget and counts it in the budget (``worker.memory.kept_bytes``)."""
+
+
+def _int_bytes(x: int) -> int:
+    """An int's own bytes: none for -5..256, which CPython keeps once for the process."""
+    return 0 if -5 <= x <= 256 else sys.getsizeof(x)
 
 
 def entry_bytes(got: frozenset[str] | Parts) -> int:
     """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
-    (``sys.getsizeof`` of each object), or more: every word is counted in each entry that
-    holds it (the interned words of several word sets are one object), and every int of a
-    passage's place. Summed in C (``map``), not walked: it is paid for each entry kept."""
+    (``sys.getsizeof`` of each object), or more: a word is counted in each entry that holds
+    it (the interned words of several word sets are one object, and so are the analysed words
+    of several passages: on ``bench query``'s corpus the word sets count ~1.9 x what they
+    hold together, the passages ~2.4 x). Summed in C
+    (``map``), not walked: it is paid for each entry kept."""
     size = sys.getsizeof
     if isinstance(got, frozenset):
         return size(got) + sum(map(size, got))
     spans, bags = got
     n = size(got) + size(spans) + size(bags) + sum(map(size, spans))
-    n += sum(size(x) for span in spans for x in span)
+    n += sum(_int_bytes(x) for span in spans for x in span)
     for bag in bags:
         words, count = bag
-        n += size(bag) + size(count) + size(words) + sum(map(size, words)) \
-            + sum(map(size, words.values()))
+        n += size(bag) + _int_bytes(count) + size(words) + sum(map(size, words)) \
+            + sum(map(_int_bytes, words.values()))
     return n
 
 

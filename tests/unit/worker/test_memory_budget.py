@@ -207,7 +207,7 @@ def test_the_kept_word_sets_and_passages_count_in_the_budget(
     for k, ns in enumerate(nss):
         _fill(c, ns, 40, k)
     eng = QueryEngine(store, DEFAULT, Settings(memory_budget_mib=64))  # calibrated: rules on
-    assert eng.kept.limit == memory.kept_bytes(64 << 20) == 8 << 20
+    assert eng.kept.limit == memory.kept_bytes(64 << 20) == 16 << 20
     assert memory.kept_bytes(1 << 40) == memory.KEPT_BYTES
     before = {ns: _answers(eng, c, _requests([ns])) for ns in nss}
     kept = eng.kept.held

@@ -16,7 +16,7 @@ import math
 import sys
 import weakref
 from datetime import datetime
-from itertools import repeat, starmap
+from itertools import chain, repeat, starmap
 from typing import Any
 
 import msgspec
@@ -89,11 +89,12 @@ def entry_bytes(got: frozenset[str] | Parts) -> int:
         return size(got) + sum(map(size, got))
     spans, bags = got
     n = size(got) + size(spans) + size(bags) + sum(map(size, spans))
-    n += sum(_int_bytes(x) for span in spans for x in span)
+    n += sum(map(_int_bytes, chain.from_iterable(spans)))
     for bag in bags:
         words, count = bag
-        n += size(bag) + _int_bytes(count) + size(words) + sum(map(size, words)) \
-            + sum(map(_int_bytes, words.values()))
+        n += size(bag) + _int_bytes(count) + size(words) + sum(map(size, words))
+        if words and max(words.values()) > 256:  # (a word's count in a passage: rarely)
+            n += sum(map(_int_bytes, words.values()))
     return n
 
 

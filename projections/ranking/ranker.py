@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 import sys
 import weakref
+from collections import OrderedDict
 from datetime import datetime
 from itertools import chain, repeat, starmap
 from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import (
@@ -63,13 +65,22 @@ _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
 KEPT_BYTES = 96 << 20
-"""``KeptTexts`` holds at most this many bytes (``entry_bytes`` of its entries): past it,
-entries go table by table, each table's oldest first. A dense batch over a 10k-note namespace
-of ``bench query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k
-set members (its ~4k candidates): about 23 MiB walked, counted ~2 x by ``entry_bytes``
-(48 MiB was too few: entries were dropped and derived again batch after batch, +20 % of
-``bench profile``'s CPU a query; see docs/benchmarks.md). A worker bounds it lower under a
-small memory budget and counts it in the budget (``worker.memory.kept_bytes``)."""
+"""``KeptTexts``' entries hold at most this many bytes (``entry_bytes``): past it, entries go
+table by table, each table's oldest first. A dense batch over a 10k-note namespace of ``bench
+query``'s generator asks for ~250k passage words (its ~3k long notes) and the words of ~4k
+candidates: a bound of 48 MiB, as ``entry_bytes`` counted the word sets before they were
+ids, dropped entries that were derived again batch after batch (+20 % of ``bench
+profile``'s CPU a query; docs/benchmarks.md). A worker bounds it lower under a small memory
+budget and counts ``held`` in the budget (``worker.memory.kept_bytes``)."""
+VOCAB_ENTRY_BYTES = 64
+"""What ``KeptTexts.held`` counts for a word's place in a table's vocabulary besides the word
+itself (a dict entry, its share of the dict's free slots, the id): CPython's dicts take
+~24-50 bytes an entry, the id 28 past 256."""
+
+
+Words = npt.NDArray[np.int32]
+"""A note's distinct words as ids (``KeptTexts.words``), ascending."""
+Entry = Words | tuple[list[tuple[int, int, int]], list[tuple[dict[str, int], int]]]
 
 
 def _int_bytes(x: int) -> int:
@@ -77,16 +88,14 @@ def _int_bytes(x: int) -> int:
     return 0 if -5 <= x <= 256 else sys.getsizeof(x)
 
 
-def entry_bytes(got: frozenset[str] | Parts) -> int:
+def entry_bytes(got: Entry) -> int:
     """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
-    (``sys.getsizeof`` of each object), or more: a word is counted in each entry that holds
-    it (the interned words of several word sets are one object, and so are the analysed words
-    of several passages: on ``bench query``'s corpus the word sets count ~1.9 x what they
-    hold together, the passages ~2.4 x). Summed in C
-    (``map``), not walked: it is paid for each entry kept."""
+    (an array's data and header, ``sys.getsizeof`` of each object), or more: the analysed
+    words of several passages may be one object, counted in each. Summed in C (``map``),
+    not walked: it is paid for each entry kept."""
     size = sys.getsizeof
-    if isinstance(got, frozenset):
-        return size(got) + sum(map(size, got))
+    if isinstance(got, np.ndarray):
+        return int(got.nbytes) + 112
     spans, bags = got
     n = size(got) + size(spans) + size(bags) + sum(map(size, spans))
     n += sum(map(_int_bytes, chain.from_iterable(spans)))
@@ -99,98 +108,145 @@ def entry_bytes(got: frozenset[str] | Parts) -> int:
 
 
 class _Table:
-    """One table's entries in ``KeptTexts`` and the bytes they hold."""
+    """``KeptTexts``' entries of one table, oldest first (an ``OrderedDict``: dropping the
+    oldest is O(1), where popping a plain dict's first key again and again rescans the
+    slots emptied before), the bytes they hold, and the ids its word sets are written in (a
+    word's id is its place in ``vocab``, given on first sight: at most the table's own term
+    count)."""
 
-    __slots__ = ("bytes", "entries")
+    __slots__ = ("bytes", "entries", "vocab")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[int, int, str], tuple[frozenset[str] | Parts, int]] = {}
-        """key -> (entry, its ``entry_bytes``), oldest first."""
+        self.entries: OrderedDict[tuple[int, int, str], tuple[Entry, int]] = OrderedDict()
+        """key -> (entry, its ``entry_bytes``)."""
         self.bytes = 0
+        """The entries' bytes."""
+        self.vocab: _Ids = _Ids()
 
 
-def _dropped(gone: list[int], table: _Table) -> None:
+class _Ids(dict[str, int]):
+    """Word -> id, the next id for a word not seen before; ``bytes``: what the words and
+    their places hold (``VOCAB_ENTRY_BYTES`` a place)."""
+
+    bytes = 0
+
+    def __missing__(self, word: str) -> int:
+        got = self[word] = len(self)
+        self.bytes += sys.getsizeof(word) + VOCAB_ENTRY_BYTES
+        return got
+
+
+def _dropped_pair(gone: list[tuple[int, int]], table: _Table) -> None:
     """A kept table's columns were collected: its bytes leave ``KeptTexts.held``."""
-    gone.append(table.bytes)
+    gone.append((table.bytes, table.vocab.bytes))
 
 
 class KeptTexts:
     """What two rules derive from a note's text, kept from batch to batch by a worker
-    (``QueryEngine``): its word set (``frozenset(tokenize(text))``, the near-identical rule;
-    the words interned, so the sets share them) and its passages with their analysed words
+    (``QueryEngine``): its distinct words (the near-identical rule), as ascending ids of a
+    vocabulary of the table's own (4 bytes a word: a pair's shared words are then counted
+    for many pairs at once, ``updates._shared``), and its passages with their analysed words
     (``_parts``, the passages rule). A slot's text never changes while its table lives (a
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
-    weakly, so an index the worker drops takes its entries (and their bytes in ``held``)
-    with it. Not an index's memory (``footprint`` does not walk it): bounded on its own by
-    ``limit`` bytes (``KEPT_BYTES``; an entry's size is ``entry_bytes``), entries dropped
-    table by table (in the order the tables were first kept), each table's oldest first; a
-    worker counts ``held`` in its memory budget. Nothing in it changes an answer: a value
-    missing is derived again, the same."""
+    weakly, so an index the worker drops takes its entries and vocabulary (and their bytes
+    in ``held``) with it. Not an index's memory (``footprint`` does not walk it): its
+    entries are bounded on their own by ``limit`` bytes (``KEPT_BYTES``, ``entry_bytes``),
+    dropped table by table (in the order the tables were first kept), each table's oldest
+    first; a table's vocabulary holds at most the words of its notes (its term table's
+    count). A worker counts ``held``, entries and vocabularies, in its memory budget.
+    Nothing in it changes an answer: a value missing is derived again, the same."""
 
     def __init__(self, limit: int = KEPT_BYTES) -> None:
         self.limit = limit
-        self._held = 0
-        self._gone: list[int] = []
-        """Bytes of tables collected since (appended by their finalizers, which may run in
-        any thread: ``held`` takes them off)."""
+        self._entries = 0
+        """The entries' bytes (``entry_bytes``) in live tables."""
+        self._vocab = 0
+        """The vocabularies' bytes in live tables."""
+        self._gone: list[tuple[int, int]] = []
+        """(entries', vocabulary's) bytes of tables collected since (appended by their
+        finalizers, which may run in any thread: ``_settled`` takes them off)."""
         self._tables: weakref.WeakKeyDictionary[Columns, _Table] = weakref.WeakKeyDictionary()
-        """Per table: (slot, 0, "") -> its word set; (slot, passage size, analyzer) -> its
-        passages."""
+        """Per table: (slot, 0, "") -> its word ids; (slot, passage size, analyzer) -> its
+        passages; oldest first."""
+
+    def _settled(self) -> None:
+        while self._gone:
+            entries, vocab = self._gone.pop()
+            self._entries -= entries
+            self._vocab -= vocab
 
     @property
     def held(self) -> int:
-        """Bytes held in the entries of live tables (the sum of their ``entry_bytes``)."""
-        while self._gone:
-            self._held -= self._gone.pop()
-        return self._held
+        """Bytes held in live tables: their entries and vocabularies."""
+        self._settled()
+        return self._entries + self._vocab
 
-    def _get(self, cols: Columns, key: tuple[int, int, str]) -> frozenset[str] | Parts | None:
-        table = self._tables.get(cols)
-        got = None if table is None else table.entries.get(key)
-        return None if got is None else got[0]
+    @property
+    def entries_held(self) -> int:
+        """Bytes of the entries of live tables (what ``limit`` bounds)."""
+        self._settled()
+        return self._entries
 
-    def _put(self, cols: Columns, key: tuple[int, int, str],
-             got: frozenset[str] | Parts) -> None:
+    def table(self, cols: Columns) -> _Table:
+        """The entries of ``cols`` (a batch looks it up once: ``BatchMemo``)."""
+        got = self._tables.get(cols)
+        if got is None:
+            got = self._tables[cols] = _Table()
+            weakref.finalize(cols, _dropped_pair, self._gone, got)
+        return got
+
+    def _put(self, table: _Table, key: tuple[int, int, str], got: Entry) -> None:
         n = entry_bytes(got)
         if n > self.limit:
             return  # never kept: derived again when asked
-        if self.held + n > self.limit:
+        if self.entries_held + n > self.limit:
             for t in self._tables.values():
-                while t.entries and self._held + n > self.limit:
-                    k = t.entries.pop(next(iter(t.entries)))[1]
+                entries = t.entries
+                while entries and self._entries + n > self.limit:
+                    k = entries.popitem(last=False)[1][1]
                     t.bytes -= k
-                    self._held -= k
-        table = self._tables.get(cols)
-        if table is None:
-            table = self._tables[cols] = _Table()
-            weakref.finalize(cols, _dropped, self._gone, table)
+                    self._entries -= k
         table.entries[key] = (got, n)
         table.bytes += n
-        self._held += n
+        self._entries += n
 
     def keys(self, cols: Columns) -> list[tuple[int, int, str]]:
         """What is held for ``cols``, oldest first: ``(slot, 0, "")`` a word set,
         ``(slot, size, analyzer)`` passages."""
-        table = self._tables.get(cols)
-        return [] if table is None else list(table.entries)
+        got = self._tables.get(cols)
+        return [] if got is None else list(got.entries)
 
-    def words(self, cols: Columns, slot: int) -> frozenset[str]:
-        """``frozenset(tokenize(text))`` of the note in ``slot`` of ``cols``."""
-        got = self._get(cols, (slot, 0, ""))
-        if isinstance(got, frozenset):
-            return got
-        w = frozenset(map(sys.intern, tokenize(cols.texts.get(slot))))
-        self._put(cols, (slot, 0, ""), w)
+    def words(self, cols: Columns, slot: int, table: _Table | None = None) -> Words:
+        """The distinct words of the note in ``slot`` of ``cols`` (``tokenize``) as ascending
+        ids (``spelled`` gives the words back)."""
+        t = self.table(cols) if table is None else table
+        got = t.entries.get((slot, 0, ""))
+        if got is not None:
+            return got[0]  # type: ignore[return-value]
+        vocab = t.vocab
+        before = vocab.bytes
+        w = np.array(sorted(map(vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
+                     np.int32)
+        self._vocab += vocab.bytes - before
+        self._put(t, (slot, 0, ""), w)
         return w
 
-    def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+    def spelled(self, cols: Columns, ids: Words) -> frozenset[str]:
+        """The words of ``ids`` (of ``words(cols, ...)``)."""
+        vocab = self.table(cols).vocab
+        back = dict(zip(vocab.values(), vocab.keys(), strict=True))
+        return frozenset(back[i] for i in ids.tolist())
+
+    def passages(self, cols: Columns, slot: int, size: int, analyzer: str,
+                 table: _Table | None = None) -> Parts:
         """``_parts`` of the note in ``slot`` of ``cols``."""
+        t = self.table(cols) if table is None else table
         key = (slot, size, analyzer)
-        got = self._get(cols, key)
-        if isinstance(got, tuple):
-            return got
+        got = t.entries.get(key)
+        if got is not None:
+            return got[0]  # type: ignore[return-value]
         p = _parts(cols, slot, size, analyzer)
-        self._put(cols, key, p)
+        self._put(t, key, p)
         return p
 
 
@@ -215,6 +271,9 @@ class BatchMemo:
         self.kept = KeptTexts() if kept is None else kept
         """The notes' words and passages (a worker's, kept from batch to batch; a batch's
         own when none is given)."""
+        self._kept: dict[int, tuple[Columns, _Table]] = {}
+        """``kept``'s entries per table, looked up once a batch (not through the weak
+        dictionary at every read)."""
 
     def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:
@@ -272,18 +331,24 @@ class BatchMemo:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
 
-    def words(self, cols: Columns, slot: int) -> frozenset[str]:
-        """The words of the note in ``slot`` of ``cols`` (``tokenize``), read and split once
+    def words(self, cols: Columns, slot: int) -> Words:
+        """The words of the note in ``slot`` of ``cols`` (``tokenize``) as ids, read and split once
         (``KeptTexts``): the near-identical rule compares the same candidates' words for
         query after query (a dense batch of 300 queries at 10k notes split 7,679 texts,
         3,477 of them distinct)."""
-        return self.kept.words(cols, slot)
+        return self.kept.words(cols, slot, self._kept_table(cols))
+
+    def _kept_table(self, cols: Columns) -> _Table:
+        got = self._kept.get(id(cols))
+        if got is None:
+            got = self._kept[id(cols)] = (cols, self.kept.table(cols))
+        return got[1]
 
     def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
         """``_parts`` of the note in ``slot`` of ``cols``, cut and counted once
         (``KeptTexts``): a dense batch asks for the same long candidates' passages query
         after query."""
-        return self.kept.passages(cols, slot, size, analyzer)
+        return self.kept.passages(cols, slot, size, analyzer, self._kept_table(cols))
 
 
 Parts = tuple[list[tuple[int, int, int]], list[Bag]]

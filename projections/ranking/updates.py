@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +42,33 @@ BoolArray = npt.NDArray[np.bool_]
 Vectors = npt.NDArray[np.floating[Any]]
 """Integer-valued vectors, float32 or float64 (``vectors.DerivedVectors.rows``)."""
 
+
+
+class NativeShared(Protocol):
+    """What this module calls of the C kernel (checked against ``_pairs.pyi``)."""
+
+    def shared(self, ids: npt.NDArray[np.int32], off: IntArray, ii: IntArray, jj: IntArray,
+               out: IntArray) -> None: ...
+
+
+_built: NativeShared | None
+try:
+    from hivemind_memory.projections.ranking import _pairs as _built
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _built = None
+
+native: NativeShared | None = _built
+"""The pairs' shared word counts in C (``projections/ranking/_pairs.c``), when it was built;
+otherwise (or set to None) the set intersections of ``_shared`` (the reference: the tests
+run both and require the same counts)."""
+
 PREFILTER_COSINE = 0.8
 """Near-identical texts have near-identical vectors: only pairs at least this close are
 read and compared word by word (a bound on work, not a rule: the words decide)."""
 US_PER_DAY = 86_400_000_000
+WordSet = frozenset[str] | npt.NDArray[np.int32]
+"""A note's words: the set of them, or their ids sorted (``ranker.KeptTexts.words``)."""
+_NONE: WordSet = frozenset()
 
 
 @dataclass
@@ -85,16 +108,16 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
            longterm: BoolArray, vec: Vectors | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
            sizes: npt.NDArray[np.integer[Any]] | None = None,
-           words_of: Callable[[int], frozenset[str]] | None = None,
+           words_of: Callable[[int], WordSet] | None = None,
            words: QueryWords | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
     index has none; ``text_of(position)``: a candidate's text; ``sizes`` (optional): each
     candidate's count of distinct words, ``len(set(tokenize(text)))``, known to the index:
     a pair whose sizes cannot reach the threshold is then left out before any text is
-    read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))``,
-    from a cache (``ranker.BatchMemo.words``); ``words``: which of the query's words each
-    holds, None when not known."""
+    read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))`` or
+    their ids sorted, from a cache (``ranker.BatchMemo.words``); ``words``: which of the
+    query's words each holds, None when not known."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
@@ -170,7 +193,7 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
                     cos: FloatArray | None, text_of: Callable[[int], str], threshold: float,
                     at: IntArray, out: Adjusted,
                     sizes: npt.NDArray[np.integer[Any]] | None = None,
-                    words_of: Callable[[int], frozenset[str]] | None = None) -> None:
+                    words_of: Callable[[int], WordSet] | None = None) -> None:
     if cos is not None:
         ii, jj = np.triu(cos >= PREFILTER_COSINE, 1).nonzero()
     else:
@@ -184,7 +207,7 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         ii, jj = _sizes_fit(sizes[at], ii, jj, threshold)
         if not len(ii):
             return
-    words: list[frozenset[str]] = [frozenset()] * len(at)
+    words: list[WordSet] = [_NONE] * len(at)
     for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
         words[k] = frozenset(tokenize(text_of(int(at[k])))) if words_of is None \
             else words_of(int(at[k]))
@@ -192,11 +215,10 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     ii, jj = _sizes_fit(size, ii, jj, threshold)
     if not len(ii):
         return
-    # every remaining pair's Jaccard at once (``&`` walks the smaller set; int64 / int64 is
-    # the same correctly rounded quotient as Python's int / int), then the groups: the
-    # connected components of the pairs that reach the threshold
-    pairs = zip(ii.tolist(), jj.tolist(), strict=True)
-    both = np.fromiter((len(words[a] & words[b]) for a, b in pairs), np.int64, len(ii))
+    # every remaining pair's Jaccard at once (int64 / int64 is the same correctly rounded
+    # quotient as Python's int / int), then the groups: the connected components of the
+    # pairs that reach the threshold
+    both = _shared(words, size, ii, jj)
     same = both / (size[ii] + size[jj] - both) >= threshold
     parent = list(range(len(at)))
 
@@ -220,6 +242,29 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         rest = sorted((p for p in members if p != best), key=lambda p: ids[p])
         out.keep[rest] = False
         out.stands_for[best] = rest
+
+
+def _shared(words: list[WordSet], size: npt.NDArray[np.int64], ii: IntArray,
+            jj: IntArray) -> npt.NDArray[np.int64]:
+    """How many words the notes of each pair ``(ii[k], jj[k])`` share: in C (``native``)
+    where the words are ascending ids (``ranker.KeptTexts.words``), one merge a pair;
+    otherwise set by set (``&`` walks the smaller set), the reference."""
+    notes = np.union1d(ii, jj)
+    kernel = native
+    if kernel is not None and not isinstance(words[int(ii[0])], frozenset):
+        off = np.zeros(len(notes) + 1, np.int64)
+        np.cumsum(size[notes], out=off[1:])
+        got = np.empty(len(ii), np.int64)
+        kernel.shared(np.concatenate([words[k] for k in notes.tolist()], dtype=np.int32), off,
+                      np.searchsorted(notes, ii), np.searchsorted(notes, jj), got)
+        return got
+    sets: list[Any] = list(words)
+    for k in notes.tolist():
+        w = words[k]
+        if not isinstance(w, frozenset):
+            sets[k] = set(w.tolist())
+    pairs = zip(ii.tolist(), jj.tolist(), strict=True)
+    return np.fromiter((len(sets[a] & sets[b]) for a, b in pairs), np.int64, len(ii))
 
 
 def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,

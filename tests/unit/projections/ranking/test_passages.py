@@ -335,12 +335,12 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     cut_kept = sum(size > 0 for _, size, _ in held)
     assert cut_kept >= 2
     assert len(cut) - first == first - cut_kept  # only the rankings without it cut again
-    small = KeptTexts(limit=kept.held - 1)  # one word short of holding it all
+    small = KeptTexts(limit=kept.entries_held - 1)  # a byte short of holding it all
     memo = BatchMemo(small)
     for q in queries:
         run_rank(idx, QueryRequest(ns="t", text=q, budget=300), ON, NOW, memo,
                  embedder=EMBEDDER)
-        assert small.held <= small.limit
+        assert small.entries_held <= small.limit
     assert 0 < len(small.keys(idx.cols)) < len(held)
     assert set(small.keys(idx.cols)) < set(held)
     cols = idx.cols
@@ -348,9 +348,11 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     size = {k: entry_bytes(kept.words(cols, k)) for k in (s, s2, t)}
     assert size[t] <= size[s]  # so the newest fits where the oldest was
     tiny = KeptTexts(limit=size[s] + size[s2])
-    assert [tiny.words(cols, k) for k in (s, s2, t)] == [kept.words(cols, k) for k in (s, s2, t)]
+    assert [tiny.spelled(cols, tiny.words(cols, k)) for k in (s, s2, t)] == [
+        kept.spelled(cols, kept.words(cols, k)) for k in (s, s2, t)]
     assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
-    assert tiny.held == size[s2] + size[t] <= tiny.limit
+    assert tiny.entries_held == size[s2] + size[t] <= tiny.limit
+    assert tiny.held > tiny.entries_held  # and the words of the vocabulary
     assert kept.held > 0
     del memo, cols  # a batch's memo holds its tables until the batch ends
     idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
@@ -361,7 +363,7 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
 
 def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
     """``KeptTexts.held`` (what a worker's budget counts of it) is never below what its
-    entries hold walked together (words shared by several word sets counted once), over
+    entries and the table's vocabulary hold walked together (each object once), over
     texts of shared words, of words of their own, and long ones cut into passages; an entry
     larger than the whole bound is not kept."""
     from hivemind_memory.projections.ranking.footprint import index_bytes
@@ -381,13 +383,16 @@ def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
                  embedder=EMBEDDER)
     keys = kept.keys(idx.cols)
     assert {size > 0 for _, size, _ in keys} == {True, False}  # word sets and passages
-    entries = [e for e, _ in kept._tables[idx.cols].entries.values()]
-    walked = index_bytes(entries)
+    table = kept._tables[idx.cols]
+    entries = [e for e, _ in table.entries.values()]
+    walked = index_bytes([entries, table.vocab])  # the vocabulary's words and ids too
+    assert index_bytes(entries) <= kept.entries_held
     assert walked <= kept.held <= 2 * walked
     cols = idx.cols
     big = KeptTexts(limit=entry_bytes(kept.words(cols, cols.slot["rb"])) - 1)
-    assert big.words(cols, cols.slot["rb"]) == kept.words(cols, cols.slot["rb"])
-    assert big.held == 0 and big.keys(cols) == []
+    assert big.spelled(cols, big.words(cols, cols.slot["rb"])) == \
+        kept.spelled(cols, kept.words(cols, cols.slot["rb"]))
+    assert big.entries_held == 0 and big.keys(cols) == []
 
 
 def test_a_passages_whole_note_is_decoded_for_it_but_not_kept_in_the_index() -> None:

@@ -654,7 +654,8 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
             if len(slots):  # ascending: where each candidate would sit says if it is there
                 got = np.minimum(np.searchsorted(slots, s), len(slots) - 1)
                 held[:, w] = slots[got] == s
-        spread = cols.tokens[s] > cfg.passage_tokens if cfg.passage_tokens > 0 else None
+        longest = cfg.updates.newer_max_tokens or cfg.passage_tokens
+        spread = cols.tokens[s] > longest if longest > 0 else None
         words = QueryWords(held, np.array([x[2] for x in posts], np.float64), spread)
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],

@@ -16,6 +16,7 @@ import math
 import sys
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import datetime
 from itertools import chain, repeat, starmap
 from typing import Any
@@ -40,10 +41,9 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
 from hivemind_memory.projections.ranking.passages import (
-    Bag,
-    bag_of,
-    bags_bm25,
-    passage_relevance,
+    Counted,
+    counted,
+    relevance_of,
     split,
 )
 from hivemind_memory.projections.ranking.rank_result import (
@@ -80,7 +80,7 @@ itself (a dict entry, its share of the dict's free slots, the id): CPython's dic
 
 Words = npt.NDArray[np.int32]
 """A note's distinct words as ids (``KeptTexts.words``), ascending."""
-Entry = Words | tuple[list[tuple[int, int, int]], list[tuple[dict[str, int], int]]]
+Entry = Words | tuple[list[tuple[int, int, int]], Counted | None]
 
 
 def _int_bytes(x: int) -> int:
@@ -88,22 +88,28 @@ def _int_bytes(x: int) -> int:
     return 0 if -5 <= x <= 256 else sys.getsizeof(x)
 
 
+def _ints_bytes(xs: Iterable[int]) -> int:
+    """``_int_bytes`` of each of ``xs`` (summed in C)."""
+    return sum(map(_int_bytes, xs))
+
+
 def entry_bytes(got: Entry) -> int:
     """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
     (an array's data and header, ``sys.getsizeof`` of each object), or more: the analysed
-    words of several passages may be one object, counted in each. Summed in C (``map``),
-    not walked: it is paid for each entry kept."""
+    words of several passages' entries may be one object, counted in each. Summed in C
+    (``map``), not walked: it is paid for each entry kept."""
     size = sys.getsizeof
     if isinstance(got, np.ndarray):
         return int(got.nbytes) + 112
-    spans, bags = got
-    n = size(got) + size(spans) + size(bags) + sum(map(size, spans))
-    n += sum(map(_int_bytes, chain.from_iterable(spans)))
-    for bag in bags:
-        words, count = bag
-        n += size(bag) + _int_bytes(count) + size(words) + sum(map(size, words))
-        if words and max(words.values()) > 256:  # (a word's count in a passage: rarely)
-            n += sum(map(_int_bytes, words.values()))
+    spans, by_word = got
+    n = size(got) + size(spans) + sum(map(size, spans)) + _ints_bytes(chain.from_iterable(spans))
+    if by_word is not None:
+        words, lengths = by_word
+        runs = words.values()
+        n += size(by_word) + size(words) + sum(map(size, words)) + sum(map(size, runs)) \
+            + size(lengths) + _ints_bytes(lengths)
+        if max(map(max, runs), default=0) > 256:  # a passage index or count past 256: rarely
+            n += _ints_bytes(chain.from_iterable(runs))
     return n
 
 
@@ -351,9 +357,10 @@ class BatchMemo:
         return self.kept.passages(cols, slot, size, analyzer, self._kept_table(cols))
 
 
-Parts = tuple[list[tuple[int, int, int]], list[Bag]]
-"""A note's passages (``passages.split``: start, end, tokens) and each one's analysed words
-(``passages.bag_of``); one passage, no bags, for a note within the passage size."""
+Parts = tuple[list[tuple[int, int, int]], Counted | None]
+"""A note's passages (``passages.split``: start, end, tokens) and their analysed words
+(``passages.counted``: by word); one passage and None for a note
+within the passage size."""
 
 
 def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
@@ -361,8 +368,8 @@ def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
     t = int(cols.tokens[slot])
     parts = split(text, t, size) if t > size else []
     if len(parts) <= 1:
-        return parts, []
-    return parts, [bag_of(text[a:z], analyzer) for a, z, _ in parts]
+        return parts, None
+    return parts, counted([text[a:z] for a, z, _ in parts], analyzer)
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,
@@ -581,8 +588,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
               score: FloatArray, query: str, agent: str, cfg: RankingConfig,
               memo: BatchMemo | None = None) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
-    its passages that match (``passages.split``, ``passages.bags_bm25``,
-    ``passages.passage_relevance``), in candidate order."""
+    its passages that match (``passages.split``, ``passages.relevance_of``: the bits of
+    ``passages.bags_bm25`` and ``passages.passage_relevance``), in candidate order."""
     size = cfg.passage_tokens
     tok = cols.tokens[s]
     weights = cols.bm25_weights(query, cfg, agent, None if memo is None else memo.terms(cols))
@@ -596,14 +603,14 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     for p, (slot, r, c, sc, t) in enumerate(zip(s.tolist(), rel.tolist(), rec.tolist(),
                                                 score.tolist(), tok.tolist(), strict=True)):
         parts: list[tuple[int, int, int]]
-        bags: list[Bag]
+        words: Counted | None
         if t <= size:
-            parts, bags = [], []
+            parts, words = [], None
         elif memo is None:
-            parts, bags = _parts(cols, slot, size, cfg.analyzer)
+            parts, words = _parts(cols, slot, size, cfg.analyzer)
         else:
-            parts, bags = memo.passages(cols, slot, size, cfg.analyzer)
-        if len(parts) <= 1:
+            parts, words = memo.passages(cols, slot, size, cfg.analyzer)
+        if words is None:
             slots.append(slot)
             rels.append(r)
             recs.append(c)
@@ -612,8 +619,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             place.append(None)
             origin.append(p)
             continue
-        prob = passage_relevance(r, bags_bm25(bags, weights))
-        for k, ((a, z, pt), pr) in enumerate(zip(parts, prob.tolist(), strict=True)):
+        prob = relevance_of(r, words, weights)
+        for k, ((a, z, pt), pr) in enumerate(zip(parts, prob, strict=True)):
             if pr <= PRINTS_AS_ZERO:
                 continue
             slots.append(slot)

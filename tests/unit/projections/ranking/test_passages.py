@@ -423,7 +423,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
 @given(st.lists(st.lists(st.sampled_from([*WORDS, "the", "and"]), max_size=12), min_size=1,
                 max_size=14),
        st.lists(st.sampled_from([*WORDS, "absent"]), max_size=5, unique=True),
-       st.lists(st.floats(0.0, 9.0), min_size=5, max_size=5),
+       st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 9.0)), min_size=5, max_size=5),
        st.floats(0.01, 3.0), st.floats(0.0, 0.2), st.floats(0.0, 1.0),
        st.sampled_from(["english", "plain"]))
 def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
@@ -433,7 +433,10 @@ def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
     added by hand below ``SUMMED_IN_ORDER`` passages) gives the bits of ``passage_relevance``
     over ``bags_bm25`` of ``bag_of`` (a dictionary read per passage and word, numpy's sum), on
     notes of 1-14 passages (across numpy's in-order block), passages without a query word or
-    with only stop words, queries with no word, a zero IDF and words no passage holds."""
+    with only stop words, queries with no word, a zero IDF and words no passage holds. An
+    IDF is 0 or at least ~0.5 / the notes' count (Lucene's): one of ~1e-310 beside 9 made
+    the passages' total subnormal and ``passage_relevance``'s ``note / total`` infinite
+    (0 x inf), which no corpus gives."""
     from hivemind_memory.projections.ranking.analyzer import analyze
     from hivemind_memory.projections.ranking.columns import QueryWeights
     from hivemind_memory.projections.ranking.passages import (

@@ -165,6 +165,28 @@ def test_length_counts_up_to_max_tokens() -> None:
     assert rel["t5"] < rel["t40"] < rel["t63"] < rel["t64"] == rel["t128"] == rel["t2000"]
 
 
+def test_bm25_normalises_length_in_full_by_default() -> None:
+    """``bm25_b`` is 1 by default: a note's BM25 falls in full proportion to its length over
+    the average, so a long note that holds the query's word once weighs less against a short
+    one than at 0.75 (a short turn stating a fact against a long reply mentioning it)."""
+    assert DEFAULT.bm25_b == 1.0
+    filler = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike"
+    notes = [note("short", "redis crash"), note("long", f"redis {filler} november", minutes=300),
+             note("other", "lunch menu pasta", minutes=600)]
+    avg = (2 + 15 + 3) / 3  # words as BM25 counts them
+
+    def ratio(b: float) -> float:  # the long note's BM25 over the short one's (same idf)
+        k1 = DEFAULT.bm25_k1
+        return (1 + k1 * (1 - b + b * 2 / avg)) / (1 + k1 * (1 - b + b * 15 / avg))
+
+    f = features_of(index(notes), "redis")
+    assert f["short"]["bm25"] == 1.0
+    assert f["long"]["bm25"] == pytest.approx(ratio(1.0), rel=1e-9)
+    assert ratio(1.0) < ratio(0.75) - 0.1  # the inputs tell the two settings apart
+    old = features_of(index(notes), "redis", msgspec.structs.replace(DEFAULT, bm25_b=0.75))
+    assert old["long"]["bm25"] == pytest.approx(ratio(0.75), rel=1e-9)
+
+
 def test_bm25_is_relative_to_the_best_visible_match() -> None:
     weak = note("weak", "redis lunch menu pottery painting", minutes=0)
     strong = note("strong", "redis stream", agent="bob", scope="private", minutes=300)

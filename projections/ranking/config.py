@@ -81,6 +81,22 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     note (a 430-token assistant turn of LongMemEval) likelier than a 60-to-120-token turn
     holding the same words, and its passages crowded out the short turns that hold the
     answer (measured in docs/benchmarks.md; LoCoMo moved by at most 0.006)."""
+    long_note_tokens: int = 192
+    """Where the long-note term starts: see ``long_note_log_tokens``."""
+    long_note_log_tokens: float = -0.5
+    """The long-note term: a note longer than ``long_note_tokens`` tokens gains this times
+    ``ln(tokens / long_note_tokens)`` in its logit (the length features stop at
+    ``max_tokens``, and the fit's notes are all shorter than this). A long note that holds
+    the query's words is less likely to be the one needed than a short one that does: on
+    LongMemEval's dev set (whole turns as notes), notes of 64-128 tokens were evidence 1.4 %
+    of the time, of 256-512 0.09 % and of over 512 0.04 %; its passages share the note's
+    probability (``RankingConfig.passage_tokens``), so this lowers every passage of it. -0.5
+    from 192 tokens (since 2026-12-02; 0 before): a 384-token note at 0.71 x the odds of a
+    192-token one, a 1,536-token note at 0.35 x. Chosen on one half of LongMemEval's dev set
+    by the md5 of ``question_id`` (knots 128 / 160 / 192 / 224 / 256 / 512, coefficients
+    -0.25 / -0.5 / -1 / -2: 160 to 224 at -0.5 did best, 192 is their middle) and checked on
+    the other (docs/benchmarks.md); LoCoMo has no turn this long (111 tokens at most), so its
+    answers do not move. 0 turns it off."""
     floor: float = 0.001
     """The budget's ceiling: a note less likely to be needed than this (its calibrated
     relevance, a probability) is no candidate, however much budget is left. 0.001: a note
@@ -125,6 +141,13 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"{self.reference_notes}")
         if self.max_tokens < 1:
             raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.long_note_tokens < 1:
+            raise ValueError(f"calibration.long_note_tokens must be >= 1, got "
+                             f"{self.long_note_tokens}")
+        if not (math.isfinite(self.long_note_log_tokens) and
+                abs(self.long_note_log_tokens) <= 1e6):
+            raise ValueError(f"calibration.long_note_log_tokens must be a finite number within "
+                             f"+-1e6, got {self.long_note_log_tokens}")
         if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
             raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
                              f"{self.min_cosine}")

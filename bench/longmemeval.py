@@ -8,11 +8,15 @@ estimate. The question is asked as of its ``question_date`` (one minute after th
 where the history has turns dated after it). Figures: turn-level evidence recall (the share
 of the question's ``has_answer`` turns that are packed) over the questions that are not
 abstention questions; knowledge-update newest-fact recall (the ``has_answer`` turns of the
-session holding the newest evidence turn); the tokens packed for abstention questions.
+session holding the newest evidence turn); the tokens packed for abstention questions; the
+share of the questions whose answer string is in their evidence turns whose packed context
+holds it (``answer_in_evidence``, ``normalised``); the share of evidence turns packed whole
+(not as a passage). ``half`` splits the questions in two by the md5 of ``question_id``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
 from dataclasses import dataclass
@@ -47,6 +51,8 @@ class Question:
     """The ids of the ``has_answer`` turns (empty for abstention questions)."""
     newest: tuple[str, ...]
     """The ``has_answer`` turns of the session holding the newest evidence turn."""
+    answer: str = ""
+    """The release's ``answer`` when it is a string ("" for a number)."""
 
     @property
     def abstention(self) -> bool:
@@ -91,9 +97,30 @@ def load_question(raw: dict[str, object]) -> Question:
     if evidence:
         top = max(evidence)[1]
         newest = tuple(nid for _, s, nid in evidence if s == top)
+    answer = raw.get("answer")
     return Question(str(raw["question_id"]), str(raw["question_type"]),
                     str(raw["question"]), asked, tuple(notes),
-                    tuple(nid for _, _, nid in evidence), newest)
+                    tuple(nid for _, _, nid in evidence), newest,
+                    answer if isinstance(answer, str) else "")
+
+
+def normalised(text: str) -> str:
+    """``text`` casefolded with every run of whitespace one space (for the answer check)."""
+    return " ".join(text.casefold().split())
+
+
+def half(q: Question) -> int:
+    """0 or 1: the md5 of the ``question_id``, as an integer, modulo 2 (the dev set's 95
+    answerable questions: 34 in half 0, 61 in half 1)."""
+    return int(hashlib.md5(q.qid.encode()).hexdigest(), 16) % 2
+
+
+def answer_in_evidence(q: Question) -> bool:
+    """Whether the question's answer is a string found (normalised) in one of its evidence
+    turns: only then can a packed context be checked for it."""
+    want = normalised(q.answer)
+    texts = {n.note_id: n.text for n in q.notes}
+    return bool(want) and any(want in normalised(texts[e]) for e in q.evidence)
 
 
 def load_task(data: Path, limit: int | None = None) -> list[Question]:

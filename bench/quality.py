@@ -1,5 +1,6 @@
-"""``python -m bench quality [--task locomo|longmemeval] [--data DIR] [--config FILE]``: evidence
-recall on LoCoMo (the default) or LongMemEval-S (``bench.quality_longmemeval``).
+"""``python -m bench quality [--task locomo|longmemeval] [--data DIR] [--config FILE]
+[--halves]``: evidence recall on LoCoMo (the default) or LongMemEval-S
+(``bench.quality_longmemeval``; ``--halves``: its figures per half of the questions too).
 
 Builds the task of ``../shared/benchmarks/locomo-dev/README.md`` (``bench.locomo``), answers
 every question at each budget through hivemind's own query path (an index built from the
@@ -237,12 +238,17 @@ def main(argv: list[str] | None = None) -> int:
                          f"{lme.DEFAULT_DATA})")
     ap.add_argument("--limit", type=int, default=None,
                     help="longmemeval: only the first N questions of the file")
+    ap.add_argument("--halves", action="store_true",
+                    help="longmemeval: every figure again for each half of the questions, "
+                         "split by the md5 of question_id (as an integer, mod 2)")
     ap.add_argument("--config", default=None, help="ranking config TOML for hivemind's row")
     ap.add_argument("--no-baselines", action="store_true", help="hivemind's rows only")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra hivemind row with these overrides (repeatable; "
                          "'analyzer=plain;relevance=bm25' for several keys)")
     args = ap.parse_args(argv)
+    if args.halves and args.task != "longmemeval":
+        ap.error("--halves splits LongMemEval's questions: use it with --task longmemeval")
     cfg = load_config(args.config) if args.config else DEFAULT
     if args.task == "longmemeval":
         from bench import quality_longmemeval
@@ -253,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                  else f"hivemind ({args.config})")
         extra = [(f"hivemind {spec}", with_overrides(cfg, _overrides(spec)))
                  for spec in args.set]
-        return quality_longmemeval.run(qs, cfg, label, extra, not args.no_baselines)
+        return quality_longmemeval.run(qs, cfg, label, extra, not args.no_baselines,
+                                       halves=args.halves)
     convs = load_task(args.data or DEFAULT_DATA)
     n = sum(len(c.questions) for c in convs)
     rows = [evaluate("hivemind (default config)" if args.config is None

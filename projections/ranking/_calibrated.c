@@ -21,6 +21,15 @@
  *          pos int64[n] (out)) -> m
  *       p = 1 / (e + 1), 0 without evidence or under floor (when floor > 0); pos[:m] the
  *       positions with p > 0, ascending.
+ *   nearest(seq int64[n], cosine float64[N], k, min_cosine, out int64[n]) -> m
+ *       out[:m] the positions i, ascending, whose c = cosine[seq[i]] is among the k largest
+ *       (every one tied with the k-th included; all of them when n <= k) and at least
+ *       min_cosine: calibrated.nearest over the gathered cosines, in one pass and a k-slot
+ *       table instead of a gather and a partition of the n values (cosines are never NaN).
+ *   compact(neg float64[n] (in/out), evidence uint8[n], at int64[n] (out)) -> m
+ *       at[:m] the positions with evidence, ascending, and neg[:m] their values (moved to
+ *       the front in place): the exponential and finish then run over those alone.
+ * finish also takes an empty evidence: every note has evidence (compact's output).
  * The exponential stays numpy's (np.exp between the two calls): its last bit may differ from
  * the C library's. Floating point: the same IEEE operations in the same order as the numpy
  * code (compile with -ffp-contract=off); maxima are exact, and where numpy's and this
@@ -158,18 +167,19 @@ static PyObject *cal_finish(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "w*y*dw*", &be, &bev, &floor, &bpos)) return NULL;
     PyObject *ret = NULL;
     i64 n = be.len / 8, m = 0;
-    if (bev.len != n || bpos.len != n * 8) {
+    if ((bev.len != n && bev.len != 0) || bpos.len != n * 8) {
         PyErr_SetString(PyExc_ValueError, "finish: arrays of different lengths");
         goto done;
     }
     double *p = be.buf;
     const unsigned char *ev = bev.buf;
+    const int every = bev.len == 0 && n > 0;
     i64 *pos = bpos.buf;
     const int floored = floor > 0.0;
     for (i64 i = 0; i < n; i++)  /* doubles only: the division vectorises */
         p[i] = 1.0 / (p[i] + 1.0);
     for (i64 i = 0; i < n; i++) {  /* branch-free: about half the notes pass */
-        double v = ev[i] ? p[i] : 0.0;
+        double v = (every || ev[i]) ? p[i] : 0.0;
         v = (floored && v < floor) ? 0.0 : v;
         p[i] = v;
         pos[m] = i;
@@ -183,11 +193,96 @@ done:
     return ret;
 }
 
+#define NEAREST_MAX 4096
+
+static PyObject *cal_nearest(PyObject *self, PyObject *args) {
+    Py_buffer bseq, bcos, bout;
+    Py_ssize_t k;
+    double min_cosine;
+    if (!PyArg_ParseTuple(args, "y*y*ndw*", &bseq, &bcos, &k, &min_cosine, &bout))
+        return NULL;
+    PyObject *ret = NULL;
+    i64 n = bseq.len / 8, ncos = bcos.len / 8, m = 0;
+    if (bout.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "nearest: arrays of different lengths");
+        goto done;
+    }
+    if (k < 0 || k > NEAREST_MAX) {
+        PyErr_SetString(PyExc_ValueError, "nearest: k outside [0, 4096]");
+        goto done;
+    }
+    const i64 *seq = bseq.buf;
+    const double *cos = bcos.buf;
+    i64 *out = bout.buf;
+    for (i64 i = 0; i < n; i++) {
+        if (seq[i] < 0 || seq[i] >= ncos) {
+            PyErr_SetString(PyExc_ValueError, "nearest: a slot outside the cosines");
+            goto done;
+        }
+    }
+    if (k > 0 && n > 0) {
+        const int every = n <= k;
+        double cut = 0.0;
+        if (!every) {  /* the k largest values so far, descending (duplicates kept) */
+            double top[NEAREST_MAX];
+            i64 have = 0;
+            for (i64 i = 0; i < n; i++) {
+                double v = cos[seq[i]];
+                if (have == k && !(v > top[k - 1])) continue;
+                i64 j = have < k ? have++ : k - 1;
+                while (j > 0 && top[j - 1] < v) {
+                    top[j] = top[j - 1];
+                    j--;
+                }
+                top[j] = v;
+            }
+            cut = top[k - 1];  /* the k-th largest: numpy's partition at n - k */
+        }
+        for (i64 i = 0; i < n; i++) {
+            double v = cos[seq[i]];
+            if ((every || v >= cut) && v >= min_cosine) out[m++] = i;
+        }
+    }
+    ret = PyLong_FromLongLong(m);
+done:
+    PyBuffer_Release(&bseq);
+    PyBuffer_Release(&bcos);
+    PyBuffer_Release(&bout);
+    return ret;
+}
+
+static PyObject *cal_compact(PyObject *self, PyObject *args) {
+    Py_buffer bneg, bev, bat;
+    if (!PyArg_ParseTuple(args, "w*y*w*", &bneg, &bev, &bat)) return NULL;
+    PyObject *ret = NULL;
+    i64 n = bneg.len / 8, m = 0;
+    if (bev.len != n || bat.len != n * 8) {
+        PyErr_SetString(PyExc_ValueError, "compact: arrays of different lengths");
+        goto done;
+    }
+    double *neg = bneg.buf;
+    const unsigned char *ev = bev.buf;
+    i64 *at = bat.buf;
+    for (i64 i = 0; i < n; i++) {  /* m <= i: moving forward in place is safe */
+        neg[m] = neg[i];
+        at[m] = i;
+        m += ev[i] != 0;
+    }
+    ret = PyLong_FromLongLong(m);
+done:
+    PyBuffer_Release(&bneg);
+    PyBuffer_Release(&bev);
+    PyBuffer_Release(&bat);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"logits", cal_logits, METH_VARARGS,
      "logits(seq, at, lex, cosine, owner, named, wb, wc, base, near, k, w_cb, w_cc, w_an, "
      "min_cosine, neg, evidence) -> None"},
     {"finish", cal_finish, METH_VARARGS, "finish(e, evidence, floor, pos) -> m"},
+    {"nearest", cal_nearest, METH_VARARGS, "nearest(seq, cosine, k, min_cosine, out) -> m"},
+    {"compact", cal_compact, METH_VARARGS, "compact(neg, evidence, at) -> m"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,4 +20,14 @@ def logits(seq: npt.NDArray[np.int64], at: npt.NDArray[np.int64],
 def finish(e: npt.NDArray[np.float64], evidence: npt.NDArray[np.uint8], floor: float,
            pos: npt.NDArray[np.int64]) -> int:
     """``e`` (``exp(neg)``) becomes the probability; ``pos`` gets the positions above 0;
-    returns how many."""
+    returns how many. An empty ``evidence``: every note has evidence."""
+
+def nearest(seq: npt.NDArray[np.int64], cosine: npt.NDArray[np.float64], k: int,
+            min_cosine: float, out: npt.NDArray[np.int64]) -> int:
+    """``out`` gets the positions (ascending) of the ``k`` largest ``cosine[seq]`` (ties with
+    the k-th included) that are at least ``min_cosine``; returns how many."""
+
+def compact(neg: npt.NDArray[np.float64], evidence: npt.NDArray[np.uint8],
+            at: npt.NDArray[np.int64]) -> int:
+    """``at`` gets the positions with evidence (ascending) and ``neg`` their values at its
+    front; returns how many."""

@@ -65,6 +65,11 @@ class NativeKernel(Protocol):
     def finish(self, e: FloatArray, evidence: npt.NDArray[np.uint8], floor: float,
                pos: IntArray) -> int: ...
 
+    def nearest(self, seq: IntArray, cosine: FloatArray, k: int, min_cosine: float,
+                out: IntArray) -> int: ...
+
+    def compact(self, neg: FloatArray, evidence: npt.NDArray[np.uint8], at: IntArray) -> int: ...
+
 
 _built: NativeKernel | None
 try:
@@ -77,6 +82,8 @@ native: NativeKernel | None = _built
 was built; otherwise (or set to None) the numpy code of ``signals``, ``probability`` and
 ``evidence`` (the reference: the tests run both and require the same bits)."""
 _NONE = np.zeros(0, np.float64)
+_EVERY = np.zeros(0, np.uint8)
+"""``finish``'s evidence when every note given has evidence."""
 
 FEATURES = ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
             "log_tokens_sq", "context_bm25", "context_cosine", "author_named")
@@ -321,23 +328,28 @@ def by_meaning(p: FloatArray, own: BoolArray, cos: FloatArray) -> FloatArray:
     return out
 
 
-def evidence(sig: Signals, cal: Calibration) -> BoolArray:
-    """Which notes have evidence of relevance of their own: a word shared with the query
-    (``bm25`` > 0) or a close enough meaning (``cosine >= cal.min_cosine``). Only they are
+def evidence(sig: Signals, cal: Calibration, near: IntArray) -> BoolArray:
+    """Which notes have evidence of relevance: a word shared with the query (``bm25`` > 0),
+    a close enough meaning (``cosine >= cal.min_cosine``), or a place among the ``near``
+    ones (``nearest``: none without cosines, whatever ``nearest_min_cosine``). Only they are
     candidates (a note without is at relevance 0, whatever its neighbours: context raises a
     candidate's probability, it does not make one)."""
     out: BoolArray = (sig.b > 0) | (sig.c >= cal.min_cosine)
-    out[nearest(sig.c, cal)] = True
+    out[near] = True
     return out
 
 
 def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
            cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
-           limit: int, allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+           limit: int, allowed: BoolArray | None = None,
+           visible: int | None = None) -> tuple[IntArray, FloatArray]:
     """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
     ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
     at least ``cal.floor`` likely, ``allowed`` (a flag per slot; None: all), and among the
-    ``limit`` most probable."""
+    ``limit`` most probable. ``visible``: how many notes the asker may see, when ``seq`` is
+    only some of them (``likely_among``'s windows): whether the namespace is small
+    (``nearest_max_notes``) is its size's, not the window's (default ``len(seq)``)."""
+    small = (len(seq) if visible is None else visible) <= cal.nearest_max_notes
     kernel = native
     if kernel is None:
         sig = signals(cols, seq, lex_slots, lex, cosine, named, lay)
@@ -345,10 +357,10 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         near = nearest(sig.c if cosine is not None else None, cal)
         kept = p[near]
         own = ((sig.b > 0) | (sig.c >= cal.min_cosine))[near]
-        p[~evidence(sig, cal)] = 0.0
+        p[~evidence(sig, cal, near)] = 0.0
         if cal.floor > 0:
             p[p < cal.floor] = 0.0
-        if len(near) and len(seq) <= cal.nearest_max_notes:
+        if len(near) and small:
             # a small namespace: its nearest notes whatever the floor, by meaning
             p[near] = by_meaning(kept, own, sig.c[near])
         if allowed is not None:
@@ -363,30 +375,38 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         mask[list(named)] = 1.0
     neg = np.empty(n, np.float64)
     ev = np.empty(n, np.uint8)
-    kernel.logits(seq, lay.pos[lex_slots].astype(np.int64), lex,
-                  _NONE if cosine is None else np.ascontiguousarray(cosine, np.float64),
-                  lay.owner, mask, lay.wb, lay.wc, lay.base, lay.near_flat, len(lay.near),
-                  cal.context_bm25, cal.context_cosine, cal.author_named, cal.min_cosine,
-                  neg, ev)
-    with np.errstate(over="ignore"):
-        np.exp(neg, out=neg)
-    near = nearest(None if cosine is None else cosine[seq], cal)
-    near_p = 1.0 / (neg[near] + 1.0)
+    cos = _NONE if cosine is None else np.ascontiguousarray(cosine, np.float64)
+    kernel.logits(seq, lay.pos[lex_slots].astype(np.int64), lex, cos, lay.owner, mask,
+                  lay.wb, lay.wc, lay.base, lay.near_flat, len(lay.near), cal.context_bm25,
+                  cal.context_cosine, cal.author_named, cal.min_cosine, neg, ev)
+    at = np.empty(n, np.int64)
+    near = at[:0]
+    if cosine is not None and cal.nearest > 0:  # ``nearest`` over cosine[seq]
+        near = at[:kernel.nearest(seq, cos, cal.nearest, cal.nearest_min_cosine, at)].copy()
     own = ev[near] != 0  # evidence of their own (a shared word, min_cosine)
     ev[near] = 1  # evidence (under the floor, still no candidate in a large namespace)
-    if len(seq) > cal.nearest_max_notes:
-        near = near[:0]
-    pos = np.empty(n, np.int64)
-    pos = pos[:kernel.finish(neg, ev, cal.floor, pos)]
-    if len(near):  # a small namespace: its nearest notes whatever the floor, by meaning
+    # only the notes with evidence go on (the others are at 0): their exponential, then p
+    m = kernel.compact(neg, ev, at)
+    e, at = neg[:m], at[:m]
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    near_at = np.searchsorted(at, near)  # each nearest note's place among them
+    near_p = 1.0 / (e[near_at] + 1.0)
+    if not small:
+        near_at = near_at[:0]
+    pos = np.empty(m, np.int64)
+    pos = pos[:kernel.finish(e, _EVERY, cal.floor, pos)]
+    if len(near_at):  # a small namespace: its nearest notes whatever the floor, by meaning
         assert cosine is not None  # near is empty without cosines
-        neg[near] = by_meaning(near_p, own, cosine[seq][near])
-        pos = np.union1d(pos, near)
-        pos = pos[neg[pos] > 0]
+        e[near_at] = by_meaning(near_p, own, cosine[seq[near]])
+        pos = np.union1d(pos, near_at)
+        pos = pos[e[pos] > 0]
+    p = e[pos]
+    pos = at[pos]
     if allowed is not None:
-        pos = pos[allowed[seq[pos]]]
+        ok = allowed[seq[pos]]
+        pos, p = pos[ok], p[ok]
     # the most probable among the notes above 0 are those among all of them (the rest are 0)
-    p = neg[pos]
     keep = candidates(p, limit)
     return pos[keep], p[keep]
 
@@ -493,7 +513,7 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     if len(seeds) < len(lex_slots):  # the hits outside the windows lend nothing
         inside = lay.pos[lex_slots] >= 0
         lex_slots, lex = lex_slots[inside], lex[inside]
-    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub))
+    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub), visible=n)
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
     keep = is_at[win[got]]  # the neighbours only lent their values

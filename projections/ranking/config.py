@@ -198,21 +198,44 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_notes: int = 200
     """Only the ``max_notes`` highest-scored candidates are compared (bounds the work)."""
     query_words_share: float = 0.0
-    """Two candidates are also about the same subject when the newer holds every query word
-    the older holds (as BM25 matches words) and those words carry at least this share of
-    the query's IDF weight over the notes the asker may see: both answer the question on
-    the same terms, so the older cannot be the better match on them and ``margin`` does not
-    apply (their probabilities differ by length and neighbours, not by subject). A note
-    served as passages (longer than ``RankingConfig.passage_tokens``) is never the newer by
-    this signal: its words lie in passages far apart, so holding the older's words says
-    nothing about restating its fact. 0 turns this signal off (the struct's default, so a
-    config written before it keeps its meaning); ``RankingConfig``'s default is 0.7."""
+    """Two candidates are also about the same subject when the newer holds the query words
+    the older holds (as BM25 matches words; every one, or ``restated_share`` of their
+    weight) and the older's words carry at least this share of the query's IDF weight over
+    the notes the asker may see: both answer the question on the same terms, so the older
+    cannot be the better match on them and ``margin`` does not apply (their probabilities
+    differ by length and neighbours, not by subject). A note longer than
+    ``newer_max_tokens`` is never the newer by this signal: its words may lie far apart, so
+    holding the older's words says nothing about restating its fact. 0 turns this signal
+    off (the struct's default, so a config written before it keeps its meaning);
+    ``RankingConfig``'s default is 0.7."""
+
+    restated_share: float = 1.0
+    """With ``query_words_share``: the newer need hold only query words carrying this share
+    of the IDF weight of those the older holds (1: every one of them), and it takes that
+    share of the older's score (a newer that restates half of the older's match on the
+    question is lifted to half the older's score). A fact restated in other words keeps
+    its subject's rarest words ("brings my total species count to 32" for "27 different
+    species of birds seen in my local park"), not every word of the first telling. An
+    older has one such partial version (the newer restating the most, then the newest);
+    a newer holding every word is a version besides."""
+    newer_max_tokens: int = 0
+    """A note longer than this many tokens is never the newer by the query-words signal: its
+    words may lie hundreds of tokens apart, so holding the older's says nothing about
+    restating its fact (a 900-token reply on family travel holds every word of "my recent
+    family trip to Hawaii"). 0: ``RankingConfig.passage_tokens`` (the limit before this
+    setting existed)."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.query_words_share) and
-                0.0 <= self.query_words_share <= 1.0):
-            raise ValueError("updates.query_words_share must be within [0, 1], got "
-                             f"{self.query_words_share}")
+        for name in ("query_words_share", "restated_share"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+                raise ValueError(f"updates.{name} must be within [0, 1], got {v}")
+        if self.restated_share <= 0:
+            raise ValueError("updates.restated_share must be above 0 (1: the newer holds "
+                             "every query word the older holds)")
+        if self.newer_max_tokens < 0:
+            raise ValueError("updates.newer_max_tokens must be >= 0 (0: passage_tokens), got "
+                             f"{self.newer_max_tokens}")
         for name in ("same_subject_cosine", "min_gap_days", "margin", "older_weight"):
             v = getattr(self, name)
             if not math.isfinite(v):
@@ -232,9 +255,13 @@ class Updates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 UPDATES_OFF = Updates(margin=0.0)
 """The rule off: what a config written before it meant."""
-UPDATES_ON = Updates(same_subject_cosine=1.0, older_weight=0.9, query_words_share=0.7)
+UPDATES_ON = Updates(same_subject_cosine=1.0, older_weight=0.9, query_words_share=0.7,
+                     restated_share=0.5, newer_max_tokens=128)
 """The default: same subject by the query's words (``query_words_share`` 0.7), the newer
-lifted to the older's score and the older at 0.9 of its own (``older_weight``: the newer
+restating at least half of the older's match on them (``restated_share`` 0.5; a note of
+at most 128 tokens, ``newer_max_tokens``: a user's turn of 84 tokens is one statement,
+though served as two passages of 48) lifted to that share of the older's score (all of it
+when it holds every word), and the older at 0.9 of its own (``older_weight``: the newer
 wins a budget that fits one, and the older's evidence, still needed to say what changed,
 stays when the budget fits both; 0.5 cost turn recall at 500 tokens on LongMemEval's dev
 set), and the cosine signal off in practice (``same_subject_cosine`` 1: even two parallel
@@ -466,6 +493,10 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "default_ttl_days": 0.0, "passage_tokens": 0,
                           "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
+LEGACY_UPDATES: dict[str, Any] = {"restated_share": 1.0, "newer_max_tokens": 0}
+"""Keys of the ``updates`` table added after it was filed with its first keys, and the value
+a table written before them meant (the struct's defaults): at that value they are left out
+of the fingerprint and of the filed form, so a config filed before them keeps both."""
 WRITE_ONLY = ("duplicate_lsh_bands", "duplicate_lsh_min_hits", "duplicate_lsh_recall",
               "duplicate_lsh_bucket_cap")
 """Keys only the near-duplicate lookup reads: they change no answer, so no fingerprint."""
@@ -481,8 +512,19 @@ def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
     ``WRITE_ONLY`` keys."""
     drop = set(CALIBRATED_ONLY) if raw.get("relevance", "bm25") == "bm25" else set()
     drop |= set(WRITE_ONLY)
-    return {k: v for k, v in raw.items()
-            if k not in drop and (k not in LEGACY or v != LEGACY[k])}
+    legacy = _updates_as_filed(LEGACY)
+    return {k: v for k, v in _updates_as_filed(raw).items()
+            if k not in drop and (k not in legacy or v != legacy[k])}
+
+
+def _updates_as_filed(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with its ``updates`` table lacking the ``LEGACY_UPDATES`` keys at their value
+    before they existed (what a writer before them filed)."""
+    up = raw.get("updates")
+    if not isinstance(up, dict):
+        return raw
+    return {**raw, "updates": {k: v for k, v in up.items()
+                               if k not in LEGACY_UPDATES or v != LEGACY_UPDATES[k]}}
 
 
 def _digest(raw: dict[str, Any]) -> str:
@@ -503,7 +545,7 @@ def id_digest(overrides: Mapping[str, Any] | None) -> str:
     shares an id with one that does not), and each moved key set to its first default (no
     longer the default, so no longer the id of a request that leaves it). Raises
     ``msgspec.ValidationError`` for bad overrides."""
-    raw = msgspec.to_builtins(with_overrides(DEFAULT, overrides or {}))
+    raw = _updates_as_filed(msgspec.to_builtins(with_overrides(DEFAULT, overrides or {})))
     base = {**raw, **LEGACY}
     now = msgspec.to_builtins(DEFAULT)
     moved = []
@@ -536,9 +578,11 @@ def filed_form(cfg: RankingConfig, data: bytes) -> bool:
     if not isinstance(raw, dict):
         return False
     full = msgspec.to_builtins(cfg)
-    old = {k: v for k, v in full.items() if k in raw}
     absent = set(full) - set(legacy_form(full))  # what an older writer left out
-    return all(k in absent for k in full if k not in raw) and msgspec.json.encode(old) == data
+    if not all(k in absent for k in full if k not in raw):
+        return False
+    old = {k: v for k, v in full.items() if k in raw}
+    return data in (msgspec.json.encode(old), msgspec.json.encode(_updates_as_filed(old)))
 
 
 def with_overrides(base: RankingConfig, overrides: Mapping[str, Any]) -> RankingConfig:

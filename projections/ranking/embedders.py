@@ -256,11 +256,34 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float64]:
         """The mean token vector of each text's content words (zeros for a text without)."""
+        if len(texts) == 1:
+            return self._embed_one(texts[0])
         counted = [Counter(tokenize(t)) for t in texts]
         per_text = np.array([len(c) for c in counted], np.int64)
         words = [w for c in counted for w in c]
         counts = np.fromiter((k for c in counted for k in c.values()), np.float64, len(words))
         return self.embed_bags(words, per_text, np.arange(len(words)), counts)
+
+
+    def _embed_one(self, text: str) -> npt.NDArray[np.float64]:
+        """``embed([text])`` for one text (a query's), without ``embed_bags``' blocks: one
+        product of its word counts and their vectors, the same bits (exact sums, see the
+        class docstring; the same final division)."""
+        counted = Counter(tokenize(text))
+        out = np.zeros((1, self._dim), np.float64)
+        if not counted:
+            return out
+        if len(counted) > MAX_WORDS // 2:  # the blocks of embed_bags
+            return self.embed_bags(list(counted), np.array([len(counted)], np.int64),
+                                   np.arange(len(counted)),
+                                   np.fromiter(counted.values(), np.float64, len(counted)))
+        cnt = np.fromiter(counted.values(), np.float64, len(counted))
+        with self._lock:  # rows and the _sums they index: one state of the cache
+            r = self.rows(list(counted))
+            total = cnt @ self._sums[r].astype(np.float64)
+            tokens = float((cnt * self._counts[r]).sum())
+        out[0] = total / max(tokens, 1.0)
+        return out
 
 
 @functools.lru_cache(maxsize=8)

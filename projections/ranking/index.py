@@ -50,8 +50,28 @@ twice as many when too few remain)."""
 EMBED_BATCH = 4_096
 """Texts handed to the embedder per call."""
 LAYOUTS_KEPT = 4
-"""Askers whose visible notes in creation order (and their ``calibrated.Layout``) an index
-keeps (least recently used dropped first: ~4 MiB each at 100k notes)."""
+"""Askers whose visible notes in creation order, their positions and their
+``calibrated.Layout`` an index keeps whatever its size (least recently used dropped first:
+~4 MiB each at 100k notes)."""
+LAYOUTS_KEPT_MAX = 16
+"""Askers kept at most, past ``LAYOUTS_KEPT`` only while the kept entries of one cache hold
+at most ``LAYOUT_NOTES_KEPT`` notes: a 10k-note namespace asked by 9 audiences kept 4 and
+rebuilt the others' layouts query after query (~8 % of a selective query's instructions)."""
+LAYOUT_NOTES_KEPT = 200_000
+"""Notes (summed over the kept askers) past which a cache of ``LAYOUTS_KEPT_MAX`` keeps only
+``LAYOUTS_KEPT`` askers: layouts ~36 bytes a note, orders and positions 8 (~10 MiB in all)."""
+
+
+def _keep(cache: dict[Any, Any], key: Any, value: Any, notes: Callable[[Any], int]) -> None:
+    """Put ``value`` last in ``cache`` (the most recently used) and drop the least recently
+    used past ``LAYOUTS_KEPT_MAX`` entries, or past ``LAYOUTS_KEPT`` while they hold more
+    than ``LAYOUT_NOTES_KEPT`` notes (``notes`` of an entry)."""
+    cache.pop(key, None)
+    cache[key] = value
+    held = sum(notes(v) for v in cache.values())
+    while len(cache) > LAYOUTS_KEPT_MAX or (len(cache) > LAYOUTS_KEPT and
+                                            held > LAYOUT_NOTES_KEPT):
+        held -= notes(cache.pop(next(iter(cache))))
 
 
 @dataclass
@@ -225,12 +245,10 @@ class NamespaceIndex:
             self._order = creation_order(cols)
             self._order_key = (id(cols), cols.layout)
             self._order_vis.clear()
-        got = self._order_vis.pop(agent, None)
+        got = self._order_vis.get(agent)
         if got is None:
             got = self._order[cols.visible(agent)[self._order]]
-            while len(self._order_vis) >= LAYOUTS_KEPT:
-                self._order_vis.pop(next(iter(self._order_vis)))
-        self._order_vis[agent] = got
+        _keep(self._order_vis, agent, got, len)
         return got
 
     def query_cosines(self, vectors: npt.NDArray[np.floating[Any]]) -> FloatArray | None:
@@ -262,12 +280,10 @@ class NamespaceIndex:
         if self._layout_version != (id(self.cols), self.cols.version):
             self._layouts.clear()
             self._layout_version = (id(self.cols), self.cols.version)
-        got = self._layouts.pop(key, None)
+        got = self._layouts.get(key)
         if got is None:
             got = layout_of(self.cols, seq, cal)
-            while len(self._layouts) >= LAYOUTS_KEPT:
-                self._layouts.pop(next(iter(self._layouts)))
-        self._layouts[key] = got  # the most recently used last
+        _keep(self._layouts, key, got, lambda lay: len(lay.base))
         return seq, got
 
     def _inputs(self, text: str, embedding: Sequence[float] | None, cfg: RankingConfig,
@@ -326,9 +342,8 @@ class NamespaceIndex:
             if pos is None or pos[0] is not seq:
                 at = np.full(len(cols), -1, np.int64)
                 at[seq] = np.arange(len(seq))
-                pos = self._pos[agent] = (seq, at)
-                while len(self._pos) > LAYOUTS_KEPT:
-                    self._pos.pop(next(iter(self._pos)))
+                pos = (seq, at)
+            _keep(self._pos, agent, pos, lambda got: len(got[1]))
             lex_slots, lex = cols.bm25(text, cfg, agent, cache)
             near = self._dense_near(query, cfg.candidates.dense, cols.visible(agent), allowed)
             derived = self.derived

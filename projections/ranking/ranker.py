@@ -13,14 +13,15 @@ test checks that the result equals ``rank`` over the same notes and relevance.
 from __future__ import annotations
 
 import math
-import sys
 import weakref
+from collections import OrderedDict
 from datetime import datetime
 from itertools import repeat, starmap
 from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from hivemind_memory.projections.ranking.bm25_rules import tokenize
 from hivemind_memory.projections.ranking.columns import (
@@ -70,73 +71,114 @@ members (its ~4k candidates) in a dense batch of 500 (about 20 MB held; see
 docs/benchmarks.md)."""
 
 
-def _size(got: frozenset[str] | Parts) -> int:
+Words = npt.NDArray[np.int32]
+"""A note's distinct words as ids (``KeptTexts.words``), ascending."""
+Entry = Words | tuple[list[tuple[int, int, int]], list[tuple[dict[str, int], int]]]
+
+
+def _size(got: Entry) -> int:
     """Words an entry of ``KeptTexts`` holds."""
-    if isinstance(got, frozenset):
+    if isinstance(got, np.ndarray):
         return len(got)
     return len(got[0]) + sum(len(b[0]) for b in got[1])
 
 
+class _Table:
+    """``KeptTexts``' entries of one table, oldest first (an ``OrderedDict``: dropping the
+    oldest is O(1), where popping a plain dict's first key again and again rescans the
+    slots emptied before), and the ids its word sets are written in (a word's id is its
+    place in ``vocab``, given on first sight: at most the table's own term count)."""
+
+    __slots__ = ("entries", "vocab")
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[int, int, str], Entry] = OrderedDict()
+        self.vocab: _Ids = _Ids()
+
+
+class _Ids(dict[str, int]):
+    """Word -> id, the next id for a word not seen before."""
+
+    def __missing__(self, word: str) -> int:
+        got = self[word] = len(self)
+        return got
+
+
 class KeptTexts:
     """What two rules derive from a note's text, kept from batch to batch by a worker
-    (``QueryEngine``): its word set (``frozenset(tokenize(text))``, the near-identical rule;
-    the words interned, so the sets share them) and its passages with their analysed words
+    (``QueryEngine``): its distinct words (the near-identical rule), as ascending ids of a
+    vocabulary of the table's own (4 bytes a word: a pair's shared words are then counted
+    for many pairs at once, ``updates._shared``), and its passages with their analysed words
     (``_parts``, the passages rule). A slot's text never changes while its table lives (a
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
     weakly, so an index the worker drops takes its entries with it. Not an index's memory
     (``footprint`` does not walk it): bounded on its own by ``limit`` words (``KEPT_WORDS``),
     entries dropped table by table (in the order the tables were first kept), each table's
-    oldest first. Nothing in it changes an answer: a value missing is derived again, the
+    oldest first; a table's vocabulary holds at most the words of its notes (its term
+    table's count). Nothing in it changes an answer: a value missing is derived again, the
     same."""
 
     def __init__(self, limit: int = KEPT_WORDS) -> None:
         self.limit = limit
         self.held = 0
         """Words held (set members plus passages and their word counts)."""
-        self._tables: weakref.WeakKeyDictionary[
-            Columns, dict[tuple[int, int, str], frozenset[str] | Parts]] = \
-            weakref.WeakKeyDictionary()
-        """Per table: (slot, 0, "") -> its word set; (slot, passage size, analyzer) -> its
+        self._tables: weakref.WeakKeyDictionary[Columns, _Table] = weakref.WeakKeyDictionary()
+        """Per table: (slot, 0, "") -> its word ids; (slot, passage size, analyzer) -> its
         passages; oldest first."""
 
-    def _get(self, cols: Columns, key: tuple[int, int, str]) -> frozenset[str] | Parts | None:
-        table = self._tables.get(cols)
-        return None if table is None else table.get(key)
+    def table(self, cols: Columns) -> _Table:
+        """The entries of ``cols`` (a batch looks it up once: ``BatchMemo``)."""
+        got = self._tables.get(cols)
+        if got is None:
+            got = self._tables[cols] = _Table()
+        return got
 
-    def _put(self, cols: Columns, key: tuple[int, int, str],
-             got: frozenset[str] | Parts) -> None:
+    def _put(self, table: _Table, key: tuple[int, int, str], got: Entry) -> None:
         n = _size(got)
         if self.held + n > self.limit:
-            for table in self._tables.values():
-                while table and self.held + n > self.limit:
-                    self.held -= _size(table.pop(next(iter(table))))
+            for t in self._tables.values():
+                entries = t.entries
+                while entries and self.held + n > self.limit:
+                    self.held -= _size(entries.popitem(last=False)[1])
             if self.held + n > self.limit:  # every table is empty (the rest went with theirs)
                 self.held = 0
         self.held += n
-        self._tables.setdefault(cols, {})[key] = got
+        table.entries[key] = got
 
     def keys(self, cols: Columns) -> list[tuple[int, int, str]]:
         """What is held for ``cols``, oldest first: ``(slot, 0, "")`` a word set,
         ``(slot, size, analyzer)`` passages."""
-        return list(self._tables.get(cols, {}))
+        got = self._tables.get(cols)
+        return [] if got is None else list(got.entries)
 
-    def words(self, cols: Columns, slot: int) -> frozenset[str]:
-        """``frozenset(tokenize(text))`` of the note in ``slot`` of ``cols``."""
-        got = self._get(cols, (slot, 0, ""))
-        if isinstance(got, frozenset):
+    def words(self, cols: Columns, slot: int, table: _Table | None = None) -> Words:
+        """The distinct words of the note in ``slot`` of ``cols`` (``tokenize``) as ascending
+        ids (``spelled`` gives the words back)."""
+        t = self.table(cols) if table is None else table
+        got = t.entries.get((slot, 0, ""))
+        if isinstance(got, np.ndarray):
             return got
-        w = frozenset(map(sys.intern, tokenize(cols.texts.get(slot))))
-        self._put(cols, (slot, 0, ""), w)
+        w = np.array(sorted(map(t.vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
+                     np.int32)
+        self._put(t, (slot, 0, ""), w)
         return w
 
-    def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+    def spelled(self, cols: Columns, ids: Words) -> frozenset[str]:
+        """The words of ``ids`` (of ``words(cols, ...)``)."""
+        vocab = self.table(cols).vocab
+        back = dict(zip(vocab.values(), vocab.keys(), strict=True))
+        return frozenset(back[i] for i in ids.tolist())
+
+    def passages(self, cols: Columns, slot: int, size: int, analyzer: str,
+                 table: _Table | None = None) -> Parts:
         """``_parts`` of the note in ``slot`` of ``cols``."""
+        t = self.table(cols) if table is None else table
         key = (slot, size, analyzer)
-        got = self._get(cols, key)
+        got = t.entries.get(key)
         if isinstance(got, tuple):
             return got
         p = _parts(cols, slot, size, analyzer)
-        self._put(cols, key, p)
+        self._put(t, key, p)
         return p
 
 
@@ -161,6 +203,9 @@ class BatchMemo:
         self.kept = KeptTexts() if kept is None else kept
         """The notes' words and passages (a worker's, kept from batch to batch; a batch's
         own when none is given)."""
+        self._kept: dict[int, tuple[Columns, _Table]] = {}
+        """``kept``'s entries per table, looked up once a batch (not through the weak
+        dictionary at every read)."""
 
     def prime_vectors(self, idx: NamespaceIndex, texts: list[str],
                       embedder: Embedder) -> None:
@@ -218,18 +263,24 @@ class BatchMemo:
         """The BM25 parts of the query words seen so far on ``cols``."""
         return self._table(cols)[1]
 
-    def words(self, cols: Columns, slot: int) -> frozenset[str]:
-        """The words of the note in ``slot`` of ``cols`` (``tokenize``), read and split once
+    def words(self, cols: Columns, slot: int) -> Words:
+        """The words of the note in ``slot`` of ``cols`` (``tokenize``) as ids, read and split once
         (``KeptTexts``): the near-identical rule compares the same candidates' words for
         query after query (a dense batch of 300 queries at 10k notes split 7,679 texts,
         3,477 of them distinct)."""
-        return self.kept.words(cols, slot)
+        return self.kept.words(cols, slot, self._kept_table(cols))
+
+    def _kept_table(self, cols: Columns) -> _Table:
+        got = self._kept.get(id(cols))
+        if got is None:
+            got = self._kept[id(cols)] = (cols, self.kept.table(cols))
+        return got[1]
 
     def passages(self, cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
         """``_parts`` of the note in ``slot`` of ``cols``, cut and counted once
         (``KeptTexts``): a dense batch asks for the same long candidates' passages query
         after query."""
-        return self.kept.passages(cols, slot, size, analyzer)
+        return self.kept.passages(cols, slot, size, analyzer, self._kept_table(cols))
 
 
 Parts = tuple[list[tuple[int, int, int]], list[Bag]]
@@ -535,7 +586,8 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
             if len(slots):  # ascending: where each candidate would sit says if it is there
                 got = np.minimum(np.searchsorted(slots, s), len(slots) - 1)
                 held[:, w] = slots[got] == s
-        spread = cols.tokens[s] > cfg.passage_tokens if cfg.passage_tokens > 0 else None
+        longest = cfg.updates.newer_max_tokens or cfg.passage_tokens
+        spread = cols.tokens[s] > longest if longest > 0 else None
         words = QueryWords(held, np.array([x[2] for x in posts], np.float64), spread)
     sl = s.tolist()
     adj = adjust([ids[i] for i in sl], score, rel, cols.created_us[s],

@@ -14,9 +14,11 @@ signals, vectors and the config are arguments.
   newer's score becomes at least the older's, and the older's is multiplied by
   ``older_weight``. A longterm note (earned permanence) is never the older; a note with no
   newer version on its subject keeps its score however old it is. The subject is also the
-  same when the newer holds every query word the older holds and those carry
+  same when the newer holds the query words the older holds (those carrying at least
+  ``restated_share`` of their IDF weight; 1: every one) and the older's carry
   ``query_words_share`` of the query's weight (``QueryWords``); then ``margin`` does not
-  apply, and a note served as passages is never the newer (``_same_words``).
+  apply, the newer is lifted to that share of the older's score, and a note longer than
+  ``newer_max_tokens`` is never the newer (``_restated``).
 
 Both compare at most ``updates.max_notes`` candidates (the highest scored), so the work per
 query is bounded whatever the budget. Vectors are the index's quantized integers
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +44,33 @@ BoolArray = npt.NDArray[np.bool_]
 Vectors = npt.NDArray[np.floating[Any]]
 """Integer-valued vectors, float32 or float64 (``vectors.DerivedVectors.rows``)."""
 
+
+
+class NativeShared(Protocol):
+    """What this module calls of the C kernel (checked against ``_pairs.pyi``)."""
+
+    def shared(self, ids: npt.NDArray[np.int32], off: IntArray, ii: IntArray, jj: IntArray,
+               out: IntArray) -> None: ...
+
+
+_built: NativeShared | None
+try:
+    from hivemind_memory.projections.ranking import _pairs as _built
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _built = None
+
+native: NativeShared | None = _built
+"""The pairs' shared word counts in C (``projections/ranking/_pairs.c``), when it was built;
+otherwise (or set to None) the set intersections of ``_shared`` (the reference: the tests
+run both and require the same counts)."""
+
 PREFILTER_COSINE = 0.8
 """Near-identical texts have near-identical vectors: only pairs at least this close are
 read and compared word by word (a bound on work, not a rule: the words decide)."""
 US_PER_DAY = 86_400_000_000
+WordSet = frozenset[str] | npt.NDArray[np.int32]
+"""A note's words: the set of them, or their ids sorted (``ranker.KeptTexts.words``)."""
+_NONE: WordSet = frozenset()
 
 
 @dataclass
@@ -85,16 +110,16 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
            longterm: BoolArray, vec: Vectors | None, norm: FloatArray | None,
            text_of: Callable[[int], str], cfg: RankingConfig,
            sizes: npt.NDArray[np.integer[Any]] | None = None,
-           words_of: Callable[[int], frozenset[str]] | None = None,
+           words_of: Callable[[int], WordSet] | None = None,
            words: QueryWords | None = None) -> Adjusted:
     """Apply both rules to candidates ``ids`` (parallel arrays: ``score``, ``rel``,
     ``created_us``, ``longterm``; ``vec``/``norm``: their quantized vectors, None when the
     index has none; ``text_of(position)``: a candidate's text; ``sizes`` (optional): each
     candidate's count of distinct words, ``len(set(tokenize(text)))``, known to the index:
     a pair whose sizes cannot reach the threshold is then left out before any text is
-    read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))``,
-    from a cache (``ranker.BatchMemo.words``); ``words``: which of the query's words each
-    holds, None when not known."""
+    read); ``words_of(position)`` (optional): its words, ``frozenset(tokenize(text))`` or
+    their ids sorted, from a cache (``ranker.BatchMemo.words``); ``words``: which of the
+    query's words each holds, None when not known."""
     m = len(ids)
     out = Adjusted(score=score.copy(), keep=np.ones(m, np.bool_))
     if m < 2:
@@ -115,7 +140,7 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
         if len(at) >= 2:
             cos = (_pair_cosines(vec, norm, at, first)
                    if vec is not None and norm is not None else None)
-            same = None if words is None or not by_words else _same_words(words, at, up)
+            same = None if words is None or not by_words else _restated(words, at, created_us, up)
             _newer_wins(at, score, rel, created_us, longterm, cos, same, cfg, out)
     return out
 
@@ -124,32 +149,53 @@ def adjust(ids: Sequence[str], score: FloatArray, rel: FloatArray, created_us: I
 class QueryWords:
     """Which of a query's words each candidate holds: ``held[k, w]`` (candidate ``k``, word
     ``w``), and each word's IDF over the notes the asker may see (``weight[w]``);
-    ``spread[k]`` (None: none): candidate ``k`` is a note served as passages (longer than
-    ``RankingConfig.passage_tokens``), whose words need not be one statement."""
+    ``spread[k]`` (None: none): candidate ``k`` is a long note (longer than
+    ``updates.newer_max_tokens``, or ``RankingConfig.passage_tokens`` where that is 0), whose
+    words need not be one statement."""
 
     held: BoolArray
     weight: FloatArray
     spread: BoolArray | None = None
 
 
-def _same_words(words: QueryWords, at: IntArray, up: Updates) -> BoolArray:
-    """``same[i, j]``: candidate ``at[j]`` holds every query word ``at[i]`` holds, and those
-    words carry at least ``up.query_words_share`` of the query's IDF weight. A note served
-    as passages (``words.spread``) is never the newer ``at[j]``: its words lie in passages
-    hundreds of tokens apart, so holding the older's words says nothing about restating its
-    fact (a 900-token reply on family travel "holds" every word of "my recent family trip
-    to Hawaii"), and the lift would go to its passages. It can still be the older."""
+def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
+              up: Updates) -> FloatArray:
+    """``credit[i, j]``: the share of the older ``at[i]``'s match on the query that the newer
+    ``at[j]`` restates (the IDF weight of the query words both hold over that of the words
+    ``at[i]`` holds; exactly 1 when ``at[j]`` holds every one), 0 where it is under
+    ``up.restated_share`` or ``at[i]``'s words carry less than ``up.query_words_share`` of
+    the query's IDF weight. A newer holding every word is a version whatever the others
+    hold; of those holding only part (``restated_share`` < 1), an older has one version:
+    the one restating the most of it (ties: the newest, then the first candidate), since a
+    subject whose words recur in many later notes is a recurring topic, not one changed
+    fact, and lifting each of them would crowd the budget. A long note (``words.spread``)
+    is never the newer ``at[j]``: its words may lie in passages hundreds of tokens apart,
+    so holding the older's words says nothing about restating its fact (a 900-token reply
+    on family travel "holds" every word of "my recent family trip to Hawaii"), and the lift
+    would go to its passages. It can still be the older."""
     held = words.held[at]
     total = float(words.weight.sum())
+    m = len(at)
     if total <= 0 or not held.shape[1]:
-        return np.zeros((len(at), len(at)), np.bool_)
-    share = (held @ words.weight) / total
-    missing = held[:, None, :] & ~held[None, :, :]
-    same: BoolArray = np.logical_not(missing.any(axis=2))
-    same &= (share >= up.query_words_share)[:, None]
+        return np.zeros((m, m), np.float64)
+    own = held @ words.weight
+    h = held.astype(np.float64)
+    both = (h * words.weight) @ h.T  # [i, j]: the weight of the words i and j both hold
+    credit: FloatArray = np.divide(both, own[:, None], out=np.zeros((m, m)),
+                                   where=own[:, None] > 0)
+    every = ~(held[:, None, :] & ~held[None, :, :]).any(axis=2)
+    credit[every & (own[:, None] > 0)] = 1.0  # every word: exactly the older's score
+    credit[credit < up.restated_share] = 0.0
+    credit[own / total < up.query_words_share, :] = 0.0
     if words.spread is not None:
-        same[:, words.spread[at]] = False
-    return same
+        credit[:, words.spread[at]] = 0.0
+    loose = (credit > 0) & (credit < 1)
+    t = created_us[at]
+    for i in np.flatnonzero(loose.sum(axis=1) > 1).tolist():
+        js = np.flatnonzero(loose[i])
+        best = js[np.lexsort((-js, t[js], credit[i, js]))[-1]]
+        credit[i, js[js != best]] = 0.0
+    return credit
 
 
 def _pair_cosines(vec: Vectors, norm: FloatArray, at: IntArray,
@@ -170,7 +216,7 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
                     cos: FloatArray | None, text_of: Callable[[int], str], threshold: float,
                     at: IntArray, out: Adjusted,
                     sizes: npt.NDArray[np.integer[Any]] | None = None,
-                    words_of: Callable[[int], frozenset[str]] | None = None) -> None:
+                    words_of: Callable[[int], WordSet] | None = None) -> None:
     if cos is not None:
         ii, jj = np.triu(cos >= PREFILTER_COSINE, 1).nonzero()
     else:
@@ -184,7 +230,7 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         ii, jj = _sizes_fit(sizes[at], ii, jj, threshold)
         if not len(ii):
             return
-    words: list[frozenset[str]] = [frozenset()] * len(at)
+    words: list[WordSet] = [_NONE] * len(at)
     for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
         words[k] = frozenset(tokenize(text_of(int(at[k])))) if words_of is None \
             else words_of(int(at[k]))
@@ -192,11 +238,10 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     ii, jj = _sizes_fit(size, ii, jj, threshold)
     if not len(ii):
         return
-    # every remaining pair's Jaccard at once (``&`` walks the smaller set; int64 / int64 is
-    # the same correctly rounded quotient as Python's int / int), then the groups: the
-    # connected components of the pairs that reach the threshold
-    pairs = zip(ii.tolist(), jj.tolist(), strict=True)
-    both = np.fromiter((len(words[a] & words[b]) for a, b in pairs), np.int64, len(ii))
+    # every remaining pair's Jaccard at once (int64 / int64 is the same correctly rounded
+    # quotient as Python's int / int), then the groups: the connected components of the
+    # pairs that reach the threshold
+    both = _shared(words, size, ii, jj)
     same = both / (size[ii] + size[jj] - both) >= threshold
     parent = list(range(len(at)))
 
@@ -222,6 +267,29 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         out.stands_for[best] = rest
 
 
+def _shared(words: list[WordSet], size: npt.NDArray[np.int64], ii: IntArray,
+            jj: IntArray) -> npt.NDArray[np.int64]:
+    """How many words the notes of each pair ``(ii[k], jj[k])`` share: in C (``native``)
+    where the words are ascending ids (``ranker.KeptTexts.words``), one merge a pair;
+    otherwise set by set (``&`` walks the smaller set), the reference."""
+    notes = np.union1d(ii, jj)
+    kernel = native
+    if kernel is not None and not isinstance(words[int(ii[0])], frozenset):
+        off = np.zeros(len(notes) + 1, np.int64)
+        np.cumsum(size[notes], out=off[1:])
+        got = np.empty(len(ii), np.int64)
+        kernel.shared(np.concatenate([words[k] for k in notes.tolist()], dtype=np.int32), off,
+                      np.searchsorted(notes, ii), np.searchsorted(notes, jj), got)
+        return got
+    sets: list[Any] = list(words)
+    for k in notes.tolist():
+        w = words[k]
+        if not isinstance(w, frozenset):
+            sets[k] = set(w.tolist())
+    pairs = zip(ii.tolist(), jj.tolist(), strict=True)
+    return np.fromiter((len(sets[a] & sets[b]) for a, b in pairs), np.int64, len(ii))
+
+
 def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,
                threshold: float) -> tuple[IntArray, IntArray]:
     """The pairs ``(ii, jj)`` whose word-set sizes can reach Jaccard ``threshold``."""
@@ -231,8 +299,11 @@ def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,
 
 
 def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: IntArray,
-                longterm: BoolArray, cos: FloatArray | None, same: BoolArray | None,
+                longterm: BoolArray, cos: FloatArray | None, same: FloatArray | None,
                 cfg: RankingConfig, out: Adjusted) -> None:
+    """``same[i, j]`` (``_restated``): the share of the older ``at[i]``'s score the newer
+    ``at[j]`` is lifted to by the query's words (0: no version by them); a pair by the
+    vectors takes the whole score."""
     up = cfg.updates
     t = created_us[at]
     r = rel[at]
@@ -240,15 +311,15 @@ def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: In
     # older[i, j]: at[i] is an older version of at[j]'s subject that the newer beats
     older = (t[None, :] - t[:, None]) >= up.min_gap_days * US_PER_DAY
     older &= ~longterm[at][:, None]
-    subject = np.zeros_like(older)
+    credit = np.zeros(older.shape, np.float64)
     if cos is not None:  # close in meaning, and the older no clearly better match
-        subject |= (cos >= up.same_subject_cosine) & (r[:, None] <= up.margin * r[None, :])
-    if same is not None:  # the newer holds every query word the older holds
-        subject |= same
-    older &= subject
+        credit[(cos >= up.same_subject_cosine) & (r[:, None] <= up.margin * r[None, :])] = 1.0
+    if same is not None:  # the newer restates the older's match on the query's words
+        credit = np.maximum(credit, same)
+    older &= credit > 0
     if not older.any():
         return
-    lifted = np.max(np.where(older, s[:, None], 0.0), axis=0)
+    lifted = np.max(np.where(older, credit * s[:, None], 0.0), axis=0)
     new = out.score
     new[at] = np.maximum(s, lifted)
     stale = older.any(axis=1)

@@ -30,6 +30,10 @@ def test_the_task_is_built_as_the_readme_describes() -> None:
     assert q.asked >= max(n.created_at for n in q.notes)
     assert set(q.newest) <= set(q.evidence) and q.newest
     assert max(len(n.text.encode()) for x in qs for n in x.notes) <= longmemeval.MAX_TEXT_BYTES
+    answerable = [x for x in qs if not x.abstention]
+    # the halves the last session's figures were measured on
+    assert [sum(longmemeval.half(x) == h for x in answerable) for h in (0, 1)] == [34, 61]
+    assert sum(longmemeval.answer_in_evidence(x) for x in answerable) == 40
 
 
 @pytest.mark.slow
@@ -41,14 +45,15 @@ def test_quality_prints_hivemind_beside_the_baselines(
         if IN_CI:
             pytest.fail("bm25s (the bench extra) is not installed (CI=true: it must be)")
         pytest.skip("bm25s (the bench extra) is not installed")
-    assert quality.main(["--task", "longmemeval", "--limit", "3",
+    assert quality.main(["--task", "longmemeval", "--limit", "3", "--halves",
                          "--set", "relevance=bm25"]) == 0
     out = capsys.readouterr().out
     assert "LongMemEval turn-level evidence recall, 3 questions" in out
     for row in ("hivemind (default config)", "hivemind relevance=bm25",
                 "bm25s, sort, fill top-down (stop", "bm25s, sort, fill skipping",
                 "wordllama cosine", "RRF (k=60)", "the seed's rule", "KUnew B=500",
-                "abstention tokens B=1000", "knowledge-update @200"):
+                "abstention tokens B=1000", "knowledge-update @200", "answer B=500",
+                "whole turns B=200", "## half 0 (", "## half 1 ("):
         assert row in out
     ours = next(ln for ln in out.splitlines() if ln.startswith("| hivemind (default"))
     assert float(ours.split("|")[3]) > 0.3  # recall at B=500

@@ -106,3 +106,38 @@ def test_stands_for_updates_and_passage_at_every_door(tmp_path: Path) -> None:
                 (n["note_id"], _marks(n)) for n in http[k]["notes"]]
     finally:
         live.stop()
+
+
+def test_a_fact_restated_in_other_words_names_the_older_at_every_door(tmp_path: Path) -> None:
+    """The default config over HTTP: a newer note that restates only the rarest words of an
+    older fact ("species ... local park", not "different birds seen") is its version, packed
+    with ``updates`` naming it, in ``/recall`` and in the explanation the explorer draws."""
+    from tests.unit.projections.ranking.test_updates_by_query_words import (
+        BIRD_FILLER,
+        BIRDS_NEW,
+        BIRDS_OLD,
+        BIRDS_Q,
+        FILLER,
+    )
+
+    live = start_live(f"memory://{tmp_path / 'store'}")
+    try:
+        events = [created(f"f{i}", f"{n.note_id}@@alice", n.text)
+                  for i, n in enumerate([*FILLER, *BIRD_FILLER])]
+        events += [created("e-old", "birds-old@@alice", BIRDS_OLD, at="2026-09-01T09:00:00Z"),
+                   created("e-new", "birds-new@@alice", BIRDS_NEW, at="2026-10-20T09:00:00Z")]
+        st, body = call(live.base, "POST", f"{NS}/events", events, token=ALICE)
+        assert st in (200, 202), body
+        st, got = call(live.base, "POST", f"{NS}/recall", {"query": BIRDS_Q, "budget": 200},
+                       token=ALICE)
+        assert st == 200, got
+        by = {n["note_id"]: n for n in got["notes"]}
+        assert by["birds-new@@alice"]["updates"] == ["birds-old@@alice"]
+        assert by["birds-old@@alice"]["updates"] == []
+        assert all(not n["updates"] for k, n in by.items() if k != "birds-new@@alice")
+        st, e = call(live.base, "GET", f"{NS}/audit/{got['query_id']}/explain", token=OPS)
+        assert st == 200, e
+        shown = {n["note_id"]: n for n in e["derived"]["notes"] if n["outcome"] == "shown"}
+        assert shown["birds-new@@alice"]["updates"] == ["birds-old@@alice"]
+    finally:
+        live.stop()

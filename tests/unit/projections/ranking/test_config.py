@@ -189,6 +189,36 @@ def test_a_config_filed_before_the_newer_keys_keeps_its_meaning_and_digest() -> 
     assert not filed_form(old, tampered)
 
 
+def test_a_config_filed_before_the_newer_updates_keys_keeps_its_meaning_and_digest() -> None:
+    """The updates table as filed before ``restated_share`` and ``newer_max_tokens`` (the
+    previous default: every query word, the passage size as the limit) reads back with
+    them at 1 and 0, hashes to the digest it was filed under and is its filed form; the
+    same table with either key set is another config."""
+    from hivemind_memory.projections.ranking.config import _digest, legacy_form
+
+    before = {"same_subject_cosine": 1.0, "min_gap_days": 1.0, "margin": 2.0,
+              "older_weight": 0.9, "max_notes": 200, "query_words_share": 0.7}
+    raw = {**msgspec.to_builtins(DEFAULT), "updates": before}
+    data = msgspec.json.encode(raw)
+    filed_digest = _digest({k: v for k, v in legacy_form(raw).items()})
+    cfg = config_from_json(data)
+    assert (cfg.updates.restated_share, cfg.updates.newer_max_tokens) == (1.0, 0)
+    assert cfg.digest() == filed_digest and filed_form(cfg, data)
+    assert cfg != DEFAULT and DEFAULT.digest() != filed_digest
+    for key, value in (("restated_share", 0.5), ("newer_max_tokens", 128)):
+        other = config_from_json(msgspec.json.encode({**raw, "updates": {**before,
+                                                                          key: value}}))
+        assert other.digest() != filed_digest and not filed_form(other, data)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("restated_share", 0.0), ("restated_share", 1.5), ("restated_share", float("nan")),
+    ("newer_max_tokens", -1)])
+def test_bad_updates_values_name_the_key(key: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"updates.{key}"):
+        msgspec.convert({"updates": {key: value}}, RankingConfig)
+
+
 def test_as_of_ids_keep_their_config_part_and_newer_keys_always_count() -> None:
     assert id_digest(None) == id_digest({}) == LEGACY_DIGEST  # ids from before stay
     assert id_digest({"exact_max_cells": 4_000_000}) == LEGACY_DIGEST  # a restated default

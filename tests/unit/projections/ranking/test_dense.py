@@ -130,6 +130,37 @@ def test_a_note_left_unproposed_is_missing_and_the_others_keep_their_bits() -> N
     assert all(got[a] == want[a] for a in got)
 
 
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_a_window_of_few_notes_is_valued_as_the_large_namespace_it_comes_from(path: str) -> None:
+    """Whether a namespace is small (``nearest_max_notes``: its nearest notes are candidates
+    whatever the floor, valued by meaning) is the asker's visible notes' count, not the
+    candidate window's: a few proposals out of 400 notes keep the scan's bits, and the
+    nearest notes found by meaning alone stay under the floor as the scan leaves them."""
+    extra = [NoteState(note_id=f"v{i}", agent="ann", scope="shared", kind="note", text=t,
+                       tokens=12, created_at=NOW - timedelta(days=i), forgotten=False)
+             for i, t in enumerate(("the vehicle needs new tyres", "automobile insurance renewal",
+                                    "truck engine oil change"))]
+    idx = build_index("t", {n.note_id: n for n in corpus(400) + extra}, EMBEDDER)
+    cal = DEFAULT.calibration
+    text = "car"  # no word of the corpus: its notes come by meaning only
+    cos = idx.query_cosines(EMBEDDER.embed([text]))
+    assert cos is not None
+    c = cos[:, 0]
+    seq, lay = idx._layout("", cal)
+    ls, lx = idx.cols.bm25(text, DEFAULT, "")
+    near = seq[calibrated.nearest(c[seq], cal)]
+    proposed = np.union1d(seq[c[seq] >= cal.min_cosine], near)
+    assert len(near) and len(proposed) * 5 < cal.nearest_max_notes < len(seq)
+    with numpy_path(calibrated) if path == "numpy" else _nothing():
+        full = likely(idx.cols, seq, ls, lx, c, [], lay, cal, 10_000)
+        part = likely_among(idx.cols, seq, lay.pos.astype(np.int64), ls, lx, proposed,
+                            lambda s: c[s], [], cal, 10_000)
+    assert np.array_equal(full[0], part[0])
+    assert np.array_equal(full[1], part[1])
+    # the nearest are no candidates here (under the floor), as a 5-note namespace's would be
+    assert not set(lay.pos[near].tolist()) & set(full[0].tolist())
+
+
 def test_the_dense_index_is_deterministic_and_finds_a_notes_own_vector_first() -> None:
     idx = build_index("t", {n.note_id: n for n in corpus(500)}, EMBEDDER)
     got = idx.derived

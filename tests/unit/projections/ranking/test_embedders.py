@@ -66,6 +66,22 @@ def test_a_vector_never_depends_on_its_batch_nor_on_case_and_stop_words() -> Non
     assert not (c == d).all()  # counts matter
 
 
+def test_one_text_alone_is_its_vector_in_any_batch_to_the_bit() -> None:
+    """``embed`` of a single text (a query's: one product, no blocks) against the same text
+    in batches: texts of 1-400 words, repeated words, stop words, new words and words seen."""
+    import random
+
+    rng = random.Random(5)
+    vocab = [f"w{i}x" for i in range(300)] + ["the", "of", "deploy", "café", "2026-12-01"]
+    texts = [" ".join(rng.choices(vocab, k=rng.choice((1, 2, 3, 7, 40, 400))))
+             for _ in range(120)] + TEXTS
+    e = bundled()
+    alone = np.vstack([e.embed([t]) for t in texts])
+    assert (alone == e.embed(texts)).all()
+    assert (alone[::-1] == e.embed(texts[::-1])).all()
+    assert len({r.tobytes() for r in alone}) > 100  # the texts' vectors differ
+
+
 def test_bags_of_words_give_the_vectors_of_their_texts() -> None:
     e = bundled()
     counted = [Counter(tokenize(t)) for t in TEXTS]

@@ -158,3 +158,56 @@ def test_a_snapshot_from_before_a_replay_is_reloaded_in_full() -> None:
     idx = NamespaceIndex("t")
     refresh_index(r, idx)  # snapshot, then the reset entry after it: full load
     assert idx.snapshot_loads == 1 and idx.full_loads == 1
+
+
+def _askers_index(n: int, askers: int) -> tuple[NamespaceIndex, list[str]]:
+    from datetime import UTC, datetime, timedelta
+
+    from hivemind_memory.projections.state import NoteState
+
+    agents = [f"a{i}" for i in range(askers - 1)]
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    notes = {f"n{i:04d}": NoteState(
+        note_id=f"n{i:04d}", agent=agents[i % len(agents)],
+        scope="private" if i % 5 == 0 else "shared", kind="note",
+        text=f"word{i % 13} word{i % 7} shared", tokens=5 + i % 40,
+        created_at=t0 + timedelta(minutes=i), forgotten=False) for i in range(n)}
+    return build_index("t", notes), ["", *agents]
+
+
+def test_every_asker_of_a_busy_namespace_keeps_its_layout(monkeypatch: Any) -> None:
+    """Nine audiences asking in turn each build their order and layout once (up to
+    ``LAYOUTS_KEPT_MAX`` are kept while they hold at most ``LAYOUT_NOTES_KEPT`` notes), not
+    once per query as a cache of four did; past the notes bound only ``LAYOUTS_KEPT`` stay."""
+    from hivemind_memory.projections.ranking import index as index_mod
+
+    built: list[str] = []
+    real = index_mod.layout_of
+
+    def counting(cols: Any, seq: Any, cal: Any) -> Any:
+        built.append("x")
+        return real(cols, seq, cal)
+
+    monkeypatch.setattr(index_mod, "layout_of", counting)
+    idx, askers = _askers_index(600, 9)
+    cal = index_mod.RankingConfig().calibration
+    first = {a: idx._layout(a, cal) for a in askers}
+    for _ in range(3):
+        for a in askers:
+            seq, lay = idx._layout(a, cal)
+            assert seq is first[a][0] and lay is first[a][1]  # kept, not rebuilt
+    assert len(built) == 9
+    assert len(idx._order_vis) == len(idx._layouts) == 9
+    # the same askers over a bound of fewer notes than 9 askers' sequences: the 4 most
+    # recently used stay, each asker beyond them is rebuilt when it asks again
+    monkeypatch.setattr(index_mod, "LAYOUT_NOTES_KEPT", 4 * 600)
+    built.clear()
+    for a in askers:  # the first one asked trims the nine to the four most recent
+        idx._layout(a, cal)
+    assert len(built) == 8
+    assert len(idx._layouts) == index_mod.LAYOUTS_KEPT == 4
+    assert list(idx._layouts) == [(a, cal) for a in askers[-4:]]
+    built.clear()
+    for a in askers:
+        idx._layout(a, cal)
+    assert len(built) == 9  # every one of them again: least recently used first out

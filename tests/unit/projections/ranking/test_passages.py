@@ -346,7 +346,8 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     cols = idx.cols
     s, s2, t = (cols.slot[i] for i in ("s", "s2", "t"))
     tiny = KeptTexts(limit=len(kept.words(cols, s)) + len(kept.words(cols, s2)))
-    assert [tiny.words(cols, k) for k in (s, s2, t)] == [kept.words(cols, k) for k in (s, s2, t)]
+    assert [tiny.spelled(cols, tiny.words(cols, k)) for k in (s, s2, t)] == [
+        kept.spelled(cols, kept.words(cols, k)) for k in (s, s2, t)]
     assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
     assert tiny.held == len(kept.words(cols, s2)) + len(kept.words(cols, t)) <= tiny.limit
     del memo, cols  # a batch's memo holds its tables until the batch ends

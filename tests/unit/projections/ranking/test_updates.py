@@ -141,7 +141,7 @@ def test_a_batch_memo_reads_each_candidates_words_once_and_groups_as_without_it(
     held = [slot for slot, size, _ in memo.kept.keys(idx.cols) if size == 0]
     assert len(split) == len(held) >= 5  # each note's text split once for the whole batch
     assert {idx.cols.ids[k] for k in held} <= set("abcdefg") and len(held) == len(set(held))
-    assert {k: memo.kept.words(idx.cols, k) for k in held} == {
+    assert {k: memo.kept.spelled(idx.cols, memo.kept.words(idx.cols, k)) for k in held} == {
         k: frozenset(tokenize(idx.cols.texts.get(k))) for k in held}
     assert len(split) == len(held)  # read from what was kept
 

@@ -13,9 +13,15 @@ import pytest
 from hivemind_memory.projections.ranking.config import (
     DEFAULT,
     UPDATES_ON,
+    RankingConfig,
     with_overrides,
 )
-from hivemind_memory.projections.ranking.updates import US_PER_DAY, QueryWords, adjust
+from hivemind_memory.projections.ranking.updates import (
+    US_PER_DAY,
+    Adjusted,
+    QueryWords,
+    adjust,
+)
 from tests.support.ranked import note as aged_note
 from tests.support.ranked import ranked
 
@@ -55,13 +61,122 @@ def test_the_newer_version_wins_a_budget_that_fits_one() -> None:
     assert {n.note_id for n in both.notes} >= {"old", "new"}
 
 
-def test_a_newer_note_missing_one_of_the_older_notes_query_words_is_no_version() -> None:
-    """Without "species" the newer is about something else: the older stays ahead."""
+@pytest.mark.parametrize(("share", "version"), [(1.0, False), (0.5, True)])
+def test_a_newer_note_missing_one_of_the_older_notes_query_words(share: float,
+                                                                 version: bool) -> None:
+    """Without "species" the newer restates the rest of the older's match (birds, seen,
+    local, park): a version at the default ``restated_share`` (0.5), lifted to that share of
+    the older's score, which stays ahead at a budget for one (the older is the better match
+    by the missing word); no version when every word must be held."""
     notes = [*FILLER, note("old", OLD, 30),
              note("new", "Now 32 birds seen in the local park", 20)]
-    res = ranked(notes, Q, 30)
+    cfg = with_overrides(DEFAULT, {"updates": {"restated_share": share}})
+    res = ranked(notes, Q, 30, cfg)
     assert [n.note_id for n in res.notes] == ["old"]
-    assert all(not x.updates for x in res.candidates)
+    c = {x.note_id: x for x in res.candidates}
+    assert c["new"].updates == (["old"] if version else [])
+    assert all(not x.updates for x in res.candidates if x.note_id != "new")
+    old_score = c["old"].relevance * c["old"].recency
+    assert (c["new"].score > c["new"].relevance * c["new"].recency * 1.1) == version
+    if version:  # the share of the older's words' weight the newer holds: 4 of 5 words
+        assert 0.6 * old_score < c["new"].score < old_score
+
+
+def _words(held: list[list[bool]]) -> QueryWords:
+    """Query words of equal weight; ``held[k]``: which of them candidate ``k`` holds."""
+    return QueryWords(np.array(held), np.ones(len(held[0])))
+
+
+def _adjust(held: list[list[bool]], days: list[float],
+            cfg: RankingConfig = DEFAULT) -> Adjusted:
+    m = len(held)
+    score = np.array([0.5] + [0.1] * (m - 1))
+    return adjust([f"n{k}" for k in range(m)], score, score.copy(),
+                  np.array([int(d * US_PER_DAY) for d in days]), np.zeros(m, np.bool_),
+                  None, None, lambda p: f"note number {p}", cfg, words=_words(held))
+
+
+ALL = [True, True, True, True]
+
+
+@pytest.mark.parametrize(("newer", "lift"), [
+    ([True, True, True, True], 1.0),    # every word: exactly the older's score
+    ([True, True, True, False], 0.75),  # three of four words' weight
+    ([False, True, False, True], 0.5),  # half: at the default ``restated_share``
+    ([True, False, False, False], None),  # a quarter: no version
+])
+def test_the_newer_is_lifted_to_the_share_of_the_older_match_it_restates(
+        newer: list[bool], lift: float | None) -> None:
+    got = _adjust([ALL, newer], [0, 2])
+    assert got.updates == ({} if lift is None else {1: [0]})
+    want = 0.1 if lift is None else 0.5 * lift
+    assert got.score[1] == pytest.approx(want, rel=1e-12)
+    assert got.score[0] == pytest.approx(
+        0.5 if lift is None else 0.5 * UPDATES_ON.older_weight)
+
+
+def test_an_older_fact_has_one_partial_version_the_one_restating_most_then_newest() -> None:
+    """Three later notes each restate part of the older's match (six query words of equal
+    weight; each later one holds under ``query_words_share`` of them, so none is an older
+    itself): only the one restating the most is its version (of two restating as much, the
+    newer); a note restating every word is a version besides, whatever the others do."""
+    held = [[True] * 6,
+            [True, True, True, True, False, False],   # 4 of 6, day 2
+            [True, True, True, False, False, False],  # 3 of 6, day 3
+            [False, False, True, True, True, True],   # 4 of 6, day 4: ties with n1, newer
+            [True] * 6]                               # every word, day 5
+    got = _adjust(held, [0, 2, 3, 4, 5])
+    assert got.updates == {3: [0], 4: [0]}
+    assert list(got.score[1:]) == pytest.approx(
+        [0.1, 0.1, 0.5 * 4 / 6, 0.5])
+    alone = _adjust(held[:3], [0, 2, 3])  # without them n1 restates the most
+    assert alone.updates == {1: [0]}
+
+
+@pytest.mark.parametrize(("longest", "tokens", "version"), [
+    (None, 84, True), (None, 300, False), (48, 84, False), (0, 84, False), (400, 300, True)])
+def test_a_newer_note_longer_than_newer_max_tokens_is_no_version_by_the_words(
+        longest: int | None, tokens: int, version: bool) -> None:
+    """An 84-token turn (two passages of the default 48) that holds every word of the
+    older's fact is one statement: a version under the default limit (128 tokens); a
+    300-token note is not, nor the 84-token one under a limit of 48 or of 0 (the passage
+    size, the limit before the setting existed)."""
+    newer = NEW + " " + " ".join(["and then we went home for lunch"] * (tokens // 10))
+    notes = [*FILLER, note("old", OLD, 30), aged_note("new", newer, 20, tokens=tokens)]
+    cfg = DEFAULT if longest is None else with_overrides(
+        DEFAULT, {"updates": {"newer_max_tokens": longest}})
+    res = ranked(notes, Q, 400, cfg)
+    news = [x for x in res.candidates if x.note_id == "new"]
+    assert news and all((x.updates == ["old"]) == version for x in news)
+
+
+BIRDS_OLD = ("I've been keeping track of the species I've seen in my local park, and I've "
+             "managed to spot 27 different species of birds so far")
+BIRDS_NEW = ("I just saw a Northern Flicker in my local park last weekend, which brings my "
+             "total species count to 32")
+BIRDS_Q = "How many different species of birds have I seen in my local park?"
+BIRD_FILLER = [note(f"b{i}", t, 10 + i) for i, t in enumerate([
+    "Which birds visit a feeder with sunflower seeds in winter?",
+    "The birds were loud at dawn, and I have seen a heron twice",
+    "Different feeders attract different birds, the shop said",
+    "I have seen many birds on the coast this summer",
+])]
+
+
+@pytest.mark.parametrize(("share", "packed"), [(1.0, False), (0.5, True)])
+def test_a_fact_restated_in_other_words_is_packed_beside_the_older(share: float,
+                                                                   packed: bool) -> None:
+    """The newer count restates the subject's rarest words (species, local park) but not
+    "different", "birds" or "seen", which notes about other birds hold: by every word it
+    is no version and the bird notes take the second place of a budget for two; as a
+    partial restatement it is the older's version and takes it."""
+    notes = [*FILLER, *BIRD_FILLER, note("old", BIRDS_OLD, 40), note("new", BIRDS_NEW, 35)]
+    cfg = with_overrides(DEFAULT, {"updates": {"restated_share": share}})
+    res = ranked(notes, BIRDS_Q, 60, cfg)
+    got = [n.note_id for n in res.notes]
+    assert "old" in got and ("new" in got) == packed
+    c = {x.note_id: x for x in res.candidates}
+    assert c["new"].updates == (["old"] if packed else [])
 
 
 @pytest.mark.parametrize(("share", "applies"), [(0.7, True), (0.9, False)])
@@ -134,15 +249,20 @@ LONG = " ".join([
 each in a different sentence about something else."""
 
 
-@pytest.mark.parametrize(("passage_tokens", "lifted"), [(128, False), (0, True)])
+@pytest.mark.parametrize(("passage_tokens", "longest", "lifted"), [
+    (128, None, False), (0, None, False), (0, 0, True), (0, 400, True)])
 def test_a_long_note_holding_the_words_apart_does_not_update_a_short_fact(
-        passage_tokens: int, lifted: bool) -> None:
-    """Served as passages (the default), the long newer note holds the words of the short
-    older fact only across passages: it is no version of it, and the fact keeps its score
-    and its place in the budget. With passages off it is one note and the rule lifts it."""
+        passage_tokens: int, longest: int | None, lifted: bool) -> None:
+    """The long newer note (300 tokens) holds the words of the short older fact only far
+    apart: it is no version of it (``newer_max_tokens``, 128 by default, passages on or
+    off), and the fact keeps its score and its place in the budget. With passages off and
+    ``newer_max_tokens`` 0 (the passage size: no limit without passages, what a config
+    written before the setting meant) or above its length, the rule lifts it."""
     notes = [*FILLER, note("old", OLD, 30), aged_note("long", LONG, 20, tokens=300)]
-    cfg = with_overrides(DEFAULT, {"passage_tokens": passage_tokens})
-    res = ranked(notes, Q, 400, cfg)
+    over: dict[str, object] = {"passage_tokens": passage_tokens}
+    if longest is not None:
+        over["updates"] = {"newer_max_tokens": longest}
+    res = ranked(notes, Q, 400, with_overrides(DEFAULT, over))
     c = {x.note_id: x for x in res.candidates}
     longs = [x for x in res.candidates if x.note_id == "long"]
     assert longs and all((x.updates == ["old"]) == lifted for x in longs)

@@ -74,9 +74,13 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
     if obj["notes"]:
         out.write("(ctx: position in the context handed to the model; rank: by score)\n")
     for c in obj.get("candidates") or []:
+        # the rules' marks: the older versions a newer note won over (its score lifted above
+        # rel x rec) and the near-identical notes it stands for
+        marks = "".join(f" {k}={','.join(c[k])}" for k in ("updates", "stands_for")
+                        if c.get(k))
         out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
-                  f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d\n")
+                  f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d{marks}\n")
     return 0
 
 

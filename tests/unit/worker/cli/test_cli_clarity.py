@@ -139,6 +139,29 @@ def test_listing_labels_context_order_and_rank() -> None:
     assert "ctx: position in the context" in out.getvalue()
 
 
+def test_explain_listing_names_the_older_versions_and_the_notes_stood_for() -> None:
+    """``hivemind query --explain`` read by a person: a newer version's row names the older
+    notes it won over (why its score is above rel x rec), a note standing for near-identical
+    ones names them; a note with neither has no mark."""
+    def cand(nid: str, score: float, **marks: list[str]) -> dict[str, Any]:
+        return {"note_id": nid, "chosen": nid != "old", "relevance": 0.1, "recency": 0.9,
+                "score": score, "cost": 10, "tier": "short", "uses": 0, "age_days": 3.0,
+                **marks}
+    cands = [cand("new", 0.45, updates=["old"], stands_for=[]),
+             cand("old", 0.4, updates=[], stands_for=[]),
+             cand("twin", 0.09, stands_for=["twin2", "twin3"])]
+    body = json.dumps({"query_id": "t.1", "ns": "t", "as_of": "2026-01-01T00:00:00Z",
+                       "budget": 100, "used": 20, "method": "exact", "notes": [],
+                       "candidates": cands}).encode()
+    out = io.StringIO()
+    assert print_result(body, False, out) == 0
+    rows = {ln.split()[1] if ln.split()[0] == "*" else ln.split()[0]: ln
+            for ln in out.getvalue().splitlines() if "rel=" in ln}
+    assert rows["new"].endswith(" updates=old")
+    assert rows["twin"].endswith(" stands_for=twin2,twin3")
+    assert "updates=" not in rows["old"] and "stands_for=" not in rows["old"]
+
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True

@@ -111,11 +111,21 @@ class CheckCost:
     cpu_ms: float
     wall_ms: float
     named: float
+    script_ms: float | None = None
+    """Redis's own time in the lookup script a check (``INFO commandstats``' EVALSHA time
+    over the checks; None when the server does not say)."""
+
+
+def _evalsha_usec(r: Any) -> tuple[float, int] | None:
+    """Redis's total microseconds and calls of EVALSHA so far (``INFO commandstats``)."""
+    got = r.info("commandstats").get("cmdstat_evalsha")
+    return (float(got["usec"]), int(got["calls"])) if got else None
 
 
 def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
-    """Mean CPU and wall time of ``check_duplicates`` in this process, and how many notes a
-    lookup named on average (before the exact overlap)."""
+    """Mean CPU and wall time of ``check_duplicates`` in this process, how many notes a
+    lookup named on average (before the exact overlap), and Redis's time in the lookup
+    script a check (nothing else runs scripts meanwhile: the namespaces are projected)."""
     from hivemind_memory.projections.ranking.dupsketch import probe, spec_of
     from hivemind_memory.projections.store.dupindex import lookup
 
@@ -123,14 +133,17 @@ def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
     spec = spec_of(cfg)
     named = [len(set((f := lookup(client.store, ns, probe(t, spec, cfg), spec)).near
                      + f.twins)) for t in texts[:50]]
+    s0 = _evalsha_usec(client.store)
     c0, t0 = time.process_time(), time.perf_counter()
     for t in texts:
         got = client.check_duplicates(ns, AGENTS[0], t)
         if got.near is None:
             raise RuntimeError(f"check did not run: {got.unchecked}")
     n = len(texts)
-    return CheckCost(1000 * (time.process_time() - c0) / n,
-                     1000 * (time.perf_counter() - t0) / n, statistics.mean(named))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    s1 = _evalsha_usec(client.store)
+    script = (s1[0] - s0[0]) / 1000 / max(1, s1[1] - s0[1]) if s0 and s1 else None
+    return CheckCost(1000 * cpu / n, 1000 * wall / n, statistics.mean(named), script)
 
 
 @dataclass
@@ -345,8 +358,10 @@ def run(url: str, opts: Options) -> None:
             print(f"== {ns} ({n:,} notes)")
             cost = check_cost(client, ns, [fresh_text(corpus, rng)
                                            for _ in range(opts.probes)])
+            script = "?" if cost.script_ms is None else f"{cost.script_ms:.3f}"
             print(f"  check of a fresh note: CPU {cost.cpu_ms:.3f} ms, wall {cost.wall_ms:.3f} ms"
-                  f" (mean of {opts.probes}); the lookup named {cost.named:.1f} notes")
+                  f", Redis in the lookup script {script} ms (mean of {opts.probes}); the "
+                  f"lookup named {cost.named:.1f} notes")
             rc = recall(client, ns, corpus, opts.probes, rng)
             share = rc.found / rc.pairs if rc.pairs else 1.0
             print(f"  recall vs the query-based check: {rc.found} of {rc.pairs} pairs "

@@ -10,15 +10,17 @@ check costs a lookup, not a ranking of the namespace.
   normalised forms are equal.
 * **Band keys**: the MinHash signature of the note's distinct analyzed terms (the config's
   analyzer, the terms ``similarity.terms`` compares), ``bands`` x ``rows`` values, cut into
-  ``bands`` bands of ``rows`` values; each band's digest, folded into one of ``2**BUCKET_BITS``
-  buckets, is a key. Two term sets whose Jaccard overlap is ``J`` share each band with
-  probability ``p = J**rows``, independently; a note is a candidate when it shares at least
-  ``min_hits`` of them (``band_recall``: the binomial tail). ``rows`` is the largest that
-  keeps that chance at least ``duplicate_lsh_recall`` at ``J = duplicate_threshold``: with 64
-  bands, 3 hits and 3 rows, 0.990 at 0.5, 0.99997 at 0.6, while a note of overlap 0.2 (what
-  unrelated notes of a small vocabulary share) is one with probability 0.015, of 0.1 with
-  probability 0.00004. A note without terms (only stop words) has no band keys: its overlap
-  with anything is 0.
+  ``bands`` bands of ``rows`` values; each band's digest gives a key: a bucket (one of
+  ``2**BUCKET_BITS``) and a fingerprint (the digest's next ``FP_BYTES`` bytes), so the notes
+  a bucket holds by chance (the bands of unrelated notes folded into it) are told apart from
+  those that share the band without being counted. Two term sets whose Jaccard overlap is
+  ``J`` share each band with probability ``p = J**rows``, independently; a note is a
+  candidate when it shares at least ``min_hits`` of them (``band_recall``: the binomial
+  tail). ``rows`` is the largest that keeps that chance at least ``duplicate_lsh_recall`` at
+  ``J = duplicate_threshold``: with 64 bands, 3 hits and 3 rows, 0.990 at 0.5, 0.99997 at
+  0.6, while a note of overlap 0.2 (what unrelated notes of a small vocabulary share) is one
+  with probability 0.015, of 0.1 with probability 0.00004. A note without terms (only stop
+  words) has no band keys: its overlap with anything is 0.
 * **Records**: each note's term digests, 16 bits a term (``short_hashes``), with its id, so a
   write bounds the overlap of a candidate (``overlaps``: never below the word overlap) without
   its text, and reads the text only of those that reach the threshold.
@@ -50,14 +52,24 @@ DIGEST_BYTES = 8
 """Bytes of every key's digest (a member of the index is the digest, then the note id)."""
 MAX_ROWS = 16
 """The most rows a band may have (a threshold of 1 needs no more to be all but exact)."""
-_VERSION = "minhash2"
+_VERSION = "minhash3"
+"""Names this layout of keys; a change of it (or of the spec) asks for a rebuild."""
 BUCKET_BITS = 18
 """Band keys are folded into ``2**BUCKET_BITS`` buckets (3 bytes each; the twin key keeps
-its 8): a bucket holds the band of several unrelated notes (about ``notes * bands / 2**18``:
-2.4 at 10k notes, 24 at 100k), so the lookup costs a few dozen bytes a band and note instead
-of a hash entry each. A note named by chance in a bucket gets one stray hit; needing
-``min_hits`` keeps such notes out (three stray hits: about 1 in 10**6 notes at 100k)."""
-"""Names this layout of keys; a change of it (or of the spec) asks for a rebuild."""
+its 8): a bucket holds the bands of several unrelated notes (about ``notes * bands / 2**18``:
+2.4 at 10k notes, 24 at 100k), so the index costs a few dozen bytes a band and note instead
+of a hash entry each (a hash entry per band value would cost ~5 KB a note)."""
+FP_BYTES = 2
+"""Each entry of a bucket starts with the fingerprint of the band that filed it (the band
+digest's 16 bits above the bucket's): the lookup counts only the entries whose fingerprint is
+its own band's, found by a plain substring search (C, in Redis) instead of a Lua step per
+entry, so the notes a bucket holds by chance (more as the namespace grows) cost a scan of
+bytes, not a count. A chance entry passes with probability ``2**-16``."""
+ENTRY_BYTES = FP_BYTES + DIGEST_BYTES
+"""Bytes of one entry of a bucket: a fingerprint, then the ``note_key``. The twin key's
+bucket has entries of the same width (fingerprint ``TWIN_FP``)."""
+TWIN_FP = bytes(FP_BYTES)
+"""The fingerprint of a twin key's entries (the twin key itself is a whole 8-byte digest)."""
 _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -169,22 +181,30 @@ def _signature(hs: U64, spec: DupSpec) -> U64 | None:
     return out
 
 
+def band_key(digest: int) -> bytes:
+    """A band digest's key: its bucket (the low ``BUCKET_BITS``, 3 bytes big-endian), then
+    its fingerprint (the next ``8 * FP_BYTES`` bits, big-endian)."""
+    bucket = digest & ((1 << BUCKET_BITS) - 1)
+    fp = (digest >> BUCKET_BITS) & ((1 << (8 * FP_BYTES)) - 1)
+    return bucket.to_bytes(3, "big") + fp.to_bytes(FP_BYTES, "big")
+
+
 def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:
-    """The distinct buckets (``BUCKET_BITS``, 3 bytes big-endian) of a signature's bands."""
+    """The distinct ``band_key`` of a signature's bands."""
     if sig is None:
         return []
     raw = sig.astype("<u8").tobytes()
     w = spec.rows * 8
-    mask = (1 << BUCKET_BITS) - 1
     return list(dict.fromkeys(
-        (int.from_bytes(_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]), "little") & mask
-         ).to_bytes(3, "big") for j in range(spec.bands)))
+        band_key(int.from_bytes(_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]), "little"))
+        for j in range(spec.bands)))
 
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """What a write looks up: its twin key, its band keys, its terms and their sorted
-    ``short_hashes`` (to bound its overlap with each candidate)."""
+    """What a write looks up: its twin key (8 bytes), its band keys (``band_key``: bucket and
+    fingerprint), its terms and their sorted ``short_hashes`` (to bound its overlap with each
+    candidate)."""
 
     twin: bytes
     bands: list[bytes]
@@ -258,7 +278,8 @@ def overlaps(mine: U16, theirs: list[bytes]) -> list[float]:
 @dataclass(frozen=True, slots=True)
 class Filing:
     """How an active note is filed: its ``note_key``, the keys it is filed under (the twin
-    key first, then the band keys; none but the twin key for a note without terms), and its
+    key and ``TWIN_FP`` first, then the band keys: a bucket's field, then the fingerprint its
+    entry starts with; none but the twin key for a note without terms), and its
     ``record``."""
 
     note: bytes
@@ -270,5 +291,12 @@ def filing(note_id: str, text: str, spec: DupSpec) -> Filing:
     """How the active note ``note_id`` of text ``text`` is filed under ``spec``."""
     ts = frozenset(analyze(tokenize(text), spec.analyzer))
     hs = np.fromiter((term_hash(t) for t in ts), dtype=np.uint64)
-    return Filing(note_key(note_id), [twin_key(text), *_band_keys(_signature(hs, spec), spec)],
+    return Filing(note_key(note_id),
+                  [twin_key(text) + TWIN_FP, *_band_keys(_signature(hs, spec), spec)],
                   record(note_id, ts))
+
+
+def split_member(m: bytes) -> tuple[bytes, bytes]:
+    """A filing (a ``Filing`` key, then the note key) as the bucket's field and the entry
+    (fingerprint and note key) it holds there."""
+    return m[:-ENTRY_BYTES], m[-ENTRY_BYTES:]

@@ -152,3 +152,65 @@ def passage_relevance(note: float, own: FloatArray) -> FloatArray:
         return np.full(len(own), note / len(own) if len(own) else 0.0, np.float64)
     out: FloatArray = own * (note / total)
     return out
+
+
+Counted = tuple[dict[str, list[int]], list[int]]
+"""A long note's passages' analysed words by word (``counted``): word -> ``[passage, count,
+passage, count, ...]`` in passage order, and each passage's number of words."""
+
+
+def counted(texts: list[str], analyzer: str) -> Counted:
+    """The analysed words of a note's passages ``texts``, word by word (what
+    ``relevance_of`` reads): the counts of ``bag_of`` of each, turned."""
+    words: dict[str, list[int]] = {}
+    lengths: list[int] = []
+    for i, text in enumerate(texts):
+        got = analyze(tokenize(text), analyzer)
+        lengths.append(len(got))
+        for w in got:
+            run = words.get(w)
+            if run is None:
+                words[w] = [i, 1]
+            elif run[-2] == i:
+                run[-1] += 1
+            else:
+                run += (i, 1)
+    return words, lengths
+
+
+SUMMED_IN_ORDER = 8
+"""numpy adds fewer than this many float64 one after the other, from the first (its pairwise
+summation's plain block); from this many on, in a tree. ``relevance_of`` adds its shares
+itself below it, with numpy from it: the same bits either way (a test checks both sides)."""
+
+
+def relevance_of(note: float, by_word: Counted, weights: QueryWeights) -> list[float]:
+    """``passage_relevance(note, bags_bm25(bags, weights))`` of the passages ``counted`` holds
+    (``counted``), the same bits, without a dictionary read per passage and query word:
+    each query word's passages are read once, and each passage's terms are still added in
+    the query's order."""
+    words, lengths = by_word
+    n = len(lengths)
+    acc = [0.0] * n
+    if weights.words and weights.total > 0.0:
+        base, slope, idf = weights.base, weights.slope, weights.idf
+        for j, w in enumerate(weights.words):
+            hits = words.get(w)
+            if hits is None:
+                continue
+            f = idf[j]
+            for k in range(0, len(hits), 2):
+                i, t = hits[k], hits[k + 1]
+                acc[i] += f * (t / (t + (base + slope * lengths[i])))
+        total_idf = weights.total
+        acc = [a / total_idf for a in acc]
+    if n < SUMMED_IN_ORDER:
+        total = 0.0
+        for a in acc:
+            total += a
+    else:
+        total = float(np.add.reduce(np.array(acc, np.float64)))
+    if total <= 0.0:
+        return [note / n] * n if n else []
+    share = note / total
+    return [a * share for a in acc]

@@ -39,10 +39,9 @@ from hivemind_memory.projections.ranking.index import NamespaceIndex
 from hivemind_memory.projections.ranking.ordering import by_score, order
 from hivemind_memory.projections.ranking.packing import pack_positions
 from hivemind_memory.projections.ranking.passages import (
-    Bag,
-    bag_of,
-    bags_bm25,
-    passage_relevance,
+    Counted,
+    counted,
+    relevance_of,
     split,
 )
 from hivemind_memory.projections.ranking.rank_result import (
@@ -73,14 +72,14 @@ docs/benchmarks.md)."""
 
 Words = npt.NDArray[np.int32]
 """A note's distinct words as ids (``KeptTexts.words``), ascending."""
-Entry = Words | tuple[list[tuple[int, int, int]], list[tuple[dict[str, int], int]]]
+Entry = Words | tuple[list[tuple[int, int, int]], Counted | None]
 
 
 def _size(got: Entry) -> int:
-    """Words an entry of ``KeptTexts`` holds."""
+    """Words an entry of ``KeptTexts`` holds (a passage's distinct words each count)."""
     if isinstance(got, np.ndarray):
         return len(got)
-    return len(got[0]) + sum(len(b[0]) for b in got[1])
+    return len(got[0]) + (0 if got[1] is None else sum(len(v) for v in got[1][0].values()) // 2)
 
 
 class _Table:
@@ -283,9 +282,10 @@ class BatchMemo:
         return self.kept.passages(cols, slot, size, analyzer, self._kept_table(cols))
 
 
-Parts = tuple[list[tuple[int, int, int]], list[Bag]]
-"""A note's passages (``passages.split``: start, end, tokens) and each one's analysed words
-(``passages.bag_of``); one passage, no bags, for a note within the passage size."""
+Parts = tuple[list[tuple[int, int, int]], Counted | None]
+"""A note's passages (``passages.split``: start, end, tokens) and their analysed words
+(``passages.counted``: by word); one passage and None for a note
+within the passage size."""
 
 
 def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
@@ -293,8 +293,8 @@ def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
     t = int(cols.tokens[slot])
     parts = split(text, t, size) if t > size else []
     if len(parts) <= 1:
-        return parts, []
-    return parts, [bag_of(text[a:z], analyzer) for a, z, _ in parts]
+        return parts, None
+    return parts, counted([text[a:z] for a, z, _ in parts], analyzer)
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,
@@ -513,8 +513,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
               score: FloatArray, query: str, agent: str, cfg: RankingConfig,
               memo: BatchMemo | None = None) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
-    its passages that match (``passages.split``, ``passages.bags_bm25``,
-    ``passages.passage_relevance``), in candidate order."""
+    its passages that match (``passages.split``, ``passages.relevance_of``: the bits of
+    ``passages.bags_bm25`` and ``passages.passage_relevance``), in candidate order."""
     size = cfg.passage_tokens
     tok = cols.tokens[s]
     weights = cols.bm25_weights(query, cfg, agent, None if memo is None else memo.terms(cols))
@@ -528,14 +528,14 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     for p, (slot, r, c, sc, t) in enumerate(zip(s.tolist(), rel.tolist(), rec.tolist(),
                                                 score.tolist(), tok.tolist(), strict=True)):
         parts: list[tuple[int, int, int]]
-        bags: list[Bag]
+        words: Counted | None
         if t <= size:
-            parts, bags = [], []
+            parts, words = [], None
         elif memo is None:
-            parts, bags = _parts(cols, slot, size, cfg.analyzer)
+            parts, words = _parts(cols, slot, size, cfg.analyzer)
         else:
-            parts, bags = memo.passages(cols, slot, size, cfg.analyzer)
-        if len(parts) <= 1:
+            parts, words = memo.passages(cols, slot, size, cfg.analyzer)
+        if words is None:
             slots.append(slot)
             rels.append(r)
             recs.append(c)
@@ -544,8 +544,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             place.append(None)
             origin.append(p)
             continue
-        prob = passage_relevance(r, bags_bm25(bags, weights))
-        for k, ((a, z, pt), pr) in enumerate(zip(parts, prob.tolist(), strict=True)):
+        prob = relevance_of(r, words, weights)
+        for k, ((a, z, pt), pr) in enumerate(zip(parts, prob, strict=True)):
             if pr <= PRINTS_AS_ZERO:
                 continue
             slots.append(slot)

@@ -183,7 +183,7 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
     both = (h * words.weight) @ h.T  # [i, j]: the weight of the words i and j both hold
     credit: FloatArray = np.divide(both, own[:, None], out=np.zeros((m, m)),
                                    where=own[:, None] > 0)
-    every = ~(held[:, None, :] & ~held[None, :, :]).any(axis=2)
+    every = _holds_every(held)
     credit[every & (own[:, None] > 0)] = 1.0  # every word: exactly the older's score
     credit[credit < up.restated_share] = 0.0
     credit[own / total < up.query_words_share, :] = 0.0
@@ -196,6 +196,18 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
         best = js[np.lexsort((-js, t[js], credit[i, js]))[-1]]
         credit[i, js[js != best]] = 0.0
     return credit
+
+
+def _holds_every(held: BoolArray) -> BoolArray:
+    """``every[i, j]``: row ``j`` of ``held`` holds every word row ``i`` holds. Up to 63
+    words each row's words are the bits of one integer (a rows x rows comparison); past
+    that, word by word (a rows x rows x words array)."""
+    if held.shape[1] <= 63:
+        bits = held.astype(np.int64) @ (np.int64(1) << np.arange(held.shape[1], dtype=np.int64))
+        every: BoolArray = (bits[:, None] & ~bits[None, :]) == 0
+        return every
+    got: BoolArray = np.logical_not((held[:, None, :] & ~held[None, :, :]).any(axis=2))
+    return got
 
 
 def _pair_cosines(vec: Vectors, norm: FloatArray, at: IntArray,
@@ -243,6 +255,9 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
     # pairs that reach the threshold
     both = _shared(words, size, ii, jj)
     same = both / (size[ii] + size[jj] - both) >= threshold
+    if not same.any():
+        return
+    ii, jj = ii[same], jj[same]
     parent = list(range(len(at)))
 
     def root(p: int) -> int:
@@ -251,12 +266,12 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
             p = parent[p]
         return p
 
-    for a, b in zip(ii[same].tolist(), jj[same].tolist(), strict=True):
+    for a, b in zip(ii.tolist(), jj.tolist(), strict=True):
         ra, rb = root(a), root(b)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-    groups: dict[int, list[int]] = {}
-    for k in range(len(at)):
+    groups: dict[int, list[int]] = {}  # only a note of a pair can be in a group of two
+    for k in np.union1d(ii, jj).tolist():
         groups.setdefault(root(k), []).append(int(at[k]))
     for members in groups.values():
         if len(members) < 2:

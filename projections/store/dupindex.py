@@ -2,9 +2,11 @@
 
 Two hashes per namespace, digests only (``projections.ranking.dupsketch``):
 
-* ``keys.dupbands``: a key (the twin key's 8-byte digest, or a band's 3-byte bucket) -> the
-  ``note_key`` digests of the active notes filed under it, 8 bytes each, concatenated. A
-  write reads its own keys with one HMGET; the notes its bands name are counted in Redis.
+* ``keys.dupbands``: a field (the twin key's 8-byte digest, or a band's 3-byte bucket) -> an
+  entry for each active note filed under it, concatenated: the fingerprint of the band that
+  filed it (2 bytes; ``TWIN_FP`` under a twin key), then its ``note_key`` (8 bytes). A write
+  reads its own fields with one HMGET; in Redis, the entries of each band's bucket with that
+  band's fingerprint are found by a substring search and the notes they name counted.
 * ``keys.dupnotes``: a note's ``note_key`` -> its ``record`` (its 16-bit term digests, then
   its id), so a write bounds the overlap of the notes the bands name without reading or
   analysing their texts, and learns their ids.
@@ -30,11 +32,13 @@ from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
 from hivemind_memory.projections.ranking.dupsketch import (
     DIGEST_BYTES,
+    ENTRY_BYTES,
     DupSpec,
     Filing,
     Probe,
     filing,
     parse_record,
+    split_member,
 )
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import keys
@@ -42,14 +46,14 @@ from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 
 RECORD_MARK = b"\x00record"
-"""Prefixes a record in ``members``' flat form (a filing is a key, 3 or 8 bytes, then a
-note key)."""
+"""Prefixes a record in ``members``' flat form (a filing is a field, 3 or 8 bytes, then an
+entry: a fingerprint and a note key)."""
 
 
 @dataclass(frozen=True, slots=True)
 class IndexChanges:
-    """What one folded batch does to the lookup: filings (``key + note_key``) to
-    remove, then to add; records to delete (by ``note_key``) and to set."""
+    """What one folded batch does to the lookup: filings (a ``Filing`` key + ``note_key``)
+    to remove, then to add; records to delete (by ``note_key``) and to set."""
 
     removed: list[bytes]
     added: list[bytes]
@@ -91,11 +95,12 @@ def changes(before: Mapping[str, NoteState], after: Mapping[str, NoteState],
 
 
 def _grouped(ms: Iterable[bytes]) -> list[bytes]:
-    """Filings as ``commit_batch.lua`` takes them: per key, the key then its note keys
+    """Filings as ``commit_batch.lua`` takes them: per field, the field then its entries
     concatenated (one read and one write of each bucket a batch touches)."""
     by: dict[bytes, bytearray] = defaultdict(bytearray)
     for m in ms:
-        by[m[:-DIGEST_BYTES]] += m[-DIGEST_BYTES:]
+        field_, entry = split_member(m)
+        by[field_] += entry
     return [x for k, v in by.items() for x in (k, bytes(v))]
 
 
@@ -120,7 +125,8 @@ def _buckets(notes: Mapping[str, NoteState], spec: DupSpec
         if f is None:
             continue
         for k in f.keys:
-            bands[k] += f.note
+            field_, entry = split_member(k + f.note)
+            bands[field_] += entry
         recs[f.note] = f.record
     return {k: bytes(v) for k, v in bands.items()}, recs
 
@@ -242,15 +248,15 @@ def _seen_checkpoint(r: Store) -> dict[str, str]:
 
 
 def _flat(bands: Mapping[bytes, bytes], recs: Mapping[bytes, bytes]) -> list[bytes]:
-    out = [k + v[i:i + DIGEST_BYTES] for k, v in bands.items()
-           for i in range(0, len(v), DIGEST_BYTES)]
+    out = [k + v[i:i + ENTRY_BYTES] for k, v in bands.items()
+           for i in range(0, len(v), ENTRY_BYTES)]
     out += [RECORD_MARK + k + rec for k, rec in recs.items()]
     return sorted(out)
 
 
 def members(r: Store, ns: str) -> list[bytes]:
-    """Every filing of the lookup (``key + note_key``) and every record (``RECORD_MARK +
-    note_key + record``), sorted (for checks and ``replay --verify``)."""
+    """Every filing of the lookup (field, fingerprint, note key) and every record
+    (``RECORD_MARK + note_key + record``), sorted (for checks and ``replay --verify``)."""
     bands = {as_bytes(k): as_bytes(v) for k, v in r.hgetall(keys.dupbands(ns)).items()}
     recs = {as_bytes(k): as_bytes(v) for k, v in r.hgetall(keys.dupnotes(ns)).items()}
     return _flat(bands, recs)

@@ -21,7 +21,8 @@ def test_every_mode_and_path_writes_and_the_recall_is_printed(
     assert main(["--sizes", "400", "--writes", "4", "--clients", "1,2", "--probes", "12"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"lookup of bw-400: [\d,]+ buckets, [\d,]+ records", out)
-    assert re.search(r"check of a fresh note: CPU [\d.]+ ms", out)
+    assert re.search(r"check of a fresh note: CPU [\d.]+ ms, wall [\d.]+ ms, Redis in the "
+                     r"lookup script [\d.]+ ms", out)
     got = re.search(r"recall vs the query-based check: (\d+) of (\d+) pairs .* (\d+) not "
                     r"visible to the writer", out)
     assert got is not None and int(got.group(3)) == 0

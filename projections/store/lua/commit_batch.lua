@@ -11,7 +11,8 @@
 -- KEYS[6] generation  string: bumped by each replay write-back ('' = never)
 -- KEYS[7] projected   string: how many stream entries the checkpoint covers (lag = XLEN - it)
 -- KEYS[8] lock        string: the projection lease (its holder's token, with a TTL)
--- KEYS[9] dupbands    hash:   the near-duplicate lookup's buckets, key digest -> note keys
+-- KEYS[9] dupbands    hash:   the near-duplicate lookup's buckets, field -> entries (each a
+--                     2-byte fingerprint, then an 8-byte note key)
 -- KEYS[10] dupspec    string: the spec the lookup was made with (set here only if unset:
 --                     by a namespace's first commit; replay sets it)
 -- KEYS[11] digests    hash:   event_id -> keyed digest of its content (eventdigest.py)
@@ -27,8 +28,8 @@
 -- then    n_dead,  then n_dead triples: entry_id, reason, raw
 -- then    the number of stream entries in the batch (added to KEYS[7])
 -- then    the touched note ids joined by spaces (the changes entry's 'notes' field)
--- then    n_cut, then n_cut pairs: bucket key, the note keys (8 bytes each) leaving it
--- then    n_join, then n_join pairs: bucket key, the note keys joining it
+-- then    n_cut, then n_cut pairs: bucket field, the entries (10 bytes each) leaving it
+-- then    n_join, then n_join pairs: bucket field, the entries joining it
 -- then    n_drop, then n_drop note keys whose records go (notes that left the lookup)
 -- then    n_rec, then n_rec pairs: note key, record
 -- then    the lookup's spec tag
@@ -76,16 +77,17 @@ redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'pos', ARGV[2],
            'notes', ARGV[i + 1])
 i = i + 2
--- the near-duplicate lookup: per bucket, cut the note keys that leave it, then append those
+-- the near-duplicate lookup: per bucket, cut the entries that leave it, then append those
 -- that join it (each bucket read and written once); then the records
+local W = 10  -- bytes of an entry: fingerprint (2), note key (8)
 local function cut(cur, gone)
   local drop = {}
-  for p = 1, #gone, 8 do
-    drop[string.sub(gone, p, p + 7)] = true
+  for p = 1, #gone, W do
+    drop[string.sub(gone, p, p + W - 1)] = true
   end
   local keep = {}
-  for p = 1, #cur, 8 do
-    local d = string.sub(cur, p, p + 7)
+  for p = 1, #cur, W do
+    local d = string.sub(cur, p, p + W - 1)
     if not drop[d] then
       keep[#keep + 1] = d
     end

@@ -375,3 +375,38 @@ def test_a_passages_whole_note_is_decoded_for_it_but_not_kept_in_the_index() -> 
     assert kept == {slot["certs"]: notes[1].text}  # the short note's text, not the runbook's
     again = run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
     assert again == res  # the same answer when the passage's note is decoded again
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([*WORDS, "the", "and"]), max_size=12), min_size=1,
+                max_size=14),
+       st.lists(st.sampled_from([*WORDS, "absent"]), max_size=5, unique=True),
+       st.lists(st.floats(0.0, 9.0), min_size=5, max_size=5),
+       st.floats(0.01, 3.0), st.floats(0.0, 0.2), st.floats(0.0, 1.0),
+       st.sampled_from(["english", "plain"]))
+def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
+        passages: list[list[str]], words: list[str], idf: list[float], base: float,
+        slope: float, note: float, analyzer: str) -> None:
+    """``relevance_of`` over ``counted`` (each query word's passages read once, the shares
+    added by hand below ``SUMMED_IN_ORDER`` passages) gives the bits of ``passage_relevance``
+    over ``bags_bm25`` of ``bag_of`` (a dictionary read per passage and word, numpy's sum), on
+    notes of 1-14 passages (across numpy's in-order block), passages without a query word or
+    with only stop words, queries with no word, a zero IDF and words no passage holds."""
+    from hivemind_memory.projections.ranking.analyzer import analyze
+    from hivemind_memory.projections.ranking.columns import QueryWeights
+    from hivemind_memory.projections.ranking.passages import (
+        bag_of,
+        bags_bm25,
+        counted,
+        relevance_of,
+    )
+
+    texts = [" ".join(p) for p in passages]
+    w = tuple(analyze(list(words), analyzer))
+    weights = QueryWeights(w, tuple(idf[:len(w)]), base, slope, float(sum(idf[:len(w)])))
+    want = passage_relevance(note, bags_bm25([bag_of(t, analyzer) for t in texts], weights))
+    got = relevance_of(note, counted(texts, analyzer), weights)
+    assert np.array(got, np.float64).tobytes() == want.tobytes()

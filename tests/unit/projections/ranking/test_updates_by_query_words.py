@@ -268,3 +268,27 @@ def test_a_long_note_holding_the_words_apart_does_not_update_a_short_fact(
     assert longs and all((x.updates == ["old"]) == lifted for x in longs)
     assert (c["old"].score < c["old"].relevance * c["old"].recency * 0.95) == lifted
     assert (len(longs) > 1) == (passage_tokens > 0)
+
+
+@pytest.mark.parametrize("words", [1, 5, 63, 64, 70])
+def test_which_candidate_holds_every_word_of_another_is_the_word_by_word_answer(
+        words: int) -> None:
+    """``_holds_every`` (a candidate's query words as the bits of one integer, up to 63
+    words; word by word past that) against the definition: ``every[i, j]`` when no word of
+    ``i`` is missing from ``j``; random holdings with subsets, equal rows, empty rows and the
+    highest bit set."""
+    from hivemind_memory.projections.ranking.updates import _holds_every
+
+    rng = np.random.default_rng(words)
+    m = 40
+    held = rng.random((m, words)) < 0.6
+    held[1] = held[0] & (rng.random(words) < 0.7)  # a subset of row 0
+    held[2] = held[0]
+    held[3] = False
+    held[4, -1] = True  # the highest word
+    held[5] = held[4]
+    held[5, -1] = False
+    got = _holds_every(held)
+    want = np.array([[not (held[i] & ~held[j]).any() for j in range(m)] for i in range(m)])
+    assert got.tolist() == want.tolist()
+    assert want.any() and not want.all()

@@ -13,6 +13,7 @@ import pytest
 
 from hivemind_memory.projections.ranking.config import DEFAULT, with_overrides
 from hivemind_memory.projections.ranking.dupsketch import (
+    TWIN_FP,
     DupSpec,
     Probe,
     band_recall,
@@ -24,23 +25,30 @@ from hivemind_memory.projections.store import dupindex, keys
 
 NS = "cap"
 TWIN = b"T" * 8
+FP = b"fp"
+"""The fingerprint of every band of ``_probe`` (and of the entries ``_fill`` files)."""
 
 
 def _band(i: int) -> bytes:
     return i.to_bytes(3, "big")
 
 
-def _fill(store: Any, buckets: dict[bytes, list[str]]) -> None:
-    """Buckets (key -> note ids, in filing order) and a record for every note."""
+def _fill(store: Any, buckets: dict[bytes, list[str]],
+          fps: dict[tuple[bytes, str], bytes] | None = None) -> None:
+    """Buckets (field -> note ids, in filing order; each entry with the fingerprint ``FP``,
+    ``TWIN_FP`` under ``TWIN``, unless ``fps`` names another for that field and note) and a
+    record for every note."""
     notes = sorted({n for ns in buckets.values() for n in ns})
+    fps = fps or {}
     store.hset(keys.dupbands(NS), mapping={
-        k: b"".join(note_key(n) for n in ns) for k, ns in buckets.items()})
+        k: b"".join(fps.get((k, n), TWIN_FP if k == TWIN else FP) + note_key(n) for n in ns)
+        for k, ns in buckets.items()})
     store.hset(keys.dupnotes(NS), mapping={note_key(n): record(n, {n}) for n in notes})
     store.set(keys.checkpoint(NS), "1-0")
 
 
 def _probe(bands: int) -> Probe:
-    return Probe(TWIN, [_band(i) for i in range(1, bands + 1)], frozenset(),
+    return Probe(TWIN, [_band(i) + FP for i in range(1, bands + 1)], frozenset(),
                  np.zeros(0, dtype=np.uint16))
 
 
@@ -120,3 +128,69 @@ def test_the_default_leaves_out_at_most_6_of_64_bands() -> None:
 def test_a_negative_cap_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="duplicate_lsh_bucket_cap must be >= 0"):
         with_overrides(DEFAULT, {"duplicate_lsh_bucket_cap": -1})
+
+
+def test_only_entries_with_the_bands_own_fingerprint_are_counted(store: Any) -> None:
+    """A bucket holds the entries of several band values (unrelated notes' bands folded into
+    it by chance): ``x`` is in the buckets of bands 1-3, but filed there by bands of other
+    values (other fingerprints), so it is not named; ``a``, filed with the probe's
+    fingerprints in the same buckets, is. A fingerprint's bytes met inside a note key
+    (not at an entry's start) count for nothing: ``y``'s note key is crafted around them."""
+    other = b"zz"
+    _fill(store, {_band(1): ["x", "a"], _band(2): ["a", "x"], _band(3): ["x", "a"]},
+          fps={(_band(i), "x"): other for i in (1, 2, 3)})
+    assert _near(store, _spec(0, 0, min_hits=3)) == ["a"]
+    assert _near(store, _spec(0, 0, min_hits=2)) == ["a"]
+    # the same buckets with every entry of x under the probe's fingerprint: x is named too
+    _fill(store, {_band(1): ["x", "a"], _band(2): ["a", "x"], _band(3): ["x", "a"]})
+    assert _near(store, _spec(0, 0, min_hits=3)) == ["a", "x"]
+
+
+def test_a_fingerprint_inside_a_note_key_is_not_an_entry(store: Any) -> None:
+    """Entries whose note keys hold the probe's fingerprint bytes at every offset, filed
+    under another fingerprint: none is counted (the search only counts a match at an
+    entry's start, and goes on from the next entry)."""
+    odd = b"\x00" + FP + FP + FP + b"\x00"  # FP at offsets 1, 3 and 5 of an 8-byte key
+    for k in (1, 2, 3):
+        store.hset(keys.dupbands(NS), _band(k), b"zz" + odd + b"yy" + odd)
+    store.hset(keys.dupnotes(NS), odd, record("odd", {"odd"}))
+    store.set(keys.checkpoint(NS), "1-0")
+    assert _near(store, _spec(0, 0, min_hits=1)) == []
+    store.hset(keys.dupbands(NS), _band(1), b"zz" + odd + FP + odd)
+    assert _near(store, _spec(0, 0, min_hits=1)) == ["odd"]
+
+
+def test_a_band_key_of_the_wrong_width_is_refused_not_looped_on(store: Any) -> None:
+    """A probe's band key must be a bucket and a fingerprint (5 bytes): the script says so
+    instead of searching for an empty fingerprint."""
+    _fill(store, {_band(1): ["a"]})
+    dupindex._seen_checkpoint(store).clear()
+    bad = Probe(TWIN, [_band(1)], frozenset(), np.zeros(0, dtype=np.uint16))
+    with pytest.raises(Exception, match="band key 1 is 3 bytes, not 5"):
+        dupindex.lookup(store, NS, bad, _spec(0, 0, min_hits=1))
+
+
+def test_a_band_key_is_its_digests_bucket_then_fingerprint() -> None:
+    """The low 18 bits of a band's digest pick the bucket, the next 16 the fingerprint: two
+    digests of one bucket and other fingerprints are two keys of the same field."""
+    from hivemind_memory.projections.ranking.dupsketch import BUCKET_BITS, band_key
+
+    a = band_key(0x3_FFFF | (0x1234 << BUCKET_BITS) | (0xFF << 40))  # bits above 34 unused
+    b = band_key(0x3_FFFF | (0x1235 << BUCKET_BITS))
+    assert a == b"\x03\xff\xff\x12\x34" and b == b"\x03\xff\xff\x12\x35"
+    assert band_key(5) == b"\x00\x00\x05\x00\x00"
+
+
+def test_a_notes_filing_puts_each_bands_fingerprint_before_its_note_key() -> None:
+    """Filed entries are 10 bytes: the fingerprint of the band (the probe's key's last two
+    bytes, ``TWIN_FP`` under the twin key), then the note key; a probe of the same text
+    has the same keys."""
+    from hivemind_memory.projections.ranking.dupsketch import filing, probe, split_member
+
+    spec = spec_of(DEFAULT)
+    f = filing("n1", "the release train leaves on thursdays at noon", spec)
+    pr = probe("the release train leaves on thursdays at noon", spec, DEFAULT)
+    assert f.keys[0] == pr.twin + TWIN_FP and f.keys[1:] == pr.bands
+    for k in f.keys[1:]:
+        field, entry = split_member(k + f.note)
+        assert len(field) == 3 and entry == k[3:] + note_key("n1")

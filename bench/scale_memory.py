@@ -72,6 +72,9 @@ class Run:
     """The largest ``VmHWM`` of a worker (its peak RSS over its life)."""
     index_mib: float
     """Index memory the workers report at the end, summed."""
+    kept_mib: float
+    """What the ranking rules keep outside the indexes (``ranker.KeptTexts``), counted in the
+    budget, as the workers report it at the end, summed."""
     held: int
     evictions: int
     cold_ms: list[float]
@@ -148,7 +151,8 @@ def measure(url: str, nss: list[str], budget: int, n_workers: int, marks: list[i
     r.close()
     rq.close()
     return Run(budget, n_workers, base, base_peak, rss_at, peak, sum(m.held for m in mem) / MIB,
-               sum(m.namespaces for m in mem), sum(m.evictions for m in mem), cold, warm, cpu)
+               sum(m.outside for m in mem) / MIB, sum(m.namespaces for m in mem),
+               sum(m.evictions for m in mem), cold, warm, cpu)
 
 
 def index_sizes(url: str, nss: dict[int, str], corpus: Corpus) -> None:
@@ -215,7 +219,8 @@ def report(run: Run, n_ns: int) -> None:
           f"namespaces served (MiB, all workers): {rss}; peak RSS of a worker "
           f"{run.peak_mib:,.0f} MiB{ok}")
     print(f"  index memory held at the end {run.index_mib:,.1f} MiB in {run.held} indexes "
-          f"({run.evictions} evicted); worker CPU {run.cpu_s:,.1f} s for {2 * n_ns} queries")
+          f"(+ {run.kept_mib:,.1f} MiB of kept word sets and passages; {run.evictions} "
+          f"evicted); worker CPU {run.cpu_s:,.1f} s for {2 * n_ns} queries")
     print(f"  cold query (index loaded): p50 {statistics.median(run.cold_ms):,.1f} ms, p90 "
           f"{pct(run.cold_ms, 90):,.1f} ms; warm: p50 {statistics.median(run.warm_ms):,.1f} "
           f"ms, p90 {pct(run.warm_ms, 90):,.1f} ms")

@@ -77,6 +77,7 @@ def _product_from_this_tree() -> None:
 
 _product_from_this_tree()  # before anything (tests.support included) imports the product
 
+from hivemind_memory.projections.store.embedded import fake_server  # noqa: E402
 from tests.support import (  # noqa: E402  (after the mutants hook)
     RQ_OF,
     ClusterProc,
@@ -138,7 +139,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisProc]]:
 def store(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A clean store: fakeredis, or a real redis-server (flushed)."""
     if request.param == "fakeredis":
-        r = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        r = fakeredis.FakeRedis(server=fake_server())  # one database, whoever connects first
         yield r
         return
     rp: RedisProc = request.getfixturevalue("redis_server")

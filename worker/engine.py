@@ -79,6 +79,7 @@ from hivemind_memory.worker.memory import (
     MIB,
     IndexCache,
     default_budget_mib,
+    kept_bytes,
     mib,
     too_large_message,
 )
@@ -151,9 +152,13 @@ class QueryEngine:
         """Embeds the notes as indexes load and the queries of calibrated relevance."""
         self.embedder_digest = "" if self.embedder is None else self.embedder.digest()
         budget = settings.memory_budget_mib or default_budget_mib()
-        self.live = IndexCache(budget * MIB)
+        self.kept = KeptTexts(kept_bytes(budget * MIB))
+        """The notes' word sets and passages the ranking rules derive from their texts, kept
+        from batch to batch (``ranker.KeptTexts``: tables held weakly, bounded to a share of
+        the memory budget and counted in it)."""
+        self.live = IndexCache(budget * MIB, outside=lambda: self.kept.held)
         """The namespaces' live indexes, least recently used evicted past the memory budget
-        (``worker.memory``)."""
+        (``worker.memory``) less what ``kept`` holds."""
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
         self.fences: dict[str, bytes | None] = {}
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
@@ -180,9 +185,6 @@ class QueryEngine:
         usual path: a full load, inline or in a thread)."""
         self.dense_builds: dict[str, threading.Thread] = {}
         """Per namespace: the thread building its index's dense candidate stage."""
-        self.kept = KeptTexts()
-        """The notes' word sets and passages the ranking rules derive from their texts, kept
-        from batch to batch (``ranker.KeptTexts``: bounded, tables held weakly)."""
 
     def serve(self, envelopes: Sequence[Envelope]) -> dict[str, int]:
         """Answer a job's queries and publish the answers; every query gets a result or an

@@ -6,9 +6,11 @@ The budget counts what ``projections.ranking.footprint.index_bytes`` measures of
 (arrays, texts, vectors, the caches an index keeps). An index is measured after every load,
 again after the first batch of queries on it (which builds its query caches), then whenever it
 has grown by ``REMEASURE_GROWTH``; in between its figure is the last measurement scaled by its
-slot count. The process's own memory (interpreter, libraries,
-the embedder's model, one batch's working memory and one load's transient copies) is not in
-the budget: RSS stays within budget + that base.
+slot count. The budget also counts what the worker keeps for the ranking rules outside the
+indexes (``ranker.KeptTexts``: the notes' word sets and passages, bounded by ``kept_bytes``
+to ``KEPT_SHARE`` of the budget), passed as ``outside``. The process's own memory
+(interpreter, libraries, the embedder's model, one batch's working memory and one load's
+transient copies) is not in the budget: RSS stays within budget + that base.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex
+from hivemind_memory.projections.ranking.ranker import KEPT_BYTES
 from hivemind_memory.worker.ops.heartbeat import IndexMemory, LoadFailure
 
 MIB = 1 << 20
@@ -38,6 +41,16 @@ FAILURES_KEPT = 16
 """Namespaces whose last load failure a worker remembers (the most recent ones)."""
 REPORTED = 20
 """The largest held indexes a worker's heartbeat names."""
+KEPT_SHARE = 0.25
+"""The share of a worker's memory budget its ``ranker.KeptTexts`` (the word sets and passages
+the ranking rules keep from batch to batch) may take, at most ``KEPT_BYTES`` (96 MiB as
+``entry_bytes`` counts them, ~2 x what they hold: budgets from 384 MiB up keep the whole
+working set of a dense batch over 10k notes); it counts in the budget."""
+
+
+def kept_bytes(budget: int) -> int:
+    """The bytes a worker's ``KeptTexts`` may hold under a budget of ``budget`` bytes."""
+    return max(0, min(KEPT_BYTES, int(budget * KEPT_SHARE)))
 
 
 @dataclass(slots=True)
@@ -80,8 +93,11 @@ def default_budget_mib(total: int | None = None) -> int:
 class IndexCache:
     """Namespace -> ``NamespaceIndex``, least recently used first, within ``budget`` bytes."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, outside: Callable[[], int] = lambda: 0) -> None:
         self.budget = budget
+        self.outside = outside
+        """The bytes the worker holds outside the indexes that count in the budget too (its
+        ``KeptTexts``): the indexes get what they leave."""
         self._held: OrderedDict[str, NamespaceIndex] = OrderedDict()
         self._size: dict[str, _Measured] = {}
         self.evictions = 0
@@ -145,11 +161,11 @@ class IndexCache:
 
     def make_room(self, need: int, keep: Iterable[str] = ()) -> list[str]:
         """Evict the least recently used indexes (never those in ``keep``) until the held
-        ones plus ``need`` bytes fit the budget, or nothing is left to evict; returns the
-        evicted namespaces."""
+        ones plus ``need`` bytes plus ``outside`` fit the budget, or nothing is left to
+        evict; returns the evicted namespaces."""
         pinned = set(keep)
         sizes = self.sizes()
-        held = sum(sizes.values())
+        held = sum(sizes.values()) + self.outside()
         out: list[str] = []
         for ns in list(self._held):
             if held + need <= self.budget:
@@ -193,7 +209,8 @@ class IndexCache:
         self.report = IndexMemory(budget=self.budget, held=sum(sizes.values()),
                                   namespaces=len(sizes), largest=dict(top),
                                   evictions=self.evictions,
-                                  failures=list(self.failures.values()))
+                                  failures=list(self.failures.values()),
+                                  outside=self.outside())
         return self.report
 
 

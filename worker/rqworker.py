@@ -79,6 +79,9 @@ class HivemindWorker(SimpleWorker):
         self._beating: Job | None = None
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        self._pubsub_writing = threading.RLock()
+        """Held while ``unsubscribe`` writes on the pubsub connection; the pubsub thread's
+        close of that connection waits for it (``subscribe``)."""
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return HEARTBEAT_TTL_S
@@ -133,6 +136,15 @@ class HivemindWorker(SimpleWorker):
         (``PubSubWorkerThread.run`` sets it on entry) and loop for good, waiting 60 s at a
         time for a subscription (an empty ``--burst`` on a loaded machine)."""
         super().subscribe()  # type: ignore[no-untyped-call]
+        pubsub = self.pubsub
+        if pubsub is not None:  # the thread's close (``PubSubWorkerThread.run``) waits for
+            close = pubsub.close  # a write of ``unsubscribe`` on the same connection
+
+            def close_after_writes() -> None:
+                with self._pubsub_writing:
+                    close()
+
+            pubsub.close = close_after_writes  # type: ignore[method-assign]
         running = getattr(self.pubsub_thread, "_running", None)  # redis-py's loop flag
         if running is not None and not running.wait(PUBSUB_STOP_S):
             log.warning("pubsub_thread_not_started", worker=self.name,
@@ -151,13 +163,17 @@ class HivemindWorker(SimpleWorker):
         whether the thread had ended or not: a thread not scheduled within that second (a
         loaded machine) woke to a closed connection and died raising ("pubsub connection
         not set"), an unhandled exception in a thread of the process (pytest fails whatever
-        test is running then). Here the connection is closed only by the ended thread.
+        test is running then). Here the connection is closed only by the ended thread, and
+        only once the UNSUBSCRIBE is written: on the embedded store (fakeredis runs the
+        command inside ``sendall``) the thread woken by its reply closed the connection
+        while the command still ran ("generator already executing", raised in the thread).
         """
         thread, pubsub = getattr(self, "pubsub_thread", None), self.pubsub
         if thread is None or pubsub is None:
             return
-        thread.stop()
-        pubsub.unsubscribe()  # type: ignore[no-untyped-call]
+        with self._pubsub_writing:  # the woken thread closes the connection after this
+            thread.stop()
+            pubsub.unsubscribe()  # type: ignore[no-untyped-call]
         thread.join(timeout=PUBSUB_STOP_S)
         if thread.is_alive():  # it closes the connection when it ends
             log.warning("pubsub_thread_still_running", worker=self.name,

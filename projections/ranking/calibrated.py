@@ -404,7 +404,7 @@ def limit_for(cfg: RankingConfig, budget: int | None) -> int:
     return max(cfg.max_candidates, 0 if budget is None else budget // TOKENS_PER_CANDIDATE)
 
 
-def sub_layout(cols: Columns, seq: IntArray, win: IntArray, cal: Calibration) -> Layout:
+def sub_layout(cols: Columns, seq: Lookup, win: IntArray, cal: Calibration) -> Layout:
     """``layout_of(cols, seq, cal)`` restricted to the positions ``win`` (ascending) of
     ``seq``, computed for them alone: each value as ``layout_of`` gives it (the same
     element-wise operations), two of them near only where they are consecutive in ``seq``
@@ -443,7 +443,16 @@ def _distinct(a: IntArray) -> IntArray:
     return a
 
 
-def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArray,
+class Lookup(Protocol):
+    """An int array read by positions only (``a[at]``, ``len(a)``): a numpy array, or
+    ``index.AskerOrder`` that merges a shared order with an asker's own notes."""
+
+    def __getitem__(self, at: IntArray, /) -> IntArray: ...
+
+    def __len__(self) -> int: ...
+
+
+def likely_among(cols: Columns, seq: Lookup, pos: Lookup, lex_slots: IntArray,
                  lex: FloatArray, dense_slots: IntArray,
                  cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
                  cal: Calibration, limit: int, allowed: BoolArray | None = None,
@@ -456,8 +465,9 @@ def likely_among(cols: Columns, seq: IntArray, pos: IntArray, lex_slots: IntArra
     the same bits as ``likely`` gives it (its features read only itself and its neighbours,
     every value is computed as ``layout_of`` computes it, and the cosines are exact); the
     result is ``likely``'s whenever every note with evidence is a candidate. ``seq``: the
-    visible slots in creation order, ``pos`` their position per slot (-1: not visible); no
-    per-note array of the whole sequence is built."""
+    visible slots in creation order, ``pos`` their position per slot (-1: not visible), both
+    read at some positions only (``Lookup``); no per-note array of the whole sequence is
+    built."""
     n = len(seq)
     seeds = lex_slots
     if lexical is not None and len(seeds) > max(lexical, limit):

@@ -266,12 +266,16 @@ class Candidates(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     256 did (50/50 selective, 42/50 common-word) at 0.80 x the selective query's CPU and
     0.92 x the common-word one's, one interleaved run; the HNSW search's cost grows with the
     count asked for)."""
-    lexical: int = 1_024
+    lexical: int = 256
     """Of the notes sharing a word with the query, only those of the ``lexical`` highest BM25
     (every one tied with the last included; at least the query's candidate count) are
     candidates; the others still lend their BM25 to their neighbours' context features, so
     a candidate's probability is the scan's to the bit. Bounds the work of a query whose
-    words are common."""
+    words are common, and of every query of a large namespace: the candidates and their
+    context windows (~4.5 notes a candidate) are what the query's cost follows (1,024 until
+    2026-12-02: at 100k notes, on ``bench scale-cpu``'s queries, 256 gave the scan's answer
+    as often as 1,024 did (50/50 selective, 47/50 common-word) at 0.78 x the selective
+    query's CPU and 0.92 x the common-word one's, blocks alternated in one run)."""
     connectivity: int = 12
     """HNSW links per node (``usearch``'s ``connectivity``)."""
     expansion_add: int = 32

@@ -74,6 +74,69 @@ def _keep(cache: dict[Any, Any], key: Any, value: Any, notes: Callable[[Any], in
         held -= notes(cache.pop(next(iter(cache))))
 
 
+class _Positions:
+    def __init__(self, order: AskerOrder) -> None:
+        self.order = order
+
+    def __getitem__(self, slots: IntArray) -> IntArray:
+        return self.order.at(slots)
+
+    def __len__(self) -> int:
+        return len(self.order.rank)
+
+
+class AskerOrder:
+    """``visible_order(agent)`` and each slot's position in it, read only where asked:
+    the shared notes' creation order and positions (one set for every asker) merged with the
+    asker's own private notes (a short array), instead of two arrays of the namespace's size
+    per asker. ``order[p]`` (``p``: positions, an int array), ``len(order)`` and ``at(slots)``
+    (-1 where the asker may not see the slot) give what the arrays give."""
+
+    def __init__(self, shared: IntArray, before: IntArray, rank: IntArray, own: IntArray,
+                 visible: BoolArray) -> None:
+        self.shared = shared
+        """The live shared slots in creation order."""
+        self.before = before
+        """Per creation rank ``r`` (of every live slot): the shared slots ranked below ``r``."""
+        self.rank = rank
+        """Each slot's creation rank among the live slots (-1: dead)."""
+        self.own = own
+        """The asker's own private live slots, in creation order."""
+        self.own_rank = rank[own]
+        self.own_at = before[self.own_rank] + np.arange(len(own), dtype=np.int64)
+        """Their positions in the asker's order (ascending)."""
+        self.visible = visible
+
+    def __len__(self) -> int:
+        return len(self.shared) + len(self.own)
+
+    def __getitem__(self, p: IntArray) -> IntArray:
+        p = np.asarray(p, np.int64)
+        if not len(self.own):
+            got: IntArray = self.shared[p]
+            return got
+        k = np.searchsorted(self.own_at, p, side="right")  # own notes at or before p
+        mine = k > 0
+        mine[mine] = self.own_at[k[mine] - 1] == p[mine]
+        out = np.empty(len(p), np.int64)
+        out[mine] = self.own[k[mine] - 1]
+        rest = ~mine
+        out[rest] = self.shared[p[rest] - k[rest]]
+        return out
+
+    @property
+    def positions(self) -> _Positions:
+        """``positions[slots]``: ``at(slots)``."""
+        return _Positions(self)
+
+    def at(self, slots: IntArray) -> IntArray:
+        """The position of each of ``slots`` in the asker's order; -1: not visible."""
+        r = self.rank[slots]
+        got = self.before[r] + np.searchsorted(self.own_rank, r)
+        out: IntArray = np.where(self.visible[slots], got, -1)
+        return out
+
+
 @dataclass
 class NamespaceIndex:
     """The notes of one namespace as a columnar table (``projections.ranking.columns``)."""
@@ -104,8 +167,11 @@ class NamespaceIndex:
     """The dense candidate stage over ``derived`` (``projections.ranking.dense``), once
     built (``attach_dense``); valid only for the table it was built from."""
     _dense_of: weakref.ref[Columns] | None = None
-    _pos: dict[str, tuple[IntArray, IntArray]] = field(default_factory=dict)
-    """Per asker: ``visible_order`` and each slot's position in it (-1: not visible)."""
+    _shared_order: tuple[Any, IntArray, IntArray, IntArray] | None = None
+    """What every ``AskerOrder`` shares (``(id(cols), cols.layout)``, the shared slots in
+    creation order, the shared slots below each rank, each slot's rank)."""
+    _own: dict[str, AskerOrder] = field(default_factory=dict)
+    """Per asker: its ``AskerOrder`` (its own private notes only: a short array)."""
 
     def attach_dense(self, dense: DenseIndex, cols: Columns) -> bool:
         """Use ``dense`` (built from the slots of ``cols``) from now on; False (dropped)
@@ -251,6 +317,31 @@ class NamespaceIndex:
         _keep(self._order_vis, agent, got, len)
         return got
 
+    def asker_order(self, agent: str) -> AskerOrder:
+        """``visible_order(agent)`` as an ``AskerOrder``: what the candidate stage reads of
+        it, with no array of the namespace's size per asker (a namespace asked by many
+        audiences rebuilt those query after query once their caches were full)."""
+        cols = self.cols
+        key = (id(cols), cols.layout)
+        shared = self._shared_order
+        if shared is None or shared[0] != key:
+            order = self.visible_order("")  # also brings self._order up to date
+            everyone = self._order
+            rank = np.full(len(cols), -1, np.int64)
+            rank[everyone] = np.arange(len(everyone), dtype=np.int64)
+            before = np.zeros(len(everyone) + 1, np.int64)
+            np.cumsum(cols.visible("")[everyone], out=before[1:])
+            shared = self._shared_order = (key, order, before, rank)
+            self._own.clear()
+        got = self._own.get(agent)
+        if got is None:
+            vis = cols.visible(agent)
+            everyone = self._order
+            own = everyone[(vis & ~cols.visible(""))[everyone]] if agent else everyone[:0]
+            got = AskerOrder(shared[1], shared[2], shared[3], own, vis)
+        _keep(self._own, agent, got, lambda o: len(o.own))
+        return got
+
     def query_cosines(self, vectors: npt.NDArray[np.floating[Any]]) -> FloatArray | None:
         """The cosine of every slot with each of the query ``vectors`` (rows, from the
         index's embedder): an array of (slots, queries), one matrix product; None when the
@@ -336,23 +427,17 @@ class NamespaceIndex:
         the dense stage's nearest notes (``calibrated.likely_among``), not every note."""
         top = cfg.max_candidates if limit is None else limit
         if query is not None and embedding is None and self.dense_ready(cfg):
-            seq = self.visible_order(agent)
+            order = self.asker_order(agent)
             cols = self.cols
-            pos = self._pos.get(agent)
-            if pos is None or pos[0] is not seq:
-                at = np.full(len(cols), -1, np.int64)
-                at[seq] = np.arange(len(seq))
-                pos = (seq, at)
-            _keep(self._pos, agent, pos, lambda got: len(got[1]))
             lex_slots, lex = cols.bm25(text, cfg, agent, cache)
             near = self._dense_near(query, cfg.candidates.dense, cols.visible(agent), allowed)
             derived = self.derived
             assert derived is not None
-            at, p = likely_among(cols, seq, pos[1], lex_slots, lex, near,
+            at, p = likely_among(cols, order, order.positions, lex_slots, lex, near,
                                  lambda s: derived.rows_cosines(query, s),
                                  named_owners(cols, text), cfg.calibration, top, allowed,
                                  cfg.candidates.lexical)
-            return self._unknown(seq[at], p, text, cfg, agent, cache,
+            return self._unknown(order[at], p, text, cfg, agent, cache,
                                  lambda s: derived.rows_cosines(query, s))
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)

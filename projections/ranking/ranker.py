@@ -13,10 +13,12 @@ test checks that the result equals ``rank`` over the same notes and relevance.
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import datetime
-from itertools import repeat, starmap
+from itertools import chain, repeat, starmap
 from typing import Any
 
 import msgspec
@@ -62,12 +64,18 @@ from hivemind_memory.projections.state import Tier
 _TIERS: tuple[Tier, Tier, Tier] = ("short", "scratch", "longterm")
 
 
-KEPT_WORDS = 600_000
-"""``KeptTexts`` holds at most about this many words (word-set members and passage word
-counts): past it, entries go table by table, each table's oldest first. A 10k-note namespace
-of ``bench query``'s generator asks for ~250k passage words (its ~3k long notes) and ~250k set
-members (its ~4k candidates) in a dense batch of 500 (about 20 MB held; see
-docs/benchmarks.md)."""
+KEPT_BYTES = 96 << 20
+"""``KeptTexts``' entries hold at most this many bytes (``entry_bytes``): past it, entries go
+table by table, each table's oldest first. A dense batch over a 10k-note namespace of ``bench
+query``'s generator asks for ~250k passage words (its ~3k long notes) and the words of ~4k
+candidates: a bound of 48 MiB, as ``entry_bytes`` counted the word sets before they were
+ids, dropped entries that were derived again batch after batch (+20 % of ``bench
+profile``'s CPU a query; docs/benchmarks.md). A worker bounds it lower under a small memory
+budget and counts ``held`` in the budget (``worker.memory.kept_bytes``)."""
+VOCAB_ENTRY_BYTES = 64
+"""What ``KeptTexts.held`` counts for a word's place in a table's vocabulary besides the word
+itself (a dict entry, its share of the dict's free slots, the id): CPython's dicts take
+~24-50 bytes an entry, the id 28 past 256."""
 
 
 Words = npt.NDArray[np.int32]
@@ -75,32 +83,68 @@ Words = npt.NDArray[np.int32]
 Entry = Words | tuple[list[tuple[int, int, int]], Counted | None]
 
 
-def _size(got: Entry) -> int:
-    """Words an entry of ``KeptTexts`` holds (a passage's distinct words each count)."""
+def _int_bytes(x: int) -> int:
+    """An int's own bytes: none for -5..256, which CPython keeps once for the process."""
+    return 0 if -5 <= x <= 256 else sys.getsizeof(x)
+
+
+def _ints_bytes(xs: Iterable[int]) -> int:
+    """``_int_bytes`` of each of ``xs`` (summed in C)."""
+    return sum(map(_int_bytes, xs))
+
+
+def entry_bytes(got: Entry) -> int:
+    """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
+    (an array's data and header, ``sys.getsizeof`` of each object), or more: the analysed
+    words of several passages' entries may be one object, counted in each. Summed in C
+    (``map``), not walked: it is paid for each entry kept."""
+    size = sys.getsizeof
     if isinstance(got, np.ndarray):
-        return len(got)
-    return len(got[0]) + (0 if got[1] is None else sum(len(v) for v in got[1][0].values()) // 2)
+        return int(got.nbytes) + 112
+    spans, by_word = got
+    n = size(got) + size(spans) + sum(map(size, spans)) + _ints_bytes(chain.from_iterable(spans))
+    if by_word is not None:
+        words, lengths = by_word
+        runs = words.values()
+        n += size(by_word) + size(words) + sum(map(size, words)) + sum(map(size, runs)) \
+            + size(lengths) + _ints_bytes(lengths)
+        if max(map(max, runs), default=0) > 256:  # a passage index or count past 256: rarely
+            n += _ints_bytes(chain.from_iterable(runs))
+    return n
 
 
 class _Table:
     """``KeptTexts``' entries of one table, oldest first (an ``OrderedDict``: dropping the
     oldest is O(1), where popping a plain dict's first key again and again rescans the
-    slots emptied before), and the ids its word sets are written in (a word's id is its
-    place in ``vocab``, given on first sight: at most the table's own term count)."""
+    slots emptied before), the bytes they hold, and the ids its word sets are written in (a
+    word's id is its place in ``vocab``, given on first sight: at most the table's own term
+    count)."""
 
-    __slots__ = ("entries", "vocab")
+    __slots__ = ("bytes", "entries", "vocab")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[tuple[int, int, str], Entry] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, int, str], tuple[Entry, int]] = OrderedDict()
+        """key -> (entry, its ``entry_bytes``)."""
+        self.bytes = 0
+        """The entries' bytes."""
         self.vocab: _Ids = _Ids()
 
 
 class _Ids(dict[str, int]):
-    """Word -> id, the next id for a word not seen before."""
+    """Word -> id, the next id for a word not seen before; ``bytes``: what the words and
+    their places hold (``VOCAB_ENTRY_BYTES`` a place)."""
+
+    bytes = 0
 
     def __missing__(self, word: str) -> int:
         got = self[word] = len(self)
+        self.bytes += sys.getsizeof(word) + VOCAB_ENTRY_BYTES
         return got
+
+
+def _dropped_pair(gone: list[tuple[int, int]], table: _Table) -> None:
+    """A kept table's columns were collected: its bytes leave ``KeptTexts.held``."""
+    gone.append((table.bytes, table.vocab.bytes))
 
 
 class KeptTexts:
@@ -110,39 +154,67 @@ class KeptTexts:
     for many pairs at once, ``updates._shared``), and its passages with their analysed words
     (``_parts``, the passages rule). A slot's text never changes while its table lives (a
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
-    weakly, so an index the worker drops takes its entries with it. Not an index's memory
-    (``footprint`` does not walk it): bounded on its own by ``limit`` words (``KEPT_WORDS``),
-    entries dropped table by table (in the order the tables were first kept), each table's
-    oldest first; a table's vocabulary holds at most the words of its notes (its term
-    table's count). Nothing in it changes an answer: a value missing is derived again, the
-    same."""
+    weakly, so an index the worker drops takes its entries and vocabulary (and their bytes
+    in ``held``) with it. Not an index's memory (``footprint`` does not walk it): its
+    entries are bounded on their own by ``limit`` bytes (``KEPT_BYTES``, ``entry_bytes``),
+    dropped table by table (in the order the tables were first kept), each table's oldest
+    first; a table's vocabulary holds at most the words of its notes (its term table's
+    count). A worker counts ``held``, entries and vocabularies, in its memory budget.
+    Nothing in it changes an answer: a value missing is derived again, the same."""
 
-    def __init__(self, limit: int = KEPT_WORDS) -> None:
+    def __init__(self, limit: int = KEPT_BYTES) -> None:
         self.limit = limit
-        self.held = 0
-        """Words held (set members plus passages and their word counts)."""
+        self._entries = 0
+        """The entries' bytes (``entry_bytes``) in live tables."""
+        self._vocab = 0
+        """The vocabularies' bytes in live tables."""
+        self._gone: list[tuple[int, int]] = []
+        """(entries', vocabulary's) bytes of tables collected since (appended by their
+        finalizers, which may run in any thread: ``_settled`` takes them off)."""
         self._tables: weakref.WeakKeyDictionary[Columns, _Table] = weakref.WeakKeyDictionary()
         """Per table: (slot, 0, "") -> its word ids; (slot, passage size, analyzer) -> its
         passages; oldest first."""
+
+    def _settled(self) -> None:
+        while self._gone:
+            entries, vocab = self._gone.pop()
+            self._entries -= entries
+            self._vocab -= vocab
+
+    @property
+    def held(self) -> int:
+        """Bytes held in live tables: their entries and vocabularies."""
+        self._settled()
+        return self._entries + self._vocab
+
+    @property
+    def entries_held(self) -> int:
+        """Bytes of the entries of live tables (what ``limit`` bounds)."""
+        self._settled()
+        return self._entries
 
     def table(self, cols: Columns) -> _Table:
         """The entries of ``cols`` (a batch looks it up once: ``BatchMemo``)."""
         got = self._tables.get(cols)
         if got is None:
             got = self._tables[cols] = _Table()
+            weakref.finalize(cols, _dropped_pair, self._gone, got)
         return got
 
     def _put(self, table: _Table, key: tuple[int, int, str], got: Entry) -> None:
-        n = _size(got)
-        if self.held + n > self.limit:
+        n = entry_bytes(got)
+        if n > self.limit:
+            return  # never kept: derived again when asked
+        if self.entries_held + n > self.limit:
             for t in self._tables.values():
                 entries = t.entries
-                while entries and self.held + n > self.limit:
-                    self.held -= _size(entries.popitem(last=False)[1])
-            if self.held + n > self.limit:  # every table is empty (the rest went with theirs)
-                self.held = 0
-        self.held += n
-        table.entries[key] = got
+                while entries and self._entries + n > self.limit:
+                    k = entries.popitem(last=False)[1][1]
+                    t.bytes -= k
+                    self._entries -= k
+        table.entries[key] = (got, n)
+        table.bytes += n
+        self._entries += n
 
     def keys(self, cols: Columns) -> list[tuple[int, int, str]]:
         """What is held for ``cols``, oldest first: ``(slot, 0, "")`` a word set,
@@ -155,10 +227,13 @@ class KeptTexts:
         ids (``spelled`` gives the words back)."""
         t = self.table(cols) if table is None else table
         got = t.entries.get((slot, 0, ""))
-        if isinstance(got, np.ndarray):
-            return got
-        w = np.array(sorted(map(t.vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
+        if got is not None:
+            return got[0]  # type: ignore[return-value]
+        vocab = t.vocab
+        before = vocab.bytes
+        w = np.array(sorted(map(vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
                      np.int32)
+        self._vocab += vocab.bytes - before
         self._put(t, (slot, 0, ""), w)
         return w
 
@@ -174,8 +249,8 @@ class KeptTexts:
         t = self.table(cols) if table is None else table
         key = (slot, size, analyzer)
         got = t.entries.get(key)
-        if isinstance(got, tuple):
-            return got
+        if got is not None:
+            return got[0]  # type: ignore[return-value]
         p = _parts(cols, slot, size, analyzer)
         self._put(t, key, p)
         return p

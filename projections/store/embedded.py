@@ -357,12 +357,23 @@ def stream_log_of(r: Store) -> StreamLog | None:
     return slog if isinstance(slog, StreamLog) else None
 
 
+def fake_server() -> fakeredis.FakeServer:
+    """A new fakeredis server whose database 0 is made already. fakeredis makes a database
+    when a first connection to it opens, outside its lock (``FakeServer.dbs`` is a
+    defaultdict): two threads whose first connections open at once could each make one, and
+    the writes made in the one replaced were lost (two checked writers of the same note id
+    both "won", one of their entries gone). Made here, before any thread connects."""
+    server = fakeredis.FakeServer()
+    _ = server.dbs[0]
+    return server
+
+
 class Embedded:
     """One embedded server of this process, and its log when it is kept on disk."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.server = fakeredis.FakeServer()
+        self.server = fake_server()
         self.stream_log: StreamLog | None = None
         if is_persistent(url):
             self.stream_log = StreamLog(Path(url[len("memory://"):]).expanduser(), url)

@@ -15,4 +15,5 @@ def test_scale_memory_bench_measures_each_budget(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "index memory of a 60-note namespace" in out
     assert "no budget, 1 worker(s)" in out and "budget 1 MiB, 1 worker(s)" in out
-    assert "(0 evicted)" in out  # no budget: nothing evicted
+    assert "; 0 evicted)" in out  # no budget: nothing evicted
+    assert "MiB of kept word sets and passages" in out

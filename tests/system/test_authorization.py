@@ -217,7 +217,7 @@ def test_concurrent_checked_writers_create_a_note_once(store: Any, writers: int)
     for t in threads:
         t.join(60)
     assert not errors, errors
-    assert len(wins) == 1 and len(lost) == writers - 1
+    assert len(wins) == 1 and len(lost) == writers - 1, (wins, lost)
     rt = runtime.build(c.settings, store, c.rq)
     runtime.install(rt)
     run_worker(rt, burst=True)

@@ -111,7 +111,9 @@ def print_status(st: Status, out: IO[str] | None = None) -> None:
           + (f": {names}" if names else "") + (f" (+{more} more)" if more > 0 else "") + "\n")
         m = wk.memory
         if m is not None:
-            w(f"    index memory {m.held / 2**20:.1f} of {m.budget / 2**20:.1f} MiB, "
+            kept = (f" (+ {m.outside / 2**20:.1f} MiB of kept word sets and passages)"
+                    if m.outside else "")
+            w(f"    index memory {m.held / 2**20:.1f} of {m.budget / 2**20:.1f} MiB{kept}, "
               f"{m.namespaces} namespace(s) held, {m.evictions} evicted\n")
             for f in m.failures:
                 w(f"    cannot hold {f.ns}: {f.code}: {f.message}\n")

@@ -70,6 +70,9 @@ class IndexMemory(msgspec.Struct, frozen=True, omit_defaults=True):
     """Indexes evicted to stay within the budget since the worker started."""
     failures: list[LoadFailure] = []
     """The namespaces it could not hold lately, the most recent last."""
+    outside: int = 0
+    """Bytes it holds outside the indexes that count in the budget too: the ranking rules'
+    kept word sets and passages (``ranker.KeptTexts.held``)."""
 
 
 class WorkerBeat(msgspec.Struct, frozen=True, omit_defaults=True):

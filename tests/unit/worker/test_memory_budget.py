@@ -94,6 +94,7 @@ def test_the_least_recently_used_goes_first(store: Any, fixed_now: None) -> None
     for k, ns in enumerate(["la", "lb", "lc"]):
         _fill(c, ns, 30, k)
     eng = QueryEngine(store, DEFAULT, Settings(), embedder=None)
+    eng.kept.limit = 0  # indexes only (what the rules keep counts too: the test below)
     for ns in ["la", "lb"]:
         _answers(eng, c, _requests([ns]))
     sizes = eng.live.sizes()
@@ -194,3 +195,29 @@ def _fake() -> Any:
     import fakeredis
 
     return fakeredis.FakeRedis(server=fakeredis.FakeServer())
+
+
+def test_the_kept_word_sets_and_passages_count_in_the_budget(
+        store: Any, fixed_now: None) -> None:
+    """What the ranking rules keep from batch to batch (``ranker.KeptTexts``) is bounded to a
+    share of the budget and counted in it: indexes that fit the budget alone, but not with
+    what is kept, are evicted least recently used first, with the same answers after."""
+    c = Client(store, settings=Settings())
+    nss = ["ka", "kb"]
+    for k, ns in enumerate(nss):
+        _fill(c, ns, 40, k)
+    eng = QueryEngine(store, DEFAULT, Settings(memory_budget_mib=64))  # calibrated: rules on
+    assert eng.kept.limit == memory.kept_bytes(64 << 20) == 16 << 20
+    assert memory.kept_bytes(1 << 40) == memory.KEPT_BYTES
+    before = {ns: _answers(eng, c, _requests([ns])) for ns in nss}
+    kept = eng.kept.held
+    assert kept > 0 and eng.live.report.outside == kept
+    sizes = eng.live.sizes()
+    assert sorted(sizes) == nss
+    eng.live.budget = sum(sizes.values()) + kept - 1
+    assert _answers(eng, c, _requests(["kb"])) == before["kb"]
+    assert eng.live.names() == ["kb"]
+    assert eng.kept.held < kept  # ka's kept entries went with its index
+    report = eng.live.report
+    assert report.held + report.outside <= eng.live.budget
+    assert _answers(eng, c, _requests(["ka"])) == before["ka"]

@@ -185,3 +185,48 @@ def test_a_pubsub_thread_that_starts_late_still_stops_with_the_worker(
     assert thread is not None
     w.unsubscribe()  # at once: the burst had nothing to do
     assert not thread.is_alive()
+
+
+def test_the_pubsub_thread_closes_its_connection_only_after_the_unsubscribe_is_written(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``unsubscribe`` writes UNSUBSCRIBE on the pubsub connection while the pubsub thread,
+    woken by its reply, may already be closing that connection: on the embedded store
+    (fakeredis: the command runs inside the writer's ``sendall``) the close then met the
+    command still running ("generator already executing", raised in the thread: pytest
+    failed whatever test ran then). Forced here: the writer waits, right after the reply
+    went out, for the thread to close the connection; the close waits for the write."""
+    import fakeredis
+    from fakeredis._socket._base import BaseFakeSocket
+    from redis.client import PubSubWorkerThread
+
+    if not isinstance(store, fakeredis.FakeRedis):
+        pytest.skip("the embedded store's race (a real socket's close does not run the write)")
+    main = threading.current_thread()
+    armed, closing = threading.Event(), threading.Event()
+    put, shutdown = BaseFakeSocket.put_response, BaseFakeSocket.shutdown
+
+    def reply(self: Any, msg: Any) -> None:
+        put(self, msg)
+        if armed.is_set() and threading.current_thread() is main:
+            armed.clear()
+            closing.wait(1.0)  # the old code: the thread closes the connection meanwhile
+
+    def closed(self: Any, how: Any) -> None:
+        if isinstance(threading.current_thread(), PubSubWorkerThread):
+            closing.set()
+        shutdown(self, how)
+
+    monkeypatch.setattr(BaseFakeSocket, "put_response", reply)
+    monkeypatch.setattr(BaseFakeSocket, "shutdown", closed)
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    rt = runtime.build(Settings(), store)
+    w = HivemindWorker([rt.project_queue], rt.rq)
+    w.subscribe()
+    thread, pubsub = w.pubsub_thread, w.pubsub
+    assert thread is not None and pubsub is not None
+    armed.set()
+    w.unsubscribe()
+    thread.join(10)
+    assert not thread.is_alive() and raised == []
+    assert closing.is_set() and pubsub.connection is None

@@ -327,3 +327,49 @@ def test_the_dense_stage_proposes_its_count_of_visible_notes_when_most_near_ones
     assert len(got) == want and bool(vis[got].all())
     ok = np.sort(cos[has & vis])[::-1]
     assert bool((cos[got] >= ok[want - 1]).all())  # the nearest visible ones
+
+
+def _check_asker_orders(idx: NamespaceIndex, askers: tuple[str, ...]) -> None:
+    n = len(idx.cols)
+    for agent in askers:
+        seq = idx.visible_order(agent)
+        order = idx.asker_order(agent)
+        assert len(order) == len(seq)
+        everywhere = np.arange(len(seq), dtype=np.int64)
+        assert order[everywhere].tolist() == seq.tolist()
+        rng = np.random.default_rng(len(seq))
+        some = rng.permutation(len(seq))[: max(1, len(seq) // 3)]
+        assert order[some].tolist() == seq[some].tolist()
+        assert order[np.zeros(0, np.int64)].tolist() == []
+        want = np.full(n, -1, np.int64)
+        want[seq] = everywhere
+        slots = np.arange(n, dtype=np.int64)
+        assert order.positions[slots].tolist() == want.tolist()
+        assert order.positions[slots[::-7]].tolist() == want[::-7].tolist()
+
+
+def test_an_askers_order_is_visible_order_read_lazily() -> None:
+    # the candidate stage reads each asker's creation order and positions as the shared
+    # notes' merged with the asker's own private ones: the same slots at every position and
+    # the same position (or -1: another's private note, a forgotten one) for every slot;
+    # notes written in the same minute (ties by id), an asker with no note, and again
+    # after writes (a new private note, one forgotten) change them
+    notes = corpus(400, seed=5)
+    for i in range(0, 400, 37):  # ties of creation time
+        notes[i] = msgspec.structs.replace(notes[i], created_at=notes[i - 1].created_at)
+    idx = build_index("t", {n.note_id: n for n in notes}, None)
+    askers = ("", "ann", "bob", "cy", "nobody")
+    _check_asker_orders(idx, askers)
+    owned = {a: len(idx.asker_order(a).own) for a in askers}
+    assert owned[""] == owned["nobody"] == 0 and min(owned["ann"], owned["bob"]) > 0
+    first = min(n.created_at for n in notes)
+    idx.put(NoteState(note_id="z-new", agent="bob", scope="private", kind="note",
+                      text="redis failover", tokens=9, created_at=first - timedelta(days=1)))
+    gone = next(n for n in notes if n.scope == "private" and n.agent == "ann"
+                and not n.forgotten)
+    idx.put(msgspec.structs.replace(gone, forgotten=True))
+    _check_asker_orders(idx, askers)
+    assert len(idx.asker_order("bob").own) == owned["bob"] + 1
+    assert len(idx.asker_order("ann").own) == owned["ann"] - 1
+    assert idx.asker_order("bob")[np.zeros(1, np.int64)].tolist() == [
+        idx.cols.ids.index("z-new")]

@@ -302,7 +302,7 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     import gc
 
     from hivemind_memory.projections.ranking import ranker
-    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts, entry_bytes
 
     copy = runbook(900, seed=3)
     notes = [note("rb", runbook(), 30), note("rb2", copy, 5), note("rb3", copy + " again", 40),
@@ -335,25 +335,64 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     cut_kept = sum(size > 0 for _, size, _ in held)
     assert cut_kept >= 2
     assert len(cut) - first == first - cut_kept  # only the rankings without it cut again
-    small = KeptTexts(limit=kept.held - 1)  # one word short of holding it all
+    small = KeptTexts(limit=kept.entries_held - 1)  # a byte short of holding it all
     memo = BatchMemo(small)
     for q in queries:
         run_rank(idx, QueryRequest(ns="t", text=q, budget=300), ON, NOW, memo,
                  embedder=EMBEDDER)
-        assert small.held <= small.limit
+        assert small.entries_held <= small.limit
     assert 0 < len(small.keys(idx.cols)) < len(held)
     assert set(small.keys(idx.cols)) < set(held)
     cols = idx.cols
     s, s2, t = (cols.slot[i] for i in ("s", "s2", "t"))
-    tiny = KeptTexts(limit=len(kept.words(cols, s)) + len(kept.words(cols, s2)))
+    size = {k: entry_bytes(kept.words(cols, k)) for k in (s, s2, t)}
+    assert size[t] <= size[s]  # so the newest fits where the oldest was
+    tiny = KeptTexts(limit=size[s] + size[s2])
     assert [tiny.spelled(cols, tiny.words(cols, k)) for k in (s, s2, t)] == [
         kept.spelled(cols, kept.words(cols, k)) for k in (s, s2, t)]
     assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
-    assert tiny.held == len(kept.words(cols, s2)) + len(kept.words(cols, t)) <= tiny.limit
+    assert tiny.entries_held == size[s2] + size[t] <= tiny.limit
+    assert tiny.held > tiny.entries_held  # and the words of the vocabulary
+    assert kept.held > 0
     del memo, cols  # a batch's memo holds its tables until the batch ends
     idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
     gc.collect()
     assert not list(kept._tables.keys())
+    assert kept.held == 0  # and its bytes: held counts live tables only
+
+
+def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
+    """``KeptTexts.held`` (what a worker's budget counts of it) is never below what its
+    entries and the table's vocabulary hold walked together (each object once), over
+    texts of shared words, of words of their own, and long ones cut into passages; an entry
+    larger than the whole bound is not kept."""
+    from hivemind_memory.projections.ranking.footprint import index_bytes
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts, entry_bytes
+
+    common = ["deploy", "rollback", "certificate", "payments", "redis", "stream", "worker"]
+    shared = [" ".join(common[(i + j) % 7] for j in range(5 + i % 20)) for i in range(40)]
+    own = [" ".join(f"{common[j % 7]} host{i}x{j}" for j in range(5 + i)) for i in range(40)]
+    notes = [note(f"c{i}", t, i + 1, tokens=len(t) // 4) for i, t in enumerate(shared)]
+    notes += [note(f"o{i}", t, i + 1, tokens=len(t) // 4) for i, t in enumerate(own)]
+    notes += [note("rb", runbook(), 3, tokens=len(runbook()) // 4)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    kept = KeptTexts()
+    memo = BatchMemo(kept)
+    for q in ("deploy rollback", "payments certificate worker", "redis stream", QUESTION):
+        run_rank(idx, QueryRequest(ns="t", text=q, budget=400), ON, NOW, memo,
+                 embedder=EMBEDDER)
+    keys = kept.keys(idx.cols)
+    assert {size > 0 for _, size, _ in keys} == {True, False}  # word sets and passages
+    table = kept._tables[idx.cols]
+    entries = [e for e, _ in table.entries.values()]
+    walked = index_bytes([entries, table.vocab])  # the vocabulary's words and ids too
+    assert index_bytes(entries) <= kept.entries_held
+    assert walked <= kept.held <= 2 * walked
+    cols = idx.cols
+    big = KeptTexts(limit=entry_bytes(kept.words(cols, cols.slot["rb"])) - 1)
+    assert big.spelled(cols, big.words(cols, cols.slot["rb"])) == \
+        kept.spelled(cols, kept.words(cols, cols.slot["rb"]))
+    assert big.entries_held == 0 and big.keys(cols) == []
 
 
 def test_a_passages_whole_note_is_decoded_for_it_but_not_kept_in_the_index() -> None:
@@ -384,7 +423,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
 @given(st.lists(st.lists(st.sampled_from([*WORDS, "the", "and"]), max_size=12), min_size=1,
                 max_size=14),
        st.lists(st.sampled_from([*WORDS, "absent"]), max_size=5, unique=True),
-       st.lists(st.floats(0.0, 9.0), min_size=5, max_size=5),
+       st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 9.0)), min_size=5, max_size=5),
        st.floats(0.01, 3.0), st.floats(0.0, 0.2), st.floats(0.0, 1.0),
        st.sampled_from(["english", "plain"]))
 def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
@@ -394,7 +433,10 @@ def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
     added by hand below ``SUMMED_IN_ORDER`` passages) gives the bits of ``passage_relevance``
     over ``bags_bm25`` of ``bag_of`` (a dictionary read per passage and word, numpy's sum), on
     notes of 1-14 passages (across numpy's in-order block), passages without a query word or
-    with only stop words, queries with no word, a zero IDF and words no passage holds."""
+    with only stop words, queries with no word, a zero IDF and words no passage holds. An
+    IDF is 0 or at least ~0.5 / the notes' count (Lucene's): one of ~1e-310 beside 9 made
+    the passages' total subnormal and ``passage_relevance``'s ``note / total`` infinite
+    (0 x inf), which no corpus gives."""
     from hivemind_memory.projections.ranking.analyzer import analyze
     from hivemind_memory.projections.ranking.columns import QueryWeights
     from hivemind_memory.projections.ranking.passages import (

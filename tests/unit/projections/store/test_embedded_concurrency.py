@@ -239,3 +239,43 @@ def test_sdk_writers_in_threads_restart_with_every_acknowledged_event_once(
                 assert set(got) == want, where
                 assert all(got[nid].uses == w.acked[ns, "NoteUsed", nid] for nid in want), where
         close_embedded(url)
+
+
+@pytest.mark.parametrize("made", ["fake_server", "memory://"])
+def test_first_connections_opened_at_once_share_one_database(made: str) -> None:
+    """fakeredis makes a database when a first connection to it opens, outside its lock: two
+    threads connecting first at once each made one, and the writes of the one replaced were
+    lost (under load, two checked writers of one note id both "won"). The embedded store's
+    server, and the tests' (``fake_server``), have it made before anyone connects. Forced
+    here: both threads are held inside fakeredis's database factory together (on a plain
+    ``FakeServer`` one of the two keys is lost: the control)."""
+    import contextlib
+
+    import fakeredis
+
+    from hivemind_memory.projections.store.embedded import Embedded, fake_server
+
+    def lost_keys(server: fakeredis.FakeServer) -> list[str]:
+        meet = threading.Barrier(2, timeout=1.0)
+        make = server.dbs.default_factory
+        assert make is not None
+
+        def together() -> object:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                meet.wait()  # both first connections inside the factory at once
+            return make()
+
+        server.dbs.default_factory = together
+        clients = [fakeredis.FakeRedis(server=server) for _ in range(2)]
+        threads = [threading.Thread(target=c.set, args=(f"k{i}", i))
+                   for i, c in enumerate(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        reader = fakeredis.FakeRedis(server=server)
+        return [k for k in ("k0", "k1") if reader.get(k) is None]
+
+    assert lost_keys(fakeredis.FakeServer()) != []  # the race, as fakeredis has it
+    store = Embedded("memory://") if made == "memory://" else None
+    assert lost_keys(store.server if store is not None else fake_server()) == []

@@ -27,7 +27,7 @@ import numpy as np
 from bench.locomo import DEFAULT_DATA, Conversation, load_task, recall
 from bench.quality import BUDGETS
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
-from hivemind_memory.projections.ranking.calibrated import FEATURES, prior
+from hivemind_memory.projections.ranking.calibrated import FEATURES, fixed_logit
 from hivemind_memory.projections.ranking.config import (
     COEFFICIENTS,
     DEFAULT,
@@ -52,7 +52,7 @@ class Rows:
     x: np.ndarray
     y: np.ndarray
     offset: np.ndarray
-    """Each row's fixed logit term (``calibrated.prior``)."""
+    """Each row's fixed logit term (``calibrated.fixed_logit``)."""
 
 
 def rows(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
@@ -66,7 +66,7 @@ def rows(c: Conversation, idx: NamespaceIndex, cfg: RankingConfig,
         evidence = set(q.evidence)
         xs.append(np.column_stack(columns))
         ys.append(np.array([ids[s] in evidence for s in seq.tolist()], np.float64))
-        offs.append(np.full(len(seq), prior(len(seq), cfg.calibration)))
+        offs.append(fixed_logit(idx.cols, seq, cfg.calibration))
     return Rows(np.concatenate(xs), np.concatenate(ys), np.concatenate(offs))
 
 

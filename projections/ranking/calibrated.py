@@ -19,9 +19,12 @@ LoCoMo's development half with conversations held out, ``bench/fit_calibration.p
   order), within ``context_minutes`` of it: a reply sits next to the question it answers;
 * ``author_named``: 1 when the query names the note's author (its agent id, as words);
 
-and a fixed term, ``ln(reference_notes / n)`` for ``n`` notes visible to the asker: a query
-needs about as many notes whatever the namespace's size, so in a namespace of 5 notes the one
-that matches is far likelier to be needed than in LoCoMo's 550 (fitted as an offset).
+a long-note term (``long_note_log_tokens`` times ``ln(tokens / long_note_tokens)`` for a note
+longer than ``long_note_tokens``: not fitted on LoCoMo, whose turns are all shorter, but
+chosen on LongMemEval's; ``long_note``), and a fixed term, ``ln(reference_notes / n)`` for
+``n`` notes visible to the asker: a query needs about as many notes whatever the namespace's
+size, so in a namespace of 5 notes the one that matches is far likelier to be needed than in
+LoCoMo's 550 (fitted as an offset).
 
 Every visible live note gets a probability; the candidates are the notes with evidence of
 their own (a word shared with the query, or ``cosine >= min_cosine``: an unrelated note is no
@@ -140,7 +143,8 @@ class Layout:
     the query (cached by the index while its notes do not change)."""
 
     base: FloatArray
-    """``intercept + prior + log_tokens * lt + log_tokens_sq * lt**2`` per note."""
+    """``intercept + prior + log_tokens * lt + log_tokens_sq * lt**2`` plus the long-note
+    term (``long_note``) per note."""
     wb: FloatArray
     """``bm25 + bm25_x_log_tokens * lt``: the weight of a note's ``bm25``."""
     wc: FloatArray
@@ -160,6 +164,22 @@ def log_tokens(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
     """Natural log of each note's tokens, at most ``max_tokens``."""
     lt: FloatArray = np.log(np.minimum(cols.tokens[seq], cal.max_tokens).astype(np.float64))
     return lt
+
+
+def long_note(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
+    """``ln(tokens / long_note_tokens)`` of each note longer than ``long_note_tokens``, 0 for
+    the others: the long-note term's value (times ``long_note_log_tokens`` in the logit)."""
+    k = float(cal.long_note_tokens)
+    out: FloatArray = np.log(np.maximum(cols.tokens[seq].astype(np.float64), k) / k)
+    return out
+
+
+def fixed_logit(cols: Columns, seq: IntArray, cal: Calibration) -> FloatArray:
+    """The logit's terms a fit does not learn, per note of ``seq`` (the visible notes): the
+    ``prior`` of their number and the long-note term (a fit's offset)."""
+    out: FloatArray = prior(len(seq), cal) + cal.long_note_log_tokens * long_note(cols, seq,
+                                                                                 cal)
+    return out
 
 
 def prior(n: int, cal: Calibration) -> float:
@@ -183,8 +203,9 @@ def layout_of(cols: Columns, seq: IntArray, cal: Calibration) -> Layout:
     flat = np.zeros((len(near), len(seq)), np.uint8)
     for k, m in enumerate(near, start=1):
         flat[k - 1, :len(seq) - k] = m
-    return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
-                  wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
+    base = (start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt)
+    base += cal.long_note_log_tokens * long_note(cols, seq, cal)
+    return Layout(base=base, wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
                   wc=cal.cosine + cal.cosine_x_log_tokens * lt,
                   owner=cols.owner[seq].astype(np.int32), near=near, pos=pos,
                   near_flat=flat.reshape(-1))
@@ -427,8 +448,9 @@ def sub_layout(cols: Columns, seq: Lookup, win: IntArray, cal: Calibration) -> L
     start = cal.intercept + prior(len(seq), cal)
     pos = np.full(len(cols), -1, np.int32)
     pos[sub] = np.arange(m, dtype=np.int32)
-    return Layout(base=(start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt),
-                  wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
+    base = (start + cal.log_tokens * lt) + cal.log_tokens_sq * (lt * lt)
+    base += cal.long_note_log_tokens * long_note(cols, sub, cal)
+    return Layout(base=base, wb=cal.bm25 + cal.bm25_x_log_tokens * lt,
                   wc=cal.cosine + cal.cosine_x_log_tokens * lt,
                   owner=cols.owner[sub].astype(np.int32), near=tuple(near), pos=pos,
                   near_flat=flat.reshape(-1))

@@ -81,6 +81,22 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     note (a 430-token assistant turn of LongMemEval) likelier than a 60-to-120-token turn
     holding the same words, and its passages crowded out the short turns that hold the
     answer (measured in docs/benchmarks.md; LoCoMo moved by at most 0.006)."""
+    long_note_tokens: int = 192
+    """Where the long-note term starts: see ``long_note_log_tokens``."""
+    long_note_log_tokens: float = -0.5
+    """The long-note term: a note longer than ``long_note_tokens`` tokens gains this times
+    ``ln(tokens / long_note_tokens)`` in its logit (the length features stop at
+    ``max_tokens``, and the fit's notes are all shorter than this). A long note that holds
+    the query's words is less likely to be the one needed than a short one that does: on
+    LongMemEval's dev set (whole turns as notes), notes of 64-128 tokens were evidence 1.4 %
+    of the time, of 256-512 0.09 % and of over 512 0.04 %; its passages share the note's
+    probability (``RankingConfig.passage_tokens``), so this lowers every passage of it. -0.5
+    from 192 tokens (since 2026-12-02; 0 before): a 384-token note at 0.71 x the odds of a
+    192-token one, a 1,536-token note at 0.35 x. Chosen on one half of LongMemEval's dev set
+    by the md5 of ``question_id`` (knots 128 / 160 / 192 / 224 / 256 / 512, coefficients
+    -0.25 / -0.5 / -1 / -2: 160 to 224 at -0.5 did best, 192 is their middle) and checked on
+    the other (docs/benchmarks.md); LoCoMo has no turn this long (111 tokens at most), so its
+    answers do not move. 0 turns it off."""
     floor: float = 0.001
     """The budget's ceiling: a note less likely to be needed than this (its calibrated
     relevance, a probability) is no candidate, however much budget is left. 0.001: a note
@@ -125,6 +141,13 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"{self.reference_notes}")
         if self.max_tokens < 1:
             raise ValueError(f"calibration.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.long_note_tokens < 1:
+            raise ValueError(f"calibration.long_note_tokens must be >= 1, got "
+                             f"{self.long_note_tokens}")
+        if not (math.isfinite(self.long_note_log_tokens) and
+                abs(self.long_note_log_tokens) <= 1e6):
+            raise ValueError(f"calibration.long_note_log_tokens must be a finite number within "
+                             f"+-1e6, got {self.long_note_log_tokens}")
         if not (math.isfinite(self.min_cosine) and -1.0 <= self.min_cosine <= 1.0):
             raise ValueError(f"calibration.min_cosine must be within [-1, 1], got "
                              f"{self.min_cosine}")
@@ -309,8 +332,16 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Exact packing while candidates x budget <= this; greedy + swap above."""
     bm25_k1: float = 1.2
     """BM25 term-frequency saturation."""
-    bm25_b: float = 0.75
-    """BM25 length normalisation (0 = none, 1 = full)."""
+    bm25_b: float = 1.0
+    """BM25 length normalisation (0 = none, 1 = full). 1 (since 2026-12-02; 0.75 before): a
+    word in a long note counts for less, in proportion to the note's length, so a short note
+    that states a fact outranks a long reply that mentions its words in passing. On
+    LongMemEval's dev set (passages of 48 tokens, length features capped at 64), chosen on
+    one half of its questions by the md5 of ``question_id`` and checked on the other: turn
+    recall 0.760 / 0.799 / 0.868 -> 0.760 / 0.824 / 0.882 (half 0) and 0.791 / 0.900 / 0.955
+    -> 0.807 / 0.914 / 0.963 (half 1) at 200 / 500 / 1000 tokens, the answer string in the
+    context and the evidence turns packed whole no lower on either half; 0.9 and 0.95 gained
+    less. LoCoMo 0.671 / 0.773 / 0.849 -> 0.670 / 0.776 / 0.847 (docs/benchmarks.md)."""
     relevance: Relevance = "calibrated"
     """``bm25``: lexical BM25 in (0, 1] (cosine where the note and the query carry caller
     embeddings), the relevance of the first releases; ``calibrated``: the probability that
@@ -504,15 +535,31 @@ def _digest(raw: dict[str, Any]) -> str:
     return hashlib.sha256(msgspec.json.encode(raw)).hexdigest()[:16]
 
 
+MOVED_DEFAULTS: dict[str, Any] = {"bm25_b": 0.75}
+"""Keys of the first release whose default has moved since, with the default they had then
+(``bm25_b``: 0.75 until 2026-12-02): an as-of query's id digests such a key at that value
+while the request leaves it at today's default, so ids from before stay."""
+
+
 def id_digest(overrides: Mapping[str, Any] | None) -> str:
     """The config part of an as-of query's id: the digest of the overrides applied to the
-    defaults as they were before the ``LEGACY`` keys existed, plus each ``LEGACY`` key the
-    overrides set (so restating another key's default changes nothing, as before, and a
-    request that sets a newer key never shares an id with one that does not). Raises
+    defaults as they were before the ``LEGACY`` keys existed (and the ``MOVED_DEFAULTS`` at
+    their first default), plus each ``LEGACY`` key the overrides set (so restating another
+    key's default changes nothing, as before, and a request that sets a newer key never
+    shares an id with one that does not), and each moved key set to its first default (no
+    longer the default, so no longer the id of a request that leaves it). Raises
     ``msgspec.ValidationError`` for bad overrides."""
     raw = _updates_as_filed(msgspec.to_builtins(with_overrides(DEFAULT, overrides or {})))
     base = {**raw, **LEGACY}
-    named = sorted(k for k in (overrides or {}) if k in LEGACY or k in CALIBRATED_ONLY)
+    now = msgspec.to_builtins(DEFAULT)
+    moved = []
+    for k, first in MOVED_DEFAULTS.items():
+        if raw[k] == now[k]:
+            base[k] = first
+        elif raw[k] == first:
+            moved.append(k)
+    named = sorted([k for k in (overrides or {}) if k in LEGACY or k in CALIBRATED_ONLY]
+                   + moved)
     extra = ";".join(f"{k}={msgspec.json.encode(raw[k]).decode()}" for k in named)
     return _digest(legacy_form(base)) + (f"+{extra}" if extra else "")
 

@@ -323,8 +323,8 @@ def test_as_of_query_id_is_canonical_in_its_config() -> None:
 
     base = {"ns": "t", "text": "redis", "budget": 10, "as_of": AS_OF}
     ids = {new_query_id(parse_request({**base, **extra}), 7) for extra in [
-        {}, {"config": {"bm25_k1": 1.2, "bm25_b": 0.75}},
-        {"config": {"bm25_b": 0.75, "bm25_k1": 1.2}}]}
+        {}, {"config": {"bm25_k1": 1.2, "bm25_b": 1.0}},
+        {"config": {"bm25_b": 1.0, "bm25_k1": 1.2}}]}
     assert len(ids) == 1
     other = new_query_id(parse_request({**base, "config": {"bm25_k1": 1.0}}), 7)
     assert other not in ids

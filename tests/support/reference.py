@@ -379,6 +379,8 @@ def calibrated(notes: Iterable[NoteState], query: str, lexical: Mapping[str, flo
              1.0 if named(n.agent) else 0.0]
         start = cal.intercept + (math.log(cal.reference_notes / len(seen))
                                  if cal.reference_notes > 0 else 0.0)
+        if n.tokens > cal.long_note_tokens:  # the long-note term
+            start += cal.long_note_log_tokens * math.log(n.tokens / cal.long_note_tokens)
         logit = start + sum(getattr(cal, k) * v for k, v in zip(
             ("bm25", "bm25_x_log_tokens", "cosine", "cosine_x_log_tokens", "log_tokens",
              "log_tokens_sq", "context_bm25", "context_cosine", "author_named"), f, strict=True))

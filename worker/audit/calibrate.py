@@ -40,7 +40,7 @@ from hivemind_memory.api_stub.protocol.messages import QueryRequest, utcnow
 from hivemind_memory.events.errors import ConfigError
 from hivemind_memory.events.schema import NoteUsed
 from hivemind_memory.events.times import to_utc
-from hivemind_memory.projections.ranking.calibrated import FEATURES, prior
+from hivemind_memory.projections.ranking.calibrated import FEATURES, fixed_logit
 from hivemind_memory.projections.ranking.config import COEFFICIENTS, RankingConfig
 from hivemind_memory.projections.ranking.embedders import Embedder
 from hivemind_memory.projections.ranking.fitting import L2, calibration_of, fit_logistic
@@ -182,9 +182,9 @@ def from_uses(r: Store, ns: str, auditor: Auditor, window: timedelta,
 
 
 def rows(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
-         embedder: Embedder | None) -> tuple[FloatArray, FloatArray, float]:
+         embedder: Embedder | None) -> tuple[FloatArray, FloatArray, FloatArray]:
     """The example's training rows: features of its labelled notes, their labels, and the
-    fixed logit term of the query (``calibrated.prior``)."""
+    fixed logit term of each (``calibrated.fixed_logit``: the prior, the long-note term)."""
     cos = None
     if embedder is not None and idx.derived is not None:
         got = idx.query_cosines(embedder.embed([ex.req.text]))
@@ -196,7 +196,7 @@ def rows(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
     keep = np.array([ex.labelled is None or n in ex.labelled for n in names], np.bool_)
     x = np.column_stack(columns)[keep] if len(names) else np.zeros((0, len(columns)))
     y = np.array([n in ex.relevant for n, k in zip(names, keep, strict=True) if k], np.float64)
-    return x, y, prior(len(seq), cfg.calibration)
+    return x, y, fixed_logit(idx.cols, seq, cfg.calibration)[keep]
 
 
 def recall_of(ex: Example, idx: NamespaceIndex, cfg: RankingConfig,
@@ -246,7 +246,7 @@ def calibrate(r: Store, ns: str, base: RankingConfig, embedder: Embedder | None,
             x, y, off = rows(ex, idx, base, embedder)
             xs.append(x)
             ys.append(y)
-            offs.append(np.full(len(y), off))
+            offs.append(off)
         elif ex.relevant:
             before.append(recall_of(ex, idx, base, embedder, budget))
     x = np.concatenate(xs) if xs else np.zeros((0, len(FEATURES)))

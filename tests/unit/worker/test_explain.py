@@ -33,7 +33,7 @@ def _world(tmp_path: Path) -> tuple[World, str]:
         created("fit", at=T0 - timedelta(days=1), text="deploy canary rollback", tokens=30),
         created("rival", at=T0 - timedelta(days=1), text="deploy canary rollback steps",
                 tokens=40),
-        created("huge", at=T0, text="deploy canary rollback runbook", tokens=500),
+        created("huge", at=T0, text="deploy canary rollback", tokens=500),
         created("faint", at=T0, text="deploy " + "filler words here " * 30, tokens=20),
         created("theirs", agent="bob", scope="private", at=T0, text="deploy canary rollback",
                 tokens=10),

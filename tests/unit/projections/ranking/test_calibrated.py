@@ -160,9 +160,87 @@ def test_length_counts_up_to_max_tokens() -> None:
     assert f["t64"]["log_tokens"] == pytest.approx(math.log(64))
     assert (f["t64"]["log_tokens"] == f["t65"]["log_tokens"] == f["t128"]["log_tokens"]
             == f["t2000"]["log_tokens"])
-    rel = relevance(index(notes), "redis checkpoint")
-    # the defaults favour length up to the cap, not beyond
+    # the length features favour length up to the cap, not beyond (long-note term off)
+    flat = msgspec.structs.replace(DEFAULT, calibration=msgspec.structs.replace(
+        DEFAULT.calibration, long_note_log_tokens=0.0))
+    rel = relevance(index(notes), "redis checkpoint", flat)
     assert rel["t5"] < rel["t40"] < rel["t63"] < rel["t64"] == rel["t128"] == rel["t2000"]
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def test_a_note_longer_than_long_note_tokens_loses_odds_in_proportion_to_its_log_length(
+        ) -> None:
+    """The long-note term: past ``long_note_tokens`` (192) a note's logit gains
+    ``long_note_log_tokens`` (-0.5) times ``ln(tokens / 192)``; up to it nothing. The notes
+    hold the same words (the same BM25 and cosine) and are hours apart (no context)."""
+    cal = DEFAULT.calibration
+    assert (cal.long_note_tokens, cal.long_note_log_tokens) == (192, -0.5)
+    sizes = (64, 150, 192, 193, 384, 512, 1536)
+    notes = [note(f"t{k}", "redis stream checkpoint", tokens=k, minutes=300 * i)
+             for i, k in enumerate(sizes)]
+    rel = relevance(index(notes), "redis checkpoint")
+    assert rel["t64"] == rel["t150"] == rel["t192"]  # at most 192: no term
+    for k in (193, 384, 512, 1536):
+        assert logit(rel[f"t{k}"]) - logit(rel["t192"]) == pytest.approx(
+            -0.5 * math.log(k / 192), rel=1e-9, abs=1e-12)
+    assert rel["t1536"] < rel["t384"] < rel["t193"] < rel["t192"]
+    # the knot and the coefficient are the config's
+    moved = with_overrides(DEFAULT, {"calibration": {"long_note_tokens": 384,
+                                                     "long_note_log_tokens": -2.0}})
+    rel = relevance(index(notes), "redis checkpoint", moved)
+    assert rel["t192"] == rel["t384"]
+    assert logit(rel["t1536"]) - logit(rel["t384"]) == pytest.approx(-2.0 * math.log(4),
+                                                                    rel=1e-9)
+    off = with_overrides(DEFAULT, {"calibration": {"long_note_log_tokens": 0.0}})
+    rel = relevance(index(notes), "redis checkpoint", off)
+    assert rel["t64"] == rel["t1536"]
+
+
+def test_a_long_note_holding_the_only_match_is_still_served() -> None:
+    """A long note is less likely than a short one with the same match, not out: when it
+    alone holds the query's words its passage is packed."""
+    filler = " ".join(f"item{i} was checked and logged" for i in range(300))
+    long_text = f"{filler} the staging database password rotates every ninety days {filler}"
+    notes = [note("long", long_text, tokens=len(long_text.encode()) // 4),
+             note("other", "lunch menu pasta on fridays", minutes=300)]
+    assert notes[0].tokens > 10 * DEFAULT.calibration.long_note_tokens
+    res = run_rank(index(notes), QueryRequest(ns="t", text="staging database password",
+                                              budget=200, as_of=NOW), DEFAULT, NOW,
+                   embedder=EMBEDDER)
+    assert [n.note_id for n in res.notes] == ["long"]
+    assert res.notes[0].passage is not None and "staging database password" in res.notes[0].text
+
+
+@pytest.mark.parametrize("bad", [{"long_note_tokens": 0}, {"long_note_log_tokens": math.inf},
+                                 {"long_note_log_tokens": 2e6}])
+def test_a_bad_long_note_setting_is_refused_by_name(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=f"calibration.{next(iter(bad))}"):
+        Calibration(**bad)  # type: ignore[arg-type]
+
+
+def test_bm25_normalises_length_in_full_by_default() -> None:
+    """``bm25_b`` is 1 by default: a note's BM25 falls in full proportion to its length over
+    the average, so a long note that holds the query's word once weighs less against a short
+    one than at 0.75 (a short turn stating a fact against a long reply mentioning it)."""
+    assert DEFAULT.bm25_b == 1.0
+    filler = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike"
+    notes = [note("short", "redis crash"), note("long", f"redis {filler} november", minutes=300),
+             note("other", "lunch menu pasta", minutes=600)]
+    avg = (2 + 15 + 3) / 3  # words as BM25 counts them
+
+    def ratio(b: float) -> float:  # the long note's BM25 over the short one's (same idf)
+        k1 = DEFAULT.bm25_k1
+        return (1 + k1 * (1 - b + b * 2 / avg)) / (1 + k1 * (1 - b + b * 15 / avg))
+
+    f = features_of(index(notes), "redis")
+    assert f["short"]["bm25"] == 1.0
+    assert f["long"]["bm25"] == pytest.approx(ratio(1.0), rel=1e-9)
+    assert ratio(1.0) < ratio(0.75) - 0.1  # the inputs tell the two settings apart
+    old = features_of(index(notes), "redis", msgspec.structs.replace(DEFAULT, bm25_b=0.75))
+    assert old["long"]["bm25"] == pytest.approx(ratio(0.75), rel=1e-9)
 
 
 def test_bm25_is_relative_to_the_best_visible_match() -> None:

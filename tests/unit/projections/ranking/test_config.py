@@ -34,7 +34,7 @@ def test_defaults_follow_the_contract() -> None:
     assert DEFAULT.per_note_overhead_tokens == 0
     assert DEFAULT.order == "edges"
     assert DEFAULT.exact_max_cells == 4_000_000
-    assert (DEFAULT.bm25_k1, DEFAULT.bm25_b) == (1.2, 0.75)
+    assert (DEFAULT.bm25_k1, DEFAULT.bm25_b) == (1.2, 1.0)
 
 
 def test_toml_overrides_only_what_it_names() -> None:
@@ -223,6 +223,10 @@ def test_as_of_ids_keep_their_config_part_and_newer_keys_always_count() -> None:
     assert id_digest(None) == id_digest({}) == LEGACY_DIGEST  # ids from before stay
     assert id_digest({"exact_max_cells": 4_000_000}) == LEGACY_DIGEST  # a restated default
     assert id_digest({"bm25_b": 0.5}) != LEGACY_DIGEST
+    # bm25_b's default moved from 0.75 to 1: leaving it, or restating 1, is the id of before;
+    # 0.75 is no longer the default, so it is another id
+    assert id_digest({"bm25_b": DEFAULT.bm25_b}) == LEGACY_DIGEST
+    assert len({id_digest({"bm25_b": 0.75}), id_digest({"bm25_b": 0.5}), LEGACY_DIGEST}) == 3
     plain, english = id_digest({"analyzer": "plain"}), id_digest({"analyzer": "english"})
     assert len({plain, english, LEGACY_DIGEST}) == 3
     assert id_digest({"relevance": "bm25"}) not in {plain, LEGACY_DIGEST}
@@ -247,10 +251,11 @@ def test_calibration_is_a_table_of_the_toml_and_of_per_query_overrides() -> None
 
 
 def test_keys_only_calibrated_relevance_reads_do_not_count_under_bm25() -> None:
-    bm25 = RankingConfig(relevance="bm25", analyzer="plain")
+    first = {"relevance": "bm25", "analyzer": "plain", "bm25_b": 0.75}  # the first release's
+    bm25 = RankingConfig(**first)
     assert bm25.digest() == LEGACY_DIGEST
-    for other in (RankingConfig(relevance="bm25", analyzer="plain", max_candidates=7),
-                  RankingConfig(relevance="bm25", analyzer="plain", embedder="none")):
+    for other in (RankingConfig(**first, max_candidates=7),
+                  RankingConfig(**first, embedder="none")):
         assert other.digest() == LEGACY_DIGEST  # they change no bm25 result
     cal = RankingConfig(analyzer="plain")
     assert len({cal.digest(), RankingConfig(analyzer="plain", max_candidates=7).digest(),

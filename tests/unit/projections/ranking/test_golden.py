@@ -2,9 +2,9 @@
 
 The log and the queries are generated from a fixed seed (ages, lengths, uses, agents, scopes,
 kinds and forgets all vary).
-The worker runs today's lexical relevance explicitly (``GOLDEN_CONFIG``: ``analyzer = "plain"``
-and ``relevance = "bm25"``, the defaults these answers were recorded under), so they stay
-byte-identical whatever the defaults become.
+The worker runs today's lexical relevance explicitly (``GOLDEN_CONFIG``: ``analyzer = "plain"``,
+``relevance = "bm25"`` and ``bm25_b = 0.75``, the defaults these answers were recorded under),
+so they stay byte-identical whatever the defaults become.
 ``HIVEMIND_REGEN_GOLDEN=1 pytest tests/unit/projections/ranking/test_golden.py`` rewrites
 ``tests/golden/answers.jsonl``; do that only for a change that is meant to alter results, and
 say why in the commit.
@@ -28,8 +28,10 @@ from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from tests.support.factories import T0, created, forgotten, iso, used
 
-GOLDEN_CONFIG = msgspec.structs.replace(DEFAULT, analyzer="plain", relevance="bm25")
-"""The config the golden answers were recorded under (today's lexical relevance)."""
+GOLDEN_CONFIG = msgspec.structs.replace(DEFAULT, analyzer="plain", relevance="bm25",
+                                        bm25_b=0.75)
+"""The config the golden answers were recorded under (today's lexical relevance, BM25's
+length normalisation at 0.75, the default until 2026-12-02)."""
 GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "answers.jsonl"
 WORDS = ("redis", "stream", "checkpoint", "crash", "replay", "deploy", "worker", "budget",
          "token", "packing", "decay", "half", "life", "floor", "scratch", "longterm", "agent",

@@ -120,14 +120,25 @@ class _Table:
     word's id is its place in ``vocab``, given on first sight: at most the table's own term
     count)."""
 
-    __slots__ = ("bytes", "entries", "vocab")
+    __slots__ = ("entries", "sizes", "vocab")
 
     def __init__(self) -> None:
         self.entries: OrderedDict[tuple[int, int, str], tuple[Entry, int]] = OrderedDict()
         """key -> (entry, its ``entry_bytes``)."""
-        self.bytes = 0
-        """The entries' bytes."""
+        self.sizes = [0, 0]
+        """The entries' bytes and the vocabulary's: all the finalizer of the table's columns
+        holds (``KeptTexts.table``), so a ``KeptTexts`` dropped before them (a batch's own)
+        does not leave its entries alive as long as the columns live."""
         self.vocab: _Ids = _Ids()
+
+    @property
+    def bytes(self) -> int:
+        """The entries' bytes."""
+        return self.sizes[0]
+
+    @bytes.setter
+    def bytes(self, n: int) -> None:
+        self.sizes[0] = n
 
 
 class _Ids(dict[str, int]):
@@ -142,9 +153,10 @@ class _Ids(dict[str, int]):
         return got
 
 
-def _dropped_pair(gone: list[tuple[int, int]], table: _Table) -> None:
-    """A kept table's columns were collected: its bytes leave ``KeptTexts.held``."""
-    gone.append((table.bytes, table.vocab.bytes))
+def _dropped_pair(gone: list[tuple[int, int]], sizes: list[int]) -> None:
+    """A kept table's columns were collected: its bytes (``_Table.sizes``) leave
+    ``KeptTexts.held``."""
+    gone.append((sizes[0], sizes[1]))
 
 
 class KeptTexts:
@@ -198,7 +210,7 @@ class KeptTexts:
         got = self._tables.get(cols)
         if got is None:
             got = self._tables[cols] = _Table()
-            weakref.finalize(cols, _dropped_pair, self._gone, got)
+            weakref.finalize(cols, _dropped_pair, self._gone, got.sizes)
         return got
 
     def _put(self, table: _Table, key: tuple[int, int, str], got: Entry) -> None:
@@ -234,6 +246,7 @@ class KeptTexts:
         w = np.array(sorted(map(vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
                      np.int32)
         self._vocab += vocab.bytes - before
+        t.sizes[1] = vocab.bytes
         self._put(t, (slot, 0, ""), w)
         return w
 

@@ -166,7 +166,8 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
     ``up.restated_share`` or ``at[i]``'s words carry less than ``up.query_words_share`` of
     the query's IDF weight. A newer holding every word is a version whatever the others
     hold; of those holding only part (``restated_share`` < 1), an older has one version:
-    the one restating the most of it (ties: the newest, then the first candidate), since a
+    the one written after it (``min_gap_days``) restating the most of it (ties: the
+    newest, then the first candidate), since a
     subject whose words recur in many later notes is a recurring topic, not one changed
     fact, and lifting each of them would crowd the budget. A long note (``words.spread``)
     is never the newer ``at[j]``: its words may lie in passages hundreds of tokens apart,
@@ -189,8 +190,12 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
     credit[own / total < up.query_words_share, :] = 0.0
     if words.spread is not None:
         credit[:, words.spread[at]] = 0.0
-    loose = (credit > 0) & (credit < 1)
     t = created_us[at]
+    # the one partial version is chosen among the notes written after the older (by
+    # ``min_gap_days``, as ``_newer_wins`` requires): a note before it restating more of it
+    # is no version of it and must not hide the later one that is
+    later = (t[None, :] - t[:, None]) >= up.min_gap_days * US_PER_DAY
+    loose = (credit > 0) & (credit < 1) & later
     for i in np.flatnonzero(loose.sum(axis=1) > 1).tolist():
         js = np.flatnonzero(loose[i])
         best = js[np.lexsort((-js, t[js], credit[i, js]))[-1]]
@@ -325,6 +330,7 @@ def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: In
     s = score[at]
     # older[i, j]: at[i] is an older version of at[j]'s subject that the newer beats
     older = (t[None, :] - t[:, None]) >= up.min_gap_days * US_PER_DAY
+    np.fill_diagonal(older, False)  # a note is no version of itself (min_gap_days = 0)
     older &= ~longterm[at][:, None]
     credit = np.zeros(older.shape, np.float64)
     if cos is not None:  # close in meaning, and the older no clearly better match

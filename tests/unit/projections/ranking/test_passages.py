@@ -361,6 +361,35 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
     assert kept.held == 0  # and its bytes: held counts live tables only
 
 
+def test_a_dropped_kept_texts_frees_its_entries_while_the_table_lives() -> None:
+    """A ``KeptTexts`` dropped before the table it kept entries of (a batch's own: each
+    ``BatchMemo()`` without a worker's, as ``bench scale-cpu`` makes one a query) takes its
+    entries with it: the finalizer on the table's columns holds only their byte counts. A
+    worker's ``KeptTexts`` still learns the bytes of a table that goes."""
+    import gc
+    import weakref
+
+    from hivemind_memory.projections.ranking.ranker import KeptTexts
+
+    notes = [note("a", "rotate the payments certificate before it expires", 2),
+             note("b", "haproxy reload drops no connection", 3)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    cols = idx.cols
+    kept = KeptTexts()
+    words = kept.words(cols, cols.slot["a"])
+    entry = weakref.ref(words)
+    del words, kept
+    gc.collect()
+    assert entry() is None  # gone with its KeptTexts, though the table lives
+    worker = KeptTexts()
+    worker.words(cols, cols.slot["b"])
+    assert worker.held > worker.entries_held > 0
+    del cols
+    idx.cols = type(idx.cols)()
+    gc.collect()
+    assert worker.held == 0
+
+
 def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
     """``KeptTexts.held`` (what a worker's budget counts of it) is never below what its
     entries and the table's vocabulary hold walked together (each object once), over

@@ -292,3 +292,25 @@ def test_which_candidate_holds_every_word_of_another_is_the_word_by_word_answer(
     want = np.array([[not (held[i] & ~held[j]).any() for j in range(m)] for i in range(m)])
     assert got.tolist() == want.tolist()
     assert want.any() and not want.all()
+
+
+def test_an_older_facts_partial_version_is_chosen_among_the_notes_written_after_it() -> None:
+    """The one partial version of an older fact is the later note restating the most of it:
+    a note written before the fact that restates more of its words is no version of it (it
+    is older) and must not hide the later one that is."""
+    held = [[True] * 6,
+            [True, True, True, True, False, False],   # 4 of 6, day 0: before the fact
+            [False, False, False, True, True, True]]  # 3 of 6, day 7: after it
+    got = _adjust(held, [5, 0, 7])
+    assert got.updates == {2: [0]}
+    assert got.score[2] == pytest.approx(0.5 * 3 / 6, rel=1e-12)
+    assert got.score[0] == pytest.approx(0.5 * UPDATES_ON.older_weight)
+
+
+def test_a_note_is_never_its_own_older_version_at_a_gap_of_zero_days() -> None:
+    """``min_gap_days = 0`` (allowed) makes every note written at the same time or later a
+    possible newer; a note itself is not one: only the later note names the older."""
+    cfg = with_overrides(DEFAULT, {"updates": {"min_gap_days": 0.0}})
+    got = _adjust([ALL, [True, True, True, False]], [0, 2], cfg)
+    assert got.updates == {1: [0]}
+    assert got.score[1] == pytest.approx(0.5 * 0.75, rel=1e-12)

@@ -189,15 +189,30 @@ def band_key(digest: int) -> bytes:
     return bucket.to_bytes(3, "big") + fp.to_bytes(FP_BYTES, "big")
 
 
+_BAND_KINDS = tuple(b"b" + bytes([j]) for j in range(256))
+"""Each band's digest prefix (``_digest``'s kind for band ``j``), made once."""
+_KEY_BYTES = 3 + FP_BYTES
+"""A band key's width: its bucket (3 bytes), then its fingerprint."""
+assert BUCKET_BITS <= 24 and _KEY_BYTES <= 8
+
+
 def _band_keys(sig: U64 | None, spec: DupSpec) -> list[bytes]:
-    """The distinct ``band_key`` of a signature's bands."""
+    """The distinct ``band_key`` of a signature's bands, in band order. The bands' digests
+    are made one by one (BLAKE2b), their keys all at once in numpy: the same bytes as
+    ``band_key`` of each digest, at a fraction of a write's CPU."""
     if sig is None:
         return []
     raw = sig.astype("<u8").tobytes()
     w = spec.rows * 8
-    return list(dict.fromkeys(
-        band_key(int.from_bytes(_digest(b"b" + bytes([j]), raw[j * w:(j + 1) * w]), "little"))
-        for j in range(spec.bands)))
+    blake = hashlib.blake2b
+    digests = np.frombuffer(b"".join(
+        blake(_BAND_KINDS[j] + raw[j * w:(j + 1) * w], digest_size=DIGEST_BYTES).digest()
+        for j in range(spec.bands)), dtype="<u8")
+    bucket = digests & np.uint64((1 << BUCKET_BITS) - 1)
+    fp = (digests >> np.uint64(BUCKET_BITS)) & np.uint64((1 << (8 * FP_BYTES)) - 1)
+    packed = ((bucket << np.uint64(8 * FP_BYTES)) | fp).astype(">u8").tobytes()
+    skip = 8 - _KEY_BYTES
+    return list(dict.fromkeys(packed[i + skip:i + 8] for i in range(0, len(packed), 8)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,3 +194,29 @@ def test_a_notes_filing_puts_each_bands_fingerprint_before_its_note_key() -> Non
     for k in f.keys[1:]:
         field, entry = split_member(k + f.note)
         assert len(field) == 3 and entry == k[3:] + note_key("n1")
+
+
+@pytest.mark.parametrize(("bands", "rows"), [(64, 3), (48, 2), (1, 16), (256, 1), (7, 5)])
+def test_a_signatures_band_keys_are_band_key_of_each_bands_digest(bands: int, rows: int) -> None:
+    """``_band_keys`` makes every key at once; each must be ``band_key`` of its band's digest
+    (BLAKE2b of the band's prefix and rows), in band order, repeats dropped: the reference
+    written out here, over signatures of random values (high bits set included) and of
+    repeated bands (equal rows give one key)."""
+    import hashlib
+
+    from hivemind_memory.projections.ranking.dupsketch import _band_keys, band_key
+
+    spec = DupSpec("english", bands, rows)
+    rng = np.random.default_rng(bands * 31 + rows)
+    sigs = [rng.integers(0, 2**64, size=bands * rows, dtype=np.uint64) for _ in range(20)]
+    sigs.append(np.full(bands * rows, 2**64 - 1, dtype=np.uint64))
+    sigs.append(np.zeros(bands * rows, dtype=np.uint64))
+    for sig in sigs:
+        raw = sig.astype("<u8").tobytes()
+        w = rows * 8
+        want = list(dict.fromkeys(
+            band_key(int.from_bytes(hashlib.blake2b(b"b" + bytes([j]) + raw[j * w:(j + 1) * w],
+                                                    digest_size=8).digest(), "little"))
+            for j in range(bands)))
+        assert _band_keys(sig, spec) == want
+    assert _band_keys(None, spec) == []

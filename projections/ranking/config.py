@@ -8,10 +8,11 @@ names the key.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,7 +84,7 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     answer (measured in docs/benchmarks.md; LoCoMo moved by at most 0.006)."""
     long_note_tokens: int = 192
     """Where the long-note term starts: see ``long_note_log_tokens``."""
-    long_note_log_tokens: float = -0.5
+    long_note_log_tokens: float = 0.0
     """The long-note term: a note longer than ``long_note_tokens`` tokens gains this times
     ``ln(tokens / long_note_tokens)`` in its logit (the length features stop at
     ``max_tokens``, and the fit's notes are all shorter than this). A long note that holds
@@ -96,7 +97,8 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     by the md5 of ``question_id`` (knots 128 / 160 / 192 / 224 / 256 / 512, coefficients
     -0.25 / -0.5 / -1 / -2: 160 to 224 at -0.5 did best, 192 is their middle) and checked on
     the other (docs/benchmarks.md); LoCoMo has no turn this long (111 tokens at most), so its
-    answers do not move. 0 turns it off."""
+    answers do not move. 0 turns it off, and is the struct's default: a calibration table
+    filed before the term existed meant 0 (``LEGACY_TABLES``); ``FITTED`` sets -0.5."""
     floor: float = 0.001
     """The budget's ceiling: a note less likely to be needed than this (its calibrated
     relevance, a probability) is no candidate, however much budget is left. 0.001: a note
@@ -173,7 +175,8 @@ COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_lo
 """The model's coefficients, in the order features are added."""
 FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosine=0.359,
                      cosine_x_log_tokens=0.7282, log_tokens=0.6695, log_tokens_sq=0.006989,
-                     context_bm25=1.985, context_cosine=0.5946, author_named=2.034)
+                     context_bm25=1.985, context_cosine=0.5946, author_named=2.034,
+                     long_note_log_tokens=-0.5)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
 
@@ -493,7 +496,9 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "updates": msgspec.to_builtins(UPDATES_OFF), "near_identical": 0.0,
                           "duplicate_lsh_bands": 48, "duplicate_lsh_min_hits": 2,
                           "duplicate_lsh_recall": 0.98,
-                          "candidates": msgspec.to_builtins(Candidates()),
+                          "candidates": {"scan_max_notes": 20_000, "dense": 128,
+                                         "lexical": 1_024, "connectivity": 12,
+                                         "expansion_add": 32, "expansion_search": 128},
                           "default_ttl_days": 0.0, "passage_tokens": 0,
                           "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
@@ -501,6 +506,25 @@ LEGACY_UPDATES: dict[str, Any] = {"restated_share": 1.0, "newer_max_tokens": 0}
 """Keys of the ``updates`` table added after it was filed with its first keys, and the value
 a table written before them meant (the struct's defaults): at that value they are left out
 of the fingerprint and of the filed form, so a config filed before them keeps both."""
+LEGACY_TABLES: dict[str, dict[str, Any]] = {
+    "updates": LEGACY_UPDATES,
+    "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0},
+}
+"""Each table's keys added after it was first filed, with the value a table written before
+them meant (the struct's defaults): left out of the fingerprint and the filed form at that
+value (``_tables_as_filed``)."""
+CANDIDATES_DEFAULTS: tuple[dict[str, Any], ...] = (
+    {"scan_max_notes": 20_000, "dense": 256, "lexical": 1_024, "connectivity": 12,
+     "expansion_add": 32, "expansion_search": 128},
+    LEGACY["candidates"],
+)
+"""The defaults the ``candidates`` table had before today's, oldest first, each with every
+key it has now (``dense`` 256 until 2026-12-02, then 128; ``lexical`` 1,024 until the
+third session of that day, then 256). A writer left the table out of a config's fingerprint
+when it held that writer's default (its ``LEGACY`` value was the default then), so a config
+history entry holding one of these may carry that fingerprint (``filed_digests``). The
+fingerprint of a config is now made against the last of them, fixed in ``LEGACY``: a later
+move of a default changes the fingerprint of the configs that use it, never of those filed."""
 WRITE_ONLY = ("duplicate_lsh_bands", "duplicate_lsh_min_hits", "duplicate_lsh_recall",
               "duplicate_lsh_bucket_cap")
 """Keys only the near-duplicate lookup reads: they change no answer, so no fingerprint."""
@@ -516,19 +540,39 @@ def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
     ``WRITE_ONLY`` keys."""
     drop = set(CALIBRATED_ONLY) if raw.get("relevance", "bm25") == "bm25" else set()
     drop |= set(WRITE_ONLY)
-    legacy = _updates_as_filed(LEGACY)
-    return {k: v for k, v in _updates_as_filed(raw).items()
+    legacy = _tables_as_filed(LEGACY)
+    return {k: v for k, v in _tables_as_filed(raw).items()
             if k not in drop and (k not in legacy or v != legacy[k])}
 
 
-def _updates_as_filed(raw: dict[str, Any]) -> dict[str, Any]:
-    """``raw`` with its ``updates`` table lacking the ``LEGACY_UPDATES`` keys at their value
-    before they existed (what a writer before them filed)."""
-    up = raw.get("updates")
-    if not isinstance(up, dict):
-        return raw
-    return {**raw, "updates": {k: v for k, v in up.items()
-                               if k not in LEGACY_UPDATES or v != LEGACY_UPDATES[k]}}
+def _tables_as_filed(raw: dict[str, Any],
+                     names: Iterable[str] = tuple(LEGACY_TABLES)) -> dict[str, Any]:
+    """``raw`` with each table of ``LEGACY_TABLES`` (of ``names``) lacking the keys added to
+    it later at their value before they existed (what a writer before them filed)."""
+    out = raw
+    for name in names:
+        added = LEGACY_TABLES[name]
+        table = raw.get(name)
+        if isinstance(table, dict):
+            out = {**out, name: {k: v for k, v in table.items()
+                                 if k not in added or v != added[k]}}
+    return out
+
+
+def filed_digests(cfg: RankingConfig, data: bytes) -> frozenset[str]:
+    """The fingerprints a config history entry holding ``cfg``, filed as ``data``, may carry:
+    ``cfg.digest()``, and, when its ``candidates`` table as filed is one of the
+    ``CANDIDATES_DEFAULTS``, its fingerprint without that table (what a writer whose default
+    it was computed)."""
+    form = legacy_form(msgspec.to_builtins(cfg))
+    out = {_digest(form)}
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return frozenset(out)
+    if isinstance(raw, dict) and raw.get("candidates") in CANDIDATES_DEFAULTS:
+        out.add(_digest({k: v for k, v in form.items() if k != "candidates"}))
+    return frozenset(out)
 
 
 def _digest(raw: dict[str, Any]) -> str:
@@ -549,7 +593,7 @@ def id_digest(overrides: Mapping[str, Any] | None) -> str:
     shares an id with one that does not), and each moved key set to its first default (no
     longer the default, so no longer the id of a request that leaves it). Raises
     ``msgspec.ValidationError`` for bad overrides."""
-    raw = _updates_as_filed(msgspec.to_builtins(with_overrides(DEFAULT, overrides or {})))
+    raw = _tables_as_filed(msgspec.to_builtins(with_overrides(DEFAULT, overrides or {})))
     base = {**raw, **LEGACY}
     now = msgspec.to_builtins(DEFAULT)
     moved = []
@@ -586,7 +630,10 @@ def filed_form(cfg: RankingConfig, data: bytes) -> bool:
     if not all(k in absent for k in full if k not in raw):
         return False
     old = {k: v for k, v in full.items() if k in raw}
-    return data in (msgspec.json.encode(old), msgspec.json.encode(_updates_as_filed(old)))
+    # a writer may have predated the keys added to some tables and not to others
+    return any(data == msgspec.json.encode(_tables_as_filed(old, names))
+               for n in range(len(LEGACY_TABLES) + 1)
+               for names in itertools.combinations(LEGACY_TABLES, n))
 
 
 def with_overrides(base: RankingConfig, overrides: Mapping[str, Any]) -> RankingConfig:

@@ -34,6 +34,7 @@ from hivemind_memory.events.schema import CONTENT_EVENTS, Event
 from hivemind_memory.projections.ranking.config import (
     RankingConfig,
     config_from_json,
+    filed_digests,
     filed_form,
 )
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
@@ -134,7 +135,7 @@ class ConfigHistory:
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 self.problems[d] = f"config history entry {d} is unreadable: {exc}"
                 continue
-            if cfg.digest() != d or not filed_form(cfg, data):
+            if d not in filed_digests(cfg, data) or not filed_form(cfg, data):
                 self.problems[d] = (f"config history entry {d} was altered: its content "
                                     f"hashes to {cfg.digest()}")
                 continue

@@ -263,3 +263,75 @@ def test_keys_only_calibrated_relevance_reads_do_not_count_under_bm25() -> None:
                 LEGACY_DIGEST}) == 4
     assert id_digest({"max_candidates": 7}) != id_digest({})
     assert id_digest({"calibration": {"bm25": 1.0}}) != id_digest({"calibration": {"bm25": 2.0}})
+
+
+
+PREVIOUS_RELEASE_DEFAULT = (
+    b'{"longterm_uses":5,"short":{"half_life_days":180.0,"floor":0.35},"scratch":{"half_li'
+    b'fe_days":3.0,"floor":0.0},"min_relevance":0.0,"per_note_overhead_tokens":0,"order":"'
+    b'edges","exact_max_cells":4000000,"bm25_k1":1.2,"bm25_b":0.75,"relevance":"calibrated'
+    b'","analyzer":"english","embedder":"wordllama","max_candidates":200,"calibration":{"i'
+    b'ntercept":-12.79,"bm25":0.266,"bm25_x_log_tokens":1.076,"cosine":0.359,"cosine_x_log'
+    b'_tokens":0.7282,"log_tokens":0.6695,"log_tokens_sq":0.006989,"context_bm25":1.985,"c'
+    b'ontext_cosine":0.5946,"author_named":2.034,"context_notes":2,"context_minutes":60.0,'
+    b'"reference_notes":550.0,"max_tokens":64,"floor":0.001,"nearest":3,"nearest_min_cosin'
+    b'e":0.05,"nearest_max_notes":50,"min_cosine":0.45},"updates":{"same_subject_cosine":1'
+    b'.0,"min_gap_days":1.0,"margin":2.0,"older_weight":0.9,"max_notes":200,"query_words_s'
+    b'hare":0.7},"unknown_word_factor":1.0,"near_identical":0.9,"passage_tokens":48,"candi'
+    b'dates":{"scan_max_notes":20000,"dense":128,"lexical":1024,"connectivity":12,"expansi'
+    b'on_add":32,"expansion_search":128},"duplicate_threshold":0.5,"duplicate_lsh_bands":6'
+    b'4,"duplicate_lsh_min_hits":3,"duplicate_lsh_recall":0.98,"duplicate_lsh_bucket_cap":'
+    b'128,"default_ttl_days":0.0}'
+)
+"""The default config exactly as the release before 2026-12-02's third session filed it
+(``encode(DEFAULT)`` at ``b30407b``), and the fingerprint it filed it under."""
+PREVIOUS_RELEASE_DIGEST = "650b704b956e536c"
+
+
+def test_the_previous_releases_filed_default_still_verifies_and_keeps_its_meaning() -> None:
+    """Today's keys (the long-note term, the moved candidates.lexical, bm25_b) must not
+    make a config history entry filed by the release before them look altered, and the
+    entry must decode to what it meant: no long-note term, lexical 1,024, bm25_b 0.75."""
+    from hivemind_memory.projections.ranking.config import (
+        config_from_json,
+        filed_digests,
+        filed_form,
+    )
+    from hivemind_memory.worker.audit.reproduce import ConfigHistory
+
+    cfg = config_from_json(PREVIOUS_RELEASE_DEFAULT)
+    assert PREVIOUS_RELEASE_DIGEST in filed_digests(cfg, PREVIOUS_RELEASE_DEFAULT)
+    assert filed_form(cfg, PREVIOUS_RELEASE_DEFAULT)
+    assert ConfigHistory([(PREVIOUS_RELEASE_DIGEST, PREVIOUS_RELEASE_DEFAULT)]).problems == {}
+    assert cfg.calibration.long_note_log_tokens == 0.0
+    assert cfg.candidates.lexical == 1_024 and cfg.bm25_b == 0.75
+    # today's default differs from it in what it does, so in its fingerprint too
+    assert DEFAULT.digest() != PREVIOUS_RELEASE_DIGEST
+    assert DEFAULT.calibration.long_note_log_tokens == -0.5 and DEFAULT.candidates.lexical == 256
+
+
+def test_a_candidates_table_is_left_out_of_a_fingerprint_only_at_a_former_default() -> None:
+    """An entry whose candidates table is an earlier default verifies under the fingerprint
+    its writer made without the table; one holding any other table verifies only under the
+    fingerprint that includes it (else a tampered table would pass)."""
+    import msgspec
+
+    from hivemind_memory.projections.ranking.config import (
+        CANDIDATES_DEFAULTS,
+        _digest,
+        config_from_json,
+        filed_digests,
+        legacy_form,
+    )
+    from hivemind_memory.worker.audit.reproduce import ConfigHistory
+
+    other = {**CANDIDATES_DEFAULTS[0], "lexical": 777}
+    for table, former in ((CANDIDATES_DEFAULTS[0], True), (other, False)):
+        raw = {**msgspec.json.decode(PREVIOUS_RELEASE_DEFAULT), "candidates": table}
+        data = msgspec.json.encode(raw)
+        cfg = config_from_json(data)
+        form = legacy_form(msgspec.to_builtins(cfg))
+        without = _digest({k: v for k, v in form.items() if k != "candidates"})
+        assert "candidates" in form and cfg.digest() in filed_digests(cfg, data)
+        assert (without in filed_digests(cfg, data)) is former
+        assert (ConfigHistory([(without, data)]).problems == {}) is former

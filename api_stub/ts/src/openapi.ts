@@ -3342,6 +3342,8 @@ export interface components {
             evictions?: number;
             /** @default [] */
             failures?: components["schemas"]["LoadFailure"][];
+            /** @default 0 */
+            outside?: number;
         };
         /**
          * LoadFailure

@@ -502,17 +502,13 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "default_ttl_days": 0.0, "passage_tokens": 0,
                           "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
-LEGACY_UPDATES: dict[str, Any] = {"restated_share": 1.0, "newer_max_tokens": 0}
-"""Keys of the ``updates`` table added after it was filed with its first keys, and the value
-a table written before them meant (the struct's defaults): at that value they are left out
-of the fingerprint and of the filed form, so a config filed before them keeps both."""
 LEGACY_TABLES: dict[str, dict[str, Any]] = {
-    "updates": LEGACY_UPDATES,
+    "updates": {"restated_share": 1.0, "newer_max_tokens": 0},
     "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0},
 }
 """Each table's keys added after it was first filed, with the value a table written before
-them meant (the struct's defaults): left out of the fingerprint and the filed form at that
-value (``_tables_as_filed``)."""
+them meant (the struct's defaults): at that value they are left out of the fingerprint and
+of the filed form (``_tables_as_filed``), so a config filed before them keeps both."""
 CANDIDATES_DEFAULTS: tuple[dict[str, Any], ...] = (
     {"scan_max_notes": 20_000, "dense": 256, "lexical": 1_024, "connectivity": 12,
      "expansion_add": 32, "expansion_search": 128},
@@ -540,9 +536,8 @@ def legacy_form(raw: dict[str, Any]) -> dict[str, Any]:
     ``WRITE_ONLY`` keys."""
     drop = set(CALIBRATED_ONLY) if raw.get("relevance", "bm25") == "bm25" else set()
     drop |= set(WRITE_ONLY)
-    legacy = _tables_as_filed(LEGACY)
     return {k: v for k, v in _tables_as_filed(raw).items()
-            if k not in drop and (k not in legacy or v != legacy[k])}
+            if k not in drop and (k not in _LEGACY_FILED or v != _LEGACY_FILED[k])}
 
 
 def _tables_as_filed(raw: dict[str, Any],
@@ -557,6 +552,10 @@ def _tables_as_filed(raw: dict[str, Any],
             out = {**out, name: {k: v for k, v in table.items()
                                  if k not in added or v != added[k]}}
     return out
+
+
+_LEGACY_FILED = _tables_as_filed(LEGACY)
+"""``LEGACY`` as ``legacy_form`` compares it (made once)."""
 
 
 def filed_digests(cfg: RankingConfig, data: bytes) -> frozenset[str]:

@@ -6,6 +6,7 @@ sleeps; a timeout raises ``QueryTimeout`` naming the query id.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import time
@@ -345,12 +346,19 @@ class Client:
         superseded), besides any ``ev.supersedes`` names. The write rests on the check: the
         check reads the tail once and the append reuses that read; if another write lands
         between the two, the check runs again only when an entry in between could change
-        it (``dupcheck.still_holds``), else just the append is retried on the new tail."""
+        it (``dupcheck.still_holds``), else just the append is retried on the new tail. A note
+        that supersedes nothing is first sent in one step (``_remember_fresh``: the lookup,
+        the tail's compare-and-set and the append in one script) and takes that full check
+        only when something could name it."""
         from hivemind_memory.projections.reduce import touched_by
         from hivemind_memory.projections.store.dupcheck import still_holds
 
         if duplicates == "ignore":
             return RememberOutcome(self.append_checked([ev]), None, list(ev.supersedes))
+        if not ev.supersedes:
+            fast = self._remember_fresh(ev)
+            if fast is not None:
+                return fast
         asked = list(ev.supersedes)
         for attempt in range(CHECKED_ATTEMPTS):
             if attempt:
@@ -383,6 +391,36 @@ class Client:
             return RememberOutcome(done, got.near, list(write.supersedes))
         raise StoreError(f"namespace {ev.ns!r}: {CHECKED_ATTEMPTS} checked writes in a row met "
                          "other writers between their check and their append; try again")
+
+    def _remember_fresh(self, ev: NoteCreated) -> RememberOutcome | None:
+        """``remember`` of a note that supersedes nothing, in one round trip when nothing can
+        name it (``dupappend.append_unless_named``: the lookup, the compare-and-set on the
+        tail and the append in one script); None when it wrote nothing (a note may be named,
+        the ids exist, the tail is long, the store is a cluster, replicas are awaited, or
+        the store failed): then the full check runs and answers."""
+        from redis.exceptions import RedisError
+
+        from hivemind_memory.projections.store import dupappend
+
+        if self.settings.wait_replicas > 0 or not dupappend.supported(self.store):
+            return None
+        (checked,) = self._validated([ev])
+        assert isinstance(checked, NoteCreated)
+        try:
+            got = dupappend.append_unless_named(self.store, checked.ns, checked,
+                                                encode_event(checked), self.config())
+        except (RedisError, StoreError, OSError):
+            # the outcome is unknown: the full check finds the event if it landed (a retry);
+            # a job is queued in case the script set the marker and this call never knew
+            dupappend.forget_seen(self.store, ev.ns)
+            with contextlib.suppress(RedisError, OSError):
+                jobs.schedule_projection(self.store, self._pq, ev.ns, force=True)
+            return None
+        if got is None:
+            return None
+        if got.marked:
+            jobs.enqueue_projection(self._pq, ev.ns)
+        return RememberOutcome(CheckedAppend(1, 0), [], [])
 
     def _superseding(self, ev: NoteCreated, asked: list[str], got: Check) -> NoteCreated:
         """``ev`` also superseding the near-duplicates of ``got`` its author wrote (their

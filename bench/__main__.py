@@ -1,10 +1,12 @@
-"""``python -m bench batch|core|profile|ranking|query|scale|writes|all [...]``: benchmarks
-that print figures (never shipped). ``all`` runs ``core`` (ingest, projection, replay, each
-beside its baseline) and ``query`` at 1k/10k/100k notes (in-worker latency, index load, RSS,
-end to end and batch vs the RQ no-op job), after a header naming the machine and the date; ``batch``
-runs a batch the three ways users do (``hivemind batch``, HTTP, the SDK) beside the no-op
-job; ``profile`` times (and with ``--cprofile`` profiles) the worker's query path in process;
-``writes`` times ``remember`` with each ``duplicates`` mode and its near-duplicate check."""
+"""``python -m bench abstention|batch|core|profile|ranking|query|scale|writes|all [...]``:
+benchmarks that print figures (never shipped). ``all`` runs ``core`` (ingest, projection,
+replay, each beside its baseline) and ``query`` at 1k/10k/100k notes (in-worker latency,
+index load, RSS, end to end and batch vs the RQ no-op job), after a header naming the
+machine and the date; ``batch`` runs a batch the three ways users do (``hivemind batch``,
+HTTP, the SDK) beside the no-op job; ``profile`` times (and with ``--cprofile`` profiles)
+the worker's query path in process; ``writes`` times ``remember`` with each ``duplicates``
+mode and its near-duplicate check; ``abstention`` measures rules that would give a question
+with nothing relevant a short context."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 from datetime import UTC, datetime
 
 from bench import (
+    abstention,
     batch,
     core,
     fit_calibration,
@@ -57,8 +60,8 @@ def all_(argv: list[str]) -> int:
     return code or query.main(["--sizes", args.sizes, "--common", common])
 
 
-COMMANDS = {"batch": batch.main, "core": core.main, "ranking": ranking.main,
-            "profile": profile.main,
+COMMANDS = {"abstention": abstention.main, "batch": batch.main, "core": core.main,
+            "ranking": ranking.main, "profile": profile.main,
             "query": query.main, "all": all_, "quality": quality.main,
             "fit": fit_calibration.main, "scale": scale.main, "scale-cpu": scale_cpu.main,
             "shards": shards.main, "writes": writes.main}

@@ -11,8 +11,11 @@ Prints figures; never asserts timings.
    own path; slow at 100k on a loaded machine). Either way the read model and the lookup are
    what the projector would have made (``replay --verify`` compares them). One
    ``hivemind worker`` process projects what the writes append.
-2. **Check cost**: ``Client.check_duplicates`` of ``--probes`` fresh notes in this process:
-   CPU (``time.process_time``) and wall time per check, and how many notes the lookup named.
+2. **Check cost**: ``Client.check_duplicates`` (the full check) of ``--probes`` fresh notes in
+   this process: CPU (``time.process_time``) and wall time per check, and how many notes the
+   lookup named; then ``--probes`` default ``remember`` calls of fresh notes: CPU and wall time
+   a write, how many took the one-step path (``dupappend``) and how many the full check, the
+   one-step script's calls a write and Redis's time in it (the SLOWLOG's durations).
 3. **Recall**: ``--probes`` near-duplicates made from notes of the namespace (words dropped,
    replaced and added at random rates) checked both ways: the lookup, and the check of before
    (``query_based_check``: a query of the text with ``explain``, the Jaccard overlap of each
@@ -144,6 +147,76 @@ def check_cost(client: Any, ns: str, texts: Sequence[str]) -> CheckCost:
     s1 = _evalsha_usec(client.store)
     script = (s1[0] - s0[0]) / 1000 / max(1, s1[1] - s0[1]) if s0 and s1 else None
     return CheckCost(1000 * cpu / n, 1000 * wall / n, statistics.mean(named), script)
+
+
+@dataclass
+class OneStep:
+    cpu_ms: float
+    wall_ms: float
+    one_step: int
+    sends: float
+    full: int
+    script_ms: float | None
+    """Redis's own time in ``append_unless_named.lua`` a call (its calls' SLOWLOG
+    durations; None when the server keeps no SLOWLOG)."""
+
+
+def _sha(source: str) -> bytes:
+    import hashlib
+
+    return hashlib.sha1(source.encode()).hexdigest().encode()
+
+
+def one_step_cost(client: Any, ns: str, texts: Sequence[str]) -> OneStep:
+    """What the default ``remember`` of fresh notes costs in this process (``Client.remember``,
+    ``report``): CPU and wall time a write; how many took the one-step path, its script's
+    calls a write, counted with the SLOWLOG (every command logged with its duration while it
+    runs; the server's settings put back after), which also gives Redis's own time in the
+    one-step script a call; the rest took the full check."""
+    from hivemind_memory.events.codec import parse_json_event
+    from hivemind_memory.projections.store import dupappend
+    from hivemind_memory.projections.store.scripts import source
+
+    r = client.store
+    mine = _sha(source("append_unless_named"))
+    try:
+        was = r.config_get("slowlog-*")
+        r.config_set("slowlog-max-len", 4 * len(texts) + 10_000)
+        r.config_set("slowlog-log-slower-than", 0)
+        r.slowlog_reset()
+    except redis.RedisError:
+        was = None
+    evs = [parse_json_event(msgspec.json.encode(
+        {"type": "note.created", "event_id": f"e{uuid.uuid4().hex}", "ns": ns,
+         "note_id": f"w{uuid.uuid4().hex}", "agent": AGENTS[0], "text": t,
+         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})) for t in texts]
+    run, done = dupappend.append_unless_named, []
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        got = run(*a, **kw)
+        done.append(got is not None)
+        return got
+    dupappend.append_unless_named = counted
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        for ev in evs:
+            client.remember(ev)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    finally:
+        dupappend.append_unless_named = run
+    calls: list[int] = []
+    if was is not None:
+        log = r.slowlog_get(4 * len(texts) + 10_000)
+        r.config_set("slowlog-log-slower-than", was["slowlog-log-slower-than"])
+        r.config_set("slowlog-max-len", was["slowlog-max-len"])
+        for e in log:
+            cmd = e["command"].split(b" ", 2)
+            if cmd[0].upper() == b"EVALSHA" and len(cmd) > 1 and cmd[1] == mine:
+                calls.append(int(e["duration"]))
+    n = len(texts)
+    fast = sum(done)
+    return OneStep(1000 * cpu / n, 1000 * wall / n, fast, len(calls) / n, n - fast,
+                   statistics.mean(calls) / 1000 if calls else None)
 
 
 @dataclass
@@ -362,6 +435,13 @@ def run(url: str, opts: Options) -> None:
             print(f"  check of a fresh note: CPU {cost.cpu_ms:.3f} ms, wall {cost.wall_ms:.3f} ms"
                   f", Redis in the lookup script {script} ms (mean of {opts.probes}); the "
                   f"lookup named {cost.named:.1f} notes")
+            one = one_step_cost(client, ns, [fresh_text(corpus, rng)
+                                             for _ in range(opts.probes)])
+            script = "?" if one.script_ms is None else f"{one.script_ms:.3f}"
+            print(f"  default remember of a fresh note, in process: CPU {one.cpu_ms:.3f} ms, "
+                  f"wall {one.wall_ms:.3f} ms a write; {one.one_step} of {opts.probes} in one "
+                  f"step, {one.full} by the full check; {one.sends:.2f} one-step script calls "
+                  f"a write, Redis in it {script} ms a call")
             rc = recall(client, ns, corpus, opts.probes, rng)
             share = rc.found / rc.pairs if rc.pairs else 1.0
             print(f"  recall vs the query-based check: {rc.found} of {rc.pairs} pairs "

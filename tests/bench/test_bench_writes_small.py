@@ -23,6 +23,11 @@ def test_every_mode_and_path_writes_and_the_recall_is_printed(
     assert re.search(r"lookup of bw-400: [\d,]+ buckets, [\d,]+ records", out)
     assert re.search(r"check of a fresh note: CPU [\d.]+ ms, wall [\d.]+ ms, Redis in the "
                      r"lookup script [\d.]+ ms", out)
+    one = re.search(r"default remember of a fresh note, in process: CPU [\d.]+ ms, wall [\d.]+ "
+                    r"ms a write; (\d+) of 12 in one step, (\d+) by the full check; ([\d.]+) "
+                    r"one-step script calls a write, Redis in it [\d.]+ ms a call", out)
+    assert one is not None and int(one.group(1)) + int(one.group(2)) == 12
+    assert int(one.group(1)) > 0 and float(one.group(3)) >= 1
     got = re.search(r"recall vs the query-based check: (\d+) of (\d+) pairs .* (\d+) not "
                     r"visible to the writer", out)
     assert got is not None and int(got.group(3)) == 0

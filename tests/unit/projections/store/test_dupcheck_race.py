@@ -1,7 +1,9 @@
 """A checked ``remember`` against other writers: the check reads the tail once and the append
 rests on it (compare-and-set on the stream's last entry). When a write lands in between, the
 check runs again only if that write could change it (``dupcheck.still_holds``); two writers
-of the same text still make exactly one note."""
+of the same text still make exactly one note. These race the full check (``remember``'s path
+when its one-step script wrote nothing: a note named, a long tail); the one-step path has no
+window between check and append, its races are in ``test_dupappend.py``."""
 
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ TEXT = "The staging cluster is rebuilt every Friday night from the main branch."
 
 def _client(store: Any) -> Client:
     return Client(store, settings=Settings(redis_url="redis://unused"))
+
+
+@pytest.fixture(autouse=True)
+def _full_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``remember`` here takes the full check (check, then the checked append)."""
+    monkeypatch.setattr(Client, "_remember_fresh", lambda self, ev: None)
 
 
 def _note(nid: str, text: str, agent: str = "alice", hours: int = 0, **kw: Any) -> NoteCreated:

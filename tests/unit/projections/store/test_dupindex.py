@@ -347,13 +347,14 @@ def test_the_view_read_with_the_lookup_is_the_view_read_after_it(
     assert got.logged == set(eids) & {"c-n1", "c-n2", "c-n3", "c-n4", "r-n2", "c-n5"}
 
 
-def test_a_fresh_remember_checks_in_one_round_trip_before_its_append(store: Any) -> None:
-    """The SDK's default ``remember`` (duplicates reported) of a note nothing resembles:
-    the lookup, the tail and the write's own view in one MULTI, then the checked append."""
+def test_the_full_check_of_a_fresh_note_reads_in_one_round_trip(store: Any) -> None:
+    """The full check (``remember``'s when its one-step path wrote nothing) of a note
+    nothing resembles: the lookup, the tail and the write's own view in one MULTI."""
     c = _client(store)
     c.remember(_note("n1", words(1, 2, 3)))
     _project(c)
     c.remember(_note("n2", words(4, 5, 6), hours=1))  # an unfolded tail entry
+    c.check_duplicates(NS, "alice", words(1, 2, 3))  # the lookup's script loaded once
     opened = _counting_pipelines(store)
     got = c.check_duplicates(NS, "alice", words(7, 8, 9), exclude="n3", touched=("n3",),
                              event_ids=["c-n3"])

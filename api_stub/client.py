@@ -701,34 +701,56 @@ class Client:
     def batch_result_runs(self, query_ids: Sequence[str], timeout: float = 300.0
                           ) -> Iterator[list[bytes]]:
         """The queries' JSON in input order, in runs: each run is what one round trip found
-        (up to ``READ_AHEAD`` results of one namespace that are already there), or the one
-        result waited for when the next is not there yet, so a caller can write each run at
-        once (``hivemind batch``, ``POST .../queries``) while later jobs are still running.
-        One deadline for the whole batch: a result still missing then is a ``timeout`` error
-        object in its place."""
+        (up to ``READ_AHEAD`` results of one namespace that are already there), so a caller
+        can write each run at once (``hivemind batch``, ``POST .../queries``) while later
+        jobs are still running. When the next result is not there yet, the wait for it
+        (``results.wait_results``) reads it and the ones after it in the round trip that
+        ends the wait. One deadline for the whole batch: a result still missing then is a
+        ``timeout`` error object in its place; one whose shard has no live worker, a
+        ``shard_unavailable`` one (as ``result_json`` answers)."""
         deadline = time.monotonic() + timeout
         nss = [self._result_ns(q) for q in query_ids]  # once each, not once a read-ahead
         i = 0
+        waited = False
+        got: list[bytes | None] = []
         while i < len(query_ids):
             ns = nss[i]
             j = i + 1
             while j < len(query_ids) and j - i < READ_AHEAD and nss[j] == ns:
                 j += 1
-            run: list[bytes] = []
-            for body in results.read_results(self.store, ns, query_ids[i:j]):
-                if body is None:  # not there yet: wait for this one, then read ahead again
-                    break
-                run.append(body)
-            i += len(run)
+            if waited:  # the wait's round trip read these already
+                waited = False
+            else:
+                got = results.read_results(self.store, ns, query_ids[i:j])
+            run = _leading(got)
             if run:
+                i += len(run)
                 yield run
                 continue
             qid = query_ids[i]
-            i += 1
-            try:
-                yield [self.result_json(qid, max(0.0, deadline - time.monotonic()))]
-            except QueryTimeout as exc:
-                yield [error_json(qid, "timeout", str(exc))]
+            why = None if ns == results.INVALID_NS else self.shard_problem(ns)
+            if why is not None:  # the job stays queued: a worker that comes answers it
+                i += 1
+                yield [error_json(qid, "shard_unavailable", f"query {qid}: {why}")]
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                i += 1
+                yield [error_json(qid, "timeout", f"query {qid}: no result within "
+                                  f"{timeout:g}s (is a worker running? see `hivemind worker`)")]
+                continue
+            # not done within a slice: read again (a marker lost to a waiter that died)
+            waited, got = results.wait_results(self.store, ns, query_ids[i:j], remaining)
+
+
+def _leading(bodies: Sequence[bytes | None]) -> list[bytes]:
+    """The results at the head of ``bodies`` that are there (up to the first missing)."""
+    run: list[bytes] = []
+    for body in bodies:
+        if body is None:
+            break
+        run.append(body)
+    return run
 
 
 READ_AHEAD = 100

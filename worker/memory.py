@@ -44,7 +44,7 @@ REPORTED = 20
 KEPT_SHARE = 0.25
 """The share of a worker's memory budget its ``ranker.KeptTexts`` (the word sets and passages
 the ranking rules keep from batch to batch) may take, at most ``KEPT_BYTES`` (96 MiB as
-``entry_bytes`` counts them, ~2 x what they hold: budgets from 384 MiB up keep the whole
+``entry_bytes`` counts them, the arrays' bytes: budgets from 384 MiB up keep the whole
 working set of a dense batch over 10k notes); it counts in the budget."""
 
 

@@ -523,6 +523,11 @@ class Columns:
             self._english_len = (key, self.doc_len[:n] - minus)
         return self._stems, self._english_len[1]
 
+    def term_table(self, analyzer: str) -> TermTable:
+        """The terms of ``analyzer`` with their ids (ids never change while the table lives):
+        ``plain``, the notes' words; ``english``, their stems."""
+        return self.terms if analyzer == "plain" else self._english()[0].stems
+
     def bm25(self, query: str, cfg: RankingConfig, agent: str,
              cache: TermCache | None = None) -> tuple[IntArray, FloatArray]:
         """BM25 relevance in (0, 1] of the slots ``agent`` may see that share a term with

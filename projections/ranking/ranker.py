@@ -16,9 +16,8 @@ import math
 import sys
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
 from datetime import datetime
-from itertools import chain, repeat, starmap
+from itertools import repeat, starmap
 from typing import Any
 
 import msgspec
@@ -43,7 +42,8 @@ from hivemind_memory.projections.ranking.packing import pack_positions
 from hivemind_memory.projections.ranking.passages import (
     Counted,
     counted,
-    relevance_of,
+    places,
+    relevances,
     split,
 )
 from hivemind_memory.projections.ranking.rank_result import (
@@ -69,7 +69,8 @@ KEPT_BYTES = 96 << 20
 table by table, each table's oldest first. A dense batch over a 10k-note namespace of ``bench
 query``'s generator asks for ~250k passage words (its ~3k long notes) and the words of ~4k
 candidates: a bound of 48 MiB, as ``entry_bytes`` counted the word sets before they were
-ids, dropped entries that were derived again batch after batch (+20 % of ``bench
+ids and the passages when they were dictionaries of tuples (~16 KB a 150-word note, now ~2
+KB), dropped entries that were derived again batch after batch (+20 % of ``bench
 profile``'s CPU a query; docs/benchmarks.md). A worker bounds it lower under a small memory
 budget and counts ``held`` in the budget (``worker.memory.kept_bytes``)."""
 VOCAB_ENTRY_BYTES = 64
@@ -78,47 +79,26 @@ itself (a dict entry, its share of the dict's free slots, the id): CPython's dic
 ~24-50 bytes an entry, the id 28 past 256."""
 
 
+ARRAY_HEADER_BYTES = 112
+"""``sys.getsizeof`` of a numpy array beyond its data (the header of one that owns it)."""
 Words = npt.NDArray[np.int32]
 """A note's distinct words as ids (``KeptTexts.words``), ascending."""
-Entry = Words | tuple[list[tuple[int, int, int]], Counted | None]
-
-
-def _int_bytes(x: int) -> int:
-    """An int's own bytes: none for -5..256, which CPython keeps once for the process."""
-    return 0 if -5 <= x <= 256 else sys.getsizeof(x)
-
-
-def _ints_bytes(xs: Iterable[int]) -> int:
-    """``_int_bytes`` of each of ``xs`` (summed in C)."""
-    return sum(map(_int_bytes, xs))
+Entry = Words | Counted
+"""A kept entry: a note's word set (``Words``) or its passages (``Parts``), one array each."""
 
 
 def entry_bytes(got: Entry) -> int:
-    """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them
-    (an array's data and header, ``sys.getsizeof`` of each object), or more: the analysed
-    words of several passages' entries may be one object, counted in each. Summed in C
-    (``map``), not walked: it is paid for each entry kept."""
-    size = sys.getsizeof
-    if isinstance(got, np.ndarray):
-        return int(got.nbytes) + 112
-    spans, by_word = got
-    n = size(got) + size(spans) + sum(map(size, spans)) + _ints_bytes(chain.from_iterable(spans))
-    if by_word is not None:
-        words, lengths = by_word
-        runs = words.values()
-        n += size(by_word) + size(words) + sum(map(size, words)) + sum(map(size, runs)) \
-            + size(lengths) + _ints_bytes(lengths)
-        if max(map(max, runs), default=0) > 256:  # a passage index or count past 256: rarely
-            n += _ints_bytes(chain.from_iterable(runs))
-    return n
+    """The bytes an entry of ``KeptTexts`` holds, as ``footprint.index_bytes`` counts them:
+    an array's data and header (every entry is one array owning its data)."""
+    return int(got.nbytes) + ARRAY_HEADER_BYTES
 
 
 class _Table:
     """``KeptTexts``' entries of one table, oldest first (an ``OrderedDict``: dropping the
     oldest is O(1), where popping a plain dict's first key again and again rescans the
-    slots emptied before), the bytes they hold, and the ids its word sets are written in (a
-    word's id is its place in ``vocab``, given on first sight: at most the table's own term
-    count)."""
+    slots emptied before), the bytes they hold, and the ids of the words its entries hold
+    that the index's term tables do not (``vocab``: none, unless a note not in the postings is
+    asked for)."""
 
     __slots__ = ("entries", "sizes", "vocab")
 
@@ -142,15 +122,38 @@ class _Table:
 
 
 class _Ids(dict[str, int]):
-    """Word -> id, the next id for a word not seen before; ``bytes``: what the words and
-    their places hold (``VOCAB_ENTRY_BYTES`` a place)."""
+    """Word (prefixed with its analyzer and a NUL) -> id for the words a table's term tables
+    do not hold: -1, -2, ... in order of first sight; ``bytes``: what the words and their
+    places hold (``VOCAB_ENTRY_BYTES`` a place)."""
 
     bytes = 0
 
     def __missing__(self, word: str) -> int:
-        got = self[word] = len(self)
+        got = self[word] = -1 - len(self)
         self.bytes += sys.getsizeof(word) + VOCAB_ENTRY_BYTES
         return got
+
+
+def word_ids(cols: Columns, analyzer: str, words: list[str], vocab: _Ids) -> list[int]:
+    """The id of each of ``words`` (terms of ``analyzer``): its id in ``cols``' term table
+    of that analyzer (``Columns.term_table``: ids that never change, held by the index
+    anyway), else one of ``vocab`` (negative; given on first sight)."""
+    got = cols.term_table(analyzer).lookup(words)
+    if -1 in got:
+        for k, (w, t) in enumerate(zip(words, got, strict=True)):
+            if t == -1:
+                got[k] = vocab[f"{analyzer}\0{w}"]
+    return got
+
+
+def query_ids(cols: Columns, analyzer: str, words: tuple[str, ...],
+              vocab: dict[str, int]) -> list[int | None]:
+    """``word_ids`` of a query's ``words`` without giving any an id (None: no note of
+    ``vocab``'s table has it)."""
+    got: list[int | None] = []
+    for w, t in zip(words, cols.term_table(analyzer).lookup(list(words)), strict=True):
+        got.append(t if t >= 0 else vocab.get(f"{analyzer}\0{w}"))
+    return got
 
 
 def _dropped_pair(gone: list[tuple[int, int]], sizes: list[int]) -> None:
@@ -161,17 +164,22 @@ def _dropped_pair(gone: list[tuple[int, int]], sizes: list[int]) -> None:
 
 class KeptTexts:
     """What two rules derive from a note's text, kept from batch to batch by a worker
-    (``QueryEngine``): its distinct words (the near-identical rule), as ascending ids of a
-    vocabulary of the table's own (4 bytes a word: a pair's shared words are then counted
-    for many pairs at once, ``updates._shared``), and its passages with their analysed words
-    (``_parts``, the passages rule). A slot's text never changes while its table lives (a
+    (``QueryEngine``): its distinct words (the near-identical rule), as ascending ids (4 bytes
+    a word: a pair's shared words are then counted for many pairs at once,
+    ``updates._shared``), and its passages with their analysed words (``_parts``, the
+    passages rule: one int32 array, ``passages.Counted``). A word's id is the one the
+    index's own term table of its analyzer gives it (``word_ids``): nothing is kept per word,
+    so what is kept is about the size of the notes' postings (a 400-note namespace of
+    ``bench shards``: ~0.9 MiB against ~1.6 MiB of index), and splits with the namespaces
+    when workers do. A slot's text never changes while its table lives (a
     note whose text changes gets a new slot), so an entry never goes stale; tables are held
     weakly, so an index the worker drops takes its entries and vocabulary (and their bytes
     in ``held``) with it. Not an index's memory (``footprint`` does not walk it): its
     entries are bounded on their own by ``limit`` bytes (``KEPT_BYTES``, ``entry_bytes``),
     dropped table by table (in the order the tables were first kept), each table's oldest
-    first; a table's vocabulary holds at most the words of its notes (its term table's
-    count). A worker counts ``held``, entries and vocabularies, in its memory budget.
+    first; a table's vocabulary holds only the words of notes its term tables lack (none of
+    a candidate's). A worker counts ``held``, entries and vocabularies, in its memory
+    budget.
     Nothing in it changes an answer: a value missing is derived again, the same."""
 
     def __init__(self, limit: int = KEPT_BYTES) -> None:
@@ -240,11 +248,11 @@ class KeptTexts:
         t = self.table(cols) if table is None else table
         got = t.entries.get((slot, 0, ""))
         if got is not None:
-            return got[0]  # type: ignore[return-value]
+            return got[0]
         vocab = t.vocab
         before = vocab.bytes
-        w = np.array(sorted(map(vocab.__getitem__, set(tokenize(cols.texts.get(slot))))),
-                     np.int32)
+        w = np.array(sorted(word_ids(cols, "plain", list(set(tokenize(cols.texts.get(slot)))),
+                                     vocab)), np.int32)
         self._vocab += vocab.bytes - before
         t.sizes[1] = vocab.bytes
         self._put(t, (slot, 0, ""), w)
@@ -253,18 +261,23 @@ class KeptTexts:
     def spelled(self, cols: Columns, ids: Words) -> frozenset[str]:
         """The words of ``ids`` (of ``words(cols, ...)``)."""
         vocab = self.table(cols).vocab
-        back = dict(zip(vocab.values(), vocab.keys(), strict=True))
-        return frozenset(back[i] for i in ids.tolist())
+        back = {i: w.split("\0", 1)[1] for w, i in vocab.items()}
+        return frozenset(back[i] if i < 0 else cols.terms.term(i) for i in ids.tolist())
 
     def passages(self, cols: Columns, slot: int, size: int, analyzer: str,
                  table: _Table | None = None) -> Parts:
-        """``_parts`` of the note in ``slot`` of ``cols``."""
+        """``_parts`` of the note in ``slot`` of ``cols``, its words given ids of the
+        table's vocabulary (``vocab``)."""
         t = self.table(cols) if table is None else table
         key = (slot, size, analyzer)
         got = t.entries.get(key)
         if got is not None:
-            return got[0]  # type: ignore[return-value]
-        p = _parts(cols, slot, size, analyzer)
+            return got[0]
+        vocab = t.vocab
+        before = vocab.bytes
+        p = _parts(cols, slot, size, analyzer, vocab)
+        self._vocab += vocab.bytes - before
+        t.sizes[1] = vocab.bytes
         self._put(t, key, p)
         return p
 
@@ -369,20 +382,29 @@ class BatchMemo:
         after query."""
         return self.kept.passages(cols, slot, size, analyzer, self._kept_table(cols))
 
+    def vocab(self, cols: Columns) -> _Ids:
+        """The ids ``kept``'s entries of ``cols`` give the words ``cols`` does not hold."""
+        return self._kept_table(cols).vocab
 
-Parts = tuple[list[tuple[int, int, int]], Counted | None]
+
+Parts = Counted
 """A note's passages (``passages.split``: start, end, tokens) and their analysed words
-(``passages.counted``: by word); one passage and None for a note
-within the passage size."""
+(``passages.counted``), one array; ``WHOLE`` for a note of one passage (within the passage
+size, or one word)."""
+WHOLE: Parts = np.zeros(1, np.int32)
+"""``_parts`` of a note served whole (no passage: ``[0]``), one array for all of them."""
+WHOLE.flags.writeable = False
 
 
-def _parts(cols: Columns, slot: int, size: int, analyzer: str) -> Parts:
+def _parts(cols: Columns, slot: int, size: int, analyzer: str, vocab: _Ids) -> Parts:
+    """The passages of the note in ``slot`` of ``cols`` and their analysed words, as
+    ``word_ids`` (``vocab``: the ids of words ``cols`` does not hold)."""
     text = cols.texts.get(slot)
     t = int(cols.tokens[slot])
     parts = split(text, t, size) if t > size else []
     if len(parts) <= 1:
-        return parts, None
-    return parts, counted([text[a:z] for a, z, _ in parts], analyzer)
+        return WHOLE
+    return counted(text, parts, analyzer, lambda w: word_ids(cols, analyzer, w, vocab))
 
 
 def _tier_age(cols: Columns, s: IntArray, now_us: int,
@@ -619,17 +641,21 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     origin: list[int] = []
     later: list[tuple[int, int]] = []
     """(place among the items, rank) of each passage after its note's best one."""
-    for p, (slot, r, c, sc, t) in enumerate(zip(s.tolist(), rel.tolist(), rec.tolist(),
-                                                score.tolist(), tok.tolist(), strict=True)):
-        parts: list[tuple[int, int, int]]
-        words: Counted | None
-        if t <= size:
-            parts, words = [], None
-        elif memo is None:
-            parts, words = _parts(cols, slot, size, cfg.analyzer)
-        else:
-            parts, words = memo.passages(cols, slot, size, cfg.analyzer)
-        if words is None:
+    rows = list(zip(s.tolist(), rel.tolist(), rec.tolist(), score.tolist(), tok.tolist(),
+                    strict=True))
+    # every long candidate's passages first: cutting one may give a word an id, so the
+    # query's words are looked up after
+    vocab = _Ids() if memo is None else memo.vocab(cols)
+    cut: list[Parts] = [WHOLE if t <= size else
+                        _parts(cols, slot, size, cfg.analyzer, vocab) if memo is None else
+                        memo.passages(cols, slot, size, cfg.analyzer)
+                        for slot, _, _, _, t in rows]
+    long = [k for k, words in enumerate(cut) if words is not WHOLE]
+    probs = dict(zip(long, relevances([rows[k][1] for k in long], [cut[k] for k in long],
+                                      weights, query_ids(cols, cfg.analyzer, weights.words,
+                                                         vocab)), strict=True))
+    for p, ((slot, r, c, sc, t), words) in enumerate(zip(rows, cut, strict=True)):
+        if words is WHOLE:
             slots.append(slot)
             rels.append(r)
             recs.append(c)
@@ -638,7 +664,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             place.append(None)
             origin.append(p)
             continue
-        prob = relevance_of(r, words, weights)
+        prob = probs[p]
+        parts = places(words)
         rank = repeat_ranks(prob) if repeat < 1.0 else None
         for k, ((a, z, pt), pr) in enumerate(zip(parts, prob, strict=True)):
             if pr <= PRINTS_AS_ZERO:

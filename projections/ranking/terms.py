@@ -111,6 +111,29 @@ class TermTable:
                 i += 1
         return default
 
+    def lookup(self, terms: list[str]) -> list[int]:
+        """The id of each of ``terms`` (-1: not in the table): ``get``'s, one search for all
+        (a hash shared by two terms falls back to ``get``)."""
+        h = self._hash
+        n = len(h)
+        if not n:
+            return [self._tail.get(t, -1) for t in terms]
+        keys = np.fromiter(map(hash, terms), np.int64, len(terms))
+        pos = np.minimum(np.searchsorted(h, keys), n - 1)
+        same = (h[pos] == keys).tolist()
+        tid = self._ids[pos].astype(np.int64)
+        starts = self._off[tid].tolist()
+        ends = (self._off[tid + 1] - 1).tolist()
+        buf, tail, get = self._buf, self._tail, self.get
+        out: list[int] = []
+        for term, hit, t, a, z in zip(terms, same, tid.tolist(), starts, ends, strict=True):
+            if hit and buf[a:z] == term.encode():
+                out.append(t)
+            else:
+                got = tail.get(term) if not hit else get(term)
+                out.append(-1 if got is None else got)
+        return out
+
     def __getitem__(self, term: str) -> int:
         t = self.get(term)
         if t is None:

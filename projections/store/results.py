@@ -80,14 +80,26 @@ def wait_result(r: Store, ns: str, query_id: str,
                 timeout_s: float) -> tuple[bool, bytes | None]:
     """``wait_done``, and once done the result, read in the same round trip that puts the
     marker back: (done, the result's bytes or None if it expired meanwhile)."""
-    popped = r.blpop([keys.done(ns, query_id)], timeout=min(max(timeout_s, 0.01), BLOCK_SLICE_S))
+    done, [body] = wait_results(r, ns, [query_id], timeout_s)
+    return done, body
+
+
+def wait_results(r: Store, ns: str, query_ids: Sequence[str],
+                 timeout_s: float) -> tuple[bool, list[bytes | None]]:
+    """``wait_done`` on the first of ``query_ids`` (all of ``ns``), and once done the
+    results of all of them (``read_results``), read in the same round trip that puts the
+    first's marker back: (done, each result's bytes or None: not there yet, or expired).
+    A batch's reader waits for its next missing answer and reads the ones after it, which
+    the same worker wave usually published, without a round trip of their own."""
+    first = keys.done(ns, query_ids[0])
+    popped = r.blpop([first], timeout=min(max(timeout_s, 0.01), BLOCK_SLICE_S))
     if popped is None:
-        return False, None
+        return False, [None] * len(query_ids)
     p = r.pipeline(transaction=False)
-    p.lpush(keys.done(ns, query_id), b"1")  # wake other waiters too
-    p.get(keys.result(ns, query_id))
-    _, body = p.execute()
-    return True, None if body is None else as_bytes(body)
+    p.lpush(first, b"1")  # wake other waiters too
+    p.mget([keys.result(ns, q) for q in query_ids])
+    _, got = p.execute()
+    return True, [None if b is None else as_bytes(b) for b in got]
 
 
 class Publisher:

@@ -7,13 +7,16 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from rq import Queue
 
+from hivemind_memory.api_stub.protocol.jobs import QUERY_QUEUE
 from tests.support import HIVEMIND
 from tests.support.beats import wait_for_workers
 from tests.support.factories import created, forgotten, jsonl, used
@@ -190,3 +193,65 @@ def test_redis_error_mid_ingest_is_exit_2_with_a_clear_message(
     for ns in ("t", "fresh"):
         assert db.get(f"hm:{{{ns}}}:checkpoint") == db.xrevrange(
             f"hm:{{{ns}}}:events", count=1)[0][0]
+
+
+def _workers(url: str, n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` ``hivemind worker`` processes, returned once RQ counts them all on the query
+    queue (each blocked on it, so a batch's jobs go to both at once)."""
+    from rq import Worker
+
+    env = {**os.environ, "HIVEMIND_REDIS_URL": url}
+    procs = [subprocess.Popen([*HIVEMIND, "worker"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(n)]
+    r = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 60
+    while Worker.count(connection=r, queue=Queue(QUERY_QUEUE, connection=r)) < n:
+        assert time.monotonic() < deadline, f"{n} workers did not register"
+        time.sleep(0.05)  # other processes starting: nothing to block on
+    wait_for_workers(r)
+    return procs
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(timeout=15)
+
+
+@pytest.mark.slow
+def test_a_batch_answers_the_same_bytes_in_input_order_whatever_the_worker_count(
+        server: str, tmp_path: Path) -> None:
+    # as-of queries: the same log and query give the same id and bytes on any worker, so the
+    # outputs of one and two workers compare byte for byte (the second run's results are
+    # deleted first: an as-of query already answered is not asked again)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    assert run(server, "ingest", "-", stdin=jsonl([
+        created(f"n{i}", text=f"{words[i % 6]} {words[(i * 5) % 6]} note {i}")
+        for i in range(40)])).returncode == 0
+    bf = tmp_path / "q.jsonl"
+    bf.write_text("".join(json.dumps({
+        "ns": "t", "text": f"{words[i % 6]} {words[(i * 7 + 1) % 6]}", "budget": 5 + i % 40,
+        "as_of": "2031-01-01T00:00:00Z"}) + "\n" for i in range(120)))
+    r = redis.Redis.from_url(server)
+    outs = []
+    for n in (1, 2):
+        for key in r.scan_iter(match="hm:*:result:*"):
+            r.delete(key)
+        procs = _workers(server, n)
+        before = {k for k in r.scan_iter(match="rq:job:*")}
+        try:
+            b = run(server, "batch", str(bf), "--timeout", "120")
+        finally:
+            _stop(procs)
+        assert b.returncode == 0, b.stderr
+        outs.append(b.stdout)
+        jobs = [r.hget(k, "worker_name") for k in set(r.scan_iter(match="rq:job:*")) - before
+                if (r.hget(k, "description") or b"").startswith(b"answer ")]
+        if n == 2:  # the batch was split and both workers answered part of it
+            assert len(jobs) >= 2 and len(set(jobs)) == 2, jobs
+    lines = outs[0].splitlines()
+    assert len(lines) == 120 and outs[1] == outs[0]
+    got = [json.loads(x) for x in lines]
+    assert [g["budget"] for g in got] == [5 + i % 40 for i in range(120)]  # input order
+    assert sum(len(g["notes"]) for g in got) > 60 and not any("error" in g for g in got)

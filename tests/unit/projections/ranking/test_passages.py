@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -352,7 +353,7 @@ def test_kept_texts_serve_batch_after_batch_the_same_answers_within_their_bound(
         kept.spelled(cols, kept.words(cols, k)) for k in (s, s2, t)]
     assert tiny.keys(cols) == [(s2, 0, ""), (t, 0, "")]  # the oldest went for the newest
     assert tiny.entries_held == size[s2] + size[t] <= tiny.limit
-    assert tiny.held > tiny.entries_held  # and the words of the vocabulary
+    assert tiny.held == tiny.entries_held  # the words' ids are the index's: no vocabulary
     assert kept.held > 0
     del memo, cols  # a batch's memo holds its tables until the batch ends
     idx.cols = type(idx.cols)()  # the table replaced: the old one's entries go with it
@@ -383,7 +384,7 @@ def test_a_dropped_kept_texts_frees_its_entries_while_the_table_lives() -> None:
     assert entry() is None  # gone with its KeptTexts, though the table lives
     worker = KeptTexts()
     worker.words(cols, cols.slot["b"])
-    assert worker.held > worker.entries_held > 0
+    assert worker.held == worker.entries_held > 0
     del cols
     idx.cols = type(idx.cols)()
     gc.collect()
@@ -392,7 +393,8 @@ def test_a_dropped_kept_texts_frees_its_entries_while_the_table_lives() -> None:
 
 def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
     """``KeptTexts.held`` (what a worker's budget counts of it) is never below what its
-    entries and the table's vocabulary hold walked together (each object once), over
+    entries hold walked together (each object once; the words' ids are the index's, so the
+    table keeps no vocabulary), over
     texts of shared words, of words of their own, and long ones cut into passages; an entry
     larger than the whole bound is not kept."""
     from hivemind_memory.projections.ranking.footprint import index_bytes
@@ -414,8 +416,10 @@ def test_kept_texts_count_at_least_the_bytes_their_entries_hold() -> None:
     assert {size > 0 for _, size, _ in keys} == {True, False}  # word sets and passages
     table = kept._tables[idx.cols]
     entries = [e for e, _ in table.entries.values()]
-    walked = index_bytes([entries, table.vocab])  # the vocabulary's words and ids too
-    assert index_bytes(entries) <= kept.entries_held
+    lists = sys.getsizeof(entries)  # the test's own list of them, not held by the worker
+    assert not table.vocab  # every word's id is one of the index's own term tables
+    walked = index_bytes(entries) - lists
+    assert walked <= kept.entries_held
     assert walked <= kept.held <= 2 * walked
     cols = idx.cols
     big = KeptTexts(limit=entry_bytes(kept.words(cols, cols.slot["rb"])) - 1)
@@ -458,7 +462,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
 def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
         passages: list[list[str]], words: list[str], idf: list[float], base: float,
         slope: float, note: float, analyzer: str) -> None:
-    """``relevance_of`` over ``counted`` (each query word's passages read once, the shares
+    """``relevance_of`` over ``counted`` (each query word's runs found once, the shares
     added by hand below ``SUMMED_IN_ORDER`` passages) gives the bits of ``passage_relevance``
     over ``bags_bm25`` of ``bag_of`` (a dictionary read per passage and word, numpy's sum), on
     notes of 1-14 passages (across numpy's in-order block), passages without a query word or
@@ -472,6 +476,7 @@ def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
         bag_of,
         bags_bm25,
         counted,
+        places,
         relevance_of,
     )
 
@@ -479,5 +484,111 @@ def test_passage_relevance_read_by_word_is_the_bits_of_the_bags_read_by_passage(
     w = tuple(analyze(list(words), analyzer))
     weights = QueryWeights(w, tuple(idf[:len(w)]), base, slope, float(sum(idf[:len(w)])))
     want = passage_relevance(note, bags_bm25([bag_of(t, analyzer) for t in texts], weights))
-    got = relevance_of(note, counted(texts, analyzer), weights)
+    text = " ".join(texts)  # the passages' places in it, each passage's words its own
+    parts, at = [], 0
+    for t in texts:
+        parts.append((at, at + len(t), 1 + len(t) // 4))
+        at += len(t) + 1
+    vocab: dict[str, int] = {}
+    by_word = counted(text, parts, analyzer,
+                      lambda ws: [vocab.setdefault(x, len(vocab)) for x in ws])
+    assert places(by_word) == parts
+    got = relevance_of(note, by_word, weights, [vocab.get(x) for x in weights.words])
     assert np.array(got, np.float64).tobytes() == want.tobytes()
+
+
+def _counted_passages(texts: list[str], analyzer: str,
+                      vocab: dict[str, int]) -> tuple[Any, list[tuple[int, int, int]]]:
+    """``counted`` of passages ``texts`` joined by a space, ids given by ``vocab``."""
+    from hivemind_memory.projections.ranking.passages import counted
+
+    parts, at = [], 0
+    for t in texts:
+        parts.append((at, at + len(t), 1 + len(t) // 4))
+        at += len(t) + 1
+    return counted(" ".join(texts), parts, analyzer,
+                   lambda ws: [vocab.setdefault(x, len(vocab)) for x in ws]), parts
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.lists(st.sampled_from([*WORDS, "the", "and"]), max_size=9),
+                                   min_size=2, max_size=12),
+                          st.floats(0.0, 1.0)), min_size=1, max_size=6),
+       st.lists(st.sampled_from([*WORDS, "absent"]), max_size=5, unique=True),
+       st.lists(st.one_of(st.just(0.0), st.floats(1e-6, 9.0)), min_size=5, max_size=5),
+       st.floats(0.01, 3.0), st.floats(0.0, 0.2), st.sampled_from(["english", "plain"]))
+def test_passages_of_many_notes_read_at_once_are_the_bits_of_each_read_alone(
+        notes: list[tuple[list[list[str]], float]], words: list[str], idf: list[float],
+        base: float, slope: float, analyzer: str) -> None:
+    """``relevances`` reads the query's words once over every long candidate of a query (one
+    array of all their runs): each note's passages get the bits ``passage_relevance`` over
+    ``bags_bm25`` gives that note alone, whatever the other notes hold (2-12 passages each,
+    across numpy's in-order block, words some notes lack, ids given in any order)."""
+    from hivemind_memory.projections.ranking.analyzer import analyze
+    from hivemind_memory.projections.ranking.columns import QueryWeights
+    from hivemind_memory.projections.ranking.passages import (
+        bag_of,
+        bags_bm25,
+        relevances,
+    )
+
+    w = tuple(analyze(list(words), analyzer))
+    weights = QueryWeights(w, tuple(idf[:len(w)]), base, slope, float(sum(idf[:len(w)])))
+    vocab: dict[str, int] = {"zzz-unused": 0}
+    cut = [_counted_passages([" ".join(p) for p in ps], analyzer, vocab)[0] for ps, _ in notes]
+    got = relevances([r for _, r in notes], cut, weights, [vocab.get(x) for x in w])
+    for (ps, r), mine in zip(notes, got, strict=True):
+        want = passage_relevance(r, bags_bm25([bag_of(" ".join(p), analyzer) for p in ps],
+                                              weights))
+        assert np.array(mine, np.float64).tobytes() == want.tobytes()
+
+
+def test_kept_passages_and_word_sets_hold_less_than_the_index_they_serve() -> None:
+    """What a worker keeps of a namespace's notes for the rules (word sets, passages by word)
+    is smaller than the namespace's index itself, so that two workers that split the
+    namespaces also split it: 120 notes of 10-300 words from a Zipf vocabulary (``bench
+    shards``' corpus), every one a candidate cut into 48-token passages; kept as Python
+    dicts of tuples and a vocabulary of their own, they held 3.8 x the index (now 0.4 x).
+    The words' ids are the index's own (no vocabulary kept), and the answers are those
+    ranked without anything kept."""
+    from hivemind_memory.projections.ranking.footprint import index_bytes
+    from hivemind_memory.projections.ranking.ranker import BatchMemo, KeptTexts
+
+    rnd = random.Random(7)
+    vocab = [f"w{i}" for i in range(20_000)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    notes = [note(f"n{i}", " ".join(rnd.choices(vocab, weights, k=rnd.randint(10, 300))), 30)
+             for i in range(120)]
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    kept = KeptTexts()
+    memo = BatchMemo(kept)
+    for j in range(6):
+        req = QueryRequest(ns="t", text=f"w{j} w{7 * j + 1}", budget=300)
+        assert run_rank(idx, req, DEFAULT, NOW, memo, embedder=EMBEDDER) == \
+            run_rank(idx, req, DEFAULT, NOW, embedder=EMBEDDER)
+    keys = kept.keys(idx.cols)
+    cut = sum(size > 0 for _, size, _ in keys)
+    assert cut >= 100  # the long notes' passages were kept
+    table = kept._tables[idx.cols]
+    assert not table.vocab
+    assert kept.held < index_bytes(idx)
+
+
+def test_a_word_no_term_table_holds_gets_an_id_of_its_own() -> None:
+    """A word set or passage holding a word the index's term tables do not (only a note that
+    is no candidate can) gives it a negative id of the table's own, the same every time, and
+    spelled back; a query word the notes lack has no id."""
+    from hivemind_memory.projections.ranking.ranker import KeptTexts, query_ids, word_ids
+
+    idx = build_index("t", {"a": note("a", "rotate the payments certificate", 2)}, EMBEDDER)
+    cols = idx.cols
+    kept = KeptTexts()
+    vocab = kept.table(cols).vocab
+    got = word_ids(cols, "plain", ["rotate", "zebra", "payments", "zebra", "yak"], vocab)
+    assert got[0] == cols.terms.get("rotate") and got[2] == cols.terms.get("payments")
+    assert got[1] == got[3] == -1 and got[4] == -2
+    assert word_ids(cols, "english", ["zebra"], vocab) == [-3]  # a stem is another word
+    assert kept.spelled(cols, np.array(sorted(got), np.int32)) == {
+        "rotate", "zebra", "payments", "yak"}
+    assert query_ids(cols, "plain", ("rotate", "zebra", "moose"), vocab) == [
+        cols.terms.get("rotate"), -1, None]

@@ -31,6 +31,8 @@ def test_reads_like_a_dict_through_seals_and_snapshots(first: list[str], later: 
         assert len(tab) == len(ref) and list(tab) == list(ref)
         for t in [*ref, *probes]:
             assert tab.get(t) == ref.get(t) and (t in tab) == (t in ref)
+        asked = [*probes, *reversed(ref)]
+        assert tab.lookup(asked) == [ref.get(t, -1) for t in asked]  # one search for all
         for t, i in ref.items():
             assert tab[t] == i and tab.term(i) == t
         assert list(tab.iter_from(len(ref) // 2)) == list(ref)[len(ref) // 2:]
@@ -44,6 +46,7 @@ def test_terms_under_one_hash_are_told_apart_by_their_bytes() -> None:
     table._ids[:] = [2, 0, 1]
     assert table.get("beta") == 1
     assert table.get("betb") is None
+    assert table.lookup(["beta", "betb", "beta"]) == [1, -1, 1]
 
 
 def test_a_term_added_twice_or_out_of_order_is_refused() -> None:

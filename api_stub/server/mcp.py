@@ -89,7 +89,9 @@ else:
         "count": "How many passages the note has.",
         "start": "Where the passage starts in the note's text (characters).",
         "end": "Where it ends (characters, exclusive).",
-    })
+        "rank": "Its place among the note's passages that match, by their match (absent: "
+                "the best one); its score was lowered for it (passage_repeat).",
+    }, optional=("rank",))
     """The one ``Passage`` struct as a pydantic model (the MCP tool's output schema)."""
 
     RecalledNote = _model("RecalledNote", answers.RecalledNote, answers.RECALLED_MCP, {

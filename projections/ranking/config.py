@@ -403,6 +403,27 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     evidence find it in the context more often (0.72 / 0.87 / 0.92 -> 0.92 / 0.92 / 0.95);
     32 cut answers apart (0.77 / 0.82 / 0.87). LoCoMo 0.623 / 0.749 / 0.817 -> 0.670 / 0.773
     / 0.848. 0 turns it off (what a config written before the key meant)."""
+    passage_repeat: float = 0.1
+    """A long note's passages after its best one count less: the passages of one note that are
+    candidates, ordered by their own match (``passages.relevance_of``; ties: the earlier
+    passage), have their scores multiplied by ``passage_repeat ** rank`` (the best, rank 0, by
+    1; the next by ``passage_repeat``, ...), and such a passage shows its ``rank``, except
+    the passages of the note that holds the query's best candidate (the lead: the likeliest
+    place of the whole answer, a reply to "remind me what you said about ..."), which keep
+    their shares. A note's probability is shared among its passages, so without this its
+    second, third, ... passages are each worth a share of the note, and one long reply that
+    mentions the query's words throughout fills a budget with its parts while the turns of
+    other conversations that the question also needs stay out (a question about two things
+    said in two sessions). Calibrated relevance, with ``passage_tokens`` on; 1 turns it off
+    (what a config written before the key meant); 0 is refused (a passage worth 0 is never
+    packed: use a small value). 0.1 (since 2026-12-02): on LongMemEval's dev set, chosen on
+    one half of its questions by the md5 of ``question_id`` among 0.7 / 0.5 / 0.3 / 0.1,
+    with and without the lead's exemption, and checked on the other (docs/benchmarks.md):
+    turn recall 0.784 / 0.853 / 0.897 -> 0.799 / 0.868 / 0.897 (half 0) and 0.818 / 0.930 /
+    0.963 -> 0.867 / 0.963 / 0.963 (half 1) at 200 / 500 / 1000 tokens; without the
+    exemption it found more turns (0.854 / 0.939 / 0.939 in all) but cut the answer string
+    out of the context of 6 of the 40 questions whose evidence holds it at 200 tokens
+    (parts of the one reply that held it gave way)."""
     candidates: Candidates = Candidates()
     """Calibrated relevance: where the candidates of a large namespace come from."""
     duplicate_threshold: float = 0.5
@@ -461,6 +482,9 @@ class RankingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.passage_tokens != 0 and not 16 <= self.passage_tokens <= 1_000_000:
             raise ValueError(f"passage_tokens must be 0 (off) or within [16, 1000000], got "
                              f"{self.passage_tokens}")
+        if not (math.isfinite(self.passage_repeat) and 0.0 < self.passage_repeat <= 1.0):
+            raise ValueError("passage_repeat must be within (0, 1] (1: off), got "
+                             f"{self.passage_repeat}")
         if not (math.isfinite(self.default_ttl_days) and
                 0 <= self.default_ttl_days <= MAX_TTL_DAYS):
             raise ValueError(f"default_ttl_days must be within [0, {MAX_TTL_DAYS}], got "
@@ -499,7 +523,7 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
                           "candidates": {"scan_max_notes": 20_000, "dense": 128,
                                          "lexical": 1_024, "connectivity": 12,
                                          "expansion_add": 32, "expansion_search": 128},
-                          "default_ttl_days": 0.0, "passage_tokens": 0,
+                          "default_ttl_days": 0.0, "passage_tokens": 0, "passage_repeat": 1.0,
                           "unknown_word_factor": 1.0}
 """Keys added after the first release and the value a config written before them meant."""
 LEGACY_TABLES: dict[str, dict[str, Any]] = {
@@ -525,7 +549,7 @@ WRITE_ONLY = ("duplicate_lsh_bands", "duplicate_lsh_min_hits", "duplicate_lsh_re
               "duplicate_lsh_bucket_cap")
 """Keys only the near-duplicate lookup reads: they change no answer, so no fingerprint."""
 CALIBRATED_ONLY = ("embedder", "max_candidates", "calibration", "candidates", "updates",
-                   "near_identical", "passage_tokens", "unknown_word_factor")
+                   "near_identical", "passage_tokens", "unknown_word_factor", "passage_repeat")
 """Keys added with calibrated relevance that nothing else reads."""
 
 

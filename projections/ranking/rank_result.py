@@ -19,14 +19,19 @@ import msgspec
 from hivemind_memory.projections.state import Tier
 
 
-class Passage(msgspec.Struct, frozen=True):
+class Passage(msgspec.Struct, frozen=True, omit_defaults=True):
     """Where a packed passage sits in its note: ``index`` (from 0) of ``count`` passages,
-    ``start`` and ``end`` the character offsets of its text in the note's text."""
+    ``start`` and ``end`` the character offsets of its text in the note's text; ``rank`` its
+    place among the note's passages that match, by their match (``RankingConfig.
+    passage_repeat``)."""
 
     index: int
     count: int
     start: int
     end: int
+    rank: int = 0
+    """0 for the note's best passage (omitted); ``k`` for its ``k``-th next, whose score was
+    multiplied by ``passage_repeat ** k`` (set only while ``passage_repeat`` is under 1)."""
 
 
 Method = Literal["exact", "greedy+swap"]

@@ -624,8 +624,12 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
               memo: BatchMemo | None = None) -> _Cut:
     """The candidates ``s`` with every note longer than ``cfg.passage_tokens`` replaced by
     its passages that match (``passages.split``, ``passages.relevance_of``: the bits of
-    ``passages.bags_bm25`` and ``passages.passage_relevance``), in candidate order."""
+    ``passages.bags_bm25`` and ``passages.passage_relevance``), in candidate order; a
+    passage after its note's best one (``repeat_ranks``) has its score multiplied by
+    ``cfg.passage_repeat ** rank`` unless its note holds the best-scored item (the first of
+    them in candidate order), and names its rank (``Passage.rank``)."""
     size = cfg.passage_tokens
+    repeat = cfg.passage_repeat
     tok = cols.tokens[s]
     weights = cols.bm25_weights(query, cfg, agent, None if memo is None else memo.terms(cols))
     slots: list[int] = []
@@ -635,6 +639,8 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
     toks: list[int] = []
     place: list[Passage | None] = []
     origin: list[int] = []
+    later: list[tuple[int, int]] = []
+    """(place among the items, rank) of each passage after its note's best one."""
     rows = list(zip(s.tolist(), rel.tolist(), rec.tolist(), score.tolist(), tok.tolist(),
                     strict=True))
     # every long candidate's passages first: cutting one may give a word an id, so the
@@ -660,6 +666,7 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             continue
         prob = probs[p]
         parts = places(words)
+        rank = repeat_ranks(prob) if repeat < 1.0 else None
         for k, ((a, z, pt), pr) in enumerate(zip(parts, prob, strict=True)):
             if pr <= PRINTS_AS_ZERO:
                 continue
@@ -670,10 +677,32 @@ def _passages(cols: Columns, s: IntArray, rel: FloatArray, rec: FloatArray,
             toks.append(pt)
             place.append(Passage(k, len(parts), a, z))
             origin.append(p)
+            if rank is not None and rank[k]:
+                later.append((len(place) - 1, rank[k]))
+    if later:  # after a note's best passage: ``passage_repeat`` ** its rank, but the lead's
+        lead = slots[max(range(len(scores)), key=scores.__getitem__)]  # first of the best
+        for j, k in later:
+            if slots[j] != lead:
+                scores[j] *= math.pow(repeat, k)
+                was = place[j]
+                assert was is not None
+                place[j] = msgspec.structs.replace(was, rank=k)
     return _Cut(np.array(slots, np.int64), np.array(rels, np.float64),
                 np.array(recs, np.float64), np.array(scores, np.float64),
                 np.array(toks, np.int64), place,
                 np.array(origin, np.int64))
+
+
+def repeat_ranks(prob: list[float]) -> list[int]:
+    """Each passage's rank among its note's passages that are candidates (``prob`` above
+    ``PRINTS_AS_ZERO``), by their match, highest first (ties: the earlier passage), from 0;
+    0 for the others too (they are never candidates)."""
+    out = [0] * len(prob)
+    live = sorted((k for k, pr in enumerate(prob) if pr > PRINTS_AS_ZERO),
+                  key=lambda k: (-prob[k], k))
+    for r, k in enumerate(live):
+        out[k] = r
+    return out
 
 
 def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray,

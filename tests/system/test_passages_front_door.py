@@ -107,3 +107,48 @@ def test_the_runbook_passage_through_the_sdk_and_mcp(tmp_path: Path,
                 assert ANSWER in out.structured_content["context"]  # type: ignore[index]
 
         anyio.run(main)
+
+
+def test_a_long_notes_second_passage_gives_way_over_http_and_reproduces(
+        tmp_path: Path) -> None:
+    """``passage_repeat`` through HTTP: at budget 110 the default packs the lead note, the
+    long note's best passage and another note's evidence, a per-query config with the rule
+    off packs the lead and the long note's two best passages; the explained candidates name
+    each passage's rank after the best, and both answers reproduce byte for byte."""
+    from tests.unit.projections.ranking.test_passage_repeat import LEAD, LONG, OTHER
+    from tests.unit.projections.ranking.test_passage_repeat import QUESTION as ASKED
+
+    url = f"memory://{tmp_path / 'store'}"
+    live = start_live(url)
+    try:
+        for nid, text, at in (("long@@alice", LONG, "2026-05-29T09:00:00Z"),
+                              ("other@@alice", OTHER, "2026-04-21T09:00:00Z"),
+                              ("lead@@alice", LEAD, "2026-05-30T09:00:00Z")):
+            st, body = call(live.base, "POST", f"{NS}/remember",
+                            {"note_id": nid, "text": text, "at": at, "duplicates": "ignore"},
+                            token=ALICE)
+            assert st == 200, body
+
+        def packed(config: dict[str, Any]) -> tuple[list[tuple[str, int]], Any]:
+            st, got = call(live.base, "POST", f"{NS}/query",
+                           {"text": ASKED, "budget": 110, "explain": True,
+                            "as_of": "2026-05-31T00:00:00Z", "config": config}, token=ALICE)
+            assert st == 200, got
+            return sorted((n["note_id"], n["passage"]["index"] if n.get("passage") else -1)
+                          for n in got["notes"]), got
+
+        on, got = packed({})
+        assert on == [("lead@@alice", -1), ("long@@alice", 0), ("other@@alice", -1)]
+        ranks = sorted((c["passage"]["index"], c["passage"].get("rank", 0))
+                       for c in got["candidates"] if c.get("passage"))
+        assert ranks == [(0, 0), (1, 1), (2, 2)]
+        off, got = packed({"passage_repeat": 1.0})
+        assert off == [("lead@@alice", -1), ("long@@alice", 0), ("long@@alice", 1)]
+        assert all("rank" not in c["passage"] for c in got["candidates"] if c.get("passage"))
+    finally:
+        live.stop()
+    env = {**os.environ, "HIVEMIND_REDIS_URL": url}
+    rep = subprocess.run([*HIVEMIND, "audit", "reproduce", "--ns", "team-a", "--all"],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "2 identical, 0 different" in rep.stdout + rep.stderr

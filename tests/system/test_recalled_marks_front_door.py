@@ -27,10 +27,16 @@ TWIN = "Redis persistence uses AOF with fsync every second on the projector"
 def _marks(n: Any) -> tuple[list[str], list[str], Any]:
     """A recalled note's (stands_for, updates, passage as a dict or None)."""
     if isinstance(n, dict):
-        return n["stands_for"], n["updates"], n["passage"]
+        return n["stands_for"], n["updates"], _place(n["passage"])
     p = n.passage
-    return list(n.stands_for), list(n.updates), None if p is None else (
-        p if isinstance(p, dict) else msgspec.structs.asdict(p))
+    return list(n.stands_for), list(n.updates), None if p is None else _place(
+        p if isinstance(p, dict) else msgspec.to_builtins(p))
+
+
+def _place(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A passage's place as the result's JSON has it: ``rank`` only after the note's best
+    passage (a struct's default and MCP's null say the same)."""
+    return None if p is None else {k: v for k, v in p.items() if k != "rank" or v}
 
 
 def test_stands_for_updates_and_passage_at_every_door(tmp_path: Path) -> None:

@@ -78,6 +78,11 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
         # rel x rec) and the near-identical notes it stands for
         marks = "".join(f" {k}={','.join(c[k])}" for k in ("updates", "stands_for")
                         if c.get(k))
+        if c.get("passage"):  # a long note's passage; after its best one, its rank
+            place = c["passage"]
+            marks += f" passage={place['index'] + 1}/{place['count']}"
+            if place.get("rank"):
+                marks += f" repeat={place['rank']} (score x passage_repeat^{place['rank']})"
         out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
                   f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d{marks}\n")

@@ -151,7 +151,8 @@ type Camelized<T> = { [K in keyof T as K extends string ? Camel<K> : K]: T[K] };
 type Signals = Schemas["NoteSignals"];
 
 /** Where a packed passage sits in its note: `index` (from 0) of `count` passages, `start` and
- * `end` the character offsets of its text in the note's text (the generated `Passage`). */
+ * `end` the character offsets of its text in the note's text, `rank` its place among the note's
+ * passages that match when its score was lowered for it (the generated `Passage`). */
 export type Passage = Schemas["Passage"];
 
 /** One note of a recall, in context order: the result's note (`NoteSignals`, generated from

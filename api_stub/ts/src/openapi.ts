@@ -2991,13 +2991,17 @@ export interface components {
         /**
          * Passage
          * @description Where a packed passage sits in its note: ``index`` (from 0) of ``count`` passages,
-         *     ``start`` and ``end`` the character offsets of its text in the note's text.
+         *     ``start`` and ``end`` the character offsets of its text in the note's text; ``rank`` its
+         *     place among the note's passages that match, by their match (``RankingConfig.
+         *     passage_repeat``).
          */
         Passage: {
             index: number;
             count: number;
             start: number;
             end: number;
+            /** @default 0 */
+            rank?: number;
         };
         /** Appended */
         Appended: {

@@ -17,7 +17,7 @@ const recalledNoteFace: Same<RecalledNote, {
   noteId: string; text: string; score: number; tokens: number; createdAt: string;
   tier: "longterm" | "scratch" | "short"; uses: number;
   metadata: Record<string, string | number | boolean>;
-  passage?: { index: number; count: number; start: number; end: number };
+  passage?: { index: number; count: number; start: number; end: number; rank?: number };
   standsFor: string[]; updates: string[];
 }> = true;
 void recalledNoteFace;

@@ -162,6 +162,28 @@ def test_explain_listing_names_the_older_versions_and_the_notes_stood_for() -> N
     assert "updates=" not in rows["old"] and "stands_for=" not in rows["old"]
 
 
+def test_explain_listing_names_a_passages_place_and_its_rank_after_the_best() -> None:
+    """A long note's passages in ``hivemind query --explain``: each row names its place
+    (1-based) and, after the note's best passage, its rank and the weight that lowered its
+    score (``passage_repeat``); a whole note has neither mark."""
+    def cand(index: int | None, rank: int = 0) -> dict[str, Any]:
+        place = None if index is None else {"index": index, "count": 3, "start": 0, "end": 9,
+                                            **({"rank": rank} if rank else {})}
+        return {"note_id": "long" if place else "short", "chosen": True, "relevance": 0.1,
+                "recency": 0.9, "score": 0.09, "cost": 10, "tier": "short", "uses": 0,
+                "age_days": 3.0, **({"passage": place} if place else {})}
+    body = json.dumps({"query_id": "t.1", "ns": "t", "as_of": "2026-01-01T00:00:00Z",
+                       "budget": 100, "used": 20, "method": "exact", "notes": [],
+                       "candidates": [cand(1), cand(0, 1), cand(2, 2), cand(None)]}).encode()
+    out = io.StringIO()
+    assert print_result(body, False, out) == 0
+    rows = [ln for ln in out.getvalue().splitlines() if "rel=" in ln]
+    assert rows[0].endswith(" passage=2/3")
+    assert rows[1].endswith(" passage=1/3 repeat=1 (score x passage_repeat^1)")
+    assert rows[2].endswith(" passage=3/3 repeat=2 (score x passage_repeat^2)")
+    assert "passage=" not in rows[3] and "repeat=" not in rows[3]
+
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True

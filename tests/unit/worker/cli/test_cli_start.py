@@ -52,7 +52,8 @@ def test_a_name_that_is_no_command_gets_the_whole_tree() -> None:
 def test_the_batch_path_imports_only_the_client_side() -> None:
     """``hivemind batch`` (main, then its command module) loads neither the SDK nor the
     worker, the write path (fold, read model, erasure, cluster appends, ingest), the ranking's
-    similarity, the servers' tokens, structlog, fakeredis or numpy."""
+    similarity, the servers (their tokens, Starlette, uvicorn, the MCP SDK, the metrics
+    client), structlog, fakeredis or numpy."""
     code = ("import sys; import hivemind_memory.worker.cli.main as m; "
             "import hivemind_memory.worker.cli.query_commands; "
             "m.build_parser(only='batch').parse_args(['batch', 'f']); "
@@ -69,6 +70,7 @@ def test_the_batch_path_imports_only_the_client_side() -> None:
               f"{pkg}.projections.store.readmodel", f"{pkg}.projections.store.erasure",
               f"{pkg}.projections.store.cluster", f"{pkg}.projections.store.ingest",
               f"{pkg}.projections.ranking.similarity", f"{pkg}.api_stub.server.tokens",
-              "structlog", "fakeredis", "numpy", "difflib"}
+              f"{pkg}.api_stub.server.http", "starlette", "uvicorn", "mcp",
+              "prometheus_client", "structlog", "fakeredis", "numpy", "difflib"}
     assert not absent & got, sorted(absent & got)
     assert {f"{pkg}.api_stub.client", "redis", "rq"} <= got

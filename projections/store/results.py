@@ -97,8 +97,9 @@ def wait_results(r: Store, ns: str, query_ids: Sequence[str],
         return False, [None] * len(query_ids)
     p = r.pipeline(transaction=False)
     p.lpush(first, b"1")  # wake other waiters too
-    p.mget([keys.result(ns, q) for q in query_ids])
-    _, got = p.execute()
+    for q in query_ids:  # GETs, not MGET: a Redis Cluster pipeline refuses MGET
+        p.get(keys.result(ns, q))
+    _, *got = p.execute()
     return True, [None if b is None else as_bytes(b) for b in got]
 
 

@@ -560,7 +560,7 @@ class QueryEngine:
         t = time.process_time()
         try:
             snapshot_refresh.reset_count(self.r, ns)
-            live = self.live.get(ns)
+            live = self.live.peek(ns)  # a refresh is not a use: LRU order is the queries'
             idx = live if live is not None else NamespaceIndex(ns)
             status = "refreshed"
             try:

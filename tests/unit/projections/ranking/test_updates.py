@@ -171,6 +171,50 @@ def test_the_budget_is_a_ceiling_not_a_quota(floor: float, packed: bool) -> None
     assert "billing" not in {n.note_id for n in res.notes}
 
 
+FILLER_TOPICS = ("garden tomatoes watering schedule", "laptop battery replacement options",
+                 "marathon training plan for the spring", "bread recipe with sourdough starter",
+                 "tax return deadline questions", "hotel booking for the conference",
+                 "guitar chords for beginners", "car insurance renewal quotes",
+                 "birthday gift ideas for a coworker", "python script to rename files",
+                 "moving boxes and packing tips", "yoga poses for back pain")
+
+
+def _reply_beside_its_match() -> list[NoteState]:
+    """480 unrelated questions of a chat history and, ten days ago, a turn naming Rachel's
+    relocation followed two minutes later by the short reply that says where she went
+    (no word of "Where did Rachel move to" but "move", and 7 tokens)."""
+    filler = [note(f"f{i:03d}", f"user: I have a question about "
+                                f"{FILLER_TOPICS[i % len(FILLER_TOPICS)]}, can you help with "
+                                f"item {i}?", 30 + i * 0.05, tokens=25) for i in range(480)]
+    ask = note("ask", "user: My friend Rachel just relocated for a new job at a design agency.",
+               10, tokens=18)
+    city = NoteState(note_id="city", agent="ann", scope="shared", kind="note",
+                     text="user: She moved to Chicago.", tokens=7,
+                     created_at=ask.created_at + timedelta(minutes=2))
+    return [*filler, ask, city]
+
+
+@pytest.mark.parametrize(("floor", "found"),
+                         [(None, True), (0.001, False), (0.0005, False), (0.0002, True)])
+def test_the_floor_keeps_a_short_reply_beside_a_strong_match(floor: float | None,
+                                                              found: bool) -> None:
+    """The short reply's probability (~0.0004) lies between the default floor (0.0003) and
+    the floor before it (0.001): it is packed under the default and under 0.0002, not under
+    0.0005 or 0.001; the unrelated notes (~0.0001) stay out under every one of them: the
+    budget is still a ceiling (the answer leaves most of 1,000 tokens unused)."""
+    cfg = BASE if floor is None else with_overrides(BASE, {"calibration": {"floor": floor}})
+    res = ranked(_reply_beside_its_match(), "Where did Rachel move to after her recent "
+                 "relocation?", 1000, cfg)
+    packed = {n.note_id for n in res.notes}
+    assert "ask" in packed
+    assert ("city" in packed) == found
+    rel = {c.note_id: c.relevance for c in res.candidates}
+    if found:
+        assert cfg.calibration.floor <= rel["city"] < 0.0005
+    assert not any(n.startswith("f") for n in packed)
+    assert res.used < 100
+
+
 PARAPHRASES = [
     ("We are having tacos and a green salad in the cafeteria at noon", "lunch menu"),
     ("I am vegetarian and I really dislike spicy dishes", "food preferences"),

@@ -92,7 +92,7 @@ def floored(key: str, best: float, *, abst: bool = False, half: int | None = 0,
         for b in abstention.BUDGETS:
             hit = f <= found_from
             c.by_floor[(f, b)] = (frozenset({"e"}) if hit else frozenset(),
-                                  b // 10 * 9 if hit or abst and f <= 0.001 else 10)
+                                  b // 10 * 9 if hit or (abst and f <= 0.001) else 10)
     return c
 
 

@@ -671,7 +671,8 @@ class Client:
                 raise QueryTimeout(
                     f"query {query_id}: no result within {timeout:g}s "
                     "(is a worker running? see `hivemind worker`)")
-            done, body = results.wait_result(self.store, ns, query_id, remaining)
+            done, body = results.wait_result(self.store, ns, query_id, remaining,
+                                                self.settings.result_ttl_seconds)
             if not done:  # a marker lost to a waiter that died: the result may be there
                 body = results.read_result(self.store, ns, query_id)
         return body
@@ -740,7 +741,8 @@ class Client:
                                   f"{timeout:g}s (is a worker running? see `hivemind worker`)")]
                 continue
             # not done within a slice: read again (a marker lost to a waiter that died)
-            waited, got = results.wait_results(self.store, ns, query_ids[i:j], remaining)
+            waited, got = results.wait_results(self.store, ns, query_ids[i:j], remaining,
+                                               self.settings.result_ttl_seconds)
 
 
 def _leading(bodies: Sequence[bytes | None]) -> list[bytes]:

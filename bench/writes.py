@@ -159,6 +159,13 @@ class OneStep:
     script_ms: float | None
     """Redis's own time in ``append_unless_named.lua`` a call (its calls' SLOWLOG
     durations; None when the server keeps no SLOWLOG)."""
+    reads: float = 0.0
+    """The one-step path's reads of the lookup's buckets (an HMGET of ``dupbands`` outside a
+    script) a write."""
+    read_ms: float | None = None
+    """Redis's own time in such a read, a call (SLOWLOG durations)."""
+    redis_ms: float | None = None
+    """Redis's time in the one-step path's script calls and bucket reads, a write."""
 
 
 SLOWLOG_PER_WRITE = 400
@@ -179,7 +186,7 @@ def one_step_cost(client: Any, ns: str, texts: Sequence[str]) -> OneStep:
     runs; the server's settings put back after), which also gives Redis's own time in the
     one-step script a call; the rest took the full check."""
     from hivemind_memory.events.codec import parse_json_event
-    from hivemind_memory.projections.store import dupappend
+    from hivemind_memory.projections.store import dupappend, keys
     from hivemind_memory.projections.store.scripts import source
 
     r = client.store
@@ -210,6 +217,8 @@ def one_step_cost(client: Any, ns: str, texts: Sequence[str]) -> OneStep:
     finally:
         dupappend.append_unless_named = run
     calls: list[int] = []
+    reads: list[int] = []
+    bands = keys.dupbands(ns).encode()
     if was is not None:
         log = r.slowlog_get(SLOWLOG_PER_WRITE * len(texts) + 10_000)
         r.config_set("slowlog-log-slower-than", was["slowlog-log-slower-than"])
@@ -218,10 +227,14 @@ def one_step_cost(client: Any, ns: str, texts: Sequence[str]) -> OneStep:
             cmd = e["command"].split(b" ", 2)
             if cmd[0].upper() == b"EVALSHA" and len(cmd) > 1 and cmd[1] == mine:
                 calls.append(int(e["duration"]))
+            elif cmd[0].upper() == b"HMGET" and len(cmd) > 1 and cmd[1] == bands:
+                reads.append(int(e["duration"]))  # scripts' own commands are not logged
     n = len(texts)
     fast = sum(done)
     return OneStep(1000 * cpu / n, 1000 * wall / n, fast, len(calls) / n, n - fast,
-                   statistics.mean(calls) / 1000 if calls else None)
+                   statistics.mean(calls) / 1000 if calls else None, len(reads) / n,
+                   statistics.mean(reads) / 1000 if reads else None,
+                   (sum(calls) + sum(reads)) / 1000 / n if was is not None else None)
 
 
 @dataclass
@@ -443,10 +456,13 @@ def run(url: str, opts: Options) -> None:
             one = one_step_cost(client, ns, [fresh_text(corpus, rng)
                                              for _ in range(opts.probes)])
             script = "?" if one.script_ms is None else f"{one.script_ms:.3f}"
+            read = "?" if one.read_ms is None else f"{one.read_ms:.3f}"
+            both = "?" if one.redis_ms is None else f"{one.redis_ms:.3f}"
             print(f"  default remember of a fresh note, in process: CPU {one.cpu_ms:.3f} ms, "
                   f"wall {one.wall_ms:.3f} ms a write; {one.one_step} of {opts.probes} in one "
-                  f"step, {one.full} by the full check; {one.sends:.2f} one-step script calls "
-                  f"a write, Redis in it {script} ms a call")
+                  f"step, {one.full} by the full check; {one.reads:.2f} bucket reads a write, "
+                  f"Redis in it {read} ms a call; {one.sends:.2f} one-step script calls a "
+                  f"write, Redis in it {script} ms a call; Redis in both {both} ms a write")
             rc = recall(client, ns, corpus, opts.probes, rng)
             share = rc.found / rc.pairs if rc.pairs else 1.0
             print(f"  recall vs the query-based check: {rc.found} of {rc.pairs} pairs "

@@ -42,6 +42,7 @@ from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
+from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
 from hivemind_memory.projections.ranking.rank_result import RankResult
 from hivemind_memory.projections.ranking.ranker import (
@@ -156,9 +157,10 @@ class QueryEngine:
         """The notes' word sets and passages the ranking rules derive from their texts, kept
         from batch to batch (``ranker.KeptTexts``: tables held weakly, bounded to a share of
         the memory budget and counted in it)."""
-        self.live = IndexCache(budget * MIB, outside=lambda: self.kept.held)
+        self.live = IndexCache(budget * MIB, outside=lambda: self.kept.held + sum(
+            self.ready_bytes.copy().values()))
         """The namespaces' live indexes, least recently used evicted past the memory budget
-        (``worker.memory``) less what ``kept`` holds."""
+        (``worker.memory``) less what ``kept`` and ``ready`` hold."""
         self.as_of: OrderedDict[tuple[str, str, datetime], NamespaceIndex] = OrderedDict()
         self.fences: dict[str, bytes | None] = {}
         """Per namespace: the erasure fence as this engine last read it. When it moves, an
@@ -180,6 +182,9 @@ class QueryEngine:
         self.ready: dict[str, NamespaceIndex] = {}
         """Per namespace: an index a thread of ``warm_builds`` loaded, for the next query to
         take (then held within the budget like any other)."""
+        self.ready_bytes: dict[str, int] = {}
+        """The bytes of each index in ``ready`` (measured by its thread): held by the worker
+        until a query takes it, so they count in the budget (``live.outside``)."""
         self.unread: set[str] = set()
         """Namespaces whose snapshot a thread could not go on from (the next query takes the
         usual path: a full load, inline or in a thread)."""
@@ -388,7 +393,7 @@ class QueryEngine:
         if idx is None:
             need = estimate_load_bytes(self.r, ns)  # None: no snapshot, a full build (below)
             if need is not None and need > cache.budget:
-                self.ready.pop(ns, None)
+                self._take_ready(ns)
                 raise self._unavailable(ns, "namespace_too_large", too_large_message(
                     ns, need, cache.budget, measured=False))
             loaded = self._loaded(ns, need)
@@ -446,7 +451,7 @@ class QueryEngine:
         so the first query after a worker restart never waits seconds for the read."""
         if ns in self.warm_builds:
             raise _warming_error(ns)
-        got = self.ready.pop(ns, None)  # a thread leaves it there before it leaves warm_builds
+        got = self._take_ready(ns)  # a thread leaves it there before it leaves warm_builds
         if got is not None:
             return got
         if need is None or ns in self.unread or \
@@ -458,6 +463,17 @@ class QueryEngine:
         log.info("snapshot_read_started", ns=ns)
         raise _warming_error(ns)
 
+    def _keep_ready(self, ns: str, idx: NamespaceIndex) -> None:
+        """Leave ``idx``, loaded by a thread, for ``ns``'s next query, counted in the budget."""
+        self.ready_bytes[ns] = index_bytes(idx)
+        self.ready[ns] = idx
+
+    def _take_ready(self, ns: str) -> NamespaceIndex | None:
+        """The index a thread left for ``ns`` (no longer counted outside the cache)."""
+        got = self.ready.pop(ns, None)
+        self.ready_bytes.pop(ns, None)
+        return got
+
     def _read(self, ns: str) -> None:
         """``_loaded``'s thread: the snapshot read and brought up to date incrementally (never
         a full load: that is the build's, under its lease), left in ``ready``."""
@@ -465,7 +481,7 @@ class QueryEngine:
         try:
             idx = NamespaceIndex(ns)
             refresh_index(self.r, idx, self.embedder, allow_full=False)
-            self.ready[ns] = idx
+            self._keep_ready(ns, idx)
             self.unread.discard(ns)
             log.info("snapshot_read", ns=ns, notes=idx.indexed(),
                      cpu_s=round(time.process_time() - t, 2))
@@ -520,7 +536,7 @@ class QueryEngine:
             load_index(self.r, idx, embedder=self.embedder)
             log.info("index_built", ns=ns, notes=idx.indexed(),
                      cpu_s=round(time.process_time() - t, 2))
-            self.ready[ns] = idx
+            self._keep_ready(ns, idx)
             self.unread.discard(ns)
         except Exception:  # the next query starts another build
             log.exception("index_build_failed", ns=ns)
@@ -544,7 +560,7 @@ class QueryEngine:
         t = time.process_time()
         try:
             snapshot_refresh.reset_count(self.r, ns)
-            live = self.live.get(ns)
+            live = self.live.peek(ns)  # a refresh is not a use: LRU order is the queries'
             idx = live if live is not None else NamespaceIndex(ns)
             status = "refreshed"
             try:

@@ -126,6 +126,11 @@ class IndexCache:
             self._held.move_to_end(ns)
         return idx
 
+    def peek(self, ns: str) -> NamespaceIndex | None:
+        """The index of ``ns`` if held, left where it stands in the least-recently-used
+        order (work that is not a query, such as a snapshot refresh)."""
+        return self._held.get(ns)
+
     def __setitem__(self, ns: str, idx: NamespaceIndex) -> None:
         self._held[ns] = idx
         self._held.move_to_end(ns)

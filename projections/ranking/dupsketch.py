@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -315,3 +315,38 @@ def split_member(m: bytes) -> tuple[bytes, bytes]:
     """A filing (a ``Filing`` key, then the note key) as the bucket's field and the entry
     (fingerprint and note key) it holds there."""
     return m[:-ENTRY_BYTES], m[-ENTRY_BYTES:]
+
+
+def band_hits(bands: Sequence[bytes], buckets: Sequence[bytes | None], min_hits: int,
+              bucket_cap: int = 0, skips: int = 0) -> list[bytes]:
+    """The note keys filed under at least ``min_hits`` of a write's band keys ``bands``
+    (``band_key``: bucket, then fingerprint), given each band's bucket as read from the lookup
+    (``buckets[i]`` for ``bands[i]``: its entries concatenated, None when empty), in the
+    order of the keys read as little-endian integers. The rule of ``lua/dup_lookup.lua``: up
+    to ``skips`` bands whose bucket holds more than ``bucket_cap`` entries are not counted,
+    the largest first (ties: the earlier band; ``bucket_cap`` 0 counts every band); an entry
+    counts for a band when it starts with the band's fingerprint (a bucket files a note once
+    under a band). All buckets are compared in one vectorised pass: the cost is the bytes
+    read, not a Python step per entry."""
+    if len(bands) != len(buckets):
+        raise ValueError(f"band_hits: {len(bands)} band keys but {len(buckets)} buckets")
+    sizes = [len(v) // ENTRY_BYTES if v else 0 for v in buckets]
+    if bucket_cap > 0 and skips > 0:
+        big = sorted((i for i, n in enumerate(sizes) if n > bucket_cap),
+                     key=lambda i: (-sizes[i], i))
+        for i in big[:skips]:
+            sizes[i] = 0
+    if sum(sizes) < min_hits:
+        return []
+    buf = b"".join(v[:n * ENTRY_BYTES] for v, n in zip(buckets, sizes, strict=True)
+                   if v and n)
+    entries = np.frombuffer(buf, dtype=np.uint8).reshape(-1, ENTRY_BYTES)
+    fps = np.frombuffer(b"".join(b[3:3 + FP_BYTES] for b in bands),
+                        dtype=np.uint8).reshape(-1, FP_BYTES)
+    want = np.repeat(fps, sizes, axis=0)
+    mine = (entries[:, :FP_BYTES] == want).all(axis=1)
+    if int(mine.sum()) < min_hits:
+        return []
+    notes = np.ascontiguousarray(entries[mine, FP_BYTES:]).view("<u8").ravel()
+    got, counts = np.unique(notes, return_counts=True)
+    return [k.tobytes() for k in got[counts >= min_hits]]

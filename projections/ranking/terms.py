@@ -16,6 +16,7 @@ snapshot stores the buffer; ``from_joined`` hashes again).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,29 @@ SEAL_FRACTION = 0.125
 """The unsealed dict is sealed into the arrays once it holds this share of the sealed terms
 (and at least ``SEAL_MIN`` terms)."""
 SEAL_MIN = 256
+
+
+class NativeLookup(Protocol):
+    """What this module calls of the C kernel (checked against ``_terms.pyi``)."""
+
+    def lookup(self, terms: list[str], hashes: npt.NDArray[np.int64],
+               ids: npt.NDArray[np.int32], off: npt.NDArray[np.int64],
+               buf: bytes) -> list[int]: ...
+
+
+_built: NativeLookup | None
+try:
+    from hivemind_memory.projections.ranking import _terms as _built
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _built = None
+
+native: NativeLookup | None = _built
+"""``TermTable.lookup``'s search and compare over the sealed terms in C
+(``projections/ranking/_terms.c``), when it was built; otherwise (or set to None) the Python
+loop of ``lookup`` (the reference: the tests run both and require the same ids). A kept
+text's words are looked up when a note's passages and word set are first derived (the rules'
+``ranker.KeptTexts``): ~3,000 instructions a word in Python, most of a dense query's
+derivations."""
 
 
 class TermTable:
@@ -118,6 +142,15 @@ class TermTable:
         n = len(h)
         if not n:
             return [self._tail.get(t, -1) for t in terms]
+        kernel = native
+        if kernel is not None:
+            found = kernel.lookup(terms if type(terms) is list else list(terms), h, self._ids,
+                                  self._off, self._buf)
+            if self._tail and -1 in found:  # not sealed: maybe added since the last seal
+                tail = self._tail
+                found = [tail.get(t, -1) if i == -1 else i
+                         for t, i in zip(terms, found, strict=True)]
+            return found
         keys = np.fromiter(map(hash, terms), np.int64, len(terms))
         pos = np.minimum(np.searchsorted(h, keys), n - 1)
         same = (h[pos] == keys).tolist()

@@ -14,7 +14,7 @@ from redis.exceptions import NoScriptError
 
 from hivemind_memory.events.errors import AppendFailed
 from hivemind_memory.projections.store import keys
-from hivemind_memory.projections.store.cluster import check_acks, relearn
+from hivemind_memory.projections.store.cluster import check_acks, relearn, slot_master
 from hivemind_memory.projections.store.log import FIELD, register_namespaces
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
@@ -32,9 +32,7 @@ def append_if_tail(r: Store, ns: str, tail: str, blobs: Sequence[bytes], replica
     know it (``NOSCRIPT``: the script did not run, nothing was written)."""
     if register:
         register_namespaces(r, [ns])
-    rc: Any = r
-    client = r if isinstance(r, redis.Redis) else \
-        rc.get_node_from_key(keys.stream(ns)).redis_connection
+    client = slot_master(r, keys.stream(ns))
     s = script(client, "append_if_tail")
     try:
         try:

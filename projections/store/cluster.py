@@ -153,6 +153,17 @@ def _by_master(r: Store, nss: Sequence[str]) -> list[tuple[redis.Redis, list[int
     return list(groups.values())
 
 
+def slot_master(r: Store, key: str) -> redis.Redis:
+    """A plain client for the master holding ``key``'s slot (``r`` itself when it is one
+    Redis): a cluster pipeline refuses EVALSHA, MGET and the like, a plain pipeline to the
+    slot's master takes them, and every key of a namespace is in that slot."""
+    if isinstance(r, redis.Redis):
+        return r
+    rc: Any = r  # node lookup is untyped in redis-py
+    got: redis.Redis = rc.get_node_from_key(key).redis_connection
+    return got
+
+
 def relearn(r: Store) -> None:
     """After a failed write to a cluster (a failover, a moved slot): learn the slot map again
     for the caller's next attempt (if the cluster is still electing, a later attempt does)."""

@@ -1,14 +1,20 @@
-"""A checked ``remember`` of a fresh note in one round trip, when nothing can name it
-(``lua/append_unless_named.lua``): the lookup, the compare-and-set on the log's tail and the
-append in one atomic step.
+"""A checked ``remember`` of a fresh note in two round trips, when nothing can name it: one
+read of the near-duplicate lookup's buckets, then one script (``lua/append_unless_named.lua``)
+that re-checks what the read could not see and appends, in one atomic step.
 
 The full check (``dupcheck.check``, then ``Client.append_checked``) reads the lookup and the
 unprojected tail, decides on the client, then appends in a second round trip. Most writes are
 of fresh notes: the lookup names no note that may reach the threshold, the note and event ids
 are new, and the tail holds only entries the writer has already compared with its note. This
-path sends the write with its probe and lets Redis decide that in the same script that
-appends; when anything could name the note it writes nothing and the caller checks as before,
-so its answer is the full check's, never a guess.
+path reads, in one MULTI, the lookup's spec tag, its checkpoint, the buckets of the write's
+twin key and band keys, and the log entries after the newest one the writer compared; it
+counts the band hits itself (``dupsketch.band_hits``, the lookup script's rule), so Redis
+spends a plain HMGET on the buckets, whose bytes grow with the namespace, instead of a Lua
+count over them. Then the script bounds the few notes the bands name on their filed term
+digests, checks the ids unused and that every log entry after the checkpoint the buckets were
+read at is one the writer compared (the lookup at any later checkpoint is the one read with
+those entries folded), and appends; when anything could name the note it writes nothing and
+the caller checks as before, so its answer is the full check's, never a guess.
 
 The writer keeps, per namespace, the tail entries it has compared (``Seen``): not their texts,
 only what the comparison needs (the twin key's digest, the 64-bit term digests, the note ids
@@ -16,9 +22,9 @@ touched, the event id), so a note erased later leaves no text in a writer's memo
 names the write when its twin key is the write's or its term digests overlap the write's by
 the threshold (a 64-bit digest shared by two terms only raises the overlap: this never
 misses what ``dupcheck`` would name), when it touches the write's note id, or when it carries
-the write's event id; then the full check runs. Redis appends only if the tail after the
-checkpoint is within what the writer compared (``Seen.floor`` .. ``Seen.known``); else it
-returns the entries the writer has not seen, which it compares and sends again.
+the write's event id; then the full check runs. Redis appends only if the log after the
+buckets' checkpoint is within what the writer compared (``Seen.floor`` .. ``Seen.known``);
+else it returns the entries the writer has not seen, which it compares and sends again.
 
 Plain Redis (and the embedded store) only: the script also adds the namespace to the
 registry, a key of another slot on a cluster, where the full check runs.
@@ -37,6 +43,7 @@ from hivemind_memory.events.schema import Event, NoteCreated, NoteRevised
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dupsketch import (
     Probe,
+    band_hits,
     probe,
     spec_of,
     term_hash,
@@ -162,11 +169,57 @@ def supported(r: Store) -> bool:
     return isinstance(r, redis.Redis)
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """The lookup as one MULTI read it: its spec tag (None: none recorded), its checkpoint
+    ("" none), the buckets of the probe's twin key then of its band keys (None: empty), and
+    the log's entries after the newest one the writer had compared (XRANGE's reply; None
+    when the writer had compared none)."""
+
+    tag: str | None
+    checkpoint: str
+    buckets: list[bytes | None]
+    tail: list[Any] | None
+
+
+def _read(r: Store, ns: str, pr: Probe, known: str) -> _Read:
+    """One MULTI: the lookup's spec tag, checkpoint and the probe's buckets (as the lookup
+    stands at that checkpoint: the projector moves both in one atomic write), and the log's
+    entries after ``known`` (up to ``TAIL_MAX`` + 1), so that the script usually finds every
+    entry compared at its first send, other writers' included."""
+    p = r.pipeline(transaction=True)
+    p.get(keys.dupspec(ns))
+    p.get(keys.checkpoint(ns))
+    p.hmget(keys.dupbands(ns), [pr.twin, *(b[:3] for b in pr.bands)])
+    if known:
+        p.xrange(keys.stream(ns), min="(" + known, max="+", count=TAIL_MAX + 1)
+    tag, cp, vals, *tail = p.execute()
+    return _Read(as_bytes(tag).decode() if tag else None, as_bytes(cp).decode() if cp else "",
+                 [as_bytes(v) if v else None for v in vals], tail[0] if tail else None)
+
+
+def _extended(s: Seen, ns: str, cp: str, raw: list[Any], after_known: bool,
+              cfg: RankingConfig) -> tuple[Seen, int] | None:
+    """``s`` and the log entries ``raw`` of ``ns`` (XRANGE's reply, at most ``TAIL_MAX`` of it
+    taken) read after ``s.known`` (``after_known``: ``s``'s entries are kept) or after the
+    checkpoint ``cp`` (they are not), as what the writer compared after ``cp``; with how many
+    of its entries were compared already (the new ones follow). None when that would be more
+    than ``SEEN_MAX`` entries, or nothing at all came back (the full check then)."""
+    at = parse_pos(cp)
+    got = readmodel.decode_entries(raw[:TAIL_MAX], ns)
+    kept = tuple(e for e in s.entries if parse_pos(e.entry_id) > at) if after_known else ()
+    more = tuple(entry_of(i, e, cfg) for i, e, _raw in got if parse_pos(i) > at)
+    if len(kept) + len(more) > SEEN_MAX:
+        return None
+    known = got[-1][0] if got else s.known
+    return Seen(cp, known, (*kept, *more), s.analyzer), len(kept)
+
+
 def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
                         cfg: RankingConfig) -> Appended | None:
-    """Append ``ev`` (encoded: ``blob``) in one step if nothing can name it (the module's
-    docstring); None when it wrote nothing and the full check must run. Raises the store's
-    errors (a connection lost mid-call: the write's outcome is unknown, its event id tells)."""
+    """Append ``ev`` (encoded: ``blob``) if nothing can name it (the module's docstring); None
+    when it wrote nothing and the full check must run. Raises the store's errors (a
+    connection lost mid-call: the write's outcome is unknown, its event id tells)."""
     spec = spec_of(cfg)
     pr = probe(ev.text, spec, cfg)
     mine = frozenset(term_hash(t) for t in pr.terms)
@@ -174,46 +227,61 @@ def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
     s = states.get(ns)
     if s is None or s.analyzer != cfg.analyzer:
         s = Seen("", "", (), cfg.analyzer)
-    checked = 0  # entries of s already compared with this write
+
+    def named(entries: tuple[Entry, ...]) -> bool:
+        return any(names(e, pr, mine, ev.note_id, ev.event_id, cfg.duplicate_threshold)
+                   for e in entries)
+    if named(s.entries):  # the writer's own recent notes: no round trip
+        _keep(states, ns, s)
+        return None
+    got = _read(r, ns, pr, s.known)
+    if (got.tag is not None and got.tag != spec.tag) or got.buckets[0] is not None:
+        _keep(states, ns, s)
+        return None  # another spec's lookup, or a note filed under the twin key
+    cp, at = got.checkpoint, parse_pos(got.checkpoint)
+    checked = len(s.entries)  # entries of s already compared with this write
+    if got.tail is not None and parse_pos(s.floor) <= at:
+        ext = _extended(s, ns, cp, got.tail, True, cfg)
+        if ext is None:
+            forget_seen(r, ns)
+            return None
+        s, checked = ext
+    near = band_hits(pr.bands, got.buckets[1:], spec.min_hits, spec.bucket_cap, spec.skips)
     sc = script(r, "append_unless_named")
-    base = [keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns), keys.checkpoint(ns),
-            keys.stream(ns), keys.notes(ns), keys.seen(ns), keys.scheduled(ns),
-            keys.NAMESPACES]
+    base = [keys.dupnotes(ns), keys.dupspec(ns), keys.stream(ns), keys.notes(ns),
+            keys.seen(ns), keys.scheduled(ns), keys.NAMESPACES]
     digests = pr.hashes.astype("<u2").tobytes()
     bar = repr(cfg.duplicate_threshold - ROUNDING)
     for _ in range(ATTEMPTS):
-        if any(names(e, pr, mine, ev.note_id, ev.event_id, cfg.duplicate_threshold)
-               for e in s.entries[checked:]):
+        if named(s.entries[checked:]):
             _keep(states, ns, s)
             return None
         checked = len(s.entries)
-        args: list[Any] = [spec.min_hits, spec.bucket_cap, spec.skips, spec.tag, bar, digests,
-                           s.known, s.floor, ev.note_id, ev.event_id, FIELD, TAIL_MAX,
-                           keys.SCHEDULE_TTL_SECONDS, ns, blob, pr.twin, *pr.bands]
+        args: list[Any] = [spec.tag, bar, digests, s.known, s.floor, cp, ev.note_id,
+                           ev.event_id, FIELD, TAIL_MAX, keys.SCHEDULE_TTL_SECONDS, ns, blob,
+                           *near]
         try:
-            status_raw, cp_raw, payload = r.evalsha(sc.sha, len(base), *base, *args)
+            status_raw, payload = r.evalsha(sc.sha, len(base), *base, *args)
         except NoScriptError:
             sc.sha = r.script_load(sc.script)
             continue
-        status, cp = as_bytes(status_raw), as_bytes(cp_raw).decode()
-        at = parse_pos(cp)
-        kept = tuple(e for e in s.entries if parse_pos(e.entry_id) > at)
+        status = as_bytes(status_raw)
         if status == b"appended":
             eid = as_bytes(payload[0]).decode()
+            kept = tuple(e for e in s.entries if parse_pos(e.entry_id) > at)
             own = Entry(eid, ev.event_id, (ev.note_id,), pr.twin, mine)
             _keep(states, ns, Seen(cp, eid, (*kept, own), cfg.analyzer))
             return Appended(eid, bool(int(payload[1])))
-        if status != b"tail":
+        if status != b"tail" or not payload:
             _keep(states, ns, s)
             return None
-        decoded = readmodel.decode_entries(payload[:TAIL_MAX], ns)
+        # the script read the tail after s.known when it held every entry after cp, else
+        # after cp
         extends = bool(s.known) and parse_pos(s.floor) <= at <= parse_pos(s.known)
-        if not decoded or (extends and len(kept) + len(decoded) > SEEN_MAX):
+        ext = _extended(s, ns, cp, payload, extends, cfg)
+        if ext is None:
             forget_seen(r, ns)
             return None
-        more = tuple(entry_of(i, e, cfg) for i, e, _raw in decoded)
-        checked = len(kept) if extends else 0
-        s = Seen(cp, decoded[-1][0], (*kept, *more) if extends else more, cfg.analyzer)
+        s, checked = ext
     _keep(states, ns, s)
     return None
-

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from hivemind_memory.events.errors import StoreError
 from hivemind_memory.events.positions import Position, parse_pos
@@ -42,6 +42,7 @@ from hivemind_memory.projections.ranking.dupsketch import (
 )
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.projections.store import keys
+from hivemind_memory.projections.store.cluster import relearn, slot_master
 from hivemind_memory.projections.store.scripts import script
 from hivemind_memory.projections.store.types import Store, as_bytes
 
@@ -187,12 +188,13 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
     if lo is None:
         got_cp = r.get(keys.checkpoint(ns))
         lo = as_bytes(got_cp).decode() if got_cp else ""
-    s = script(r, "dup_lookup")
+    node = slot_master(r, keys.stream(ns))  # a cluster pipeline refuses EVALSHA
+    s = script(node, "dup_lookup")
     page: int | None = TAIL_PAGE
     # a script cache flushed, a checkpoint moved back (a rebuild), a tail cut at the page
     # twice (from a stale checkpoint, then from the one just read)
     for _ in range(5):
-        p = r.pipeline(transaction=True)
+        p = node.pipeline(transaction=True)
         p.evalsha(s.sha, 4, keys.dupbands(ns), keys.dupnotes(ns), keys.dupspec(ns),
                   keys.checkpoint(ns), spec.min_hits, spec.bucket_cap, spec.skips, pr.twin,
                   *pr.bands)
@@ -204,8 +206,11 @@ def lookup(r: Store, ns: str, pr: Probe, spec: DupSpec, note_ids: Sequence[str] 
         try:
             (tag, cp_raw, twins, near), raw_tail, *prior_replies = p.execute()
         except NoScriptError:
-            s.sha = r.script_load(s.script)
+            s.sha = node.script_load(s.script)
             continue
+        except RedisError:
+            relearn(r)  # a failover or a moved slot: the caller's next attempt finds it
+            raise
         cp = as_bytes(cp_raw).decode()
         at = parse_pos(cp)
         if at < parse_pos(lo):  # the checkpoint went back: read again from it

@@ -69,37 +69,44 @@ def result_exists(r: Store, ns: str, query_id: str) -> bool:
     return bool(r.exists(keys.result(ns, query_id)))
 
 
-def wait_done(r: Store, ns: str, query_id: str, timeout_s: float) -> bool:
+def wait_done(r: Store, ns: str, query_id: str, timeout_s: float,
+              ttl_s: int = keys.RESULT_TTL_SECONDS) -> bool:
     """Block up to ``timeout_s`` (at most ``BLOCK_SLICE_S``, whatever the socket timeout) on
     the query's done list; True when it was pushed. Leaves the marker in place for other
-    waiters. Callers loop until their own deadline."""
-    return wait_result(r, ns, query_id, timeout_s)[0]
+    waiters, expiring ``ttl_s`` from now (the results' TTL). Callers loop until their own
+    deadline."""
+    return wait_result(r, ns, query_id, timeout_s, ttl_s)[0]
 
 
-def wait_result(r: Store, ns: str, query_id: str,
-                timeout_s: float) -> tuple[bool, bytes | None]:
+def wait_result(r: Store, ns: str, query_id: str, timeout_s: float,
+                ttl_s: int = keys.RESULT_TTL_SECONDS) -> tuple[bool, bytes | None]:
     """``wait_done``, and once done the result, read in the same round trip that puts the
     marker back: (done, the result's bytes or None if it expired meanwhile)."""
-    done, [body] = wait_results(r, ns, [query_id], timeout_s)
+    done, [body] = wait_results(r, ns, [query_id], timeout_s, ttl_s)
     return done, body
 
 
-def wait_results(r: Store, ns: str, query_ids: Sequence[str],
-                 timeout_s: float) -> tuple[bool, list[bytes | None]]:
+def wait_results(r: Store, ns: str, query_ids: Sequence[str], timeout_s: float,
+                 ttl_s: int = keys.RESULT_TTL_SECONDS) -> tuple[bool, list[bytes | None]]:
     """``wait_done`` on the first of ``query_ids`` (all of ``ns``), and once done the
     results of all of them (``read_results``), read in the same round trip that puts the
     first's marker back: (done, each result's bytes or None: not there yet, or expired).
     A batch's reader waits for its next missing answer and reads the ones after it, which
-    the same worker wave usually published, without a round trip of their own."""
+    the same worker wave usually published, without a round trip of their own.
+    BLPOP took the marker's only element, so Redis deleted the list with its TTL: the
+    marker put back expires ``ttl_s`` from now (without it, every waited-for query left a
+    key that never expired, and a waiter of a result expired since found the marker done
+    at once, round trip after round trip, until its deadline)."""
     first = keys.done(ns, query_ids[0])
     popped = r.blpop([first], timeout=min(max(timeout_s, 0.01), BLOCK_SLICE_S))
     if popped is None:
         return False, [None] * len(query_ids)
     p = r.pipeline(transaction=False)
     p.lpush(first, b"1")  # wake other waiters too
+    p.expire(first, ttl_s)
     for q in query_ids:  # GETs, not MGET: a Redis Cluster pipeline refuses MGET
         p.get(keys.result(ns, q))
-    _, *got = p.execute()
+    _, _, *got = p.execute()
     return True, [None if b is None else as_bytes(b) for b in got]
 
 

@@ -25,9 +25,11 @@ def test_every_mode_and_path_writes_and_the_recall_is_printed(
                      r"lookup script [\d.]+ ms", out)
     one = re.search(r"default remember of a fresh note, in process: CPU [\d.]+ ms, wall [\d.]+ "
                     r"ms a write; (\d+) of 12 in one step, (\d+) by the full check; ([\d.]+) "
-                    r"one-step script calls a write, Redis in it [\d.]+ ms a call", out)
+                    r"bucket reads a write, Redis in it [\d.]+ ms a call; ([\d.]+) one-step "
+                    r"script calls a write, Redis in it [\d.]+ ms a call; Redis in both "
+                    r"[\d.]+ ms a write", out)
     assert one is not None and int(one.group(1)) + int(one.group(2)) == 12
-    assert int(one.group(1)) > 0 and float(one.group(3)) >= 1
+    assert int(one.group(1)) > 0 and float(one.group(3)) >= 1 and float(one.group(4)) >= 1
     got = re.search(r"recall vs the query-based check: (\d+) of (\d+) pairs .* (\d+) not "
                     r"visible to the writer", out)
     assert got is not None and int(got.group(3)) == 0

@@ -104,6 +104,24 @@ def test_the_least_recently_used_goes_first(store: Any, fixed_now: None) -> None
     assert eng.live.names() == ["la", "lc"]
 
 
+def test_a_snapshot_refresh_leaves_the_least_recently_used_order_to_the_queries(
+        store: Any, fixed_now: None) -> None:
+    """A ``refresh_snapshot`` job (queued by the projector after commits, not a query) brings
+    a held index up to date without making it the most recently used: a namespace written
+    often and never asked stays the first evicted."""
+    c = Client(store, settings=Settings())
+    for k, ns in enumerate(["ra", "rb", "rc"]):
+        _fill(c, ns, 30, k)
+    eng = QueryEngine(store, DEFAULT, Settings(), embedder=None)
+    eng.kept.limit = 0
+    for ns in ["ra", "rb"]:
+        _answers(eng, c, _requests([ns]))
+    eng.live.budget = sum(eng.live.sizes().values()) + 10_000  # two fit, not three
+    assert eng.refresh_snapshot("ra")["status"] == "refreshed"
+    _answers(eng, c, _requests(["rc"]))
+    assert eng.live.names() == ["rb", "rc"]
+
+
 def test_a_namespace_larger_than_the_budget_is_refused_at_once_naming_the_sizes(
         store: Any, fixed_now: None) -> None:
     c = Client(store, settings=Settings())

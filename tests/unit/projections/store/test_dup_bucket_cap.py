@@ -6,6 +6,7 @@ exactly known."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,10 @@ from hivemind_memory.projections.ranking.dupsketch import (
     TWIN_FP,
     DupSpec,
     Probe,
+    band_hits,
     band_recall,
     note_key,
+    parse_record,
     record,
     spec_of,
 )
@@ -52,9 +55,18 @@ def _probe(bands: int) -> Probe:
                  np.zeros(0, dtype=np.uint16))
 
 
-def _near(store: Any, spec: DupSpec) -> list[str]:
+def _near(store: Any, spec: DupSpec, pr: Probe | None = None) -> list[str]:
+    """The notes ``lua/dup_lookup.lua`` names for ``pr`` (default: ``_probe``), checked to be
+    the ones ``dupsketch.band_hits`` names from the same buckets (the one-step write's
+    count, in the client)."""
+    pr = pr or _probe(spec.bands)
     dupindex._seen_checkpoint(store).clear()
-    return sorted(dupindex.lookup(store, NS, _probe(spec.bands), spec).near)
+    got = sorted(dupindex.lookup(store, NS, pr, spec).near)
+    buckets = store.hmget(keys.dupbands(NS), [b[:3] for b in pr.bands])
+    hit = band_hits(pr.bands, buckets, spec.min_hits, spec.bucket_cap, spec.skips)
+    recs = store.hmget(keys.dupnotes(NS), hit) if hit else []
+    assert sorted(parse_record(r)[0] for r in recs if r) == got
+    return got
 
 
 def _spec(cap: int, skips: int, min_hits: int = 2) -> DupSpec:
@@ -220,3 +232,32 @@ def test_a_signatures_band_keys_are_band_key_of_each_bands_digest(bands: int, ro
             for j in range(bands)))
         assert _band_keys(sig, spec) == want
     assert _band_keys(None, spec) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_band_hits_names_what_the_lookup_script_names(store: Any, seed: int) -> None:
+    """Random buckets (notes filed under random bands with the probe's fingerprint or
+    another, sizes spread over the cap), random caps, skips and hits: the client's count
+    (``band_hits``) and the script's (``dup_lookup.lua``) name the same notes."""
+    rng = random.Random(seed)
+    bands = 12
+    notes = [f"n{i}" for i in range(40)]
+    buckets: dict[bytes, list[str]] = {}
+    fps: dict[tuple[bytes, str], bytes] = {}
+    for b in range(1, bands + 1):
+        held = rng.sample(notes, rng.choice([0, 1, 2, 3, 5, 8, 13, 21]))
+        if held:
+            buckets[_band(b)] = held
+        for n in held:
+            if rng.random() < 0.3:  # another band's, sharing a byte with FP or none
+                fps[(_band(b), n)] = rng.choice([b"fz", b"zp", b"zz"])
+    _fill(store, buckets, fps)
+    for _ in range(8):
+        cap, skips, hits = rng.choice([0, 2, 4, 8]), rng.randint(0, 4), rng.randint(1, 4)
+        spec = DupSpec("english", bands, 1, hits, cap, skips)
+        _near(store, spec)
+
+
+def test_band_hits_refuses_buckets_that_do_not_match_the_bands() -> None:
+    with pytest.raises(ValueError, match="2 band keys but 1 buckets"):
+        band_hits([_band(1) + FP, _band(2) + FP], [None], 1)

@@ -96,10 +96,12 @@ class _Paths:
         c.check_duplicates = full  # type: ignore[method-assign]
 
 
-def test_a_fresh_note_is_checked_and_appended_by_one_command(store: Any) -> None:
-    """Nothing resembles the note: one EVALSHA and nothing else (its projection job is
-    already queued here, so none is enqueued); the entry is in the log, the namespace in
-    the registry, and the answer has checked and found nothing."""
+def test_a_fresh_note_is_read_then_checked_and_appended_by_one_command(store: Any) -> None:
+    """Nothing resembles the note: one MULTI that reads the lookup's spec tag, checkpoint and
+    the write's buckets, and the log after the client's own last entry, then one EVALSHA,
+    and nothing else (its projection job is already
+    queued here, so none is enqueued); the entry is in the log, the namespace in the
+    registry, and the answer has checked and found nothing."""
     c = _client(store)
     c.remember(_note("n1", words(1, 2, 3)))  # the script loaded, the marker set
     _project(c)
@@ -111,11 +113,21 @@ def test_a_fresh_note_is_checked_and_appended_by_one_command(store: Any) -> None
         sent.append(str(a[0]))
         return orig(*a, **kw)
     store.execute_command = execute_command
-    opened: list[Any] = []
+    piped: list[tuple[bool, list[str]]] = []
     pipeline = store.pipeline
-    store.pipeline = lambda *a, **kw: opened.append(a) or pipeline(*a, **kw)
+
+    def opened(*a: Any, **kw: Any) -> Any:
+        p = pipeline(*a, **kw)
+        run = p.execute
+
+        def execute(*ea: Any, **ekw: Any) -> Any:
+            piped.append((p.transaction, [str(cmd[0][0]) for cmd in p.command_stack]))
+            return run(*ea, **ekw)
+        p.execute = execute
+        return p
+    store.pipeline = opened
     got = c.remember(_note("n2", words(4, 5, 6), hours=1))
-    assert sent == ["EVALSHA"] and opened == []
+    assert piped == [(True, ["GET", "GET", "HMGET", "XRANGE"])] and sent == ["EVALSHA"]
     assert got.write.appended == 1 and got.duplicates == [] and got.unchecked is None
     assert _created_ids(store) == ["n1", "n2"]
     assert store.sismember(keys.NAMESPACES, NS)
@@ -137,10 +149,10 @@ def test_the_write_that_sets_the_marker_enqueues_the_projection(store: Any) -> N
 @pytest.mark.parametrize("projected", [False, True], ids=["tail", "index"])
 def test_another_writers_twin_is_named_and_merged(store: Any, monkeypatch: pytest.MonkeyPatch,
                                                   projected: bool) -> None:
-    """Bob's client wrote the text Alice's client never saw: in the unprojected tail (the
-    script returns the entry, Alice's client finds it a twin of her note) or in the lookup
-    (the script names it). Either way nothing is appended by the script and the full check
-    answers with the twin."""
+    """Bob's client wrote the text Alice's client never saw: in the unprojected tail (read
+    with the buckets after the entry Alice's client last saw; it finds it a twin of her note)
+    or in the lookup (under the twin key). Either way nothing is sent to the script and the
+    full check answers with the twin."""
     a, b = _client(store), _elsewhere(store)
     a.remember(_note("old", words(90, 91, 92)))
     b.remember(_note("first", words(1, 2, 3, 4, 5), hours=1))
@@ -150,7 +162,7 @@ def test_another_writers_twin_is_named_and_merged(store: Any, monkeypatch: pytes
     got = a.remember(_note("second", words(1, 2, 3, 4, 5), hours=2))
     assert got.duplicate_of == "first" and got.write.appended == 0
     assert paths.fast == [False] and paths.full == 1
-    assert paths.sends == 1  # the tail came back with the first send, or the lookup named it
+    assert paths.sends == 0  # the read of the buckets and the tail named it
     assert _created_ids(store) == ["old", "first"]
 
 
@@ -199,21 +211,75 @@ def test_a_note_the_bands_name_below_the_threshold_is_appended_in_one_step(
     assert paths.fast == [True, False] and paths.full == 1
 
 
-def test_an_unrelated_write_in_between_costs_one_more_send_and_no_full_check(
+def test_an_unrelated_write_in_between_is_read_with_the_buckets(
         store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Alice's client compared the tail up to its own last note; Bob appends an unrelated
-    note meanwhile. The script returns Bob's entry, Alice's client compares it and sends
-    again: two sends, no full check, the note appended after Bob's."""
+    note meanwhile. The read of the buckets brings Bob's entry, Alice's client compares it:
+    one send, no full check, the note appended after Bob's."""
     a, b = _client(store), _elsewhere(store)
     a.remember(_note("n1", words(1, 2, 3)))
     b.remember(_note("x", words(40, 41, 42), agent="bob", hours=1))
     paths = _Paths(a, monkeypatch)
     got = a.remember(_note("n2", words(7, 8, 9), hours=2))
     assert got.write.appended == 1 and got.duplicates == []
-    assert paths.fast == [True] and paths.sends == 2 and paths.full == 0
+    assert paths.fast == [True] and paths.sends == 1 and paths.full == 0
     got = a.remember(_note("n3", words(10, 11, 12), hours=3))  # its own entry: known
-    assert paths.fast == [True, True] and paths.sends == 3
+    assert paths.fast == [True, True] and paths.sends == 2
     assert _created_ids(store) == ["n1", "x", "n2", "n3"]
+
+
+def _between(monkeypatch: pytest.MonkeyPatch, then: Any) -> None:
+    """Run ``then()`` once, right after a one-step write has read the lookup's buckets and
+    before it sends its script (another writer, or the projector, at that instant)."""
+    read, done = dupappend._read, []
+
+    def read_then(*a: Any, **kw: Any) -> Any:
+        got = read(*a, **kw)
+        if not done:
+            done.append(then())
+        return got
+    monkeypatch.setattr(dupappend, "_read", read_then)
+
+
+@pytest.mark.parametrize("projected", [False, True], ids=["tail", "index"])
+def test_a_write_between_the_read_and_the_script_is_sent_back_and_compared(
+        store: Any, monkeypatch: pytest.MonkeyPatch, projected: bool) -> None:
+    """Bob writes a twin of Alice's note after her client read the buckets, and (``index``)
+    the projector folds it into the lookup too, so the lookup Alice's client read is stale
+    and the checkpoint has moved past Bob's entry. The script still returns every entry
+    after the checkpoint the buckets were read at: Alice's client finds the twin, nothing
+    is appended and the full check merges it. (A script that took the checkpoint as it is
+    at its own run would find nothing after it and append a second copy.)"""
+    a, b = _client(store), _elsewhere(store)
+    a.remember(_note("n1", words(90, 91, 92)))
+    _project(a)
+
+    def bob() -> None:
+        b.append_checked([_note("first", words(1, 2, 3, 4, 5), agent="bob", hours=1)])
+        if projected:
+            _project(b)
+    _between(monkeypatch, bob)
+    paths = _Paths(a, monkeypatch)
+    got = a.remember(_note("second", words(1, 2, 3, 4, 5), hours=2))
+    assert got.duplicate_of is None and got.write.appended == 1  # another author's twin...
+    assert [n for n, _ in got.duplicates or []] == ["first"]  # ...is reported, not merged
+    assert paths.fast == [False] and paths.sends == 1 and paths.full == 1
+    assert _created_ids(store) == ["n1", "first", "second"]
+
+
+def test_an_unrelated_write_between_the_read_and_the_script_costs_one_more_send(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bob's unrelated note lands between Alice's read and her script: the script returns
+    it, her client compares it and sends again: two sends, no full check."""
+    a, b = _client(store), _elsewhere(store)
+    a.remember(_note("n1", words(1, 2, 3)))
+    _between(monkeypatch,
+             lambda: b.append_checked([_note("x", words(40, 41), agent="bob", hours=1)]))
+    paths = _Paths(a, monkeypatch)
+    got = a.remember(_note("n2", words(7, 8, 9), hours=2))
+    assert got.write.appended == 1 and got.duplicates == []
+    assert paths.fast == [True] and paths.sends == 2 and paths.full == 0
+    assert _created_ids(store) == ["n1", "x", "n2"]
 
 
 def test_read_your_writes_the_writers_own_unprojected_note_is_a_twin(
@@ -253,7 +319,8 @@ def test_a_tail_longer_than_a_writer_keeps_takes_the_full_check(
         b.append_checked([_note(f"o{i}", words(100 + i), agent="bob", hours=i)])
     paths = _Paths(a, monkeypatch)
     a.remember(_note("n1", words(1, 2), hours=10))
-    assert paths.fast == [True] and paths.sends == 4 and paths.full == 0  # 3 + 3 + 1, then in
+    # 3 (and 1 more) read with the buckets, then 3 + 1 sent back, 1, then in
+    assert paths.fast == [True] and paths.sends == 3 and paths.full == 0
     monkeypatch.setattr(dupappend, "SEEN_MAX", 4)
     dupappend.forget_seen(a.store, NS)
     got = a.remember(_note("n2", words(3, 4), hours=11))

@@ -118,9 +118,9 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     Chicago." two minutes after the turn on Rachel's relocation, 0.0004; a turn naming the
     dog's breed without the word "breed", 0.0007), as a floor of 0.0003 for every note did;
     but ``bench scale-cpu``'s selective queries at 10,000 notes cost more CPU with it (p50
-    2.4-2.7 ms scanning against 1.2-2.5 off, one interleaved run on a busy machine; a floor
-    of 0.0003 for every note: 3.4-4.8 against 1.1-1.7), so it stays off until that is
-    understood."""
+    2.1-2.9 ms scanning against 1.2-1.6 off, once 2.5, two interleaved windows on a busy
+    machine; a floor of 0.0003 for every note: 3.4-4.8 against 1.1-1.7), so it stays off
+    until that is understood."""
     tail_floor: float = 0.0003
     """The least probability of a ``tail_notes`` note (a 1 in 3,333 chance)."""
     tail_max_tokens: int = 48

@@ -22,6 +22,12 @@ answered as the default does. The flags (query words as BM25 matches them,
   question scored by the model fitted without it; flagged at or above the ``k``-th highest
   abstention question's score (a threshold chosen on the abstention questions themselves).
 
+A second table (``--floors``) judges the question by its candidates' probabilities instead
+and moves ``calibration.floor`` per question: the floor falls to a low value when the best
+candidate is strong (its probability at least ``t``: evidence of a match, so weaker notes
+beside it may be needed) and rises to a strict one otherwise, or follows the best candidate
+(``c`` times its probability), each question answered through ``run_rank`` with that floor.
+
 Prints, per rule and cap, how many abstention / answerable / LoCoMo questions it flags,
 LongMemEval's turn recall over all answerable questions and per half
 (``bench.longmemeval.half``), the abstention questions' mean tokens, and LoCoMo's evidence
@@ -34,7 +40,7 @@ import argparse
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -43,7 +49,7 @@ from bench import locomo
 from bench import longmemeval as lme
 from hivemind_memory.api_stub.protocol.messages import QueryRequest
 from hivemind_memory.projections.ranking.columns import FloatArray
-from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig, with_overrides
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.fitting import fit_logistic
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
@@ -54,6 +60,8 @@ from hivemind_memory.worker.engine import run_rank
 BUDGETS = (200, 500, 1000)
 CAPS = (150, 250)
 """The short context a flagged question gets, in tokens (at most its budget)."""
+FLOORS = (0.0003, 0.001, 0.005, 0.01, 0.02)
+"""The floors the question-level floor rules (``--floors``) choose among."""
 SPLIT_PAIR_MIN_IDF = 3.0
 """A pair of adjacent query words counts for ``split pair`` when both are at least this rare
 (IDF 3: in about 1 in 20 notes of the namespace)."""
@@ -77,6 +85,9 @@ class Case:
     """The candidates' relevance (the calibrated probability), highest first."""
     cosine: float = 0.0
     """The largest cosine of a candidate with the query (the embedder's)."""
+    by_floor: dict[tuple[float, int], tuple[frozenset[str], int]] = field(default_factory=dict)
+    """(floor, budget) -> what is packed with ``calibration.floor`` at that floor
+    (``--floors``)."""
 
 
 def coverage(c: Case, power: float = 1.0) -> float:
@@ -191,7 +202,7 @@ class Asked:
 
 def _case(a: Asked, key: str, abstention: bool, half: int | None,
           evidence: tuple[str, ...], budgets: Sequence[int],
-          cosines: FloatArray | None) -> Case:
+          cosines: FloatArray | None, floors: Sequence[float] = ()) -> Case:
     """``a``'s question as a ``Case``; ``cosines``: the query's with every slot of its
     index."""
     cols = a.idx.cols
@@ -212,11 +223,17 @@ def _case(a: Asked, key: str, abstention: bool, half: int | None,
         got = a.answer(b)
         case.packed[b] = (frozenset(n.note_id for n in got.notes),
                           sum(n.tokens for n in got.notes))
+    for f in floors:
+        at = replace(a, cfg=with_overrides(a.cfg, {"calibration": {"floor": f}}))
+        for b in BUDGETS:
+            got = at.answer(b)
+            case.by_floor[(f, b)] = (frozenset(n.note_id for n in got.notes),
+                                     sum(n.tokens for n in got.notes))
     return case
 
 
 def longmemeval_cases(cfg: RankingConfig, budgets: Sequence[int],
-                      limit: int | None = None) -> list[Case]:
+                      limit: int | None = None, floors: Sequence[float] = ()) -> list[Case]:
     """Every question of the LongMemEval dev set (``lme.load_task``), as ``bench quality
     --task longmemeval`` answers it."""
     embedder = embedder_for(cfg.embedder)
@@ -226,12 +243,12 @@ def longmemeval_cases(cfg: RankingConfig, budgets: Sequence[int],
         cos = None if embedder is None else idx.query_cosines(embedder.embed([q.text]))
         out.append(_case(Asked(idx, f"lme{i}", q.text, q.asked, cfg, None, embedder), q.qid,
                          q.abstention, lme.half(q), q.evidence, budgets,
-                         None if cos is None else cos[:, 0]))
+                         None if cos is None else cos[:, 0], floors))
     return out
 
 
 def locomo_cases(cfg: RankingConfig, budgets: Sequence[int],
-                 limit: int | None = None) -> list[Case]:
+                 limit: int | None = None, floors: Sequence[float] = ()) -> list[Case]:
     """Every question of LoCoMo's dev conversations (the first ``limit`` of each), as ``bench
     quality`` answers it (one index and batch memo per conversation)."""
     embedder = embedder_for(cfg.embedder)
@@ -244,7 +261,7 @@ def locomo_cases(cfg: RankingConfig, budgets: Sequence[int],
             memo.prime_cosines(idx, [q.text for q in qs], embedder)
         out += [_case(Asked(idx, "locomo", q.text, c.asked, cfg, memo, embedder),
                       f"{c.name}:{k}", False, None, q.evidence, budgets,
-                      memo.cosines(idx, q.text)) for k, q in enumerate(qs)]
+                      memo.cosines(idx, q.text), floors) for k, q in enumerate(qs)]
     return out
 
 
@@ -279,17 +296,83 @@ def measure(flag: Flag | None, cap: int, lm: Sequence[Case], lo: Sequence[Case])
                          for b in BUDGETS))
 
 
+FloorRule = Callable[[Case], float]
+"""A question -> the ``calibration.floor`` it is answered with (one of ``FLOORS``)."""
+
+
+def best_probability(c: Case) -> float:
+    """The best candidate's probability (0 without candidates)."""
+    return float(c.rel[0]) if len(c.rel) else 0.0
+
+
+def at_most(x: float) -> float:
+    """The highest of ``FLOORS`` at most ``x`` (the lowest when none is)."""
+    return max((f for f in FLOORS if f <= x), default=FLOORS[0])
+
+
+def every(f: float) -> FloorRule:
+    """The floor ``f`` for every question."""
+    return lambda c: f
+
+
+def strong_low(t: float, strict: float, low: float = FLOORS[0]) -> FloorRule:
+    """``low`` when the best candidate's probability is at least ``t``, else ``strict``."""
+    return lambda c: low if best_probability(c) >= t else strict
+
+
+def follow_best(k: float, low: float = FLOORS[0]) -> FloorRule:
+    """``k`` times the best candidate's probability (at least ``low``; ``at_most``)."""
+    return lambda c: at_most(max(low, k * best_probability(c)))
+
+
+def floor_rules() -> dict[str, FloorRule]:
+    """Every floor alone, then the question-level floor rules: low (0.0003) when the best
+    candidate's probability is at least ``t``, else strict; or ``k`` times the best."""
+    low = FLOORS[0]
+    out = {f"floor {f} for every question": every(f) for f in FLOORS}
+    for t in (0.05, 0.1, 0.15):
+        for strict in (0.001, 0.005, 0.01, 0.02):
+            out[f"best >= {t}: {low}, else {strict}"] = strong_low(t, strict)
+    for k in (0.02, 0.05, 0.1, 0.2):
+        out[f"{k} x the best (at least {low})"] = follow_best(k)
+    return out
+
+
+def measure_floors(rule: FloorRule, lm: Sequence[Case], lo: Sequence[Case]) -> Figures:
+    """The figures when each question is answered with the floor ``rule`` gives it."""
+    def answer(c: Case, b: int) -> tuple[frozenset[str], int]:
+        return c.by_floor[(rule(c), b)]
+
+    def recall(cs: Sequence[Case], b: int) -> float:
+        xs = [locomo.recall(set(answer(c, b)[0]), c.evidence) for c in cs if c.evidence]
+        return float(np.mean(xs)) if xs else float("nan")
+
+    ans = [c for c in lm if not c.abstention]
+    parts = {"LongMemEval": ans, "half 0": [c for c in ans if c.half == 0],
+             "half 1": [c for c in ans if c.half == 1], "LoCoMo": list(lo)}
+    ab = [c for c in lm if c.abstention]
+    low = (sum(rule(c) > FLOORS[0] for c in lm if c.abstention),
+           sum(rule(c) > FLOORS[0] for c in ans), sum(rule(c) > FLOORS[0] for c in lo))
+    return Figures(low, {k: tuple(recall(v, b) for b in BUDGETS) for k, v in parts.items()},
+                   tuple(float(np.mean([answer(c, b)[1] for c in ab])) if ab else float("nan")
+                         for b in BUDGETS))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench abstention", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--limit", type=int, default=None,
                     help="the first N LongMemEval questions and N questions of each LoCoMo "
                          "conversation (a smoke run)")
+    ap.add_argument("--floors", action="store_true",
+                    help="also the question-level floor rules (each question answered at "
+                         f"every floor of {', '.join(map(str, FLOORS))})")
     args = ap.parse_args(argv)
     t = time.process_time()
     budgets = sorted(set(BUDGETS) | set(CAPS))
-    lm = longmemeval_cases(DEFAULT, budgets, args.limit)
-    lo = locomo_cases(DEFAULT, budgets, args.limit)
+    floors = FLOORS if args.floors else ()
+    lm = longmemeval_cases(DEFAULT, budgets, args.limit, floors)
+    lo = locomo_cases(DEFAULT, budgets, args.limit, floors)
     n_abs = sum(c.abstention for c in lm)
     print(f"{len(lm) - n_abs} answerable and {n_abs} abstention LongMemEval questions, "
           f"{len(lo)} LoCoMo questions; recall at {' / '.join(map(str, BUDGETS))} tokens")
@@ -308,5 +391,20 @@ def main(argv: list[str] | None = None) -> int:
               f"| {r('LongMemEval')} | {r('half 0')} | {r('half 1')} "
               f"| {fig.abstention_tokens[1]:.0f} / {fig.abstention_tokens[2]:.0f} "
               f"| {r('LoCoMo')} |")
+    if args.floors:
+        print("\nquestion-level floors: the questions answered above the lowest floor "
+              f"({FLOORS[0]}), then recall at {' / '.join(map(str, BUDGETS))} tokens")
+        print("| floor rule | above the lowest: abst / answerable / LoCoMo | LongMemEval "
+              f"| half 0 | half 1 | abstention tokens @{BUDGETS[1]} / @{BUDGETS[2]} | LoCoMo |")
+        print("|" + "---|" * 7)
+        for name, rule in floor_rules().items():
+            fig = measure_floors(rule, lm, lo)
+
+            def q(k: str, fig: Figures = fig) -> str:
+                return " / ".join(f"{x:.3f}" for x in fig.recall[k])
+            print(f"| {name} | {' / '.join(map(str, fig.flagged))} | {q('LongMemEval')} "
+                  f"| {q('half 0')} | {q('half 1')} "
+                  f"| {fig.abstention_tokens[1]:.0f} / {fig.abstention_tokens[2]:.0f} "
+                  f"| {q('LoCoMo')} |")
     print(f"CPU seconds: {time.process_time() - t:.1f}")
     return 0

@@ -342,13 +342,15 @@ def evidence(sig: Signals, cal: Calibration, near: IntArray) -> BoolArray:
 def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
            cosine: FloatArray | None, named: Sequence[int], lay: Layout, cal: Calibration,
            limit: int, allowed: BoolArray | None = None,
-           visible: int | None = None) -> tuple[IntArray, FloatArray]:
+           visible: int | None = None, tail: bool = True) -> tuple[IntArray, FloatArray]:
     """The candidates among the notes ``seq`` (``signals``' arguments): their positions in
     ``seq``, ascending, and their probability (``probability``), the notes with ``evidence``,
     at least ``cal.floor`` likely, ``allowed`` (a flag per slot; None: all), and among the
     ``limit`` most probable. ``visible``: how many notes the asker may see, when ``seq`` is
     only some of them (``likely_among``'s windows): whether the namespace is small
-    (``nearest_max_notes``) is its size's, not the window's (default ``len(seq)``)."""
+    (``nearest_max_notes``) is its size's, not the window's (default ``len(seq)``). Under
+    ``floor``, only the ``tail_notes`` most probable at ``tail_floor`` or above
+    (``tail_kept``; ``tail`` False: every one, the caller trims them)."""
     small = (len(seq) if visible is None else visible) <= cal.nearest_max_notes
     kernel = native
     if kernel is None:
@@ -358,8 +360,12 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
         kept = p[near]
         own = ((sig.b > 0) | (sig.c >= cal.min_cosine))[near]
         p[~evidence(sig, cal, near)] = 0.0
-        if cal.floor > 0:
-            p[p < cal.floor] = 0.0
+        low = lowest_floor(cal)
+        if low > 0:
+            p[p < low] = 0.0
+        if tail and low < cal.floor:  # under the floor: only the tail's notes
+            p[~tail_kept(p, cal, cols.tokens[seq],
+                         None if allowed is None else allowed[seq])] = 0.0
         if len(near) and small:
             # a small namespace: its nearest notes whatever the floor, by meaning
             p[near] = by_meaning(kept, own, sig.c[near])
@@ -395,7 +401,12 @@ def likely(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     if not small:
         near_at = near_at[:0]
     pos = np.empty(m, np.int64)
-    pos = pos[:kernel.finish(e, _EVERY, cal.floor, pos)]
+    low = lowest_floor(cal)
+    pos = pos[:kernel.finish(e, _EVERY, low, pos)]
+    if tail and low < cal.floor:  # under the floor: only the tail's notes
+        slots = seq[at[pos]]
+        pos = pos[tail_kept(e[pos], cal, cols.tokens[slots],
+                            None if allowed is None else allowed[slots])]
     if len(near_at):  # a small namespace: its nearest notes whatever the floor, by meaning
         assert cosine is not None  # near is empty without cosines
         e[near_at] = by_meaning(near_p, own, cosine[seq[near]])
@@ -418,6 +429,29 @@ def candidates(p: FloatArray, limit: int) -> IntArray:
     cut = np.partition(p, len(p) - limit)[len(p) - limit]
     at: IntArray = (p >= cut).nonzero()[0]
     return at
+
+
+def lowest_floor(cal: Calibration) -> float:
+    """The least probability a candidate may have: ``floor``, or ``tail_floor`` below it when
+    the tail is on (``tail_notes``)."""
+    return min(cal.floor, cal.tail_floor) if cal.tail_notes > 0 else cal.floor
+
+
+def tail_kept(p: FloatArray, cal: Calibration, tokens: IntArray,
+              ok: BoolArray | None = None) -> BoolArray:
+    """Which of the probabilities ``p`` (each at ``lowest_floor`` or above, or 0) of notes of
+    ``tokens`` stay: those at ``floor`` or above, and of the others above 0 and of at most
+    ``tail_max_tokens`` the ``tail_notes`` highest (every one tied with the last included)
+    among ``ok`` (None: all)."""
+    keep: BoolArray = p >= cal.floor
+    tail = (p > 0.0) & ~keep & (tokens <= cal.tail_max_tokens)
+    if ok is not None:
+        tail &= ok
+    at = tail.nonzero()[0]
+    if len(at) > cal.tail_notes:
+        at = at[candidates(p[at], cal.tail_notes)] if cal.tail_notes > 0 else at[:0]
+    keep[at] = True
+    return keep
 
 
 def limit_for(cfg: RankingConfig, budget: int | None) -> int:
@@ -523,13 +557,17 @@ def likely_among(cols: Columns, seq: Lookup, pos: Lookup, lex_slots: IntArray,
     if len(seeds) < len(lex_slots):  # the hits outside the windows lend nothing
         inside = lay.pos[lex_slots] >= 0
         lex_slots, lex = lex_slots[inside], lex[inside]
-    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub), visible=n)
+    got, p = likely(cols, sub, lex_slots, lex, cosine, named, lay, cal, len(sub), visible=n,
+                    tail=False)
     is_at = np.zeros(n, np.bool_)
     is_at[at] = True
     keep = is_at[win[got]]  # the neighbours only lent their values
     if allowed is not None:  # only these may be candidates (a filter, the expiry)
         keep &= allowed[seq[win[got]]]
     got, p = got[keep], p[keep]
+    if lowest_floor(cal) < cal.floor:  # the tail among the candidates (the scan's: among all)
+        trim = tail_kept(p, cal, cols.tokens[seq[win[got]]])
+        got, p = got[trim], p[trim]
     top = candidates(p, limit)
     out: IntArray = win[got[top]]
     return out, p[top]

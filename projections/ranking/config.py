@@ -101,11 +101,30 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     filed before the term existed meant 0 (``LEGACY_TABLES``); ``FITTED`` sets -0.5."""
     floor: float = 0.001
     """The budget's ceiling: a note less likely to be needed than this (its calibrated
-    relevance, a probability) is no candidate, however much budget is left. 0.001: a note
-    packed has at least a 1 in 1,000 chance of being one the question needs (on LoCoMo's
-    development half 0.004 already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost
-    0.13); a question with nothing that likely gets an empty context and the result says so
-    (``nothing_relevant``)."""
+    relevance, a probability) is no candidate, however much budget is left (but the
+    ``tail_notes`` below it); a question with nothing that likely gets an empty context and
+    the result says so (``nothing_relevant``). 0.001: a note packed has at least a 1 in
+    1,000 chance of being one the question needs (on LoCoMo's development half 0.004
+    already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost 0.13)."""
+    tail_notes: int = 0
+    """The tail under the floor: besides the notes at ``floor`` or above, the ``tail_notes``
+    most probable notes of at most ``tail_max_tokens`` tokens at ``tail_floor`` or above are
+    candidates (every one tied with the last included): a short note just under the floor
+    costs little of a budget and may be the answer beside a strong match. 0 (the default)
+    turns it off; a calibration table filed before the key existed meant 0
+    (``LEGACY_TABLES``). Measured (docs/benchmarks.md): with 8, of the 11 evidence turns
+    LongMemEval's dev set missed at 1,000 tokens (6 of them at 0.0003-0.001) it packs 3,
+    7 to 45 tokens long and 0th, 1st and 6th of their question's tail ("She moved to
+    Chicago." two minutes after the turn on Rachel's relocation, 0.0004; a turn naming the
+    dog's breed without the word "breed", 0.0007), as a floor of 0.0003 for every note did;
+    but ``bench scale-cpu``'s selective queries at 10,000 notes cost more CPU with it (p50
+    2.1-2.9 ms scanning against 1.2-1.6 off, once 2.5, two interleaved windows on a busy
+    machine; a floor of 0.0003 for every note: 3.4-4.8 against 1.1-1.7), so it stays off
+    until that is understood."""
+    tail_floor: float = 0.0003
+    """The least probability of a ``tail_notes`` note (a 1 in 3,333 chance)."""
+    tail_max_tokens: int = 48
+    """The longest note the tail takes, in tokens (the passage size: one passage)."""
     nearest: int = 3
     """Besides the notes with evidence of their own (a shared word, ``min_cosine``), the
     ``nearest`` notes by cosine are candidates when their cosine is at least
@@ -155,6 +174,15 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                              f"{self.min_cosine}")
         if not (math.isfinite(self.floor) and 0.0 <= self.floor <= 1.0):
             raise ValueError(f"calibration.floor must be within [0, 1], got {self.floor}")
+        if not 0 <= self.tail_notes <= 1000:
+            raise ValueError(f"calibration.tail_notes must be within [0, 1000], got "
+                             f"{self.tail_notes}")
+        if self.tail_max_tokens < 1:
+            raise ValueError(f"calibration.tail_max_tokens must be >= 1, got "
+                             f"{self.tail_max_tokens}")
+        if not (math.isfinite(self.tail_floor) and 0.0 < self.tail_floor <= 1.0):
+            raise ValueError(f"calibration.tail_floor must be within (0, 1], got "
+                             f"{self.tail_floor}")
         if self.nearest_max_notes < 0:
             raise ValueError(f"calibration.nearest_max_notes must be >= 0, got "
                              f"{self.nearest_max_notes}")
@@ -528,7 +556,8 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
 """Keys added after the first release and the value a config written before them meant."""
 LEGACY_TABLES: dict[str, dict[str, Any]] = {
     "updates": {"restated_share": 1.0, "newer_max_tokens": 0},
-    "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0},
+    "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0, "tail_notes": 0,
+                    "tail_floor": 0.0003, "tail_max_tokens": 48},
 }
 """Each table's keys added after it was first filed, with the value a table written before
 them meant (the struct's defaults): at that value they are left out of the fingerprint and

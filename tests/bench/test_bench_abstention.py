@@ -9,7 +9,18 @@ import pytest
 
 from bench import abstention, locomo
 from bench import longmemeval as lme
-from bench.abstention import Case, coverage, measure, split_pair, unknown
+from bench.abstention import (
+    FLOORS,
+    Case,
+    at_most,
+    coverage,
+    follow_best,
+    measure,
+    measure_floors,
+    split_pair,
+    strong_low,
+    unknown,
+)
 
 
 def case(held: list[list[int]], idf: list[float], df: list[int], *, key: str = "q",
@@ -68,15 +79,65 @@ def test_a_flagged_question_is_answered_at_the_cap() -> None:
     assert at250.abstention_tokens == (190.0, 240.0, 240.0)  # at most the budget
 
 
+def floored(key: str, best: float, *, abst: bool = False, half: int | None = 0,
+            found_from: float = 0.0) -> Case:
+    """A question whose best candidate has probability ``best`` and that packs its evidence
+    "e" (in nine tenths of the budget) at the floors at most ``found_from`` (none when 0),
+    10 tokens at the others; an abstention question packs nine tenths of the budget at the
+    floors up to 0.001."""
+    c = case([[1]], [1.0], [1], key=key, abst=abst, half=half,
+             evidence=() if abst else ("e",))
+    c.rel = np.array([best, best / 10])
+    for f in FLOORS:
+        for b in abstention.BUDGETS:
+            hit = f <= found_from
+            c.by_floor[(f, b)] = (frozenset({"e"}) if hit else frozenset(),
+                                  b // 10 * 9 if hit or (abst and f <= 0.001) else 10)
+    return c
+
+
+def test_question_level_floors_follow_the_best_candidate() -> None:
+    assert at_most(0.004) == 0.001 and at_most(0.0001) == FLOORS[0] and at_most(1.0) == 0.02
+    strong, weak = floored("s", 0.2), floored("w", 0.03)
+    rule = strong_low(0.1, 0.01)
+    assert (rule(strong), rule(weak)) == (0.0003, 0.01)  # the best's probability decides
+    assert strong_low(0.01, 0.01)(weak) == 0.0003
+    assert follow_best(0.1)(strong) == 0.02
+    assert follow_best(0.1)(weak) == 0.001  # 0.003: the highest floor at most it
+    assert follow_best(0.02)(weak) == 0.0003  # 0.0006, at least the lowest
+    # the evidence of a weak answerable question is found at floors up to 0.001 only; the
+    # abstention question packs 900 tokens at floors up to 0.001 and 10 above
+    ans = floored("a", 0.03, found_from=0.001)
+    abst = floored("x", 0.03, abst=True, half=1)
+    lo = floored("l", 0.5, half=None, found_from=0.0003)
+    low = measure_floors(strong_low(0.1, 0.001), [ans, abst], [lo])
+    assert low.recall["LongMemEval"] == (1.0, 1.0, 1.0)
+    assert low.abstention_tokens == (180.0, 450.0, 900.0)
+    assert low.flagged == (1, 1, 0)  # answered above the lowest floor
+    assert low.recall["LoCoMo"] == (1.0, 1.0, 1.0)  # strong: at the lowest floor
+    strict = measure_floors(strong_low(0.1, 0.005), [ans, abst], [lo])
+    assert strict.recall["LongMemEval"] == (0.0, 0.0, 0.0)  # the strict floor drops it
+    assert strict.abstention_tokens == (10.0, 10.0, 10.0)
+    assert strict.recall["LoCoMo"] == (1.0, 1.0, 1.0)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (lme.DEFAULT_DATA / lme.FILE).exists()
                     or not locomo.DEFAULT_DATA.exists(), reason="the benchmark files are absent")
 def test_abstention_prints_every_rule(capsys: pytest.CaptureFixture[str]) -> None:
-    assert abstention.main(["--limit", "2"]) == 0
+    assert abstention.main(["--limit", "2", "--floors"]) == 0
     out = capsys.readouterr().out
     assert "2 answerable and 0 abstention LongMemEval questions, 10 LoCoMo questions" in out
-    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    first, floors = out.split("question-level floors")
+    rows = [ln for ln in first.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert len(rows) == 1 + len(abstention.RULES) * len(abstention.CAPS)
     assert rows[0].startswith("| none (the default) | - | 0 / 0 / 0 |")
     recall = float(rows[0].split("|")[4].split("/")[2])
     assert 0.0 < recall <= 1.0
+    none = rows[0]
+    rows = [ln for ln in floors.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert len(rows) == len(abstention.floor_rules())
+    # the default floor's row is the default's figures (the same questions, the same path)
+    default = next(r for r in rows if r.startswith(
+        f"| floor {abstention.DEFAULT.calibration.floor} for every question |"))
+    assert default.split("|")[3] == none.split("|")[4]

@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -169,6 +170,98 @@ def test_the_budget_is_a_ceiling_not_a_quota(floor: float, packed: bool) -> None
     assert ("redis" in {n.note_id for n in res.notes}) == packed
     assert res.nothing_relevant == (not packed)
     assert "billing" not in {n.note_id for n in res.notes}
+
+
+FILLER_TOPICS = ("garden tomatoes watering schedule", "laptop battery replacement options",
+                 "marathon training plan for the spring", "bread recipe with sourdough starter",
+                 "tax return deadline questions", "hotel booking for the conference",
+                 "guitar chords for beginners", "car insurance renewal quotes",
+                 "birthday gift ideas for a coworker", "python script to rename files",
+                 "moving boxes and packing tips", "yoga poses for back pain")
+
+
+def _reply_beside_its_match() -> list[NoteState]:
+    """480 unrelated questions of a chat history and, ten days ago, a turn naming Rachel's
+    relocation followed two minutes later by the short reply that says where she went
+    (no word of "Where did Rachel move to" but "move", and 7 tokens)."""
+    filler = [note(f"f{i:03d}", f"user: I have a question about "
+                                f"{FILLER_TOPICS[i % len(FILLER_TOPICS)]}, can you help with "
+                                f"item {i}?", 30 + i * 0.05, tokens=25) for i in range(480)]
+    ask = note("ask", "user: My friend Rachel just relocated for a new job at a design agency.",
+               10, tokens=18)
+    city = NoteState(note_id="city", agent="ann", scope="shared", kind="note",
+                     text="user: She moved to Chicago.", tokens=7,
+                     created_at=ask.created_at + timedelta(minutes=2))
+    return [*filler, ask, city]
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize(("calibration", "found"), [
+    ({}, False),  # the default: the floor alone (0.001)
+    ({"tail_notes": 8}, True),
+    ({"tail_notes": 1}, True),  # the first of the tail
+    ({"tail_notes": 8, "tail_floor": 0.0005}, False),  # its probability is under 0.0005
+    ({"tail_notes": 8, "tail_max_tokens": 6}, False),  # 7 tokens: too long for this tail
+    ({"floor": 0.0003}, True),  # a lower floor for every note finds it too
+    ({"floor": 0.0005}, False),
+])
+def test_the_tail_keeps_a_short_reply_beside_a_strong_match(
+        calibration: dict[str, Any], found: bool, native: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short reply's probability (~0.0004) lies under the floor (0.001): the tail
+    (``tail_notes``) makes it a candidate when it is among the tail's most probable, at
+    ``tail_floor`` or above and no longer than ``tail_max_tokens``; the unrelated notes
+    (~0.0001) stay out whatever the setting: the budget is still a ceiling (most of 1,000
+    tokens left unused). ``native``: the C path, else the numpy reference."""
+    from hivemind_memory.projections.ranking import calibrated
+
+    if not native:
+        monkeypatch.setattr(calibrated, "native", None)
+    elif calibrated.native is None:
+        pytest.skip("the C kernel is not built")
+    cfg = with_overrides(BASE, {"calibration": calibration})
+    res = ranked(_reply_beside_its_match(), "Where did Rachel move to after her recent "
+                 "relocation?", 1000, cfg)
+    packed = {n.note_id for n in res.notes}
+    assert "ask" in packed
+    assert ("city" in packed) == found
+    rel = {c.note_id: c.relevance for c in res.candidates}
+    assert ("city" in rel) == found
+    if found:
+        assert 0.0003 <= rel["city"] < 0.0005
+    assert not any(n.startswith("f") for n in rel)
+    assert res.used < 100
+
+
+def test_the_tail_takes_the_most_probable_short_notes() -> None:
+    """``tail_kept`` directly: notes at the floor stay; under it, only the ``tail_notes``
+    most probable of at most ``tail_max_tokens`` tokens among ``ok`` (ties included), never
+    one at 0."""
+    from hivemind_memory.projections.ranking.calibrated import lowest_floor, tail_kept
+
+    cal = with_overrides(BASE, {"calibration": {"tail_notes": 2}}).calibration
+    assert lowest_floor(cal) == 0.0003 and lowest_floor(BASE.calibration) == 0.001
+    p = np.array([0.002, 0.0009, 0.0008, 0.0008, 0.0007, 0.0006, 0.0, 0.0004])
+    tok = np.array([500, 10, 10, 10, 10, 90, 10, 10])
+    assert tail_kept(p, cal, tok).tolist() == [True, True, True, True, False, False, False,
+                                               False]  # 0.0008 twice: the tie is kept
+    ok = np.array([True, False, True, True, True, True, True, True])
+    assert tail_kept(p, cal, tok, ok).tolist() == [True, False, True, True, False, False,
+                                                   False, False]
+    long = tok.copy()
+    long[1:4] = 60  # over 48 tokens: the next short ones are taken
+    assert tail_kept(p, cal, long).tolist() == [True, False, False, False, True, False,
+                                                False, True]
+    none = with_overrides(BASE, {"calibration": {"tail_notes": 0}}).calibration
+    assert tail_kept(p, none, tok).tolist() == [True] + [False] * 7
+
+
+def test_bad_tail_settings_are_refused_by_name() -> None:
+    for bad in ({"tail_notes": -1}, {"tail_notes": 1001}, {"tail_floor": 0.0},
+                {"tail_floor": 1.5}, {"tail_max_tokens": 0}):
+        key = next(iter(bad))
+        with pytest.raises(msgspec.ValidationError, match=f"calibration.{key}"):
+            with_overrides(BASE, {"calibration": bad})
 
 
 PARAPHRASES = [

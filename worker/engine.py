@@ -97,6 +97,9 @@ AS_OF_CACHE = 4
 WAVE = 20
 """Queries ranked before their answers are handed to Redis (``QueryEngine.serve``)."""
 REFRESH_TRIES = 5
+READY_KEEP_S = 30 * WARMING_RETRY_S
+"""How long an index a thread loaded waits in ``QueryEngine.ready`` for the query told
+``index_warming`` to come back (30 retry hints) before it is dropped, its memory freed."""
 """Extra index refreshes per batch while projection commits keep racing the refresh."""
 PRIME_FLOATS = 2_000_000
 """Cosines (one float per note and query) primed at once per namespace: the query embeddings
@@ -182,6 +185,10 @@ class QueryEngine:
         self.ready: dict[str, NamespaceIndex] = {}
         """Per namespace: an index a thread of ``warm_builds`` loaded, for the next query to
         take (then held within the budget like any other)."""
+        self.ready_at: dict[str, float] = {}
+        """When each index in ``ready`` was left there (``clock``)."""
+        self.clock: Callable[[], float] = time.monotonic
+        """The clock ``ready``'s entries age by (a test sets another)."""
         self.ready_bytes: dict[str, int] = {}
         """The bytes of each index in ``ready`` (measured by its thread): held by the worker
         until a query takes it, so they count in the budget (``live.outside``)."""
@@ -366,6 +373,7 @@ class QueryEngine:
         this batch uses), and a namespace that cannot be held has its live queries answered
         at once with the reason (``namespace_too_large``, ``worker_out_of_memory``,
         ``index_load_failed``)."""
+        self._drop_stale_ready()
         out: dict[str, NamespaceIndex] = {}
         failed: dict[str, tuple[str, str]] = {}
         for q in todo:
@@ -466,13 +474,25 @@ class QueryEngine:
     def _keep_ready(self, ns: str, idx: NamespaceIndex) -> None:
         """Leave ``idx``, loaded by a thread, for ``ns``'s next query, counted in the budget."""
         self.ready_bytes[ns] = index_bytes(idx)
+        self.ready_at[ns] = self.clock()
         self.ready[ns] = idx
 
     def _take_ready(self, ns: str) -> NamespaceIndex | None:
         """The index a thread left for ``ns`` (no longer counted outside the cache)."""
         got = self.ready.pop(ns, None)
         self.ready_bytes.pop(ns, None)
+        self.ready_at.pop(ns, None)
         return got
+
+    def _drop_stale_ready(self) -> None:
+        """Drop the indexes left in ``ready`` longer than ``READY_KEEP_S`` ago: the queries
+        told ``index_warming`` never came back for them, and each held memory the budget
+        counts (a later query of the namespace reads its snapshot again)."""
+        now = self.clock()
+        for ns, at in list(self.ready_at.items()):
+            if now - at > READY_KEEP_S:
+                self._take_ready(ns)
+                log.info("ready_index_dropped", ns=ns, waited_s=round(now - at, 1))
 
     def _read(self, ns: str) -> None:
         """``_loaded``'s thread: the snapshot read and brought up to date incrementally (never

@@ -70,8 +70,16 @@ check compares overlaps rounded to 6 decimals, so a note it would name is never 
 SEEN_NAMESPACES = 256
 """Most namespaces a store client keeps a ``Seen`` of (the least recently written dropped
 first: a server writing to many namespaces keeps a bounded memory)."""
+SEEN_WEIGHT = 262_144
+"""Most entries plus term digests a store client keeps over all its namespaces' ``Seen``
+(about 60 bytes each as Python sets: ~16 MiB), the least recently written namespaces dropped
+first; a single namespace's view heavier than this is not kept (its writers read the tail
+again, or take the full check). ``SEEN_NAMESPACES`` x ``SEEN_MAX`` entries of long notes
+would otherwise come to gigabytes in one server process."""
 _SEEN_ATTR = "_hivemind_dupappend_seen"
 """Where ``Seen`` states are kept on a store client (as ``scripts.script`` its scripts)."""
+_WEIGHT_ATTR = "_hivemind_dupappend_weight"
+"""Where each kept ``Seen``'s weight (``weight``) is kept on a store client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +151,36 @@ def _states(r: Store) -> dict[str, Seen]:
     return got
 
 
-def _keep(states: dict[str, Seen], ns: str, s: Seen) -> None:
-    """Keep ``s`` as ``ns``'s, most recent last; the oldest dropped past ``SEEN_NAMESPACES``."""
+def weight(s: Seen) -> int:
+    """What keeping ``s`` counts against ``SEEN_WEIGHT``: its entries and their digests."""
+    return len(s.entries) + sum(len(e.hashes) for e in s.entries)
+
+
+def _weights(r: Store) -> dict[str, int]:
+    got: dict[str, int] | None = getattr(r, _WEIGHT_ATTR, None)
+    if got is None:
+        got = {}
+        setattr(r, _WEIGHT_ATTR, got)
+    return got
+
+
+def _keep(r: Store, states: dict[str, Seen], ns: str, s: Seen) -> None:
+    """Keep ``s`` as ``ns``'s, most recent last; the oldest dropped past ``SEEN_NAMESPACES``
+    or ``SEEN_WEIGHT`` (and ``s`` itself not kept when it alone weighs more)."""
+    weights = _weights(r)
     states.pop(ns, None)
+    weights.pop(ns, None)
+    w = weight(s)
+    if w > SEEN_WEIGHT:
+        return
     states[ns] = s
-    while len(states) > SEEN_NAMESPACES:
+    weights[ns] = w
+    while len(states) > SEEN_NAMESPACES or (len(states) > 1 and
+                                            sum(weights.values()) > SEEN_WEIGHT):
         try:
-            del states[next(iter(states))]
+            oldest = next(iter(states))
+            del states[oldest]
+            weights.pop(oldest, None)
         except (StopIteration, KeyError, RuntimeError):  # another thread emptied it meanwhile
             break
 
@@ -162,6 +193,7 @@ def kept_namespaces(r: Store) -> list[str]:
 def forget_seen(r: Store, ns: str) -> None:
     """Drop what this client compared of ``ns``'s tail (the next write reads it again)."""
     _states(r).pop(ns, None)
+    _weights(r).pop(ns, None)
 
 
 def supported(r: Store) -> bool:
@@ -232,11 +264,11 @@ def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
         return any(names(e, pr, mine, ev.note_id, ev.event_id, cfg.duplicate_threshold)
                    for e in entries)
     if named(s.entries):  # the writer's own recent notes: no round trip
-        _keep(states, ns, s)
+        _keep(r, states, ns, s)
         return None
     got = _read(r, ns, pr, s.known)
     if (got.tag is not None and got.tag != spec.tag) or got.buckets[0] is not None:
-        _keep(states, ns, s)
+        _keep(r, states, ns, s)
         return None  # another spec's lookup, or a note filed under the twin key
     cp, at = got.checkpoint, parse_pos(got.checkpoint)
     checked = len(s.entries)  # entries of s already compared with this write
@@ -254,7 +286,7 @@ def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
     bar = repr(cfg.duplicate_threshold - ROUNDING)
     for _ in range(ATTEMPTS):
         if named(s.entries[checked:]):
-            _keep(states, ns, s)
+            _keep(r, states, ns, s)
             return None
         checked = len(s.entries)
         args: list[Any] = [spec.tag, bar, digests, s.known, s.floor, cp, ev.note_id,
@@ -270,10 +302,10 @@ def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
             eid = as_bytes(payload[0]).decode()
             kept = tuple(e for e in s.entries if parse_pos(e.entry_id) > at)
             own = Entry(eid, ev.event_id, (ev.note_id,), pr.twin, mine)
-            _keep(states, ns, Seen(cp, eid, (*kept, own), cfg.analyzer))
+            _keep(r, states, ns, Seen(cp, eid, (*kept, own), cfg.analyzer))
             return Appended(eid, bool(int(payload[1])))
         if status != b"tail" or not payload:
-            _keep(states, ns, s)
+            _keep(r, states, ns, s)
             return None
         # the script read the tail after s.known when it held every entry after cp, else
         # after cp
@@ -283,5 +315,5 @@ def append_unless_named(r: Store, ns: str, ev: NoteCreated, blob: bytes,
             forget_seen(r, ns)
             return None
         s, checked = ext
-    _keep(states, ns, s)
+    _keep(r, states, ns, s)
     return None

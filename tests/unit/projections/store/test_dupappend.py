@@ -355,3 +355,25 @@ def test_a_client_keeps_what_it_saw_of_a_bounded_number_of_namespaces(
     paths = _Paths(c, monkeypatch)
     got = c.remember(_note("n9", words(1), ns="b", hours=9))  # b's n1 a twin, still found
     assert got.duplicate_of == "n1" and paths.sends == 1 and paths.full == 1
+
+
+def test_a_client_keeps_a_bounded_weight_of_entries_and_digests(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``SEEN_WEIGHT`` (entries plus their term digests, over every namespace) the least
+    recently written views are dropped, and a view heavier than the bound alone is not kept;
+    a dropped view's next write still finds its twin (one more send, the same answer)."""
+    c = _client(store)
+    c.remember(_note("n0", words(*range(40)), ns="a"))
+    one = dupappend.weight(dupappend._states(store)["a"])
+    assert one == 1 + 40  # one entry (the write), its 40 term digests
+    monkeypatch.setattr(dupappend, "SEEN_WEIGHT", 2 * one + 1)
+    c.remember(_note("n1", words(*range(40, 80)), ns="b", hours=1))
+    c.remember(_note("n2", words(*range(80, 120)), ns="c", hours=2))
+    assert dupappend.kept_namespaces(store) == ["b", "c"]  # a's dropped by weight, not count
+    c.remember(_note("n3", words(*range(200, 400)), ns="d", hours=3))  # too heavy to keep
+    assert dupappend.kept_namespaces(store) == ["b", "c"]
+    paths = _Paths(c, monkeypatch)
+    got = c.remember(_note("n9", words(*range(40)), ns="a", hours=9))
+    assert got.duplicate_of == "n0" and paths.full == 1
+    got = c.remember(_note("n8", words(*range(200, 400)), ns="d", hours=8))
+    assert got.duplicate_of == "n3"

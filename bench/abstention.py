@@ -280,6 +280,21 @@ def measure(flag: Flag | None, cap: int, lm: Sequence[Case], lo: Sequence[Case])
     def answer(c: Case, b: int) -> tuple[frozenset[str], int]:
         return c.packed[min(b, cap) if flag is not None and flag(c) else b]
 
+    ans = [c for c in lm if not c.abstention]
+    flagged = (0, 0, 0) if flag is None else (
+        sum(flag(c) for c in lm if c.abstention), sum(flag(c) for c in ans),
+        sum(flag(c) for c in lo))
+    return _figures(flagged, answer, lm, lo)
+
+
+Answer = Callable[[Case, int], tuple[frozenset[str], int]]
+"""A question and a budget -> the note ids packed and their tokens."""
+
+
+def _figures(flagged: tuple[int, int, int], answer: Answer, lm: Sequence[Case],
+             lo: Sequence[Case]) -> Figures:
+    """Recall per part and abstention tokens per budget when each question is answered by
+    ``answer`` (its packed note ids and tokens at a budget)."""
     def recall(cs: Sequence[Case], b: int) -> float:
         xs = [locomo.recall(set(answer(c, b)[0]), c.evidence) for c in cs if c.evidence]
         return float(np.mean(xs)) if xs else float("nan")
@@ -287,9 +302,6 @@ def measure(flag: Flag | None, cap: int, lm: Sequence[Case], lo: Sequence[Case])
     ans = [c for c in lm if not c.abstention]
     parts = {"LongMemEval": ans, "half 0": [c for c in ans if c.half == 0],
              "half 1": [c for c in ans if c.half == 1], "LoCoMo": list(lo)}
-    flagged = (0, 0, 0) if flag is None else (
-        sum(flag(c) for c in lm if c.abstention), sum(flag(c) for c in ans),
-        sum(flag(c) for c in lo))
     ab = [c for c in lm if c.abstention]
     return Figures(flagged, {k: tuple(recall(v, b) for b in BUDGETS) for k, v in parts.items()},
                    tuple(float(np.mean([answer(c, b)[1] for c in ab])) if ab else float("nan")
@@ -343,19 +355,10 @@ def measure_floors(rule: FloorRule, lm: Sequence[Case], lo: Sequence[Case]) -> F
     def answer(c: Case, b: int) -> tuple[frozenset[str], int]:
         return c.by_floor[(rule(c), b)]
 
-    def recall(cs: Sequence[Case], b: int) -> float:
-        xs = [locomo.recall(set(answer(c, b)[0]), c.evidence) for c in cs if c.evidence]
-        return float(np.mean(xs)) if xs else float("nan")
-
     ans = [c for c in lm if not c.abstention]
-    parts = {"LongMemEval": ans, "half 0": [c for c in ans if c.half == 0],
-             "half 1": [c for c in ans if c.half == 1], "LoCoMo": list(lo)}
-    ab = [c for c in lm if c.abstention]
     low = (sum(rule(c) > FLOORS[0] for c in lm if c.abstention),
            sum(rule(c) > FLOORS[0] for c in ans), sum(rule(c) > FLOORS[0] for c in lo))
-    return Figures(low, {k: tuple(recall(v, b) for b in BUDGETS) for k, v in parts.items()},
-                   tuple(float(np.mean([answer(c, b)[1] for c in ab])) if ab else float("nan")
-                         for b in BUDGETS))
+    return _figures(low, answer, lm, lo)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,12 +143,15 @@ def names(e: Entry, pr: Probe, mine: frozenset[int], note_id: str, event_id: str
     return both / (len(mine) + len(e.hashes) - both) >= threshold - ROUNDING
 
 
-def _states(r: Store) -> dict[str, Seen]:
-    got: dict[str, Seen] | None = getattr(r, _SEEN_ATTR, None)
-    if got is None:
-        got = {}
-        setattr(r, _SEEN_ATTR, got)
+def _on_client(r: Store, attr: str) -> dict[str, Any]:
+    """The dict kept on store client ``r`` under ``attr``, made empty on first need (one
+    ``setdefault``: two threads of a server asking at once get the same dict)."""
+    got: dict[str, Any] = vars(r).setdefault(attr, {})
     return got
+
+
+def _states(r: Store) -> dict[str, Seen]:
+    return _on_client(r, _SEEN_ATTR)
 
 
 def weight(s: Seen) -> int:
@@ -157,11 +160,7 @@ def weight(s: Seen) -> int:
 
 
 def _weights(r: Store) -> dict[str, int]:
-    got: dict[str, int] | None = getattr(r, _WEIGHT_ATTR, None)
-    if got is None:
-        got = {}
-        setattr(r, _WEIGHT_ATTR, got)
-    return got
+    return _on_client(r, _WEIGHT_ATTR)
 
 
 def _keep(r: Store, states: dict[str, Seen], ns: str, s: Seen) -> None:

@@ -23,7 +23,7 @@ import msgspec
 
 from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
-from hivemind_memory.projections.ranking.config import DEFAULT
+from hivemind_memory.projections.ranking.config import DEFAULT, RankingConfig
 from hivemind_memory.worker import runtime
 from hivemind_memory.worker.loop import run_worker
 from tests.support.factories import T0, created, forgotten, iso, used
@@ -90,24 +90,32 @@ def golden_queries() -> list[dict[str, Any]]:
     return qs
 
 
-def answers() -> list[bytes]:
+def answers(cfg: RankingConfig = GOLDEN_CONFIG, log: list[dict[str, Any]] | None = None,
+            queries: list[dict[str, Any]] | None = None) -> list[bytes]:
+    """The answers a worker under ``cfg`` gives ``queries`` over ``log`` (by default the
+    golden log and queries), in order."""
     store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     s = Settings()
     rt = runtime.build(s, store)
-    rt.cfg = GOLDEN_CONFIG
+    rt.cfg = cfg
     runtime.install(rt)
     c = Client(store, settings=s)
-    c.append(golden_log())
-    ids = c.submit_batch(golden_queries())
+    c.append(golden_log() if log is None else log)
+    ids = c.submit_batch(golden_queries() if queries is None else queries)
     assert run_worker(rt, burst=True) == 0
     return [c.result_json(q, timeout=5) for q in ids]
 
 
-def test_as_of_answers_match_the_golden_file() -> None:
-    got = answers()
+def check_golden(path: Path, got: list[bytes], queries: list[dict[str, Any]]) -> None:
+    """``got`` (the answers to ``queries``) byte for byte as ``path`` holds them, or written
+    there with ``HIVEMIND_REGEN_GOLDEN=1``."""
     if os.environ.get("HIVEMIND_REGEN_GOLDEN") == "1":
-        GOLDEN.write_bytes(b"".join(b + b"\n" for b in got))
-    want = GOLDEN.read_bytes().splitlines()
-    assert len(want) == len(got) == len(golden_queries())
+        path.write_bytes(b"".join(b + b"\n" for b in got))
+    want = path.read_bytes().splitlines()
+    assert len(want) == len(got) == len(queries)
     for i, (w, g) in enumerate(zip(want, got, strict=True)):
-        assert g == w, f"query {i} differs from the golden answer"
+        assert g == w, f"query {i} ({queries[i]['text']!r}) differs from the golden answer"
+
+
+def test_as_of_answers_match_the_golden_file() -> None:
+    check_golden(GOLDEN, answers(), golden_queries())

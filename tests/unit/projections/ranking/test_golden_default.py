@@ -15,7 +15,6 @@ alter the default answers, and say why in the commit.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,11 @@ from typing import Any
 import fakeredis
 import msgspec
 
-from hivemind_memory.api_stub.client import Client
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.projections.ranking.config import DEFAULT
 from hivemind_memory.worker import runtime
-from hivemind_memory.worker.loop import run_worker
 from tests.support.factories import T0, created, iso, revised, used
-from tests.unit.projections.ranking.test_golden import golden_log
+from tests.unit.projections.ranking.test_golden import answers, check_golden, golden_log
 
 GOLDEN = Path(__file__).resolve().parents[3] / "golden" / "answers_default.jsonl"
 
@@ -105,28 +102,11 @@ def default_queries() -> list[dict[str, Any]]:
     return qs
 
 
-def answers() -> list[bytes]:
-    store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    s = Settings()
-    rt = runtime.build(s, store)
-    assert rt.cfg == DEFAULT
-    runtime.install(rt)
-    c = Client(store, settings=s)
-    c.append(golden_log() + people_log())
-    ids = c.submit_batch(default_queries())
-    assert run_worker(rt, burst=True) == 0
-    return [c.result_json(q, timeout=5) for q in ids]
-
-
 def test_default_config_answers_match_the_golden_file() -> None:
-    got = answers()
-    if os.environ.get("HIVEMIND_REGEN_GOLDEN") == "1":
-        GOLDEN.write_bytes(b"".join(b + b"\n" for b in got))
-    want = GOLDEN.read_bytes().splitlines()
-    assert len(want) == len(got) == len(default_queries())
-    for i, (w, g) in enumerate(zip(want, got, strict=True)):
-        text = default_queries()[i]["text"]
-        assert g == w, f"query {i} ({text!r}) differs from the golden answer"
+    store = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    assert runtime.build(Settings(), store).cfg == DEFAULT  # a worker without a config file
+    check_golden(GOLDEN, answers(DEFAULT, golden_log() + people_log(), default_queries()),
+                 default_queries())
 
 
 def test_the_default_golden_log_exercises_the_default_signals() -> None:

@@ -361,6 +361,16 @@ def measure_floors(rule: FloorRule, lm: Sequence[Case], lo: Sequence[Case]) -> F
     return _figures(low, answer, lm, lo)
 
 
+def _cells(fig: Figures) -> str:
+    """A table row's cells after the rule's: the questions flagged, recall per part, the
+    abstention tokens at the two larger budgets, LoCoMo's recall."""
+    def r(k: str) -> str:
+        return " / ".join(f"{x:.3f}" for x in fig.recall[k])
+    return (f"{' / '.join(map(str, fig.flagged))} | {r('LongMemEval')} | {r('half 0')} "
+            f"| {r('half 1')} | {fig.abstention_tokens[1]:.0f} / {fig.abstention_tokens[2]:.0f} "
+            f"| {r('LoCoMo')} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench abstention", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -386,14 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     rules = {**RULES, **calibrated_rules(lm, lo)} if any(c.abstention for c in lm) else RULES
     rows += [(name, f, cap) for cap in CAPS for name, f in rules.items()]
     for name, f, cap in rows:
-        fig = measure(f, cap, lm, lo)
-
-        def r(k: str, fig: Figures = fig) -> str:
-            return " / ".join(f"{x:.3f}" for x in fig.recall[k])
-        print(f"| {name} | {cap if f else '-'} | {' / '.join(map(str, fig.flagged))} "
-              f"| {r('LongMemEval')} | {r('half 0')} | {r('half 1')} "
-              f"| {fig.abstention_tokens[1]:.0f} / {fig.abstention_tokens[2]:.0f} "
-              f"| {r('LoCoMo')} |")
+        print(f"| {name} | {cap if f else '-'} | {_cells(measure(f, cap, lm, lo))}")
     if args.floors:
         print("\nquestion-level floors: the questions answered above the lowest floor "
               f"({FLOORS[0]}), then recall at {' / '.join(map(str, BUDGETS))} tokens")
@@ -401,13 +404,6 @@ def main(argv: list[str] | None = None) -> int:
               f"| half 0 | half 1 | abstention tokens @{BUDGETS[1]} / @{BUDGETS[2]} | LoCoMo |")
         print("|" + "---|" * 7)
         for name, rule in floor_rules().items():
-            fig = measure_floors(rule, lm, lo)
-
-            def q(k: str, fig: Figures = fig) -> str:
-                return " / ".join(f"{x:.3f}" for x in fig.recall[k])
-            print(f"| {name} | {' / '.join(map(str, fig.flagged))} | {q('LongMemEval')} "
-                  f"| {q('half 0')} | {q('half 1')} "
-                  f"| {fig.abstention_tokens[1]:.0f} / {fig.abstention_tokens[2]:.0f} "
-                  f"| {q('LoCoMo')} |")
+            print(f"| {name} | {_cells(measure_floors(rule, lm, lo))}")
     print(f"CPU seconds: {time.process_time() - t:.1f}")
     return 0

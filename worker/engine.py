@@ -97,10 +97,10 @@ AS_OF_CACHE = 4
 WAVE = 20
 """Queries ranked before their answers are handed to Redis (``QueryEngine.serve``)."""
 REFRESH_TRIES = 5
+"""Extra index refreshes per batch while projection commits keep racing the refresh."""
 READY_KEEP_S = 30 * WARMING_RETRY_S
 """How long an index a thread loaded waits in ``QueryEngine.ready`` for the query told
 ``index_warming`` to come back (30 retry hints) before it is dropped, its memory freed."""
-"""Extra index refreshes per batch while projection commits keep racing the refresh."""
 PRIME_FLOATS = 2_000_000
 """Cosines (one float per note and query) primed at once per namespace: the query embeddings
 of a whole job go in one embedder call and one matrix product while the job's queries times

@@ -99,12 +99,14 @@ def near_copy(text: str, corpus: Corpus, rng: random.Random) -> str:
 
 
 def sample_notes(r: Any, ns: str, k: int, rng: random.Random) -> list[Any]:
-    """``k`` active notes of the namespace, drawn at random (HRANDFIELD, then HMGET)."""
+    """``k`` active notes of the namespace, drawn by ``rng`` from its sorted note ids (HKEYS,
+    then HMGET): the same seed draws the same notes (Redis's HRANDFIELD did not, so a small
+    run's sample sometimes held no pair at all)."""
     from hivemind_memory.projections.state import unpack_note
     from hivemind_memory.projections.store import keys
 
-    ids = [x.decode() for x in r.hrandfield(keys.notes(ns), min(4 * k, 10_000))]
-    rng.shuffle(ids)
+    every = sorted(x.decode() for x in r.hkeys(keys.notes(ns)))
+    ids = rng.sample(every, min(4 * k, 10_000, len(every)))
     states = [unpack_note(b) for b in r.hmget(keys.notes(ns), ids) if b]
     return [s for s in states if s.active][:k]
 

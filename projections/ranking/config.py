@@ -142,6 +142,36 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     notes are candidates whatever ``floor`` says: a small namespace answers a paraphrase
     with its nearest notes rather than nothing (a large one has enough notes for the
     probability to decide)."""
+    time_window_weight: float = 0.0
+    """Questions that name a time (``projections.ranking.timewords``: "two weeks ago",
+    "yesterday", "last Saturday", "in March"...): each note written inside the window the
+    question names (``time_window_fraction``, ``time_window_min_days``) gains this times
+    ``ln(n / w)`` in its logit, ``n`` the notes the asker may see and ``w`` those of them in
+    the window: if the answer is in the window and nothing else is known, a note there is
+    ``n / w`` times likelier to be it than the average note (the odds ratio of Bayes' rule),
+    so 1 is the rule's full weight. A note in the window is a candidate when it shares a word
+    with the query, when its cosine is at least ``min_cosine``, or when it is among the
+    ``time_window_nearest`` nearest to the query by cosine among the window's notes, and
+    (with the gain) at ``floor`` or above; the notes outside the window are unchanged. The
+    query's ``as_of`` (or the worker's clock, read once) is the time it is relative to, so
+    an audit replay names the same window. 0 (the default, and what a calibration table
+    filed before the key existed meant: ``LEGACY_TABLES``) turns it off: no window is
+    looked for."""
+    time_window_fraction: float = 0.25
+    """The window's tolerance: the named day(s) widened on each side by this share of how
+    long before the question they lie ("two weeks ago" asked on May 5: April 21, give or
+    take 3.5 days; "yesterday": give or take ``time_window_min_days``). People remember
+    recent days exactly and older ones roughly: a quarter keeps "two weeks ago" apart from
+    "a week ago" and "three weeks ago" (their windows touch, they do not overlap)."""
+    time_window_min_days: float = 1.0
+    """The least tolerance, in days: a note written late the evening before or early the
+    morning after the named day (another time zone than UTC) still counts."""
+    time_window_min_cosine: float = 0.05
+    """The least cosine that makes a note of the window a candidate without a shared word
+    (its probability, with the gain, must still clear ``floor``): the question pointed at
+    the window, so any note there related to it at all may be the one (a question that
+    names a time often shares no word with the note it asks for: "what did I do two weeks
+    ago" / "I planted tomato saplings today"); the same least cosine as ``nearest``'s."""
     min_cosine: float = 0.45
     """A note that shares no word with the query is a candidate only if its cosine is at
     least this. With the bundled embedder unrelated texts sit near 0, neighbours in a series
@@ -193,6 +223,21 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 -1.0 <= self.nearest_min_cosine <= 1.0):
             raise ValueError(f"calibration.nearest_min_cosine must be within [-1, 1], got "
                              f"{self.nearest_min_cosine}")
+        if not (math.isfinite(self.time_window_weight) and 0.0 <= self.time_window_weight <= 100):
+            raise ValueError(f"calibration.time_window_weight must be within [0, 100], got "
+                             f"{self.time_window_weight}")
+        if not (math.isfinite(self.time_window_fraction) and
+                0.0 <= self.time_window_fraction <= 1.0):
+            raise ValueError(f"calibration.time_window_fraction must be within [0, 1], got "
+                             f"{self.time_window_fraction}")
+        if not (math.isfinite(self.time_window_min_days) and
+                0.0 <= self.time_window_min_days <= 366):
+            raise ValueError(f"calibration.time_window_min_days must be within [0, 366], got "
+                             f"{self.time_window_min_days}")
+        if not (math.isfinite(self.time_window_min_cosine) and
+                -1.0 <= self.time_window_min_cosine <= 1.0):
+            raise ValueError(f"calibration.time_window_min_cosine must be within [-1, 1], got "
+                             f"{self.time_window_min_cosine}")
         if not (math.isfinite(self.context_minutes) and self.context_minutes >= 0):
             raise ValueError(f"calibration.context_minutes must be a finite number >= 0, got "
                              f"{self.context_minutes}")
@@ -557,7 +602,9 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
 LEGACY_TABLES: dict[str, dict[str, Any]] = {
     "updates": {"restated_share": 1.0, "newer_max_tokens": 0},
     "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0, "tail_notes": 0,
-                    "tail_floor": 0.0003, "tail_max_tokens": 48},
+                    "tail_floor": 0.0003, "tail_max_tokens": 48, "time_window_weight": 0.0,
+                    "time_window_fraction": 0.25, "time_window_min_days": 1.0,
+                    "time_window_min_cosine": 0.05},
 }
 """Each table's keys added after it was first filed, with the value a table written before
 them meant (the struct's defaults): at that value they are left out of the fingerprint and

@@ -249,7 +249,7 @@ COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_lo
 FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosine=0.359,
                      cosine_x_log_tokens=0.7282, log_tokens=0.6695, log_tokens_sq=0.006989,
                      context_bm25=1.985, context_cosine=0.5946, author_named=2.034,
-                     long_note_log_tokens=-0.5)
+                     long_note_log_tokens=-0.5, time_window_weight=1.0)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
 

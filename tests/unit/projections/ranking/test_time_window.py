@@ -14,14 +14,22 @@ import pytest
 
 from hivemind_memory.api_stub.protocol.messages import QueryRequest, encode
 from hivemind_memory.projections.ranking.calibrated import window_gain, window_weights
-from hivemind_memory.projections.ranking.config import DEFAULT, LEGACY_TABLES, with_overrides
+from hivemind_memory.projections.ranking.config import (
+    DEFAULT,
+    LEGACY_TABLES,
+    Calibration,
+    config_from_json,
+    with_overrides,
+)
 from hivemind_memory.projections.ranking.index import build_index
 from hivemind_memory.projections.ranking.timewords import Span
 from hivemind_memory.projections.state import NoteState
 from hivemind_memory.worker.engine import run_rank, to_result
 from tests.support.ranked import EMBEDDER, NOW, note, ranked
 
-ON = with_overrides(DEFAULT, {"calibration": {"time_window_weight": 1.0}})
+ON = DEFAULT
+"""The default: the signal at its full weight (``time_window_weight`` 1)."""
+OFF = with_overrides(DEFAULT, {"calibration": {"time_window_weight": 0.0}})
 TOPICS = ("laptop battery replacement options", "marathon training plan for the spring",
           "bread recipe with sourdough starter", "tax return deadline questions",
           "hotel booking for the conference", "guitar chords for beginners",
@@ -48,7 +56,7 @@ def relevance(res: Any, nid: str = "planted") -> float | None:
 
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(("age", "cfg", "found"), [
-    (14.0, DEFAULT, False),  # off: no shared word, a cosine under min_cosine, under the floor
+    (14.0, OFF, False),  # off: no shared word, a cosine under min_cosine, under the floor
     (14.0, ON, True),  # on the named day
     (13.6, ON, True),  # on the named day (May 18, 14 to 13 days before NOW)
     (12.5, ON, True),  # within the tolerance (two weeks ago: 9.6 to 17.4 days)
@@ -98,7 +106,7 @@ def test_a_question_without_time_words_is_unchanged() -> None:
     plain = "What gardening-related activity did I do?"
     notes = history(14.0)
     a = ranked(notes, plain, 1000, ON)
-    b = ranked(notes, plain, 1000, DEFAULT)
+    b = ranked(notes, plain, 1000, OFF)
     assert msgspec.json.encode(a) == msgspec.json.encode(b)
     assert a.time_windows == []
     assert relevance(a) is None
@@ -108,7 +116,7 @@ def test_a_question_without_time_words_is_unchanged() -> None:
 def test_a_window_without_notes_changes_nothing() -> None:
     notes = history(14.0)
     a = ranked(notes, "What gardening-related activity did I do in 2019?", 1000, ON)
-    b = ranked(notes, "What gardening-related activity did I do in 2019?", 1000, DEFAULT)
+    b = ranked(notes, "What gardening-related activity did I do in 2019?", 1000, OFF)
     assert [(c.note_id, c.relevance) for c in a.candidates] == \
         [(c.note_id, c.relevance) for c in b.candidates]
     [w] = a.time_windows
@@ -133,7 +141,7 @@ def test_explain_shows_the_window_and_its_notes() -> None:
     assert body["time_windows"][0]["words"] == "two weeks ago"
     assert "planted" in body["time_windows"][0]["notes"]
     # off: the window is shown, with no gain and without the note (no candidate)
-    off = run_rank(idx, req, DEFAULT, NOW, embedder=EMBEDDER)
+    off = run_rank(idx, req, OFF, NOW, embedder=EMBEDDER)
     [w0] = off.time_windows
     assert w0.gain == 0.0 and "planted" not in w0.notes
     # without explain: nothing of it in the result
@@ -167,7 +175,7 @@ def test_window_gain_is_the_odds_ratio_never_below_zero() -> None:
     assert got[3] == 0.0  # ln(100 * 0.01 / 2.01) < 0: clamped
     half = with_overrides(DEFAULT, {"calibration": {"time_window_weight": 0.5}}).calibration
     assert window_gain(fit, 100, half)[0] == pytest.approx(0.5 * got[0])
-    assert not window_gain(fit, 100, DEFAULT.calibration).any()
+    assert not window_gain(fit, 100, OFF.calibration).any()
     assert not window_gain(np.zeros(3), 100, cal).any()
     assert window_gain(fit, 400, cal)[0] == pytest.approx(got[0] + np.log(4))
 
@@ -184,11 +192,20 @@ def test_bad_time_window_settings_are_refused_by_name(key: str, value: float) ->
 
 
 def test_an_old_table_meant_the_signal_off() -> None:
+    """A calibration table filed before the keys existed meant the signal off: the struct's
+    defaults and ``LEGACY_TABLES`` say so, and such a table reads back off; the default
+    config (``FITTED``) has it on, so its fingerprint names it."""
     added = LEGACY_TABLES["calibration"]
-    assert added["time_window_weight"] == 0.0
-    for key in ("time_window_weight", "time_window_fraction", "time_window_min_days",
-                "time_window_min_cosine"):
-        assert added[key] == getattr(DEFAULT.calibration, key)
+    assert added["time_window_weight"] == 0.0 == Calibration().time_window_weight
+    for key in ("time_window_fraction", "time_window_min_days", "time_window_min_cosine"):
+        assert added[key] == getattr(DEFAULT.calibration, key) == getattr(Calibration(), key)
+    raw = msgspec.to_builtins(DEFAULT)
+    old = {k: v for k, v in raw["calibration"].items() if not k.startswith("time_window")}
+    filed = config_from_json(msgspec.json.encode({**raw, "calibration": old}))
+    assert filed.calibration.time_window_weight == 0.0
+    assert filed.digest() != DEFAULT.digest()
+    assert filed.digest() == with_overrides(
+        DEFAULT, {"calibration": {"time_window_weight": 0.0}}).digest()
 
 
 @pytest.mark.parametrize(("calibration", "found"), [

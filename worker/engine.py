@@ -848,14 +848,15 @@ def shown_windows(idx: NamespaceIndex, agent: str, wins: list[Window], spans: li
                   res: RankResult, cfg: RankingConfig) -> list[TimeWindowShown]:
     """What ``explain`` shows of the time windows ``wins`` a question named: each window,
     the most logit a note of it gained (``calibrated.window_gain``: on the named days; 0
-    with the signal off) and the candidates of ``res`` written in it."""
+    with the signal off) and the candidates of ``res`` written in it (each note once, in
+    ``res``'s order: a long note's passages are candidates of their own)."""
     n = int(idx.cols.visible(agent).sum())
     _, fit = idx.in_windows(agent, spans)
     gain = window_gain(fit, n, cfg.calibration)
     top = round(float(gain.max()), 6) if len(gain) else 0.0
     return [TimeWindowShown(w.named.words, w.start, w.end, top,
-                            [c.note_id for c in res.candidates
-                             if w.start <= c.created_at < w.end])
+                            list(dict.fromkeys(c.note_id for c in res.candidates
+                                               if w.start <= c.created_at < w.end)))
             for w in wins]
 
 

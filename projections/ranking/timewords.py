@@ -206,7 +206,8 @@ def _span(form: str, g: dict[str, str | None], today: date) -> tuple[date, date]
         d = today - back * DAY
         return d, d + DAY
     month = MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
-    year = int(g["year"]) if g.get("year") else None
+    named_year = g.get("year")
+    year = int(named_year) if named_year else None
     if form in ("on_month_day", "on_day_month"):
         day = int(g["day"] or 0)
         y = today.year if year is None else year

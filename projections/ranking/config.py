@@ -143,29 +143,32 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     with its nearest notes rather than nothing (a large one has enough notes for the
     probability to decide)."""
     time_window_weight: float = 0.0
-    """Questions that name a time (``projections.ranking.timewords``: "two weeks ago",
-    "yesterday", "last Saturday", "in March", "on October 13, 2023"...): a note written in
-    the window the question names (``time_window_fraction``, ``time_window_min_days``) gains
-    this times ``ln(n f / F)`` in its logit, never less than 0: ``n`` the notes the asker may
-    see, ``f`` how well the note's time fits the window (1 on the days named, falling
-    linearly to 0 at the window's edges: "two weeks ago" is likeliest the day 14 days back),
-    ``F`` the sum of ``f`` over the visible notes. If the answer was written in the window
-    and nothing else is known, that is Bayes' odds ratio of a note there against the
-    average note (``n / w`` for ``w`` notes on the named day), so 1 is the rule at its full
-    weight, not a fitted value. A note of the window is a candidate when it shares a word
-    with the query or its cosine is at least ``time_window_min_cosine``, and (with the gain)
-    clears ``floor``; notes outside are unchanged, and a question that names no time costs
-    one regular-expression search. The query's ``as_of`` (the worker's clock, read once, for
-    a live query) is what the window is relative to, so an audit replay names the same
-    window; ``explain`` shows it (``time_windows``). 1 in ``FITTED`` (since 2026-12-03):
-    on LongMemEval's dev set, half 0 (the half measured on) 0.897 -> 0.926 at 1,000 tokens
-    (0.926 -> 0.956 with ``tail_notes`` 8), temporal-reasoning 0.600 -> 0.800; half 1
-    unchanged (its 4 questions that name a time were found already); LoCoMo 0.681 / 0.779 /
-    0.851 -> 0.691 / 0.792 / 0.864 (84 of its 760 questions name a time, 76 of them a
-    month, a year or a date: "in June", "on October 13, 2023"). 0.5 found nothing more on half 0, 2 the same as 1
-    but cost half 1 0.008 at 200 tokens (docs/benchmarks.md). 0 turns it off: no window is
-    looked for; it is the struct's default, since a calibration table filed before the key
-    existed meant 0 (``LEGACY_TABLES``)."""
+    """Questions that name a time (``projections.ranking.timewords``: "two weeks ago", "yesterday",
+    "last Saturday", "in March", "on October 13, 2023"...): a note written in the window the
+    question names (``time_window_fraction``, ``time_window_min_days``) gains this times
+    ``ln(n f / F)`` in its logit, never less than 0: ``n`` the notes the asker may see,
+    ``f`` how well the note's time fits the window (1 on the days named, falling linearly to
+    0 at the window's edges: "two weeks ago" is likeliest the day 14 days back), ``F`` the
+    sum of ``f`` over the visible notes. If the answer was written in the window and nothing
+    else is known, that is Bayes' odds ratio of a note there against the average note
+    (``n / w`` for ``w`` notes on the named day), so 1 is the rule at its full weight, not a
+    fitted value. A note of the window is a candidate when it shares a word with the query
+    or its cosine is at least ``time_window_min_cosine``, and (with the gain) clears
+    ``floor``; notes outside are unchanged, and a question that names no time costs one
+    regular-expression search (a few microseconds; the same answer bytes), one that does
+    what packing its added candidates costs (``bench scale-cpu``'s corpus at 10,000 notes:
+    +1.5 to +3.5 ms, "yesterday" adding 70 candidates). The query's ``as_of`` (the worker's
+    clock, read once, for a live query) is what the window is relative to, so an audit
+    replay names the same window; ``explain`` shows it (``time_windows``). 1 in ``FITTED``
+    (since 2026-12-03): on LongMemEval's dev set, half 0 (the half measured on) 0.897 ->
+    0.926 at 1,000 tokens (0.926 -> 0.956 with ``tail_notes`` 8), temporal-reasoning 0.600
+    -> 0.800; half 1 unchanged (its 5 questions that name a time were found already); LoCoMo
+    0.681 / 0.779 / 0.851 -> 0.691 / 0.792 / 0.864 (84 of its 760 questions name a time, 76
+    of them a month, a year or a date: "in June", "on October 13, 2023"). 0.5 found nothing
+    more on half 0, 2 the same as 1 but cost half 1 0.008 at 200 tokens (docs/benchmarks.md,
+    section "Questions that name a time", with the query CPU it costs). 0 turns it off: no
+    window is looked for; it is the struct's default, since a calibration table filed before
+    the key existed meant 0 (``LEGACY_TABLES``)."""
     time_window_fraction: float = 0.25
     """The window's tolerance: the named day(s) widened on each side by this share of how
     long before the question they lie ("two weeks ago" asked on May 5: April 21, give or

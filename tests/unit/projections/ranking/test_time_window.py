@@ -219,3 +219,35 @@ def test_each_window_setting_moves_the_answer(calibration: dict[str, Any],
     cfg = with_overrides(ON, {"calibration": calibration})
     res = ranked(history(12.5), Q, 1000, cfg)
     assert ("planted" in {n.note_id for n in res.notes}) == found
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("age", [14.0, 12.5, 16.0])
+def test_the_gain_is_added_to_the_logit_the_model_gives(age: float, native: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A note that is a candidate with and without the window (it shares a word): its logit
+    differs by exactly its gain, ``window_gain`` of its ``window_weights`` (C and numpy paths
+    for the model's part; the window's is the numpy reference)."""
+    from hivemind_memory.projections.ranking import calibrated
+    from hivemind_memory.projections.ranking.timewords import question_windows, spans_us
+
+    if not native:
+        monkeypatch.setattr(calibrated, "native", None)
+    elif calibrated.native is None:
+        pytest.skip("the C kernel is not built")
+    notes = history(age, planted="user: my gardening today: 12 new tomato saplings planted.")
+    on, off = ranked(notes, Q, 1000, ON), ranked(notes, Q, 1000, OFF)
+    p_on = next(c.relevance for c in on.candidates if c.note_id == "planted")
+    p_off = next(c.relevance for c in off.candidates if c.note_id == "planted")
+    idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    spans = spans_us(question_windows(Q, NOW, ON.calibration))
+    inside, fit = idx.in_windows("", spans)
+    gain = window_gain(fit, len(notes), ON.calibration)
+    want = float(gain[list(inside).index(idx.cols.ids.index("planted"))])
+    assert want > 0.5
+
+    def logit(p: float) -> float:
+        return float(np.log(p / (1.0 - p)))
+
+    # the result rounds relevance to 6 decimals: the logits agree to that precision
+    assert logit(p_on) - logit(p_off) == pytest.approx(want, abs=0.02)

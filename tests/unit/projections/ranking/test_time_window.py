@@ -124,7 +124,8 @@ def test_a_window_without_notes_changes_nothing() -> None:
 
 
 def test_explain_shows_the_window_and_its_notes() -> None:
-    notes = history(14.0)
+    # a candidate written after the window (it shares "gardening"): not one of its notes
+    notes = [*history(14.0), note("recent", "user: gardening gloves are on sale", 2.0)]
     idx = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
     req = QueryRequest(ns="t", text=Q, budget=1000, explain=True)
     res = run_rank(idx, req, ON, NOW, embedder=EMBEDDER)
@@ -134,6 +135,7 @@ def test_explain_shows_the_window_and_its_notes() -> None:
     assert w.start == NOW - timedelta(days=14 + 13.5 / 4)
     assert w.end == NOW - timedelta(days=13 - 13.5 / 4)
     assert "planted" in w.notes and w.gain > 1.0
+    assert "recent" in {c.note_id for c in res.candidates} and "recent" not in w.notes
     assert all(w.start <= c.created_at < w.end for c in res.candidates
                if c.note_id in w.notes)
     assert all(c.note_id in w.notes for c in res.candidates if w.start <= c.created_at < w.end)
@@ -251,3 +253,16 @@ def test_the_gain_is_added_to_the_logit_the_model_gives(age: float, native: bool
 
     # the result rounds relevance to 6 decimals: the logits agree to that precision
     assert logit(p_on) - logit(p_off) == pytest.approx(want, abs=0.02)
+
+
+def test_a_shared_word_makes_a_window_note_a_candidate_whatever_its_cosine() -> None:
+    """With ``time_window_min_cosine`` out of reach, a note of the window that shares a word
+    with the question still gains (its probability is the window's), one that shares none
+    does not."""
+    far = with_overrides(ON, {"calibration": {"time_window_min_cosine": 0.99}})
+    far_off = with_overrides(far, {"calibration": {"time_window_weight": 0.0}})
+    worded = history(14.0, planted="user: my gardening today: 12 new tomato saplings planted.")
+    on, off = relevance(ranked(worded, Q, 1000, far)), relevance(ranked(worded, Q, 1000,
+                                                                        far_off))
+    assert on is not None and off is not None and on > 2 * off
+    assert relevance(ranked(history(14.0), Q, 1000, far)) is None

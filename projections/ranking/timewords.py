@@ -265,14 +265,23 @@ def named_days(text: str, now: datetime) -> list[Named]:
     return out
 
 
+FIRST = datetime.min.replace(tzinfo=UTC)
+"""The earliest a window begins: "2000 years ago" widened by a quarter of its offset would
+begin before year 1, which no ``datetime`` holds."""
+LAST = datetime.max.replace(tzinfo=UTC)
+"""The latest a window ends ("today" asked on December 31, 9999)."""
+
+
 def window(named: Named, now: datetime, fraction: float, min_days: float) -> Window:
     """``named`` widened on each side by ``fraction`` of how long before ``now`` its middle
     lies, at least ``min_days`` (a note written the evening before or the morning after
-    still counts), its end never after ``now`` plus the same tolerance."""
+    still counts), and never beyond ``FIRST`` or ``LAST``."""
     middle = named.start + (named.end - named.start) / 2
     offset = max(now - middle, timedelta(0))
     tol = max(offset * fraction, timedelta(days=min_days))
-    return Window(named, named.start - tol, named.end + tol)
+    start = named.start - tol if named.start - FIRST > tol else FIRST
+    end = named.end + tol if LAST - named.end > tol else LAST
+    return Window(named, start, end)
 
 
 def windows(text: str, now: datetime, fraction: float, min_days: float) -> list[Window]:

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.projections.ranking.timewords import (
+    FIRST,
+    LAST,
     count_of,
     named_days,
     question_windows,
@@ -122,6 +124,30 @@ def test_the_fraction_and_the_least_tolerance_are_the_callers() -> None:
     assert window(n, NOW, 0.0, 0.0).start == n.start
     assert window(n, NOW, 0.0, 2.0).start == n.start - timedelta(days=2)
     assert window(n, NOW, 0.5, 1.0).start < window(n, NOW, 0.25, 1.0).start
+
+
+@pytest.mark.parametrize(("text", "now"), [
+    ("what happened 2020 years ago", NOW),  # year 3 less a quarter of 2,020 years
+    ("what did I say 1700 years ago", NOW),  # year 323, less a quarter of 1,700 years
+    ("today", datetime(1, 1, 1, 5, tzinfo=UTC)),  # the least tolerance before year 1
+    ("this year", datetime(1, 6, 1, tzinfo=UTC)),
+    ("yesterday", datetime(9999, 12, 31, 5, tzinfo=UTC)),  # and after 9999
+])
+def test_a_window_past_what_a_datetime_holds_stops_there(text: str, now: datetime) -> None:
+    """A window widened beyond year 1 or 9999 (which ``datetime`` cannot hold: the query
+    crashed with OverflowError) begins at ``FIRST`` or ends at ``LAST``; its other side and
+    the named days are as usual, and it converts to microseconds."""
+    [n] = named_days(text, now)
+    [w] = windows(text, now, 0.25, 1.0)
+    assert w.named == n
+    middle = n.start + (n.end - n.start) / 2
+    tol = max((now - middle) * 0.25, timedelta(days=1))
+    if now.year > 5000:
+        assert (w.start, w.end) == (n.start - tol, LAST)
+    else:
+        assert (w.start, w.end) == (FIRST, n.end + tol)
+    [s] = spans_us([w])
+    assert s.start <= s.named_start < s.named_end <= s.end
 
 
 def test_windows_in_microseconds() -> None:

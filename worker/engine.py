@@ -37,14 +37,14 @@ from hivemind_memory.api_stub.protocol.messages import (
 from hivemind_memory.api_stub.protocol.settings import Settings
 from hivemind_memory.events.errors import WARMING_RETRY_S, CatchUpTimeout, QueryError
 from hivemind_memory.events.positions import ZERO, format_pos, parse_pos
-from hivemind_memory.projections.ranking.calibrated import limit_for
+from hivemind_memory.projections.ranking.calibrated import limit_for, window_gain
 from hivemind_memory.projections.ranking.columns import micros
 from hivemind_memory.projections.ranking.config import RankingConfig
 from hivemind_memory.projections.ranking.dense import build_dense
 from hivemind_memory.projections.ranking.embedders import Embedder, embedder_for
 from hivemind_memory.projections.ranking.footprint import index_bytes
 from hivemind_memory.projections.ranking.index import NamespaceIndex, build_index
-from hivemind_memory.projections.ranking.rank_result import RankResult
+from hivemind_memory.projections.ranking.rank_result import RankResult, TimeWindowShown
 from hivemind_memory.projections.ranking.ranker import (
     BatchMemo,
     KeptTexts,
@@ -52,6 +52,7 @@ from hivemind_memory.projections.ranking.ranker import (
     rank_index,
 )
 from hivemind_memory.projections.ranking.render import render
+from hivemind_memory.projections.ranking.timewords import Span, Window, question_windows, spans_us
 from hivemind_memory.projections.ranking.vectors import QueryVector, query_vector
 from hivemind_memory.projections.ranking.why import Shown, Why
 from hivemind_memory.projections.store import (
@@ -825,14 +826,38 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
                 got = idx.query_cosines(embedder.embed([req.text]))
                 cosine = None if got is None else got[:, 0]
     allowed = allowed_slots(idx.cols, req.conditions(), micros(now), cfg)
+    cal = cfg.calibration
+    wins = (question_windows(req.text, now, cal) if cfg.relevance == "calibrated"
+            and (cal.time_window_weight > 0 or req.explain) else [])
+    spans = spans_us(wins)
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, req.agent,
                                      None if memo is None else memo.terms(idx.cols),
                                      cosine, limit_for(cfg, req.budget), query,
-                                     allowed)
-    return rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
-                      explain=req.explain, memo=memo, why_limit=why_limit,
-                      rendered=req.context, id_prefix=req.id_prefix, allowed=allowed,
-                      query=req.text)
+                                     allowed, spans if cal.time_window_weight > 0 else ())
+    res = rank_index(idx, slots, rel, agent=req.agent, now=now, budget=req.budget, cfg=cfg,
+                     explain=req.explain, memo=memo, why_limit=why_limit,
+                     rendered=req.context, id_prefix=req.id_prefix, allowed=allowed,
+                     query=req.text)
+    if req.explain and wins:
+        res = msgspec.structs.replace(res, time_windows=shown_windows(idx, req.agent, wins,
+                                                                      spans, res, cfg))
+    return res
+
+
+def shown_windows(idx: NamespaceIndex, agent: str, wins: list[Window], spans: list[Span],
+                  res: RankResult, cfg: RankingConfig) -> list[TimeWindowShown]:
+    """What ``explain`` shows of the time windows ``wins`` a question named: each window,
+    the most logit a note of it gained (``calibrated.window_gain``: on the named days; 0
+    with the signal off) and the candidates of ``res`` written in it (each note once, in
+    ``res``'s order: a long note's passages are candidates of their own)."""
+    n = int(idx.cols.visible(agent).sum())
+    _, fit = idx.in_windows(agent, spans)
+    gain = window_gain(fit, n, cfg.calibration)
+    top = round(float(gain.max()), 6) if len(gain) else 0.0
+    return [TimeWindowShown(w.named.words, w.start, w.end, top,
+                            list(dict.fromkeys(c.note_id for c in res.candidates
+                                               if w.start <= c.created_at < w.end)))
+            for w in wins]
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
@@ -848,7 +873,9 @@ def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,
                        if req.context else None,
                        hint=no_notes_hint(req) if empty else None,
                        nothing_relevant=res.nothing_relevant,
-                       unknown_words=res.unknown_words or None)
+                       unknown_words=res.unknown_words or None,
+                       time_windows=res.time_windows if req.explain and res.time_windows
+                       else None)
 
 
 def no_notes_hint(req: QueryRequest) -> str:

@@ -24,7 +24,7 @@ from hivemind_memory.projections.ranking.config import (
     with_overrides,
 )
 from hivemind_memory.projections.ranking.filters import Condition, parse_filter
-from hivemind_memory.projections.ranking.rank_result import NoteSignals, Why
+from hivemind_memory.projections.ranking.rank_result import NoteSignals, TimeWindowShown, Why
 
 MAX_BUDGET = 1_000_000
 """Largest token budget of one query."""
@@ -119,6 +119,10 @@ class QueryResult(msgspec.Struct, frozen=True, omit_defaults=True):
     """The query's words that no note the asker may see contains (``unknown_word_factor``
     under 1): the memory was never told about them, so notes matching only the rest of
     the query were held back."""
+    time_windows: list[TimeWindowShown] | None = None
+    """With ``explain``: the time windows the question named ("two weeks ago"), the logit
+    their notes gained and the candidates written in them
+    (``calibration.time_window_weight``)."""
 
 
 class QueryServed(msgspec.Struct, frozen=True, tag="query.served", tag_field="type"):

@@ -571,3 +571,104 @@ def likely_among(cols: Columns, seq: Lookup, pos: Lookup, lex_slots: IntArray,
     top = candidates(p, limit)
     out: IntArray = win[got[top]]
     return out, p[top]
+
+
+class Span(Protocol):
+    """A time window in microseconds (``timewords.Span``)."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def named_start(self) -> int: ...
+
+    @property
+    def named_end(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+def window_weights(t_us: IntArray, spans: Sequence[Span]) -> FloatArray:
+    """How well each creation time ``t_us`` fits the question's windows: 1 within the days
+    named, falling linearly to 0 at the window's edges (the tolerance: "two weeks ago" is
+    likeliest the day 14 days back, less 12 or 16 days back), 0 outside; the largest over
+    ``spans``."""
+    f = np.zeros(len(t_us))
+    t = t_us.astype(np.float64)
+    for s in spans:
+        up = np.clip((t - s.start) / max(s.named_start - s.start, 1), 0.0, 1.0)
+        down = np.clip((s.end - t) / max(s.end - s.named_end, 1), 0.0, 1.0)
+        inside = (t_us >= s.start) & (t_us < s.end)
+        np.maximum(f, np.where(inside, np.minimum(up, down), 0.0), out=f)
+    return f
+
+
+def window_gain(fit: FloatArray, visible: int, cal: Calibration) -> FloatArray:
+    """The logit each note of a question's window gains: ``time_window_weight`` times
+    ``ln(visible * f / F)``, ``f`` its ``window_weights``, ``F`` their sum over the visible
+    notes (Bayes' odds ratio when the answer's date is spread as ``f`` says), never below 0
+    (a note at the edge of a wide window is not made less likely)."""
+    total = float(fit.sum())
+    out = np.zeros(len(fit))
+    if total <= 0.0 or visible <= 0:
+        return out
+    pos = fit > 0
+    out[pos] = np.maximum(cal.time_window_weight * np.log(visible * fit[pos] / total), 0.0)
+    return out
+
+
+def window_likely(cols: Columns, seq: Lookup, at: IntArray, lex_slots: IntArray,
+                  lex: FloatArray, cosine_of: Callable[[IntArray], FloatArray] | None,
+                  named: Sequence[int], cal: Calibration, gain: FloatArray,
+                  allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+    """The candidates among the notes at positions ``at`` of ``seq`` (ascending, distinct:
+    the notes of a question's time window, ``seq`` the visible slots in creation order) with
+    ``gain`` (one per note of ``at``) added to their logit (``window_gain``): their slots,
+    ascending by position, and
+    probabilities. Each is valued with its near neighbours as ``likely`` values it (the
+    numpy reference's operations; ``lex_slots``/``lex`` every BM25 hit, so a hit's share is
+    of the same best), and is a candidate when it has evidence (a shared word, or a cosine
+    of at least ``time_window_min_cosine``: none without cosines), is ``allowed`` (None:
+    all) and is at ``floor`` or above."""
+    n = len(seq)
+    if not len(at):
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    window = cal.context_minutes * US_PER_MINUTE
+    t_of = cols.created_us
+    parts = [at]
+    for j in range(1, min(cal.context_notes, n - 1) + 1):
+        ahead = at[at < n - j]
+        parts.append(ahead[(t_of[seq[ahead + j]] - t_of[seq[ahead]]) <= window] + j)
+        back = at[at >= j] - j
+        parts.append(back[(t_of[seq[back + j]] - t_of[seq[back]]) <= window])
+    win = _distinct(np.concatenate(parts))
+    sub = seq[win]
+    lay = sub_layout(cols, seq, win, cal)
+    m = len(win)
+    b = np.zeros(m)
+    if len(lex):
+        hit = lay.pos[lex_slots].astype(np.int64)
+        ok = hit >= 0
+        b[hit[ok]] = lex[ok] / lex.max()
+    c = np.zeros(m) if cosine_of is None else np.asarray(cosine_of(sub), np.float64)
+    if named:
+        mask = np.zeros(len(cols.agents) + 1, np.float64)
+        mask[list(named)] = 1.0
+        author = mask[lay.owner]
+    else:
+        author = np.zeros(m)
+    sig = Signals(b, c, context(b, lay.near), context(c, lay.near), author)
+    inside = np.searchsorted(win, at)  # the window's notes among ``win``
+    base = lay.base.copy()
+    base[inside] += gain
+    gained = Layout(base=base, wb=lay.wb, wc=lay.wc, owner=lay.owner,
+                    near=lay.near, pos=lay.pos, near_flat=lay.near_flat)
+    p = probability(sig, gained, cal)
+    ev = np.zeros(m, np.bool_)
+    near = c[inside] >= cal.time_window_min_cosine if cosine_of is not None else False
+    ev[inside] = (b[inside] > 0) | near
+    keep = ev & (p >= cal.floor) & (p > 0.0)
+    if allowed is not None:
+        keep &= allowed[sub]
+    return sub[keep], p[keep]

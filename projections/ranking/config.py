@@ -119,7 +119,9 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     turn on Rachel's relocation, 0.0004; a turn naming the dog's breed without the word
     "breed", 0.0007), as a floor of 0.0003 for every note did: 0.843 / 0.929 / 0.939 -> 0.843
     / 0.943 / 0.959 (half 0 0.897 -> 0.926, half 1 0.963 -> 0.977 at 1,000 tokens; 16 gave
-    the same), LoCoMo 0.681 / 0.779 / 0.851 -> 0.682 / 0.781 / 0.852. Its cost is the answers
+    the same), LoCoMo 0.681 / 0.779 / 0.851 -> 0.682 / 0.781 / 0.852; with the time windows
+    (``time_window_weight``) 0.843 / 0.929 / 0.950 -> 0.843 / 0.943 / 0.969, LoCoMo 0.691 /
+    0.792 / 0.864 -> 0.692 / 0.794 / 0.866. Its cost is the answers
     it makes: of ``bench scale-cpu``'s 100 selective queries at 10,000 notes, 24 of the 35
     with no candidate get 1-8, and 21 reach the near-identical and updated-facts rules
     (``updates``: two candidates or more) that did not: 1.074 x the instructions a query
@@ -148,6 +150,51 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     notes are candidates whatever ``floor`` says: a small namespace answers a paraphrase
     with its nearest notes rather than nothing (a large one has enough notes for the
     probability to decide)."""
+    time_window_weight: float = 0.0
+    """Questions that name a time (``projections.ranking.timewords``: "two weeks ago", "yesterday",
+    "last Saturday", "in March", "on October 13, 2023"...): a note written in the window the
+    question names (``time_window_fraction``, ``time_window_min_days``) gains this times
+    ``ln(n f / F)`` in its logit, never less than 0: ``n`` the notes the asker may see,
+    ``f`` how well the note's time fits the window (1 on the days named, falling linearly to
+    0 at the window's edges: "two weeks ago" is likeliest the day 14 days back), ``F`` the
+    sum of ``f`` over the visible notes. If the answer was written in the window and nothing
+    else is known, that is Bayes' odds ratio of a note there against the average note
+    (``n / w`` for ``w`` notes on the named day), so 1 is the rule at its full weight, not a
+    fitted value. A note of the window is a candidate when it shares a word with the query
+    or its cosine is at least ``time_window_min_cosine``, and (with the gain) clears
+    ``floor``; notes outside are unchanged, and a question that names no time costs one
+    regular-expression search (a few microseconds; the same answer bytes), one that does
+    what packing its added candidates costs (``bench scale-cpu``'s corpus at 10,000 notes:
+    +1.5 to +3.5 ms, "yesterday" adding 70 candidates). The query's ``as_of`` (the worker's
+    clock, read once, for a live query) is what the window is relative to, so an audit
+    replay names the same window; ``explain`` shows it (``time_windows``). 1 in ``FITTED``
+    (since 2026-12-03): on LongMemEval's dev set, half 0 (the half measured on) 0.897 ->
+    0.926 at 1,000 tokens (0.926 -> 0.956 with ``tail_notes`` 8), temporal-reasoning 0.600
+    -> 0.800; half 1 unchanged (its 5 questions that name a time were found already); LoCoMo
+    0.681 / 0.779 / 0.851 -> 0.691 / 0.792 / 0.864 (84 of its 760 questions name a time, 76
+    of them a month, a year or a date: "in June", "on October 13, 2023"). 0.5 found nothing
+    more on half 0, 2 the same as 1 but cost half 1 0.008 at 200 tokens (docs/benchmarks.md,
+    section "Questions that name a time", with the query CPU it costs). 0 turns it off: no
+    window is looked for; it is the struct's default, since a calibration table filed before
+    the key existed meant 0 (``LEGACY_TABLES``)."""
+    time_window_fraction: float = 0.25
+    """The window's tolerance: the named day(s) widened on each side by this share of how
+    long before the question they lie ("two weeks ago" asked on May 5: April 21, give or
+    take 3.5 days; "yesterday": give or take ``time_window_min_days``). People remember
+    recent days exactly and older ones roughly; a quarter keeps "a week ago" (5 to 9 days
+    back) apart from "two weeks ago" (10 to 18), while "four weeks ago" takes 21 to 35 days
+    back, where "a month ago" is as likely meant. 0.5 found less on half 0 of LongMemEval's
+    dev set (0.956 -> 0.926 at 1,000 tokens with ``tail_notes`` 8: each note of a wider
+    window gains less)."""
+    time_window_min_days: float = 1.0
+    """The least tolerance, in days: a note written late the evening before or early the
+    morning after the named day (another time zone than UTC) still counts."""
+    time_window_min_cosine: float = 0.05
+    """The least cosine that makes a note of the window a candidate without a shared word
+    (its probability, with the gain, must still clear ``floor``): the question pointed at
+    the window, so any note there related to it at all may be the one (a question that
+    names a time often shares no word with the note it asks for: "what did I do two weeks
+    ago" / "I planted tomato saplings today"); the same least cosine as ``nearest``'s."""
     min_cosine: float = 0.45
     """A note that shares no word with the query is a candidate only if its cosine is at
     least this. With the bundled embedder unrelated texts sit near 0, neighbours in a series
@@ -199,6 +246,21 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 -1.0 <= self.nearest_min_cosine <= 1.0):
             raise ValueError(f"calibration.nearest_min_cosine must be within [-1, 1], got "
                              f"{self.nearest_min_cosine}")
+        if not (math.isfinite(self.time_window_weight) and 0.0 <= self.time_window_weight <= 100):
+            raise ValueError(f"calibration.time_window_weight must be within [0, 100], got "
+                             f"{self.time_window_weight}")
+        if not (math.isfinite(self.time_window_fraction) and
+                0.0 <= self.time_window_fraction <= 1.0):
+            raise ValueError(f"calibration.time_window_fraction must be within [0, 1], got "
+                             f"{self.time_window_fraction}")
+        if not (math.isfinite(self.time_window_min_days) and
+                0.0 <= self.time_window_min_days <= 366):
+            raise ValueError(f"calibration.time_window_min_days must be within [0, 366], got "
+                             f"{self.time_window_min_days}")
+        if not (math.isfinite(self.time_window_min_cosine) and
+                -1.0 <= self.time_window_min_cosine <= 1.0):
+            raise ValueError(f"calibration.time_window_min_cosine must be within [-1, 1], got "
+                             f"{self.time_window_min_cosine}")
         if not (math.isfinite(self.context_minutes) and self.context_minutes >= 0):
             raise ValueError(f"calibration.context_minutes must be a finite number >= 0, got "
                              f"{self.context_minutes}")
@@ -210,7 +272,7 @@ COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_lo
 FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosine=0.359,
                      cosine_x_log_tokens=0.7282, log_tokens=0.6695, log_tokens_sq=0.006989,
                      context_bm25=1.985, context_cosine=0.5946, author_named=2.034,
-                     long_note_log_tokens=-0.5, tail_notes=8)
+                     long_note_log_tokens=-0.5, tail_notes=8, time_window_weight=1.0)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
 
@@ -563,7 +625,9 @@ LEGACY: dict[str, Any] = {"relevance": "bm25", "analyzer": "plain", "duplicate_t
 LEGACY_TABLES: dict[str, dict[str, Any]] = {
     "updates": {"restated_share": 1.0, "newer_max_tokens": 0},
     "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0, "tail_notes": 0,
-                    "tail_floor": 0.0003, "tail_max_tokens": 48},
+                    "tail_floor": 0.0003, "tail_max_tokens": 48, "time_window_weight": 0.0,
+                    "time_window_fraction": 0.25, "time_window_min_days": 1.0,
+                    "time_window_min_cosine": 0.05},
 }
 """Each table's keys added after it was first filed, with the value a table written before
 them meant (the struct's defaults): at that value they are left out of the fingerprint and

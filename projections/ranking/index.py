@@ -20,6 +20,7 @@ from hivemind_memory.events.positions import ZERO, Position
 from hivemind_memory.projections.ranking.calibrated import (
     Layout,
     Signals,
+    candidates,
     creation_order,
     features,
     layout_of,
@@ -28,6 +29,9 @@ from hivemind_memory.projections.ranking.calibrated import (
     log_tokens,
     named_owners,
     signals,
+    window_gain,
+    window_likely,
+    window_weights,
 )
 from hivemind_memory.projections.ranking.columns import (
     BoolArray,
@@ -40,6 +44,7 @@ from hivemind_memory.projections.ranking.columns import (
 from hivemind_memory.projections.ranking.config import Calibration, RankingConfig
 from hivemind_memory.projections.ranking.dense import DenseIndex
 from hivemind_memory.projections.ranking.embedders import Embedder
+from hivemind_memory.projections.ranking.timewords import Span
 from hivemind_memory.projections.ranking.vectors import DerivedVectors, QueryVector
 from hivemind_memory.projections.state import NoteState
 
@@ -417,15 +422,21 @@ class NamespaceIndex:
                          cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                          cosine: FloatArray | None = None, limit: int | None = None,
                          query: QueryVector | None = None,
-                         allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+                         allowed: BoolArray | None = None,
+                         windows: Sequence[Span] = ()
+                         ) -> tuple[IntArray, FloatArray]:
         """``relevance = "calibrated"`` (``projections.ranking.calibrated``): the probability
         that each visible note is needed, for the ``limit`` most probable (default
         ``cfg.max_candidates``). ``cosine``: the query's cosine with every slot's derived
         vector (``query_cosines``; None: no semantic part but caller embeddings, which take
         precedence where the note carries one of the query embedding's length). ``query``:
         the query's vector where ``dense_ready``: the candidates are then the BM25 hits and
-        the dense stage's nearest notes (``calibrated.likely_among``), not every note."""
+        the dense stage's nearest notes (``calibrated.likely_among``), not every note.
+        ``windows``: the time windows the question names (``[start, end)`` in microseconds,
+        ``timewords.windows``): with ``calibration.time_window_weight`` above 0 the notes
+        written in them gain in their logit (``calibrated.window_likely``)."""
         top = cfg.max_candidates if limit is None else limit
+        cal = cfg.calibration
         if query is not None and embedding is None and self.dense_ready(cfg):
             order = self.asker_order(agent)
             cols = self.cols
@@ -433,18 +444,72 @@ class NamespaceIndex:
             near = self._dense_near(query, cfg.candidates.dense, cols.visible(agent), allowed)
             derived = self.derived
             assert derived is not None
+            named = named_owners(cols, text)
             at, p = likely_among(cols, order, order.positions, lex_slots, lex, near,
-                                 lambda s: derived.rows_cosines(query, s),
-                                 named_owners(cols, text), cfg.calibration, top, allowed,
-                                 cfg.candidates.lexical)
-            return self._unknown(order[at], p, text, cfg, agent, cache,
+                                 lambda s: derived.rows_cosines(query, s), named, cal, top,
+                                 allowed, cfg.candidates.lexical)
+            slots = order[at]
+            if windows and cal.time_window_weight > 0:
+                slots, p = self._windowed(slots, p, order, order.positions, agent, windows,
+                                          lex_slots, lex,
+                                          lambda s: derived.rows_cosines(query, s), named,
+                                          cal, top, allowed)
+            return self._unknown(slots, p, text, cfg, agent, cache,
                                  lambda s: derived.rows_cosines(query, s))
         seq, lay, lex_slots, lex, cos, named = self._inputs(text, embedding, cfg, agent, cache,
                                                             cosine)
-        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cfg.calibration, top,
-                       allowed)
-        return self._unknown(seq[at], p, text, cfg, agent, cache,
+        at, p = likely(self.cols, seq, lex_slots, lex, cos, named, lay, cal, top, allowed)
+        slots = seq[at]
+        if windows and cal.time_window_weight > 0:
+            slots, p = self._windowed(slots, p, seq, lay.pos, agent, windows, lex_slots, lex,
+                                      None if cos is None else (lambda s: cos[s]), named, cal,
+                                      top, allowed)
+        return self._unknown(slots, p, text, cfg, agent, cache,
                              None if cos is None else (lambda s: cos[s]))
+
+    def in_windows(self, agent: str, windows: Sequence[Span]) -> tuple[IntArray, FloatArray]:
+        """The slots ``agent`` may see written in any of ``windows``, ascending, and how well
+        each fits them (``calibrated.window_weights``)."""
+        cols = self.cols
+        n = len(cols)
+        t = cols.created_us[:n]
+        mask = np.zeros(n, np.bool_)
+        for w in windows:
+            mask |= (t >= w.start) & (t < w.end)
+        mask &= cols.visible(agent)
+        out: IntArray = mask.nonzero()[0]
+        return out, window_weights(t[out], windows)
+
+    def _windowed(self, slots: IntArray, p: FloatArray, seq: Any, pos: Any, agent: str,
+                  windows: Sequence[Span], lex_slots: IntArray, lex: FloatArray,
+                  cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
+                  cal: Calibration, top: int, allowed: BoolArray | None
+                  ) -> tuple[IntArray, FloatArray]:
+        """The candidates ``slots``/``p`` with the notes of the question's time ``windows``
+        valued with their gain (``calibrated.window_likely``): each note's larger
+        probability, the ``top`` most probable kept, in creation order (``pos``: each slot's
+        position in ``seq``)."""
+        inside, fit = self.in_windows(agent, windows)
+        gain = window_gain(fit, len(seq), cal)
+        up = gain > 0.0
+        if not up.any():
+            return slots, p
+        at = np.asarray(pos[inside[up]], np.int64)
+        o = np.argsort(at)
+        at, gain = at[o], gain[up][o]
+        ws, wp = window_likely(self.cols, seq, at, lex_slots, lex, cosine_of, named, cal, gain,
+                               allowed)
+        if not len(ws):
+            return slots, p
+        both = np.concatenate((slots, ws))
+        bp = np.concatenate((p, wp))
+        where = np.asarray(pos[both], np.int64)
+        o = np.lexsort((-bp, where))  # by position, the larger probability first
+        where, both, bp = where[o], both[o], bp[o]
+        first = np.concatenate(([True], where[1:] != where[:-1]))
+        both, bp = both[first], bp[first]
+        keep = candidates(bp, top)
+        return both[keep], bp[keep]
 
     def _unknown(self, slots: IntArray, p: FloatArray, text: str, cfg: RankingConfig,
                  agent: str, cache: TermCache | None,
@@ -473,7 +538,9 @@ class NamespaceIndex:
                         cfg: RankingConfig, agent: str = "", cache: TermCache | None = None,
                         cosine: FloatArray | None = None, limit: int | None = None,
                         query: QueryVector | None = None,
-                        allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
+                        allowed: BoolArray | None = None,
+                        windows: Sequence[Span] = ()
+                        ) -> tuple[IntArray, FloatArray]:
         """Relevance to ``agent``'s query of every live note (notes at 0 left out), as slots of
         ``cols`` and their relevance: the one relevance rule, used by every query (live and
         ``--as-of``). ``relevance = "calibrated"``: ``calibrated_slots`` (``cosine``,
@@ -489,10 +556,12 @@ class NamespaceIndex:
         ``allowed`` (a flag per slot; None: all): only those slots may be candidates (a
         query's filter and the expiry, ``ranker.allowed_slots``), decided before the
         ``limit`` most relevant are kept; the relevance of the others is not changed.
+        ``windows``: the time windows the question names (calibrated relevance only:
+        ``calibrated_slots``).
         """
         if cfg.relevance == "calibrated":
             return self.calibrated_slots(text, embedding, cfg, agent, cache, cosine, limit,
-                                         query, allowed)
+                                         query, allowed, windows)
         lex_slots, lex = self.cols.bm25(text, cfg, agent, cache)
         if allowed is not None:
             ok = allowed[lex_slots]

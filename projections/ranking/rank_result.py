@@ -117,6 +117,19 @@ class ScoredNote(NoteSignals, frozen=True, kw_only=True):
     follow ``metadata``)."""
 
 
+class TimeWindowShown(msgspec.Struct, frozen=True):
+    """A time window the question named (``projections.ranking.timewords``), as ``explain``
+    shows it: the words, the window (the named days widened by the tolerance), the logit
+    its notes gained (``calibration.time_window_weight``; 0: the signal is off) and the
+    candidates written in it."""
+
+    words: str
+    start: datetime
+    end: datetime
+    gain: float
+    notes: list[str]
+
+
 class RankResult(msgspec.Struct, frozen=True):
     """The packed notes in context order (their signals, as a result lists them), and every
     candidate with its signals and whether it was packed."""
@@ -135,3 +148,5 @@ class RankResult(msgspec.Struct, frozen=True):
     """Calibrated relevance with ``unknown_word_factor`` under 1: the query's words that no
     note the asker may see contains (``Columns.unknown_words``), which lowered the
     probability of the notes that match only the rest of the query."""
+    time_windows: list[TimeWindowShown] = msgspec.field(default_factory=list)
+    """The time windows the question named, with ``explain`` (``TimeWindowShown``)."""

@@ -39,6 +39,7 @@ from hivemind_memory.projections.ranking.rank_result import (
 )
 from hivemind_memory.projections.ranking.ranker import allowed_slots, rank_index
 from hivemind_memory.projections.ranking.recency import SECONDS_PER_DAY
+from hivemind_memory.projections.ranking.timewords import question_windows, spans_us
 from hivemind_memory.projections.ranking.why import REASON_TEXT, Why
 from hivemind_memory.projections.state import NoteState, tier_of
 from hivemind_memory.projections.store.audit_trail import audit_event, audit_page
@@ -228,8 +229,11 @@ def _invisible(notes: dict[str, NoteState], s: QueryServed, req: QueryRequest,
         got = idx.query_cosines(embedder.embed([req.text]))
         cosine = None if got is None else got[:, 0]
     allowed = allowed_slots(idx.cols, req.conditions(), micros(s.as_of), cfg)
+    spans = (spans_us(question_windows(req.text, s.as_of, cfg.calibration))
+             if cfg.calibration.time_window_weight > 0 else [])
     slots, rel = idx.relevance_slots(req.text, req.embedding, cfg, s.agent, None, cosine,
-                                     limit_for(cfg, s.budget), allowed=allowed)
+                                     limit_for(cfg, s.budget), allowed=allowed,
+                                     windows=spans)
     # each hidden note on its own: a twin of a visible note is not merged into it here
     alone = msgspec.structs.replace(cfg, near_identical=0.0)
     res = rank_index(idx, slots, rel, agent=s.agent, now=s.as_of, budget=s.budget, cfg=alone,

@@ -73,6 +73,11 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
               f"method {obj['method']}\n")
     if obj["notes"]:
         out.write("(ctx: position in the context handed to the model; rank: by score)\n")
+    windows = obj.get("time_windows") or []
+    in_window = {nid for w in windows for nid in w["notes"]}
+    for w in windows:  # the time the question names (``calibration.time_window_weight``)
+        out.write(f"time window \"{w['words']}\": {w['start']} to {w['end']}, logit "
+                  f"+{w['gain']:g} at most, {len(w['notes'])} candidate(s) written in it\n")
     for c in obj.get("candidates") or []:
         # the rules' marks: the older versions a newer note won over (its score lifted above
         # rel x rec) and the near-identical notes it stands for
@@ -83,6 +88,8 @@ def print_result(body: bytes, as_json: bool, out: IO[str] | None = None) -> int:
             marks += f" passage={place['index'] + 1}/{place['count']}"
             if place.get("rank"):
                 marks += f" repeat={place['rank']} (score x passage_repeat^{place['rank']})"
+        if c["note_id"] in in_window:
+            marks += " in-window"
         out.write(f"   {'*' if c['chosen'] else ' '} {c['note_id']:<20} rel={c['relevance']:.4f} "
                   f"rec={c['recency']:.4f} score={c['score']:.4f} cost={c['cost']} "
                   f"tier={c['tier']} uses={c['uses']} age={c['age_days']:.1f}d{marks}\n")

@@ -503,3 +503,30 @@ def test_sweep_varies_the_calibration_and_the_relevance_mode(
         **by[f"calibration.log_tokens={lt} relevance=bm25"],
         "config": "calibration.log_tokens=-3 relevance=bm25",
         "overrides": {"calibration.log_tokens": -3, "relevance": "bm25"}}  # unread there
+
+
+def test_a_question_that_names_a_time_reproduces_with_its_window(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """"Two weeks ago" is relative to the served query's time, not the replay's: an as-of
+    query and a live one that name it reproduce to the byte later (the live one's window is
+    of its served clock), and the as-of answer holds the note written in its window, with
+    ``explain``'s window."""
+    w = World(tmp_path)
+    w.client.append([
+        *[created(f"f{i}", at=T0 - timedelta(days=1 + i * 0.3),
+                  text=f"question about laptop battery item {i}") for i in range(80)],
+        created("planted", at=T0 - timedelta(days=14),
+                text="I just planted 12 new tomato saplings in the backyard today."),
+    ])
+    q = "What gardening-related activity did I do two weeks ago?"
+    ids = w.serve([
+        {"ns": "t", "text": q, "budget": 200, "as_of": iso(T0), "explain": True},
+        {"ns": "t", "text": q, "budget": 200},
+    ])
+    body = json.loads(w.client.result_json(ids[0], timeout=5))
+    [window] = body["time_windows"]
+    assert window["words"] == "two weeks ago" and "planted" in window["notes"]
+    assert "planted" in [n["note_id"] for n in body["notes"]]
+    code, out, err = w.cli(capsys, "audit", "reproduce", "--ns", "t", "--all")
+    assert code == 0, out + err
+    assert "2 identical, 0 different" in err

@@ -96,6 +96,7 @@ def default_queries() -> list[dict[str, Any]]:
         ("redis stream checkpoint", 500, "alice"),
         ("agent memory audit", 2000, ""),
         ("scratch decay", 300, "bob"),
+        ("what did Bob say three weeks ago", 200, "alice"),  # ed2, 20 days old, in the window
     ]):
         qs.append({"ns": "t", "text": text, "budget": budget, "agent": agent, "as_of": at,
                    "explain": i % 2 == 0})
@@ -113,7 +114,8 @@ def test_the_default_golden_log_exercises_the_default_signals() -> None:
     """The file pins signals only if its answers show them: a passage of the long runbook
     packed alone into a budget smaller than the note, the newer of two facts first, one of
     three identical notes standing for the others, another agent's private note unseen, a
-    question with nothing relevant answered with an empty context."""
+    question with nothing relevant answered with an empty context, the window a question
+    names and the note written in it first."""
     got = [msgspec.json.decode(line) for line in GOLDEN.read_bytes().splitlines()]
     ids = [[n["note_id"] for n in a["notes"]] for a in got]
     assert ids[0][0] == "rb1" and "passage" in got[0]["notes"][0]
@@ -122,3 +124,6 @@ def test_the_default_golden_log_exercises_the_default_signals() -> None:
     assert ids[4] == ["dup1"] and got[4]["notes"][0]["stands_for"] == ["dup2", "dup3"]
     assert "priv" in ids[7] and "priv" not in ids[8]
     assert ids[10] == [] and got[10]["nothing_relevant"]
+    [window] = got[14]["time_windows"]  # explain: the window "three weeks ago" names
+    assert window["words"] == "three weeks ago" and window["gain"] > 0
+    assert window["notes"] == ["ed2"] and ids[14][0] == "ed2"

@@ -80,7 +80,8 @@ def test_scored_note_has_exactly_the_contract_fields_in_order() -> None:
         "age_days", "created_at", "metadata", "stands_for", "updates", "passage", "chosen",
     )
     assert RankResult.__struct_fields__ == ("used", "method", "upper_bound", "notes", "candidates",
-                                            "why", "nothing_relevant", "unknown_words")
+                                            "why", "nothing_relevant", "unknown_words",
+                                            "time_windows")
 
 
 def test_signals_combine_into_score() -> None:

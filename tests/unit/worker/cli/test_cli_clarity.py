@@ -162,6 +162,27 @@ def test_explain_listing_names_the_older_versions_and_the_notes_stood_for() -> N
     assert "updates=" not in rows["old"] and "stands_for=" not in rows["old"]
 
 
+def test_explain_listing_names_the_time_window_and_the_notes_in_it() -> None:
+    """A question that names a time, in ``hivemind query --explain``: a line names the window
+    and its gain, and the rows of the candidates written in it say so; the others do not."""
+    def cand(nid: str) -> dict[str, Any]:
+        return {"note_id": nid, "chosen": True, "relevance": 0.1, "recency": 0.9,
+                "score": 0.09, "cost": 10, "tier": "short", "uses": 0, "age_days": 14.0}
+    window = {"words": "two weeks ago", "start": "2025-12-14T12:00:00Z",
+              "end": "2025-12-22T12:00:00Z", "gain": 1.62, "notes": ["planted"]}
+    body = json.dumps({"query_id": "t.1", "ns": "t", "as_of": "2026-01-01T00:00:00Z",
+                       "budget": 100, "used": 20, "method": "exact", "notes": [],
+                       "candidates": [cand("planted"), cand("other")],
+                       "time_windows": [window]}).encode()
+    out = io.StringIO()
+    assert print_result(body, False, out) == 0
+    text = out.getvalue()
+    assert ('time window "two weeks ago": 2025-12-14T12:00:00Z to 2025-12-22T12:00:00Z, '
+            "logit +1.62 at most, 1 candidate(s) written in it") in text
+    rows = {ln.split()[1]: ln for ln in text.splitlines() if "rel=" in ln}
+    assert rows["planted"].endswith(" in-window") and "in-window" not in rows["other"]
+
+
 def test_explain_listing_names_a_passages_place_and_its_rank_after_the_best() -> None:
     """A long note's passages in ``hivemind query --explain``: each row names its place
     (1-based) and, after the note's best passage, its rank and the weight that lowered its

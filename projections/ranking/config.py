@@ -110,17 +110,25 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The tail under the floor: besides the notes at ``floor`` or above, the ``tail_notes``
     most probable notes of at most ``tail_max_tokens`` tokens at ``tail_floor`` or above are
     candidates (every one tied with the last included): a short note just under the floor
-    costs little of a budget and may be the answer beside a strong match. 0 (the default)
-    turns it off; a calibration table filed before the key existed meant 0
-    (``LEGACY_TABLES``). Measured (docs/benchmarks.md): with 8, of the 11 evidence turns
-    LongMemEval's dev set missed at 1,000 tokens (6 of them at 0.0003-0.001) it packs 3,
-    7 to 45 tokens long and 0th, 1st and 6th of their question's tail ("She moved to
-    Chicago." two minutes after the turn on Rachel's relocation, 0.0004; a turn naming the
-    dog's breed without the word "breed", 0.0007), as a floor of 0.0003 for every note did;
-    but ``bench scale-cpu``'s selective queries at 10,000 notes cost more CPU with it (p50
-    2.1-2.9 ms scanning against 1.2-1.6 off, once 2.5, two interleaved windows on a busy
-    machine; a floor of 0.0003 for every note: 3.4-4.8 against 1.1-1.7), so it stays off
-    until that is understood."""
+    costs little of a budget and may be the answer beside a strong match. 0 turns it off, and
+    is the struct's default: a calibration table filed before the key existed meant 0
+    (``LEGACY_TABLES``); ``FITTED``, the default config's table, sets 8 (since 2026-12-03).
+    Measured (docs/benchmarks.md): with 8, of the 11 evidence turns LongMemEval's dev set
+    missed at 1,000 tokens (6 of them at 0.0003-0.001) it packs 3, 7 to 45 tokens long and
+    0th, 1st and 6th of their question's tail ("She moved to Chicago." two minutes after the
+    turn on Rachel's relocation, 0.0004; a turn naming the dog's breed without the word
+    "breed", 0.0007), as a floor of 0.0003 for every note did: 0.843 / 0.929 / 0.939 -> 0.843
+    / 0.943 / 0.959 (half 0 0.897 -> 0.926, half 1 0.963 -> 0.977 at 1,000 tokens; 16 gave
+    the same), LoCoMo 0.681 / 0.779 / 0.851 -> 0.682 / 0.781 / 0.852; with the time windows
+    (``time_window_weight``) 0.843 / 0.929 / 0.950 -> 0.843 / 0.943 / 0.969, LoCoMo 0.691 /
+    0.792 / 0.864 -> 0.692 / 0.794 / 0.866. Its cost is the answers
+    it makes: of ``bench scale-cpu``'s 100 selective queries at 10,000 notes, 24 of the 35
+    with no candidate get 1-8, and 21 reach the near-identical and updated-facts rules
+    (``updates``: two candidates or more) that did not: 1.074 x the instructions a query
+    (callgrind) of the tail off, 1.027 x the old default's since those rules skip the work
+    that cannot change a candidate, and a median selective query dearer still (it falls
+    between the queries that reach the rules and those that do not). A floor of 0.0003 for
+    every note instead: 2-3.5 x the CPU (long notes cut into passages)."""
     tail_floor: float = 0.0003
     """The least probability of a ``tail_notes`` note (a 1 in 3,333 chance)."""
     tail_max_tokens: int = 48
@@ -264,7 +272,7 @@ COEFFICIENTS = ("intercept", "bm25", "bm25_x_log_tokens", "cosine", "cosine_x_lo
 FITTED = Calibration(intercept=-12.79, bm25=0.266, bm25_x_log_tokens=1.076, cosine=0.359,
                      cosine_x_log_tokens=0.7282, log_tokens=0.6695, log_tokens_sq=0.006989,
                      context_bm25=1.985, context_cosine=0.5946, author_named=2.034,
-                     long_note_log_tokens=-0.5, time_window_weight=1.0)
+                     long_note_log_tokens=-0.5, tail_notes=8, time_window_weight=1.0)
 """The fitted defaults (``python -m bench fit``: LoCoMo's development half, ridge 1e-5 chosen
 with each conversation held out in turn; see ``Calibration``)."""
 

@@ -728,8 +728,7 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
         held = np.zeros((len(s), len(posts)), np.bool_)
         for w, (_, slots, _) in enumerate(posts):
             if len(slots):  # ascending: where each candidate would sit says if it is there
-                got = np.minimum(np.searchsorted(slots, s), len(slots) - 1)
-                held[:, w] = slots[got] == s
+                held[:, w] = slots.take(np.searchsorted(slots, s), mode="clip") == s
         longest = cfg.updates.newer_max_tokens or cfg.passage_tokens
         spread = cols.tokens[s] > longest if longest > 0 else None
         words = QueryWords(held, np.array([x[2] for x in posts], np.float64), spread)
@@ -739,6 +738,9 @@ def _adjusted(idx: NamespaceIndex, s: IntArray, rel: FloatArray, rec: FloatArray
                  lambda p: cols.texts.get(sl[p]), cfg, cols.distinct[s],
                  None if memo is None else lambda p: memo.words(cols, sl[p]), words)
     keep = adj.keep
+    if not adj.stands_for:  # no note dropped (the usual case): positions unchanged
+        newer = {p: sorted(ids[sl[q]] for q in qs) for p, qs in adj.updates.items()}
+        return s, rel, rec, adj.score, {}, newer, 0
     new_pos = np.cumsum(keep) - 1
     stands = {int(new_pos[p]): [ids[sl[q]] for q in qs] for p, qs in adj.stands_for.items()}
     newer = {int(new_pos[p]): sorted(ids[sl[q]] for q in qs) for p, qs in adj.updates.items()}

@@ -159,7 +159,7 @@ class QueryWords:
 
 
 def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
-              up: Updates) -> FloatArray:
+              up: Updates) -> FloatArray | None:
     """``credit[i, j]``: the share of the older ``at[i]``'s match on the query that the newer
     ``at[j]`` restates (the IDF weight of the query words both hold over that of the words
     ``at[i]`` holds; exactly 1 when ``at[j]`` holds every one), 0 where it is under
@@ -173,13 +173,18 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
     is never the newer ``at[j]``: its words may lie in passages hundreds of tokens apart,
     so holding the older's words says nothing about restating its fact (a 900-token reply
     on family travel "holds" every word of "my recent family trip to Hawaii"), and the lift
-    would go to its passages. It can still be the older."""
+    would go to its passages. It can still be the older. None (every ``credit`` 0) when no
+    candidate's words carry ``up.query_words_share`` of the query's weight, as in most
+    queries whose candidates each hold a few of its words: the matrices are not built."""
     held = words.held[at]
     total = float(words.weight.sum())
     m = len(at)
     if total <= 0 or not held.shape[1]:
-        return np.zeros((m, m), np.float64)
+        return None
     own = held @ words.weight
+    weak = own / total < up.query_words_share
+    if weak.all():  # no candidate can be an older version by its words
+        return None
     h = held.astype(np.float64)
     both = (h * words.weight) @ h.T  # [i, j]: the weight of the words i and j both hold
     credit: FloatArray = np.divide(both, own[:, None], out=np.zeros((m, m)),
@@ -187,7 +192,7 @@ def _restated(words: QueryWords, at: IntArray, created_us: IntArray,
     every = _holds_every(held)
     credit[every & (own[:, None] > 0)] = 1.0  # every word: exactly the older's score
     credit[credit < up.restated_share] = 0.0
-    credit[own / total < up.query_words_share, :] = 0.0
+    credit[weak, :] = 0.0
     if words.spread is not None:
         credit[:, words.spread[at]] = 0.0
     t = created_us[at]
@@ -222,6 +227,8 @@ def _pair_cosines(vec: Vectors, norm: FloatArray, at: IntArray,
     on its own (exact integer products), so a part of the matrix has the same bits."""
     if known is not None:
         had, cos = known
+        if len(had) == len(at) and bool((had == at).all()):  # no note dropped since
+            return cos
         got = np.searchsorted(had, at)
         if len(had) and bool((got < len(had)).all()) and bool((had[np.minimum(
                 got, len(had) - 1)] == at).all()):
@@ -234,8 +241,10 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
                     at: IntArray, out: Adjusted,
                     sizes: npt.NDArray[np.integer[Any]] | None = None,
                     words_of: Callable[[int], WordSet] | None = None) -> None:
-    if cos is not None:
-        ii, jj = np.triu(cos >= PREFILTER_COSINE, 1).nonzero()
+    if cos is not None:  # the pairs above the diagonal, row by row
+        ii, jj = (cos >= PREFILTER_COSINE).nonzero()
+        upper = ii < jj
+        ii, jj = ii[upper], jj[upper]
     else:
         ii, jj = np.triu_indices(len(at), 1)
     if not len(ii):
@@ -248,17 +257,19 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
         if not len(ii):
             return
     words: list[WordSet] = [_NONE] * len(at)
-    for k in np.union1d(ii, jj).tolist():  # only the notes of a close pair are read
+    notes = np.union1d(ii, jj)
+    for k in notes.tolist():  # only the notes of a close pair are read
         words[k] = frozenset(tokenize(text_of(int(at[k])))) if words_of is None \
             else words_of(int(at[k]))
     size = np.fromiter(map(len, words), np.int64, len(words))
-    ii, jj = _sizes_fit(size, ii, jj, threshold)
-    if not len(ii):
-        return
+    if sizes is None:  # with them known, these pairs already fit (the same sizes)
+        ii, jj = _sizes_fit(size, ii, jj, threshold)
+        if not len(ii):
+            return
     # every remaining pair's Jaccard at once (int64 / int64 is the same correctly rounded
     # quotient as Python's int / int), then the groups: the connected components of the
     # pairs that reach the threshold
-    both = _shared(words, size, ii, jj)
+    both = _shared(words, size, ii, jj, notes)
     same = both / (size[ii] + size[jj] - both) >= threshold
     if not same.any():
         return
@@ -288,11 +299,14 @@ def _near_identical(ids: Sequence[str], score: FloatArray, created_us: IntArray,
 
 
 def _shared(words: list[WordSet], size: npt.NDArray[np.int64], ii: IntArray,
-            jj: IntArray) -> npt.NDArray[np.int64]:
+            jj: IntArray, notes: IntArray | None = None) -> npt.NDArray[np.int64]:
     """How many words the notes of each pair ``(ii[k], jj[k])`` share: in C (``native``)
     where the words are ascending ids (``ranker.KeptTexts.words``), one merge a pair;
-    otherwise set by set (``&`` walks the smaller set), the reference."""
-    notes = np.union1d(ii, jj)
+    otherwise set by set (``&`` walks the smaller set), the reference. ``notes``: the
+    positions whose words are read, ascending, every one of a pair among them (default:
+    those of the pairs)."""
+    if notes is None:
+        notes = np.union1d(ii, jj)
     kernel = native
     if kernel is not None and not isinstance(words[int(ii[0])], frozenset):
         off = np.zeros(len(notes) + 1, np.int64)
@@ -313,7 +327,8 @@ def _shared(words: list[WordSet], size: npt.NDArray[np.int64], ii: IntArray,
 def _sizes_fit(size: npt.NDArray[np.integer[Any]], ii: IntArray, jj: IntArray,
                threshold: float) -> tuple[IntArray, IntArray]:
     """The pairs ``(ii, jj)`` whose word-set sizes can reach Jaccard ``threshold``."""
-    lo, hi = np.minimum(size[ii], size[jj]), np.maximum(size[ii], size[jj])
+    a, b = size[ii], size[jj]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
     fit = (lo > 0) & (lo / np.maximum(hi, 1) >= threshold)
     return ii[fit], jj[fit]
 
@@ -323,8 +338,16 @@ def _newer_wins(at: IntArray, score: FloatArray, rel: FloatArray, created_us: In
                 cfg: RankingConfig, out: Adjusted) -> None:
     """``same[i, j]`` (``_restated``): the share of the older ``at[i]``'s score the newer
     ``at[j]`` is lifted to by the query's words (0: no version by them); a pair by the
-    vectors takes the whole score."""
+    vectors takes the whole score. No pair by either (``same`` None, no two vectors that
+    close): nothing changes, and the matrices of times and credits are not built."""
     up = cfg.updates
+    if same is None:
+        if cos is None:
+            return
+        close = cos >= up.same_subject_cosine
+        np.fill_diagonal(close, False)  # a note and itself are never a pair (below)
+        if not close.any():
+            return
     t = created_us[at]
     r = rel[at]
     s = score[at]

@@ -2957,6 +2957,8 @@ export interface components {
             nothing_relevant?: boolean;
             /** @default null */
             unknown_words?: string[] | null;
+            /** @default null */
+            time_windows?: components["schemas"]["TimeWindowShown"][] | null;
         };
         /**
          * NoteSignals
@@ -3002,6 +3004,20 @@ export interface components {
             end: number;
             /** @default 0 */
             rank?: number;
+        };
+        /**
+         * TimeWindowShown
+         * @description A time window the question named (``projections.ranking.timewords``), as ``explain``
+         *     shows it: the words, the window (the named days widened by the tolerance), the logit
+         *     its notes gained (``calibration.time_window_weight``; 0: the signal is off) and the
+         *     candidates written in it.
+         */
+        TimeWindowShown: {
+            words: string;
+            start: string;
+            end: string;
+            gain: number;
+            notes: string[];
         };
         /** Appended */
         Appended: {

@@ -287,7 +287,7 @@ def test_candidates_need_evidence_of_their_own() -> None:
         DEFAULT.calibration, min_cosine=0.99, nearest=0))
     assert set(relevance(index(notes), "automobile repair redis", strict)) == {"lex"}
     floor = msgspec.structs.replace(DEFAULT, calibration=msgspec.structs.replace(
-        DEFAULT.calibration, floor=0.999, nearest=0))
+        DEFAULT.calibration, floor=0.999, nearest=0, tail_notes=0))
     assert relevance(index(notes), "automobile repair redis", floor) == {}
 
 

@@ -289,9 +289,10 @@ PREVIOUS_RELEASE_DIGEST = "650b704b956e536c"
 
 
 def test_the_previous_releases_filed_default_still_verifies_and_keeps_its_meaning() -> None:
-    """Today's keys (the long-note term, the moved candidates.lexical, bm25_b) must not
-    make a config history entry filed by the release before them look altered, and the
-    entry must decode to what it meant: no long-note term, lexical 1,024, bm25_b 0.75."""
+    """Today's keys (the long-note term, the tail of short notes, the moved
+    candidates.lexical, bm25_b) must not make a config history entry filed by the release
+    before them look altered, and the entry must decode to what it meant: no long-note term,
+    no tail, lexical 1,024, bm25_b 0.75."""
     from hivemind_memory.projections.ranking.config import (
         config_from_json,
         filed_digests,
@@ -303,11 +304,12 @@ def test_the_previous_releases_filed_default_still_verifies_and_keeps_its_meanin
     assert PREVIOUS_RELEASE_DIGEST in filed_digests(cfg, PREVIOUS_RELEASE_DEFAULT)
     assert filed_form(cfg, PREVIOUS_RELEASE_DEFAULT)
     assert ConfigHistory([(PREVIOUS_RELEASE_DIGEST, PREVIOUS_RELEASE_DEFAULT)]).problems == {}
-    assert cfg.calibration.long_note_log_tokens == 0.0
+    assert cfg.calibration.long_note_log_tokens == 0.0 and cfg.calibration.tail_notes == 0
     assert cfg.candidates.lexical == 1_024 and cfg.bm25_b == 0.75
     # today's default differs from it in what it does, so in its fingerprint too
     assert DEFAULT.digest() != PREVIOUS_RELEASE_DIGEST
     assert DEFAULT.calibration.long_note_log_tokens == -0.5 and DEFAULT.candidates.lexical == 256
+    assert DEFAULT.calibration.tail_notes == 8
 
 
 def test_a_candidates_table_is_left_out_of_a_fingerprint_only_at_a_former_default() -> None:

@@ -164,8 +164,10 @@ def test_the_budget_is_a_ceiling_not_a_quota(floor: float, packed: bool) -> None
     notes = [note("billing", "Stripe billing runs on the first of the month", 5),
              note("redis", "Redis runs with AOF persistence", 5)]
     # nearest off: in a namespace this small the nearest notes are candidates whatever the
-    # floor (test_a_small_namespace_answers_with_its_nearest_notes)
-    cfg = with_overrides(DEFAULT, {"calibration": {"floor": floor, "nearest": 0}})
+    # floor (test_a_small_namespace_answers_with_its_nearest_notes); the tail off: it takes
+    # short notes under any floor (test_the_tail_keeps_a_short_reply_beside_a_strong_match)
+    cfg = with_overrides(DEFAULT, {"calibration": {"floor": floor, "nearest": 0,
+                                                   "tail_notes": 0}})
     res = ranked(notes, "redis persistence", 1000, cfg)
     assert ("redis" in {n.note_id for n in res.notes}) == packed
     assert res.nothing_relevant == (not packed)
@@ -197,13 +199,15 @@ def _reply_beside_its_match() -> list[NoteState]:
 
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(("calibration", "found"), [
-    ({}, False),  # the default: the floor alone (0.001)
+    ({}, True),  # the default: the tail of 8 (since 2026-12-03)
+    ({"tail_notes": 0}, False),  # the floor alone (0.001): the default before
     ({"tail_notes": 8}, True),
     ({"tail_notes": 1}, True),  # the first of the tail
     ({"tail_notes": 8, "tail_floor": 0.0005}, False),  # its probability is under 0.0005
     ({"tail_notes": 8, "tail_max_tokens": 6}, False),  # 7 tokens: too long for this tail
-    ({"floor": 0.0003}, True),  # a lower floor for every note finds it too
-    ({"floor": 0.0005}, False),
+    ({"floor": 0.0003, "tail_notes": 0}, True),  # a lower floor for every note finds it too
+    ({"floor": 0.0005, "tail_notes": 0}, False),
+    ({"floor": 0.0005}, True),  # under a floor of 0.0005 the tail still takes it
 ])
 def test_the_tail_keeps_a_short_reply_beside_a_strong_match(
         calibration: dict[str, Any], found: bool, native: bool,
@@ -240,7 +244,9 @@ def test_the_tail_takes_the_most_probable_short_notes() -> None:
     from hivemind_memory.projections.ranking.calibrated import lowest_floor, tail_kept
 
     cal = with_overrides(BASE, {"calibration": {"tail_notes": 2}}).calibration
-    assert lowest_floor(cal) == 0.0003 and lowest_floor(BASE.calibration) == 0.001
+    off = with_overrides(BASE, {"calibration": {"tail_notes": 0}}).calibration
+    assert lowest_floor(cal) == 0.0003 and lowest_floor(off) == 0.001
+    assert lowest_floor(BASE.calibration) == 0.0003  # the default keeps a tail of 8
     p = np.array([0.002, 0.0009, 0.0008, 0.0008, 0.0007, 0.0006, 0.0, 0.0004])
     tok = np.array([500, 10, 10, 10, 10, 90, 10, 10])
     assert tail_kept(p, cal, tok).tolist() == [True, True, True, True, False, False, False,

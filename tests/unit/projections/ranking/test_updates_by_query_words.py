@@ -314,3 +314,29 @@ def test_a_note_is_never_its_own_older_version_at_a_gap_of_zero_days() -> None:
     got = _adjust([ALL, [True, True, True, False]], [0, 2], cfg)
     assert got.updates == {1: [0]}
     assert got.score[1] == pytest.approx(0.5 * 0.75, rel=1e-12)
+
+
+@pytest.mark.parametrize(("held", "updates"), [
+    ([[True, True, True, False], [True, True, True, False]], {1: [0]}),  # both at 0.75
+    ([[True, True, False, False], [True, True, False, False]], {}),  # both at 0.5
+    # one weak candidate beside two strong ones: the strong ones are still compared
+    ([[True, True, True, False], [True, True, True, False], [True, False, False, False]],
+     {1: [0]}),
+])
+def test_no_matrices_when_no_candidate_carries_the_query_words_share(
+        held: list[list[bool]], updates: dict[int, list[int]]) -> None:
+    """``_restated`` builds its matrices only when some candidate's words carry
+    ``query_words_share`` (0.7) of the query's weight: none (every credit 0) when no
+    candidate can be an older version by its words; the rule's answer is the same."""
+    from hivemind_memory.projections.ranking.updates import _restated
+
+    m = len(held)
+    days = [0, 2, 3][:m]
+    at = np.arange(m)
+    created = np.array([int(d * US_PER_DAY) for d in days])
+    credit = _restated(_words(held), at, created, DEFAULT.updates)
+    strong = [sum(h) / 4 >= DEFAULT.updates.query_words_share for h in held]
+    assert (credit is None) == (not any(strong))
+    if credit is not None:
+        assert credit[0, 1] == 1.0  # the later one holds every word the first holds
+    assert _adjust(held, days).updates == updates

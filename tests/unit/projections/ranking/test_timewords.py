@@ -42,6 +42,7 @@ def days(text: str, now: datetime = NOW) -> list[tuple[str, str, str]]:
     ("twenty-one days ago", [("twenty-one days ago", "2023-04-14", "2023-04-15")]),
     ("a couple of days ago", [("a couple of days ago", "2023-05-03", "2023-05-04")]),
     ("a few weeks ago", [("a few weeks ago", "2023-04-14", "2023-04-15")]),
+    ("couple days ago", [("couple days ago", "2023-05-03", "2023-05-04")]),  # was no window
     ("what did I say yesterday", [("yesterday", "2023-05-04", "2023-05-05")]),
     ("the day before yesterday", [("the day before yesterday", "2023-05-03", "2023-05-04")]),
     ("anything from today?", [("today", "2023-05-05", "2023-05-06")]),
@@ -59,6 +60,13 @@ def days(text: str, now: datetime = NOW) -> list[tuple[str, str, str]]:
     ("in June", [("in June", "2022-06-01", "2022-07-01")]),  # not begun: last year's
     ("in Sept. 2021", [("in Sept. 2021", "2021-09-01", "2021-10-01")]),
     ("in March 2022", [("in March 2022", "2022-03-01", "2022-04-01")]),
+    # "of" before the year (it named this year's March: "in March" alone)
+    ("in March of 2022", [("in March of 2022", "2022-03-01", "2022-04-01")]),
+    ("in March, 2022", [("in March, 2022", "2022-03-01", "2022-04-01")]),
+    ("on March 5th of 2021", [("on March 5th of 2021", "2021-03-05", "2021-03-06")]),
+    ("on the 5th of March of 2021", [("on the 5th of March of 2021", "2021-03-05",
+                                      "2021-03-06")]),
+    ("in March of the year", [("in March", "2023-03-01", "2023-04-01")]),  # no year after
     ("in 2022", [("in 2022", "2022-01-01", "2023-01-01")]),
     ("on March 5th", [("on March 5th", "2023-03-05", "2023-03-06")]),
     ("on May 6", [("on May 6", "2022-05-06", "2022-05-07")]),  # tomorrow: last year's

@@ -373,3 +373,37 @@ def test_an_askers_order_is_visible_order_read_lazily() -> None:
     assert len(idx.asker_order("ann").own) == owned["ann"] - 1
     assert idx.asker_order("bob")[np.zeros(1, np.int64)].tolist() == [
         idx.cols.ids.index("z-new")]
+
+
+@pytest.mark.parametrize("path", ["native", "numpy"])
+def test_a_question_naming_a_time_gets_the_scans_answer_from_the_candidate_stage(
+        path: str) -> None:
+    """The time window's notes (``calibration.time_window_weight``) join the candidate
+    stage's candidates as they join the scan's: with every note proposed, the same answer
+    bytes (explain on: every candidate, the windows and their gains), for askers with
+    private notes of their own; the windows hold notes and change the answer, so the
+    window's part of both paths is compared."""
+    notes = corpus(600)
+    scan = cfg_with(scan_max_notes=1_000_000)
+    cand = cfg_with(scan_max_notes=1, dense=600, lexical=600)
+    off = msgspec.structs.replace(scan, calibration=msgspec.structs.replace(
+        scan.calibration, time_window_weight=0.0))
+    a = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    b = build_index("t", {n.note_id: n for n in notes}, EMBEDDER)
+    attach(b, cand)
+    assert b.dense_ready(cand) and not a.dense_ready(scan)
+    moved = 0
+    with numpy_path(calibrated) if path == "numpy" else _nothing():
+        for text in ("redis persistence ten months ago", "what did I deploy in August",
+                     "postgres vacuum backup on October 3", "replica failover in 2025"):
+            for agent in ("ann", "bob"):
+                req = QueryRequest(ns="t", text=text, budget=800, explain=True, agent=agent)
+                got = run_rank(a, req, scan, NOW, embedder=EMBEDDER)
+                assert msgspec.json.encode(got) == msgspec.json.encode(
+                    run_rank(b, req, cand, NOW, embedder=EMBEDDER))
+                [w] = got.time_windows
+                assert w.gain > 0 and w.notes
+                plain = run_rank(a, req, off, NOW, embedder=EMBEDDER)
+                moved += [c.note_id for c in plain.candidates] != \
+                    [c.note_id for c in got.candidates]
+    assert moved >= 6

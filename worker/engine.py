@@ -847,17 +847,22 @@ def run_rank(idx: NamespaceIndex, req: QueryRequest, cfg: RankingConfig,
 def shown_windows(idx: NamespaceIndex, agent: str, wins: list[Window], spans: list[Span],
                   res: RankResult, cfg: RankingConfig) -> list[TimeWindowShown]:
     """What ``explain`` shows of the time windows ``wins`` a question named: each window,
-    the most logit a note of it gained (``calibrated.window_gain``: on the named days; 0
-    with the signal off) and the candidates of ``res`` written in it (each note once, in
-    ``res``'s order: a long note's passages are candidates of their own)."""
+    the most logit a note written in it gained (``calibrated.window_gain``: on the named
+    days; 0 with the signal off or no note in it; a question naming two times shows each
+    its own) and the candidates of ``res`` written in it (each note once, in ``res``'s
+    order: a long note's passages are candidates of their own)."""
     n = int(idx.cols.visible(agent).sum())
-    _, fit = idx.in_windows(agent, spans)
+    inside, fit = idx.in_windows(agent, spans)
     gain = window_gain(fit, n, cfg.calibration)
-    top = round(float(gain.max()), 6) if len(gain) else 0.0
-    return [TimeWindowShown(w.named.words, w.start, w.end, top,
-                            list(dict.fromkeys(c.note_id for c in res.candidates
-                                               if w.start <= c.created_at < w.end)))
-            for w in wins]
+    t = idx.cols.created_us[inside]
+    out = []
+    for w, s in zip(wins, spans, strict=True):
+        mine = gain[(t >= s.start) & (t < s.end)]
+        top = round(float(mine.max()), 6) if len(mine) else 0.0
+        out.append(TimeWindowShown(w.named.words, w.start, w.end, top,
+                                   list(dict.fromkeys(c.note_id for c in res.candidates
+                                                      if w.start <= c.created_at < w.end))))
+    return out
 
 
 def to_result(query_id: str, req: QueryRequest, now: datetime, res: RankResult,

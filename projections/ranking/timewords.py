@@ -18,9 +18,9 @@ The forms (case-insensitive; numbers as digits or words up to twenty, tens up to
   current one; ``last weekend``: the Saturday and Sunday before the current week;
 * ``this week|month|year``: from its first day to today;
 * ``last <weekday>``: the latest such day before today (a week ago when today is one);
-* ``in <Month> [<year>]``: that month (without a year, the latest one that has begun: in
+* ``in <Month> [[,|of] <year>]``: that month (without a year, the latest one that has begun: in
   February, "in March" is last year's); ``in <year>`` (1900 to 2199): that year;
-* ``on <Month> <day>[st|nd|rd|th] [, <year>]`` and ``on <day> <Month> [<year>]``: that day
+* ``on <Month> <day>[st|nd|rd|th] [[,|of] <year>]`` and ``on <day> <Month> [<year>]``: that day
   (without a year, the latest one not after today).
 
 What names no window: "0 days ago" (say "today"), a date that does not exist ("February 30"),
@@ -48,7 +48,8 @@ _SMALL = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight"
 _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
          "eighty": 80, "ninety": 90}
 NUMBER_WORDS: dict[str, int] = {w: i for i, w in enumerate(_SMALL)} | _TENS | {
-    "a": 1, "an": 1, "a couple of": 2, "a couple": 2, "couple of": 2, "a few": 3, "few": 3}
+    "a": 1, "an": 1, "a couple of": 2, "a couple": 2, "couple of": 2, "couple": 2, "a few": 3,
+    "few": 3}
 """Words a count may be spelled with (besides digits and "twenty-one" style compounds)."""
 MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name) if m} | {
     m.lower(): i for i, m in enumerate(calendar.month_abbr) if m and m != "May"} | {"sept": 9}
@@ -63,6 +64,8 @@ _NUM = (r"(?P<n>\d{1,5}|(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|an?|"
 _MONTH = "(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
 _DAYNUM = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20|21)\d\d)"
+_THEN_YEAR = r"(?:,?\s+|\s+of\s+)" + _YEAR
+"""A year after a month or a day: "March 2025", "March, 2025", "March of 2025"."""
 _FORMS: tuple[tuple[str, str], ...] = (
     ("ago", _NUM + r"\s+(?P<unit>day|week|month|year)s?\s+ago"),
     ("before_yesterday", r"the\s+day\s+before\s+yesterday"),
@@ -72,10 +75,10 @@ _FORMS: tuple[tuple[str, str], ...] = (
     ("last_period", r"last\s+(?P<unit>week|month|year)"),
     ("this_period", r"this\s+(?P<unit>week|month|year)"),
     ("last_weekday", r"last\s+(?P<weekday>" + "|".join(WEEKDAYS) + ")"),
-    ("on_month_day", r"on\s+" + _MONTH + r"\s+" + _DAYNUM + r"(?:,?\s+" + _YEAR + ")?"),
+    ("on_month_day", r"on\s+" + _MONTH + r"\s+" + _DAYNUM + "(?:" + _THEN_YEAR + ")?"),
     ("on_day_month", r"on\s+(?:the\s+)?" + _DAYNUM + r"(?:\s+of)?\s+" + _MONTH
-     + r"(?:,?\s+" + _YEAR + ")?"),
-    ("in_month", r"in\s+" + _MONTH + r"(?:,?\s+" + _YEAR + ")?"),
+     + "(?:" + _THEN_YEAR + ")?"),
+    ("in_month", r"in\s+" + _MONTH + "(?:" + _THEN_YEAR + ")?"),
     ("in_year", r"in\s+" + _YEAR),
 )
 _GROUP = re.compile(r"\(\?P<(\w+)>")
@@ -265,14 +268,23 @@ def named_days(text: str, now: datetime) -> list[Named]:
     return out
 
 
+FIRST = datetime.min.replace(tzinfo=UTC)
+"""The earliest a window begins: "2000 years ago" widened by a quarter of its offset would
+begin before year 1, which no ``datetime`` holds."""
+LAST = datetime.max.replace(tzinfo=UTC)
+"""The latest a window ends ("today" asked on December 31, 9999)."""
+
+
 def window(named: Named, now: datetime, fraction: float, min_days: float) -> Window:
     """``named`` widened on each side by ``fraction`` of how long before ``now`` its middle
     lies, at least ``min_days`` (a note written the evening before or the morning after
-    still counts), its end never after ``now`` plus the same tolerance."""
+    still counts), and never beyond ``FIRST`` or ``LAST``."""
     middle = named.start + (named.end - named.start) / 2
     offset = max(now - middle, timedelta(0))
     tol = max(offset * fraction, timedelta(days=min_days))
-    return Window(named, named.start - tol, named.end + tol)
+    start = named.start - tol if named.start - FIRST > tol else FIRST
+    end = named.end + tol if LAST - named.end > tol else LAST
+    return Window(named, start, end)
 
 
 def windows(text: str, now: datetime, fraction: float, min_days: float) -> list[Window]:

@@ -153,6 +153,32 @@ def test_explain_shows_the_window_and_its_notes() -> None:
     assert "planted" in {n.note_id for n in got.notes}
 
 
+def test_explain_shows_each_window_its_own_gain() -> None:
+    """A question naming two times: the window holding the planted turn shows its gain, the
+    one holding no note 0 (each showed the larger of the two)."""
+    res = ranked(history(14.0), "What gardening-related activity did I do two weeks ago or "
+                 "in 2019?", 1000, ON)
+    two, old = res.time_windows
+    assert (two.words, old.words) == ("two weeks ago", "in 2019")
+    assert two.gain > 1.0 and "planted" in two.notes
+    assert old.gain == 0.0 and old.notes == []
+    # the gain shown is the largest of the notes written in the window
+    alone = ranked(history(14.0), Q, 1000, ON)
+    assert two.gain == alone.time_windows[0].gain
+
+
+def test_a_time_too_far_back_for_a_datetime_is_answered() -> None:
+    """ "2025 years ago" widened by a quarter begins before year 1: the query crashed with
+    OverflowError; its window now begins at year 1 and holds no note."""
+    text = "What gardening-related activity did I do 2025 years ago?"
+    res = ranked(history(14.0), text, 1000, ON)
+    [w] = res.time_windows
+    assert w.start.year == 1 and w.gain == 0.0 and w.notes == []
+    plain = ranked(history(14.0), text, 1000, OFF)
+    assert [(c.note_id, c.relevance) for c in res.candidates] == \
+        [(c.note_id, c.relevance) for c in plain.candidates]
+
+
 def _span(named_start: float, named_end: float, tol: float) -> Span:
     return Span(int((named_start - tol) * DAY_US), int(named_start * DAY_US),
                 int(named_end * DAY_US), int((named_end + tol) * DAY_US))

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hivemind_memory.projections.ranking.timewords import (
+    FIRST,
+    LAST,
     count_of,
     named_days,
     question_windows,
@@ -40,6 +42,7 @@ def days(text: str, now: datetime = NOW) -> list[tuple[str, str, str]]:
     ("twenty-one days ago", [("twenty-one days ago", "2023-04-14", "2023-04-15")]),
     ("a couple of days ago", [("a couple of days ago", "2023-05-03", "2023-05-04")]),
     ("a few weeks ago", [("a few weeks ago", "2023-04-14", "2023-04-15")]),
+    ("couple days ago", [("couple days ago", "2023-05-03", "2023-05-04")]),  # was no window
     ("what did I say yesterday", [("yesterday", "2023-05-04", "2023-05-05")]),
     ("the day before yesterday", [("the day before yesterday", "2023-05-03", "2023-05-04")]),
     ("anything from today?", [("today", "2023-05-05", "2023-05-06")]),
@@ -57,6 +60,13 @@ def days(text: str, now: datetime = NOW) -> list[tuple[str, str, str]]:
     ("in June", [("in June", "2022-06-01", "2022-07-01")]),  # not begun: last year's
     ("in Sept. 2021", [("in Sept. 2021", "2021-09-01", "2021-10-01")]),
     ("in March 2022", [("in March 2022", "2022-03-01", "2022-04-01")]),
+    # "of" before the year (it named this year's March: "in March" alone)
+    ("in March of 2022", [("in March of 2022", "2022-03-01", "2022-04-01")]),
+    ("in March, 2022", [("in March, 2022", "2022-03-01", "2022-04-01")]),
+    ("on March 5th of 2021", [("on March 5th of 2021", "2021-03-05", "2021-03-06")]),
+    ("on the 5th of March of 2021", [("on the 5th of March of 2021", "2021-03-05",
+                                      "2021-03-06")]),
+    ("in March of the year", [("in March", "2023-03-01", "2023-04-01")]),  # no year after
     ("in 2022", [("in 2022", "2022-01-01", "2023-01-01")]),
     ("on March 5th", [("on March 5th", "2023-03-05", "2023-03-06")]),
     ("on May 6", [("on May 6", "2022-05-06", "2022-05-07")]),  # tomorrow: last year's
@@ -122,6 +132,30 @@ def test_the_fraction_and_the_least_tolerance_are_the_callers() -> None:
     assert window(n, NOW, 0.0, 0.0).start == n.start
     assert window(n, NOW, 0.0, 2.0).start == n.start - timedelta(days=2)
     assert window(n, NOW, 0.5, 1.0).start < window(n, NOW, 0.25, 1.0).start
+
+
+@pytest.mark.parametrize(("text", "now"), [
+    ("what happened 2020 years ago", NOW),  # year 3 less a quarter of 2,020 years
+    ("what did I say 1700 years ago", NOW),  # year 323, less a quarter of 1,700 years
+    ("today", datetime(1, 1, 1, 5, tzinfo=UTC)),  # the least tolerance before year 1
+    ("this year", datetime(1, 6, 1, tzinfo=UTC)),
+    ("yesterday", datetime(9999, 12, 31, 5, tzinfo=UTC)),  # and after 9999
+])
+def test_a_window_past_what_a_datetime_holds_stops_there(text: str, now: datetime) -> None:
+    """A window widened beyond year 1 or 9999 (which ``datetime`` cannot hold: the query
+    crashed with OverflowError) begins at ``FIRST`` or ends at ``LAST``; its other side and
+    the named days are as usual, and it converts to microseconds."""
+    [n] = named_days(text, now)
+    [w] = windows(text, now, 0.25, 1.0)
+    assert w.named == n
+    middle = n.start + (n.end - n.start) / 2
+    tol = max((now - middle) * 0.25, timedelta(days=1))
+    if now.year > 5000:
+        assert (w.start, w.end) == (n.start - tol, LAST)
+    else:
+        assert (w.start, w.end) == (FIRST, n.end + tol)
+    [s] = spans_us([w])
+    assert s.start <= s.named_start < s.named_end <= s.end
 
 
 def test_windows_in_microseconds() -> None:

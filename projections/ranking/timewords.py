@@ -56,6 +56,12 @@ MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name
 WEEKDAYS: dict[str, int] = {d.lower(): i for i, d in enumerate(calendar.day_name)}
 MAX_COUNT = 10_000
 """Counts above this name no window (no note is that old)."""
+MAX_WINDOWS = 8
+"""A question names at most this many windows (the first it writes; the rest of its time
+words count as words only): each window costs a pass over the namespace's notes, and a
+16 KiB question repeating "N days ago" named 1,249 of them (110-195 ms of CPU at 10,000
+notes against 2-7 ms with the signal off, review 2026-12-03). No question of the
+LongMemEval and LoCoMo dev sets names more than 2."""
 
 _NUM = (r"(?P<n>\d{1,5}|(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|an?|"
         r"(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[\s-]+(?:one|two|three|"
@@ -241,8 +247,8 @@ def _span(form: str, g: dict[str, str | None], today: date) -> tuple[date, date]
 
 def named_days(text: str, now: datetime) -> list[Named]:
     """The spans of days ``text`` names relative to ``now`` (an aware datetime; its UTC day
-    is today), in the order they appear; none that begin after today (see the module's
-    list of forms and of what names no window)."""
+    is today), in the order they appear, the first ``MAX_WINDOWS``; none that begin after
+    today (see the module's list of forms and of what names no window)."""
     if now.tzinfo is None:
         raise ValueError(f"now must be timezone-aware, got {now!r}")
     if not _CHEAP.search(text):
@@ -265,6 +271,8 @@ def named_days(text: str, now: datetime) -> list[Named]:
             continue
         words = " ".join(text[m.start():m.end()].split())  # as the question wrote them
         out.append(Named(words, _midnight(span[0]), _midnight(span[1])))
+        if len(out) == MAX_WINDOWS:
+            break
     return out
 
 

@@ -179,6 +179,17 @@ def test_a_time_too_far_back_for_a_datetime_is_answered() -> None:
         [(c.note_id, c.relevance) for c in plain.candidates]
 
 
+@pytest.mark.parametrize(("before", "found"), [(7, True), (8, False)])
+def test_times_named_past_max_windows_count_as_words(before: int, found: bool) -> None:
+    """ "two weeks ago" after 7 other times is the 8th window and finds the planted turn;
+    after 8 it is the 9th, left out (``timewords.MAX_WINDOWS``)."""
+    others = ", ".join(f"{n} years ago" for n in range(2, 2 + before))
+    res = ranked(history(14.0), f"What gardening-related activity did I do {others} or "
+                 "two weeks ago?", 1000, ON)
+    assert len(res.time_windows) == min(before + 1, 8)
+    assert (relevance(res) is not None) == found
+
+
 def _span(named_start: float, named_end: float, tol: float) -> Span:
     return Span(int((named_start - tol) * DAY_US), int(named_start * DAY_US),
                 int(named_end * DAY_US), int((named_end + tol) * DAY_US))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hivemind_memory.projections.ranking.timewords import (
     FIRST,
     LAST,
+    MAX_WINDOWS,
     count_of,
     named_days,
     question_windows,
@@ -156,6 +157,17 @@ def test_a_window_past_what_a_datetime_holds_stops_there(text: str, now: datetim
         assert (w.start, w.end) == (FIRST, n.end + tol)
     [s] = spans_us([w])
     assert s.start <= s.named_start < s.named_end <= s.end
+
+
+def test_a_question_names_at_most_max_windows() -> None:
+    """The first ``MAX_WINDOWS`` times a question names, in its order (a time after today
+    is not one of them); the others are left out (a long question repeating times cost a
+    pass over the notes for each)."""
+    text = "in 2099 and " + ", ".join(f"{n} days ago" for n in range(1, 21))
+    got = named_days(text, NOW)
+    assert MAX_WINDOWS == 8
+    assert [n.words for n in got] == [f"{n} days ago" for n in range(1, 9)]
+    assert len(windows("yesterday " * 100, NOW, 0.25, 1.0)) == MAX_WINDOWS
 
 
 def test_windows_in_microseconds() -> None:

@@ -105,7 +105,9 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``tail_notes`` below it); a question with nothing that likely gets an empty context and
     the result says so (``nothing_relevant``). 0.001: a note packed has at least a 1 in
     1,000 chance of being one the question needs (on LoCoMo's development half 0.004
-    already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost 0.13)."""
+    already cost 0.02 of evidence recall at 1,000 tokens, 0.02 cost 0.13). Raising it does
+    not raise the tail's bar (``tail_floor`` is absolute): a floor strict for every note
+    needs ``tail_notes = 0`` too (a query's own ``min_relevance`` bars tail notes as any)."""
     tail_notes: int = 0
     """The tail under the floor: besides the notes at ``floor`` or above, the ``tail_notes``
     most probable notes of at most ``tail_max_tokens`` tokens at ``tail_floor`` or above are

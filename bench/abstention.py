@@ -28,7 +28,10 @@ candidate is strong (its probability at least ``t``: evidence of a match, so wea
 beside it may be needed) and rises to a strict one otherwise, or follows the best candidate
 (``c`` times its probability), each question answered through ``run_rank`` with that floor.
 
-Prints, per rule and cap, how many abstention / answerable / LoCoMo questions it flags,
+First it prints what the budget's second half holds: the evidence turns the 1,000-token
+context packs and the 500-token one does not (``depth``; what a ceiling at 500 tokens for
+every question would cost), on both benchmarks, and the abstention questions' tokens at both.
+Then, per rule and cap, how many abstention / answerable / LoCoMo questions it flags,
 LongMemEval's turn recall over all answerable questions and per half
 (``bench.longmemeval.half``), the abstention questions' mean tokens, and LoCoMo's evidence
 recall (``bench quality``'s figures for the default row). Measures; changes nothing.
@@ -361,6 +364,21 @@ def measure_floors(rule: FloorRule, lm: Sequence[Case], lo: Sequence[Case]) -> F
     return _figures(low, answer, lm, lo)
 
 
+def depth(cs: Sequence[Case], lo: int = BUDGETS[1], hi: int = BUDGETS[2]) -> tuple[int, int, int]:
+    """What the budget's second part holds: of the evidence turns of ``cs`` (answerable
+    questions), how many the ``hi``-token context packs and the ``lo``-token one does not,
+    how many both pack, and how many questions gain one. The measure of what a ceiling that
+    stops at ``lo`` tokens would cost (a turn counts when any passage of it is packed)."""
+    extra = both = gain = 0
+    for c in cs:
+        small, big = c.packed[lo][0], c.packed[hi][0]
+        more = sum(e in big and e not in small for e in c.evidence)
+        extra += more
+        both += sum(e in big and e in small for e in c.evidence)
+        gain += more > 0
+    return extra, both, gain
+
+
 def _cells(fig: Figures) -> str:
     """A table row's cells after the rule's: the questions flagged, recall per part, the
     abstention tokens at the two larger budgets, LoCoMo's recall."""
@@ -391,6 +409,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(lo)} LoCoMo questions; recall at {' / '.join(map(str, BUDGETS))} tokens")
     head = ("| rule | cap | flagged abst / answerable / LoCoMo | LongMemEval | half 0 | half 1 "
             f"| abstention tokens @{BUDGETS[1]} / @{BUDGETS[2]} | LoCoMo |")
+    lo_b, hi_b = BUDGETS[1], BUDGETS[2]
+    for name, cs in (("LongMemEval", [c for c in lm if not c.abstention]), ("LoCoMo", lo)):
+        extra, both, gain = depth(cs)
+        print(f"{name}: {extra} evidence turns packed at {hi_b} tokens and not at {lo_b} "
+              f"({gain} of {len(cs)} questions gain one), {both} packed at both")
+    if n_abs:
+        ab = [c for c in lm if c.abstention]
+        print(f"LongMemEval abstention tokens: {np.mean([c.packed[lo_b][1] for c in ab]):.0f} "
+              f"at {lo_b}, {np.mean([c.packed[hi_b][1] for c in ab]):.0f} at {hi_b}")
     print(head + "\n|" + "---|" * 8)
     rows: list[tuple[str, Flag | None, int]] = [("none (the default)", None, max(BUDGETS))]
     rules = {**RULES, **calibrated_rules(lm, lo)} if any(c.abstention for c in lm) else RULES

@@ -14,6 +14,7 @@ from bench.abstention import (
     Case,
     at_most,
     coverage,
+    depth,
     follow_best,
     measure,
     measure_floors,
@@ -77,6 +78,21 @@ def test_a_flagged_question_is_answered_at_the_cap() -> None:
     at250 = measure(unknown, 250, [flagged, kept, abst], [lo])
     assert at250.recall["half 0"] == (0.0, 1.0, 1.0)
     assert at250.abstention_tokens == (190.0, 240.0, 240.0)  # at most the budget
+
+
+def test_depth_counts_the_evidence_only_the_larger_budget_packs() -> None:
+    # "e1" packed at 500 and 1000; "e2" only at 1000; "e3" never; a passage shows its note's
+    # id, so a turn counts once whatever number of its passages
+    deep = case([[1]], [1.0], [1], evidence=("e1", "e2", "e3"),
+                packed={500: (frozenset({"e1", "x"}), 480), 1000: (frozenset({"e1", "e2"}), 990)})
+    flat = case([[1]], [1.0], [1], key="f", evidence=("e1",),
+                packed={500: (frozenset({"e1"}), 400), 1000: (frozenset({"e1", "y"}), 900)})
+    lost = case([[1]], [1.0], [1], key="l", evidence=("e1",),  # the larger pack drops it
+                packed={500: (frozenset({"e1"}), 400), 1000: (frozenset({"z"}), 900)})
+    assert depth([deep]) == (1, 1, 1)
+    assert depth([deep, flat, lost]) == (1, 2, 1)
+    assert depth([flat]) == (0, 1, 0)
+    assert depth([deep], 1000, 500) == (0, 1, 0)  # the other way round: nothing only at 500
 
 
 def floored(key: str, best: float, *, abst: bool = False, half: int | None = 0,

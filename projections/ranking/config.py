@@ -197,6 +197,18 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     the window, so any note there related to it at all may be the one (a question that
     names a time often shares no word with the note it asks for: "what did I do two weeks
     ago" / "I planted tomato saplings today"); the same least cosine as ``nearest``'s."""
+    time_window_max_notes: int = 1_000
+    """A window of more than this many notes (the visible notes written in it) makes
+    candidates only of those of its notes that share a word with the query and of its
+    ``time_window_max_notes`` nearest to the query by cosine (every one tied with the last
+    included); the others, which only a cosine of at least ``time_window_min_cosine`` would
+    have made candidates, are not valued at all. Each note kept gets the probability it would
+    get without the cap (its gain is the window's, ``F`` counts every note of it). Why: a wide
+    window in a large namespace ("in 2025", "last year" asked at 100,000 notes: half of them)
+    had every one of its notes valued, 8 x a query's CPU (43-48 ms against 5-6 ms), to pack a
+    few; and its gain is small there (``ln(n f / F)``: ln 2 to ln 4). 1,000 is above every
+    window of the benchmarks' namespaces (LongMemEval's ~500 notes, LoCoMo's 369-680), so
+    their answers do not move. 0 turns the cap off."""
     min_cosine: float = 0.45
     """A note that shares no word with the query is a candidate only if its cosine is at
     least this. With the bundled embedder unrelated texts sit near 0, neighbours in a series
@@ -259,6 +271,9 @@ class Calibration(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 0.0 <= self.time_window_min_days <= 366):
             raise ValueError(f"calibration.time_window_min_days must be within [0, 366], got "
                              f"{self.time_window_min_days}")
+        if self.time_window_max_notes < 0:
+            raise ValueError(f"calibration.time_window_max_notes must be >= 0, got "
+                             f"{self.time_window_max_notes}")
         if not (math.isfinite(self.time_window_min_cosine) and
                 -1.0 <= self.time_window_min_cosine <= 1.0):
             raise ValueError(f"calibration.time_window_min_cosine must be within [-1, 1], got "
@@ -629,7 +644,7 @@ LEGACY_TABLES: dict[str, dict[str, Any]] = {
     "calibration": {"long_note_tokens": 192, "long_note_log_tokens": 0.0, "tail_notes": 0,
                     "tail_floor": 0.0003, "tail_max_tokens": 48, "time_window_weight": 0.0,
                     "time_window_fraction": 0.25, "time_window_min_days": 1.0,
-                    "time_window_min_cosine": 0.05},
+                    "time_window_min_cosine": 0.05, "time_window_max_notes": 1_000},
 }
 """Each table's keys added after it was first filed, with the value a table written before
 them meant (the struct's defaults): at that value they are left out of the fingerprint and

@@ -494,9 +494,13 @@ class NamespaceIndex:
         up = gain > 0.0
         if not up.any():
             return slots, p
-        at = np.asarray(pos[inside[up]], np.int64)
+        inside, gain = inside[up], gain[up]
+        if 0 < cal.time_window_max_notes < len(inside):
+            kept = self._window_kept(inside, lex_slots, cosine_of, cal, allowed)
+            inside, gain = inside[kept], gain[kept]
+        at = np.asarray(pos[inside], np.int64)
         o = np.argsort(at)
-        at, gain = at[o], gain[up][o]
+        at, gain = at[o], gain[o]
         ws, wp = window_likely(self.cols, seq, at, lex_slots, lex, cosine_of, named, cal, gain,
                                allowed)
         if not len(ws):
@@ -510,6 +514,27 @@ class NamespaceIndex:
         both, bp = both[first], bp[first]
         keep = candidates(bp, top)
         return both[keep], bp[keep]
+
+    @staticmethod
+    def _window_kept(slots: IntArray, lex_slots: IntArray,
+                     cosine_of: Callable[[IntArray], FloatArray] | None,
+                     cal: Calibration, allowed: BoolArray | None = None) -> BoolArray:
+        """Which notes of a window wider than ``calibration.time_window_max_notes`` (its
+        ``slots``) are valued: those that share a word with the query (``lex_slots``: the
+        BM25 hits) and the ``time_window_max_notes`` nearest by cosine (every one tied with
+        the last included) of the others at ``time_window_min_cosine`` or above and
+        ``allowed`` (None: all; none without cosines: no other could be a candidate)."""
+        keep: BoolArray = np.isin(slots, lex_slots)
+        if cosine_of is None:
+            return keep
+        rest = (~keep).nonzero()[0]
+        if allowed is not None:
+            rest = rest[allowed[slots[rest]]]
+        c = np.asarray(cosine_of(slots[rest]), np.float64)
+        ok = c >= cal.time_window_min_cosine
+        rest, c = rest[ok], c[ok]
+        keep[rest[candidates(c, cal.time_window_max_notes)]] = True
+        return keep
 
     def _unknown(self, slots: IntArray, p: FloatArray, text: str, cfg: RankingConfig,
                  agent: str, cache: TermCache | None,

@@ -303,3 +303,55 @@ def test_a_shared_word_makes_a_window_note_a_candidate_whatever_its_cosine() -> 
                                                                         far_off))
     assert on is not None and off is not None and on > 2 * off
     assert relevance(ranked(history(14.0), Q, 1000, far)) is None
+
+
+def test_a_window_wider_than_its_cap_values_only_its_nearest_notes() -> None:
+    """``time_window_max_notes``: "two weeks ago" holds ~40 notes of ``history``; the default
+    cap (1,000) and no cap give the same bytes (three notes of the window are candidates), a
+    cap of 1 keeps only the window's nearest note by cosine (the planted turn) at the same
+    probability."""
+    notes = history(14.0)
+    full = ranked(notes, Q, 1000, ON)
+    uncapped = ranked(notes, Q, 1000,
+                      with_overrides(ON, {"calibration": {"time_window_max_notes": 0}}))
+    assert msgspec.json.encode(full) == msgspec.json.encode(uncapped)
+    got = {c.note_id for c in full.candidates}
+    assert "planted" in got and len(got) == 3
+    assert not ranked(notes, Q, 1000, OFF).candidates  # all three came by the window
+    one = with_overrides(ON, {"calibration": {"time_window_max_notes": 1}})
+    capped = ranked(notes, Q, 1000, one)
+    assert [c.note_id for c in capped.candidates] == ["planted"]
+    assert relevance(capped) == relevance(full)
+    with pytest.raises(msgspec.ValidationError, match="time_window_max_notes"):
+        config_from_json(msgspec.json.encode(
+            {"calibration": {**msgspec.structs.asdict(DEFAULT.calibration),
+                             "time_window_max_notes": -1}}))
+
+
+def test_the_cap_keeps_shared_words_and_the_nearest_allowed_notes() -> None:
+    """``NamespaceIndex._window_kept`` directly: slots 10-15 of a window, 12 a BM25 hit; by
+    cosine 14 > 11 > 15 > 10 > 13 (13 under ``time_window_min_cosine``)."""
+    from hivemind_memory.projections.ranking.index import NamespaceIndex
+
+    slots = np.arange(10, 16)
+    cos = {10: 0.2, 11: 0.6, 12: 0.0, 13: 0.01, 14: 0.9, 15: 0.3}
+
+    def cosine_of(s: np.ndarray) -> np.ndarray:
+        return np.array([cos[int(x)] for x in s])
+
+    def kept(cap: int, allowed: np.ndarray | None = None,
+             lex: tuple[int, ...] = (12,)) -> list[int]:
+        cal = msgspec.structs.replace(ON.calibration, time_window_max_notes=cap)
+        got = NamespaceIndex._window_kept(slots, np.array(lex, np.int64), cosine_of, cal,
+                                          allowed)
+        return [int(x) for x in slots[got]]
+
+    assert kept(1) == [12, 14]  # the hit whatever its cosine, and the nearest
+    assert kept(2) == [11, 12, 14]
+    assert kept(5) == [10, 11, 12, 14, 15]  # 13's cosine makes it no candidate anyway
+    allowed = np.ones(20, np.bool_)
+    allowed[14] = False  # a filter: the nearest may not be a candidate, the next one counts
+    assert kept(1, allowed) == [11, 12]
+    assert kept(1, lex=()) == [14]
+    assert NamespaceIndex._window_kept(slots, np.array([12]), None, ON.calibration).tolist() \
+        == [False, False, True, False, False, False]  # without cosines: the hits only

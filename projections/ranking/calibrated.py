@@ -508,6 +508,23 @@ class Lookup(Protocol):
     def __len__(self) -> int: ...
 
 
+def with_neighbours(cols: Columns, seq: Lookup, at: IntArray, cal: Calibration) -> IntArray:
+    """The positions ``at`` of ``seq`` (the visible slots in creation order) and those of the
+    neighbours their context reads (``calibration.context_notes`` on each side, written within
+    ``context_minutes``; creation order is time order, so they are a run around each), distinct
+    and ascending: the others lend nothing and are left out."""
+    n = len(seq)
+    window = cal.context_minutes * US_PER_MINUTE
+    t_of = cols.created_us
+    parts = [at]
+    for j in range(1, min(cal.context_notes, n - 1) + 1):
+        ahead = at[at < n - j]
+        parts.append(ahead[(t_of[seq[ahead + j]] - t_of[seq[ahead]]) <= window] + j)
+        back = at[at >= j] - j
+        parts.append(back[(t_of[seq[back + j]] - t_of[seq[back]]) <= window])
+    return _distinct(np.concatenate(parts))
+
+
 def likely_among(cols: Columns, seq: Lookup, pos: Lookup, lex_slots: IntArray,
                  lex: FloatArray, dense_slots: IntArray,
                  cosine_of: Callable[[IntArray], FloatArray] | None, named: Sequence[int],
@@ -537,17 +554,7 @@ def likely_among(cols: Columns, seq: Lookup, pos: Lookup, lex_slots: IntArray,
     at = _distinct(at[at >= 0])
     if not len(at):
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    # the neighbours a candidate's context reads: those near it (creation order is time
-    # order, so they are a run around it; the others lend nothing and are left out)
-    window = cal.context_minutes * US_PER_MINUTE
-    t_of = cols.created_us
-    parts = [at]
-    for j in range(1, min(cal.context_notes, n - 1) + 1):
-        ahead = at[at < n - j]
-        parts.append(ahead[(t_of[seq[ahead + j]] - t_of[seq[ahead]]) <= window] + j)
-        back = at[at >= j] - j
-        parts.append(back[(t_of[seq[back + j]] - t_of[seq[back]]) <= window])
-    win = _distinct(np.concatenate(parts))
+    win = with_neighbours(cols, seq, at, cal)
     sub = seq[win]
     cosine = None
     if cosine_of is not None:
@@ -631,18 +638,9 @@ def window_likely(cols: Columns, seq: Lookup, at: IntArray, lex_slots: IntArray,
     of the same best), and is a candidate when it has evidence (a shared word, or a cosine
     of at least ``time_window_min_cosine``: none without cosines), is ``allowed`` (None:
     all) and is at ``floor`` or above."""
-    n = len(seq)
     if not len(at):
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    window = cal.context_minutes * US_PER_MINUTE
-    t_of = cols.created_us
-    parts = [at]
-    for j in range(1, min(cal.context_notes, n - 1) + 1):
-        ahead = at[at < n - j]
-        parts.append(ahead[(t_of[seq[ahead + j]] - t_of[seq[ahead]]) <= window] + j)
-        back = at[at >= j] - j
-        parts.append(back[(t_of[seq[back + j]] - t_of[seq[back]]) <= window])
-    win = _distinct(np.concatenate(parts))
+    win = with_neighbours(cols, seq, at, cal)
     sub = seq[win]
     lay = sub_layout(cols, seq, win, cal)
     m = len(win)

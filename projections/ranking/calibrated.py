@@ -263,13 +263,18 @@ def signals(cols: Columns, seq: IntArray, lex_slots: IntArray, lex: FloatArray,
     # few hits: their neighbours' context from the hits alone (the same maxima)
     cb = sparse_context(at, b[at], lay.near, n) if len(at) * 8 < n else context(b, lay.near)
     c = np.zeros(n) if cosine is None else cosine[seq]
-    if named:
-        mask = np.zeros(len(cols.agents) + 1, np.float64)
-        mask[list(named)] = 1.0
-        author = mask[lay.owner]
-    else:
-        author = np.zeros(n)
-    return Signals(b, c, cb, context(c, lay.near), author)
+    return Signals(b, c, cb, context(c, lay.near), authors_named(cols, named, lay.owner))
+
+
+def authors_named(cols: Columns, named: Sequence[int], owner: npt.NDArray[np.int32]) -> FloatArray:
+    """1 for each note whose author (``owner``: a layout's owner per note) the query names
+    (``named``), else 0: the ``author_named`` feature."""
+    if not named:
+        return np.zeros(len(owner))
+    mask = np.zeros(len(cols.agents) + 1, np.float64)
+    mask[list(named)] = 1.0
+    out: FloatArray = mask[owner]
+    return out
 
 
 def features(sig: Signals, lt: FloatArray) -> list[FloatArray]:
@@ -650,13 +655,8 @@ def window_likely(cols: Columns, seq: Lookup, at: IntArray, lex_slots: IntArray,
         ok = hit >= 0
         b[hit[ok]] = lex[ok] / lex.max()
     c = np.zeros(m) if cosine_of is None else np.asarray(cosine_of(sub), np.float64)
-    if named:
-        mask = np.zeros(len(cols.agents) + 1, np.float64)
-        mask[list(named)] = 1.0
-        author = mask[lay.owner]
-    else:
-        author = np.zeros(m)
-    sig = Signals(b, c, context(b, lay.near), context(c, lay.near), author)
+    sig = Signals(b, c, context(b, lay.near), context(c, lay.near),
+                  authors_named(cols, named, lay.owner))
     inside = np.searchsorted(win, at)  # the window's notes among ``win``
     base = lay.base.copy()
     base[inside] += gain
